@@ -1,0 +1,1 @@
+"""Our Triton kernels for LayerNorm, RMSNorm and dropout (forward and backward)."""

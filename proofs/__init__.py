@@ -1,0 +1,1 @@
+"""SymPy derivations of the claims, with their conditions, verdicts and float64 oracles."""

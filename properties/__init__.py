@@ -1,0 +1,1 @@
+"""Hypothesis conformance tests: `pytest properties/ --kernel SPEC` (one file per claim family)."""

@@ -1,0 +1,47 @@
+"""Hypothesis profiles of the conformance run.
+
+dev       quick local feedback (random, small).
+ci        derandomized (the same examples every run), no deadline (Triton's JIT and its CPU
+          interpreter make first calls slow), fixed example counts, no example database, prints
+          the @reproduce_failure blob of every failure.
+thorough  many examples, the example database kept under .hypothesis/ so failures replay first.
+
+Selected by ``--hypothesis-profile NAME``, else ``NORMVERIFY_PROFILE``, else ``ci`` when the
+``CI`` environment variable is set and ``dev`` otherwise. Hypothesis loads its own ``ci``
+profile when CI is set; :func:`load` registers ours under the same name and loads it explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+PROFILES = ("dev", "ci", "thorough")
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.differing_executors]
+
+
+def register() -> None:
+    settings.register_profile("dev", max_examples=15, deadline=None, print_blob=True,
+                              suppress_health_check=_SLOW_OK)
+    settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True, database=None,
+                              print_blob=True, suppress_health_check=_SLOW_OK)
+    settings.register_profile("thorough", max_examples=400, deadline=None, print_blob=True,
+                              database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
+                              suppress_health_check=_SLOW_OK)
+
+
+def chosen(option: str | None = None) -> str:
+    """The profile to use: the explicit option, else NORMVERIFY_PROFILE, else ci under CI, else dev."""
+    name = option or os.environ.get("NORMVERIFY_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    if name not in PROFILES:
+        raise ValueError(f"unknown Hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return name
+
+
+def load(option: str | None = None) -> str:
+    register()
+    name = chosen(option)
+    settings.load_profile(name)
+    return name

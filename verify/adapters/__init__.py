@@ -1,0 +1,1 @@
+"""Built-in kernels. Each module exports ``BUILTINS: list[verify.registry.Builtin]``."""

@@ -1,0 +1,35 @@
+"""The ``torch`` built-in: torch.nn.functional's layer_norm, rms_norm and dropout."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from verify.registry import Builtin, Kernel
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """F.dropout in training mode, with the global generator seeded inside a forked RNG state."""
+    devices = [x.device] if x.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return F.dropout(x, p, training=True)
+
+
+def _load() -> list[Kernel]:
+    return [
+        Kernel("torch:layernorm", "layernorm", layernorm, spec="torch", description="F.layer_norm"),
+        Kernel("torch:rmsnorm", "rmsnorm", rmsnorm, spec="torch", description="F.rms_norm"),
+        Kernel("torch:dropout", "dropout", dropout, spec="torch", description="F.dropout (training)"),
+    ]
+
+
+BUILTINS = [Builtin("torch", "torch.nn.functional layer_norm, rms_norm, dropout", _load)]

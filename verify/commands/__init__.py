@@ -1,0 +1,1 @@
+"""Subcommands of `normverify`, one module each (see :mod:`verify.cli` for the contract)."""
