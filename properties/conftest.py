@@ -40,7 +40,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         triton_version = triton.__version__
     except ImportError:
         triton_version = "not installed"
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or 'unknown'})"
+    cpu = f"cpu ({platform.processor() or platform.machine()})"
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu
     return [
         f"normverify kernel: {', '.join(kernel_specs(config))}"
         + (f" (kind {config.getoption('--kind')})" if config.getoption("--kind") else ""),

@@ -154,7 +154,7 @@ def _as_kernels(obj, spec: str, kind: str | None) -> list[Kernel]:
     if isinstance(obj, (list, tuple)) and obj and all(isinstance(k, Kernel) for k in obj):
         return list(obj)
     if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
-        from verify.adapters import modules  # noqa: PLC0415 (optional; issue 6)
+        from verify.adapters import modules
 
         return [modules.kernel_from_module_class(obj, spec, kind)]
     if callable(obj):
