@@ -1,22 +1,50 @@
 """What a conformance test tells the results plugin about each example it ran.
 
-Inside a test, ``record(ratio=err/bound, **point)`` once per example: ``ratio`` is the worst
-error/bound ratio of the example (> 1 is a failure) or None where the check is exact; the other
-keyword arguments are the example's plot data and description (see docs/ARCHITECTURE.md). The
-plugin (properties/results.py) calls :func:`start` before a test and :func:`take` after it.
+Every property test runs its concrete example through :func:`check`::
+
+    @pytest.mark.claim("ln.forward")
+    @given(example=forward_examples())
+    def test_forward(layernorm_kernel, example):
+        evidence.check(check_forward, layernorm_kernel, example)
+
+where ``check_forward(kernel, **example)`` is a module-level function that raises AssertionError
+(expected vs got) on a violation and calls :func:`record` once per example: ``ratio`` is the
+worst error/bound ratio of the example (> 1 is a failure) or None where the check is exact; the
+other keyword arguments are plot data and description (docs/ARCHITECTURE.md, "points").
+
+Hypothesis runs the minimal failing example last, so after a failure :func:`last_example` is the
+counterexample that the results plugin saves for ``normverify replay``. The plugin calls
+:func:`start` before each test and :func:`take` after it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 _examples: list[dict] = []
+_last: tuple[Callable, Any, dict] | None = None
+
+
+def check(fn: Callable[..., None], kernel: Any, example: dict) -> None:
+    """Run ``fn(kernel, **example)``, remembering the example as the latest one."""
+    global _last
+    _last = (fn, kernel, example)
+    fn(kernel, **example)
 
 
 def record(ratio: float | None = None, **point) -> None:
     _examples.append({"ratio": None if ratio is None else float(ratio), **point})
 
 
+def last_example() -> tuple[Callable, Any, dict] | None:
+    return _last
+
+
 def start() -> None:
+    global _last
     _examples.clear()
+    _last = None
 
 
 def take() -> list[dict]:
