@@ -8,6 +8,9 @@ import pytest
 
 from properties import profiles
 
+# Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
+pytest_plugins: list[str] = []
+
 DEFAULT_KERNEL = "torch"
 
 
