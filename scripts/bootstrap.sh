@@ -2,7 +2,8 @@
 # Set-up for `make verify` / `make test`: a local virtual environment with normverify installed
 # (editable) and everything its runs need.
 #
-# torch: a CUDA build already in the venv is kept. Otherwise, with an NVIDIA GPU visible
+# torch: a CUDA build already in the venv is kept, and so is one installed in the Python that creates
+# the venv (the venv then sees that Python's site-packages). Otherwise, with an NVIDIA GPU visible
 # (nvidia-smi -L succeeds) pip's default torch (a CUDA build) is installed; without one the CPU
 # build torch==$TORCH_CPU_VERSION. Where pip is not configured with a local CPU wheel, point
 # TORCH_CPU_INDEX at PyTorch's CPU wheel index to avoid the multi-GB CUDA download.
@@ -11,7 +12,14 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_CPU_VERSION=${TORCH_CPU_VERSION:-2.13.0}
 
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+if [ ! -x "$VENV/bin/python" ]; then
+  if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' >/dev/null 2>&1; then
+    echo "bootstrap: $PYTHON has a CUDA torch; the venv will use it (--system-site-packages)"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+  else
+    "$PYTHON" -m venv "$VENV"
+  fi
+fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
