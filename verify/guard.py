@@ -1,80 +1,172 @@
 """Calling a kernel under test without letting it take the run down.
 
-Every call of a kernel under test goes through :func:`call`. A kernel that raises, exceeds the
-time limit, or returns something unusable (not a tensor, wrong shape, dtype or device, NaN/inf
-for finite inputs) raises :class:`KernelFault` with one line that says which and how; the test
-reports that claim as error/failed and the run goes on.
+Every call of a kernel under test goes through :func:`call` (its forward) or :func:`grad` (its
+backward, through autograd). A kernel that raises, exceeds the time limit, or returns something
+unusable (not a tensor, wrong shape, dtype or device, NaN/inf for finite inputs) raises
+:class:`KernelFault` with one line that says which and how; the test reports that claim and the
+run goes on.
+
+How a fault is reported (``properties.results``): a kernel whose output is NaN/inf on finite
+inputs gave a wrong answer, so the claim is **failed** (reason ``nonfinite``); every other reason
+(raised, timeout, type, shape, dtype, device, missing) means the claim could not be checked, so
+it is an **error**. Both make ``normverify run`` exit 1.
+
+Time limit: the call runs in a daemon thread that the caller waits for at most ``timeout``
+seconds (on CUDA the wait includes a device synchronize, so asynchronous work counts). A thread
+cannot be killed, so a kernel that timed out is remembered as hung and every later call to it
+fails at once with the same fault instead of hanging again (Hypothesis's shrinking would
+otherwise replay the hang for every candidate). Autograd's grad mode is thread-local and is
+carried into the thread. The default limit is ``NORMVERIFY_CALL_TIMEOUT`` seconds (120).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 
+# Reasons that mean "the kernel gave a wrong answer" (the claim fails); all others mean "the claim
+# could not be checked" (error).
+WRONG_ANSWER_REASONS = frozenset({"nonfinite"})
+
+# id(fn) -> (fn, message) of kernels with a call still running past its time limit. The function
+# is kept so that its id cannot be reused by another object.
+_hung: dict[int, tuple[Callable, str]] = {}
+
 
 class KernelFault(Exception):
-    """The kernel under test misbehaved. ``reason``: raised | timeout | type | shape | dtype | device | nonfinite."""
+    """The kernel under test misbehaved.
+
+    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing.
+    """
 
     def __init__(self, kernel: str, reason: str, detail: str) -> None:
         super().__init__(f"kernel {kernel} {detail}")
         self.kernel = kernel
         self.reason = reason
 
+    @property
+    def status(self) -> str:
+        """The test status this fault gives its claim: ``failed`` (a wrong answer) or ``error``."""
+        return "failed" if self.reason in WRONG_ANSWER_REASONS else "error"
 
-def _run_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout: float | None, name: str):
-    if timeout is None:
-        return fn(*args, **kwargs)
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _synchronize(value) -> None:
+    """Wait for CUDA work behind ``value`` so that the time limit covers it."""
+    tensors = value if isinstance(value, (tuple, list)) else (value,)
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+        torch.cuda.synchronize()
+
+
+def _refuse_if_hung(kernel_fn: Callable, name: str) -> None:
+    if id(kernel_fn) in _hung:
+        raise KernelFault(name, "timeout", _hung[id(kernel_fn)][1])
+
+
+def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: float | None, name: str) -> object:
+    """``thunk()`` within ``timeout`` seconds; any exception it raises becomes a KernelFault ``raised``.
+
+    A timeout marks ``kernel_fn`` as hung (see the module docstring).
+    """
+    _refuse_if_hung(kernel_fn, name)
     box: dict = {}
+    grad_enabled = torch.is_grad_enabled()
 
     def target() -> None:
         try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as error:  # reported below, in the caller's thread
+            with torch.set_grad_enabled(grad_enabled):
+                box["value"] = thunk()
+                _synchronize(box["value"])
+        except BaseException as error:  # reported in the caller's thread
             box["error"] = error
 
-    worker = threading.Thread(target=target, name=f"normverify-call-{name}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise KernelFault(name, "timeout", f"did not return within {timeout:g} s (hung?)")
+    if timeout is None:
+        target()
+    else:
+        worker = threading.Thread(target=target, name=f"normverify-call-{name}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            detail = f"did not return within {timeout:g} s (hung?)"
+            _hung[id(kernel_fn)] = (kernel_fn, f"{detail}; it is not called again in this run")
+            raise KernelFault(name, "timeout", detail)
     if "error" in box:
-        raise box["error"]
+        error = box["error"]
+        if isinstance(error, KeyboardInterrupt):
+            raise error
+        raise KernelFault(name, "raised", f"raised {_first_line(error)}") from error
     return box["value"]
+
+
+def _check_tensor(name: str, out: object, like: torch.Tensor | None, what: str) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor):
+        raise KernelFault(name, "type", f"returned {type(out).__name__}, not a tensor, for {what}")
+    if like is not None:
+        if out.shape != like.shape:
+            raise KernelFault(name, "shape", f"returned shape {tuple(out.shape)} for {what} of shape "
+                                             f"{tuple(like.shape)}")
+        if out.dtype != like.dtype:
+            raise KernelFault(name, "dtype", f"returned {out.dtype} for {what} of dtype {like.dtype}")
+        if out.device != like.device:
+            raise KernelFault(name, "device", f"returned a tensor on {out.device} for {what} on {like.device}")
+    return out
+
+
+def _check_finite(name: str, out: torch.Tensor, inputs: Sequence[object], what: str) -> None:
+    """NaN/inf in ``out`` is a fault when every floating-point tensor in ``inputs`` is finite."""
+    if not out.is_floating_point() or bool(torch.isfinite(out).all()):
+        return
+    if all(bool(torch.isfinite(a).all()) for a in inputs if isinstance(a, torch.Tensor) and a.is_floating_point()):
+        bad = int((~torch.isfinite(out)).sum())
+        raise KernelFault(name, "nonfinite", f"returned {bad} NaN/inf values in {what} for finite inputs")
 
 
 def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool = False,
          timeout: float | None = DEFAULT_TIMEOUT_S, **kwargs) -> torch.Tensor:
     """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have).
 
-    Non-finite outputs are a fault only when every tensor argument is finite and ``allow_nonfinite`` is false.
+    ``kernel`` is a :class:`verify.registry.Kernel` or a plain callable. Non-finite outputs are a
+    fault only when every tensor argument is finite and ``allow_nonfinite`` is false.
     """
-    name = getattr(kernel, "name", repr(kernel))
+    name = getattr(kernel, "name", getattr(kernel, "__name__", repr(kernel)))
     fn = getattr(kernel, "fn", kernel)
-    try:
-        out = _run_with_timeout(fn, args, kwargs, timeout, name)
-    except KernelFault:
-        raise
-    except Exception as error:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise KernelFault(name, "raised", f"raised {type(error).__name__}: {message}") from error
-    if not isinstance(out, torch.Tensor):
-        raise KernelFault(name, "type", f"returned {type(out).__name__}, not a tensor")
-    if like is not None:
-        if out.shape != like.shape:
-            raise KernelFault(name, "shape", f"returned shape {tuple(out.shape)} for input shape {tuple(like.shape)}")
-        if out.dtype != like.dtype:
-            raise KernelFault(name, "dtype", f"returned {out.dtype} for {like.dtype} input")
-        if out.device != like.device:
-            raise KernelFault(name, "device", f"returned a tensor on {out.device} for input on {like.device}")
-    if not allow_nonfinite and out.is_floating_point() and not bool(torch.isfinite(out).all()):
-        inputs_finite = all(bool(torch.isfinite(a).all()) for a in args
-                            if isinstance(a, torch.Tensor) and a.is_floating_point())
-        if inputs_finite:
-            bad = int((~torch.isfinite(out)).sum())
-            raise KernelFault(name, "nonfinite", f"returned {bad} NaN/inf values for finite inputs")
+    out = _run_limited(lambda: fn(*args, **kwargs), fn, timeout, name)
+    out = _check_tensor(name, out, like, "the output")
+    if not allow_nonfinite:
+        _check_finite(name, out, args, "the output")
     return out
+
+
+def grad(kernel, outputs: torch.Tensor, inputs: Sequence[torch.Tensor], grad_outputs: torch.Tensor, *,
+         allow_nonfinite: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> tuple[torch.Tensor, ...]:
+    """The kernel's backward: ``torch.autograd.grad(outputs, inputs, grad_outputs)``, one gradient per input.
+
+    Each gradient must be a tensor with its input's shape, dtype and device (an input the output
+    does not depend on is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are.
+    """
+    name = getattr(kernel, "name", getattr(kernel, "__name__", repr(kernel)))
+    fn = getattr(kernel, "fn", kernel)
+    _refuse_if_hung(fn, name)
+    if not outputs.requires_grad:
+        raise KernelFault(name, "missing", "returned an output that does not require grad (no backward)")
+    inputs = tuple(inputs)
+    grads = _run_limited(lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True),
+                         fn, timeout, name)
+    for index, (g, x) in enumerate(zip(grads, inputs, strict=True)):
+        what = f"the gradient of input {index}"
+        if g is None:
+            raise KernelFault(name, "missing", f"returned no gradient for input {index} (shape {tuple(x.shape)})")
+        _check_tensor(name, g, x, what)
+        if not allow_nonfinite:
+            _check_finite(name, g, (*inputs, grad_outputs), what)
+    return grads
+

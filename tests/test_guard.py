@@ -1,0 +1,165 @@
+"""verify.guard: every way a kernel can misbehave becomes one KernelFault line, and the caller goes on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from verify import guard
+from verify.guard import KernelFault
+from verify.registry import Kernel
+
+
+def layernorm(x, weight, bias, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def kernel_of(fn) -> Kernel:
+    return Kernel(name=f"test:{fn.__name__}", kind="layernorm", fn=fn)
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
+
+
+def fault_of(fn, x, **kwargs) -> KernelFault:
+    with pytest.raises(KernelFault) as caught:
+        guard.call(kernel_of(fn), x, None, None, 1e-5, like=x, **kwargs)
+    return caught.value
+
+
+def test_a_correct_kernel_passes_through(x):
+    out = guard.call(kernel_of(layernorm), x, None, None, 1e-5, like=x)
+    torch.testing.assert_close(out, layernorm(x, None, None, 1e-5))
+
+
+def test_raising_kernel_is_an_error_naming_the_exception(x):
+    def raises(x, weight, bias, eps):
+        raise ValueError("block size too large\nsecond line of a long message")
+
+    fault = fault_of(raises, x)
+    assert fault.reason == "raised" and fault.status == "error"
+    assert str(fault) == "kernel test:raises raised ValueError: block size too large"
+    assert isinstance(fault.__cause__, ValueError)
+
+
+def test_sys_exit_inside_a_kernel_does_not_end_the_run(x):
+    def exits(x, weight, bias, eps):
+        raise SystemExit(3)
+
+    assert fault_of(exits, x).reason == "raised"
+
+
+@pytest.mark.parametrize(("fn", "reason", "words"), [
+    (lambda x, w, b, eps: x.sum(-1), "shape", "returned shape (3,) for the output of shape (3, 8)"),
+    (lambda x, w, b, eps: layernorm(x, w, b, eps).double(), "dtype", "returned torch.float64"),
+    (lambda x, w, b, eps: layernorm(x, w, b, eps).tolist(), "type", "returned list, not a tensor"),
+    (lambda x, w, b, eps: layernorm(x, w, b, eps).reshape(-1), "shape", "returned shape (24,)"),
+])
+def test_unusable_outputs_are_errors(x, fn, reason, words):
+    fn.__name__ = reason
+    fault = fault_of(fn, x)
+    assert (fault.reason, fault.status) == (reason, "error")
+    assert words in str(fault)
+
+
+def test_nan_on_finite_input_is_a_wrong_answer(x):
+    def nan_in_row_two(x, weight, bias, eps):
+        y = layernorm(x, weight, bias, eps)
+        y[1, 3] = float("nan")
+        return y
+
+    fault = fault_of(nan_in_row_two, x)
+    assert (fault.reason, fault.status) == ("nonfinite", "failed")
+    assert "1 NaN/inf values" in str(fault)
+
+
+def test_nan_is_allowed_when_the_input_has_nan_or_when_asked(x):
+    x_nan = x.clone()
+    x_nan[0, 0] = float("nan")
+    out = guard.call(kernel_of(layernorm), x_nan, None, None, 1e-5, like=x_nan)
+    assert out[0].isnan().all() and out[1:].isfinite().all()
+    ones = guard.call(lambda t: t / 0.0, x, allow_nonfinite=True, like=x)
+    assert ones.isinf().any()
+
+
+def test_a_hung_kernel_times_out_and_is_not_called_again(x):
+    release = threading.Event()
+    calls = []
+
+    def hangs(x, weight, bias, eps):
+        calls.append(1)
+        release.wait(30)
+        return layernorm(x, weight, bias, eps)
+
+    started = time.monotonic()
+    fault = fault_of(hangs, x, timeout=0.2)
+    assert (fault.reason, fault.status) == ("timeout", "error")
+    assert "did not return within 0.2 s" in str(fault)
+    again = fault_of(hangs, x, timeout=0.2)
+    assert "not called again" in str(again)
+    assert time.monotonic() - started < 5 and len(calls) == 1
+    release.set()
+
+
+def test_grad_mode_of_the_caller_reaches_the_kernel(x):
+    seen = []
+
+    def records_grad_mode(t):
+        seen.append(torch.is_grad_enabled())
+        return t.clone()
+
+    with torch.no_grad():
+        guard.call(records_grad_mode, x, like=x)
+    guard.call(records_grad_mode, x, like=x)
+    assert seen == [False, True]
+
+
+def test_grad_returns_checked_gradients(x):
+    weight = torch.rand(8, requires_grad=True)
+    xr = x.clone().requires_grad_()
+    y = guard.call(kernel_of(layernorm), xr, weight, None, 1e-5, like=x)
+    dy = torch.randn_like(x)
+    dx, dw = guard.grad(kernel_of(layernorm), y, (xr, weight), dy)
+    ex, ew = torch.autograd.grad(layernorm(xr, weight, None, 1e-5), (xr, weight), dy)
+    torch.testing.assert_close((dx, dw), (ex, ew))
+
+
+def test_grad_faults_on_no_backward_and_on_a_missing_gradient(x):
+    weight = torch.rand(8, requires_grad=True)
+    with pytest.raises(KernelFault, match="does not require grad"):
+        guard.grad(kernel_of(layernorm), layernorm(x, None, None, 1e-5), (x,), x)
+    xr = x.clone().requires_grad_()
+
+    def ignores_weight(x, weight, bias, eps):
+        return layernorm(x, None, bias, eps)
+
+    y = ignores_weight(xr, weight, None, 1e-5)
+    with pytest.raises(KernelFault, match="no gradient for input 1") as caught:
+        guard.grad(kernel_of(ignores_weight), y, (xr, weight), torch.ones_like(x))
+    assert caught.value.reason == "missing"
+
+
+def test_grad_faults_on_a_backward_that_raises_or_returns_nan(x):
+    class Broken(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 2
+
+        @staticmethod
+        def backward(ctx, dy):
+            if dy.sum() > 0:
+                raise RuntimeError("backward kernel crashed")
+            return dy * float("nan")
+
+    xr = x.clone().requires_grad_()
+    kernel = kernel_of(Broken.apply)
+    with pytest.raises(KernelFault, match="raised RuntimeError: backward kernel crashed"):
+        guard.grad(kernel, Broken.apply(xr), (xr,), torch.ones_like(x))
+    with pytest.raises(KernelFault, match="NaN/inf values in the gradient of input 0") as caught:
+        guard.grad(kernel, Broken.apply(xr), (xr,), -torch.ones_like(x))
+    assert caught.value.status == "failed"
