@@ -1,0 +1,284 @@
+"""Run Triton kernels written for a GPU on CPU tensors, through Triton's interpreter.
+
+Entry points: :func:`enable` (process-wide, idempotent) and the context manager :func:`enabled`.
+Once enabled, launching any ``@triton.jit`` kernel (ours or a third party's, e.g. Liger-Kernel's)
+
+* on CUDA tensors compiles and runs it exactly as before: the CUDA path stays the default;
+* on CPU tensors runs an interpreted twin of it (``triton.runtime.interpreter.InterpretedFunction``
+  built from the same Python function), whatever ``TRITON_INTERPRET`` was when it was decorated.
+  Kernels decorated under ``TRITON_INTERPRET=1`` get the same fixes.
+
+Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
+``tests/test_interpret.py``:
+
+1. Float scalar arguments reach the kernel as Python floats, so ``eps.to(tl.float32)`` raises
+   AttributeError. The compiler specializes them as fp32 scalars; they are now wrapped the same way.
+2. ``triton.language.extra.libdevice`` functions are stubs with no body under the interpreter
+   (``libdevice.rsqrt(x)`` returns None), the backend modules (``extra.cuda.libdevice``,
+   ``extra.hip.libdevice``) need the ``_semantic`` argument the interpreter does not pass, and the
+   interpreter's ``create_extern_elementwise`` raises NotImplementedError. The stubs are bound to the
+   CUDA backend functions, every libdevice builtin a kernel can reach (module attribute or name
+   imported into the kernel's module) receives the interpreter's semantic, and the elementwise math
+   symbols (``__nv_rsqrtf``, ``__ocml_exp_f32``, ...; see :data:`LIBDEVICE_MATH`) are computed with
+   numpy in the argument's dtype.
+3. A ``@triton.jit`` helper decorated without ``TRITON_INTERPRET`` is a compiled ``JITFunction``,
+   which cannot be called from interpreted code ("Cannot call @triton.jit'd outside of the scope of
+   a kernel"); during an interpreted launch such helpers are replaced by interpreted twins.
+4. bfloat16: the interpreter holds bf16 as raw uint16 bit patterns, so arithmetic on it is garbage
+   (and fp32 -> bf16 conversion truncates instead of rounding). An interpreted launch with a bf16
+   tensor argument raises :class:`InterpreterUnsupported` with one clear line instead.
+
+Not covered: ``inline_asm``, autotuning (``triton.autotune`` benchmarks configurations, which needs
+a GPU), tensor descriptors beyond what the interpreter already supports.
+
+The interpreter is one global machine (grid index, patched ``triton.language``), so interpreted
+launches are serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+import numpy as np
+import torch
+import triton.language as tl
+from triton.runtime import interpreter
+from triton.runtime.interpreter import InterpretedFunction, TensorHandle, interpreter_semantic
+from triton.runtime.jit import JITFunction, mangle_type
+
+from triton.language.extra import libdevice as libdevice_stubs  # isort: skip
+from triton.language.extra.cuda import libdevice as cuda_libdevice  # isort: skip
+from triton.language.extra.hip import libdevice as hip_libdevice  # isort: skip
+
+
+class InterpreterUnsupported(TypeError):
+    """The kernel launch needs something Triton's interpreter cannot do (e.g. bfloat16 arithmetic)."""
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return (1 / np.sqrt(x)).astype(x.dtype)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
+#: libdevice base name -> numpy function; the symbol's prefix (``__nv_``, ``__ocml_``), fp32 ``f``
+#: suffix, ``_f32``/``_f64`` suffix and round-to-nearest ``_rn`` suffix are removed before lookup.
+LIBDEVICE_MATH: dict[str, Callable[..., np.ndarray]] = {
+    "rsqrt": _rsqrt, "sqrt": np.sqrt, "rcp": np.reciprocal,
+    "exp": np.exp, "fast_exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(x.dtype.type(10), x),
+    "expm1": np.expm1, "log": np.log, "fast_log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "erf": _erf, "abs": np.abs, "fabs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
+    "rint": np.rint, "round": np.round, "nearbyint": np.rint, "isnan": np.isnan, "isinf": np.isinf,
+    "signbit": np.signbit, "pow": np.power, "powi": np.power, "atan2": np.arctan2, "fmin": np.fmin,
+    "fmax": np.fmax, "fmod": np.fmod, "hypot": np.hypot, "copysign": np.copysign,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "fdiv": np.divide,
+    "fadd": np.add, "fsub": np.subtract, "fmul": np.multiply, "frcp": np.reciprocal, "fsqrt": np.sqrt,
+    "frsqrt": _rsqrt, "fma": lambda x, y, z: x * y + z,
+}
+
+
+def _libdevice_base_name(symbol: str) -> list[str]:
+    """Candidate table keys for a libdevice symbol, most specific first."""
+    name = symbol.removeprefix("__nv_").removeprefix("__ocml_")
+    for suffix in ("_f16", "_f32", "_f64", "_rn"):
+        name = name.removesuffix(suffix)
+    return [name, name[:-1]] if name.endswith("f") else [name]
+
+
+def _create_extern_elementwise(self, lib_name, lib_path, symbol, arg_list, ret_type, is_pure) -> TensorHandle:
+    """``InterpreterBuilder.create_extern_elementwise``: the libdevice math function, computed by numpy."""
+    for name in _libdevice_base_name(symbol):
+        if name in LIBDEVICE_MATH:
+            with np.errstate(all="ignore"):
+                data = LIBDEVICE_MATH[name](*[arg.data for arg in arg_list])
+            scalar = ret_type.scalar
+            return TensorHandle(np.asarray(data).astype(interpreter._get_np_dtype(scalar)), scalar)
+    raise NotImplementedError(f"libdevice function {symbol} is not available under the Triton interpreter "
+                              "(kernels.interpret.LIBDEVICE_MATH)")
+
+
+_original_implicit_cvt = interpreter._implicit_cvt
+
+
+def _implicit_cvt(arg):
+    """Kernel argument conversion that also turns a Python float into an fp32 scalar, as the compiler does."""
+    if isinstance(arg, float):
+        return tl.tensor(TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+    return _original_implicit_cvt(arg)
+
+
+class _Patches:
+    """Attribute and dict-item replacements undone in reverse order by :meth:`restore`."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def setattr(self, obj: object, name: str, value: object) -> None:
+        old = getattr(obj, name)
+        self._undo.append(lambda: setattr(obj, name, old))
+        setattr(obj, name, value)
+
+    def setitem(self, mapping: dict, key: str, value: object) -> None:
+        old = mapping[key]
+        self._undo.append(lambda: mapping.__setitem__(key, old))
+        mapping[key] = value
+
+    def restore(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def _with_interpreter_semantic(builtin: Callable) -> Callable:
+    def call(*args, _semantic=None, **kwargs):
+        return builtin(*args, _semantic=interpreter_semantic, **kwargs)
+
+    call.__name__ = getattr(builtin, "__name__", "libdevice")
+    call.__triton_builtin__ = True  # what Triton's source hashing expects of a language function
+    return call
+
+
+def _libdevice_for(value: object) -> Callable | None:
+    """The interpreter-ready libdevice function for a global of a kernel's module, or None if it is none."""
+    if getattr(value, "__module__", "") == libdevice_stubs.__name__:
+        value = getattr(cuda_libdevice, value.__name__, None)
+    if getattr(value, "__module__", "") in (cuda_libdevice.__name__, hip_libdevice.__name__) and tl.core.is_builtin(
+            value):
+        return _with_interpreter_semantic(value)
+    return None
+
+
+def _patch_libdevice_modules(patches: _Patches) -> None:
+    for module in (cuda_libdevice, hip_libdevice):
+        for name, value in vars(module).copy().items():
+            if tl.core.is_builtin(value) and value.__module__ == module.__name__:
+                patches.setattr(module, name, _with_interpreter_semantic(value))
+    for name in dir(libdevice_stubs):
+        backend = getattr(cuda_libdevice, name, None)
+        if callable(getattr(libdevice_stubs, name)) and backend is not None and not name.startswith("_"):
+            patches.setattr(libdevice_stubs, name, backend)
+
+
+def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: set[int]) -> None:
+    """Interpreter-ready replacements for the libdevice names and compiled ``@triton.jit`` functions reachable from a
+    kernel's module namespace: directly, through other ``@triton.jit`` functions' modules, or through
+    ``triton.language`` modules (``tl.sum`` is itself a ``@triton.jit`` function)."""
+    if id(namespace) in seen:
+        return
+    seen.add(id(namespace))
+    for name, value in list(namespace.items()):
+        if isinstance(value, ModuleType):
+            if value.__name__.startswith("triton.language"):
+                _replacements(vars(value), found, seen)
+        elif isinstance(value, JITFunction):
+            found.append((namespace, name, interpreted_twin(value)))
+            _replacements(value.fn.__globals__, found, seen)
+        elif isinstance(value, InterpretedFunction):
+            _replacements(value.fn.__globals__, found, seen)
+        elif (ready := _libdevice_for(value)) is not None:
+            found.append((namespace, name, ready))
+
+
+_twins: dict[JITFunction, InterpretedFunction] = {}
+_launch_lock = threading.RLock()
+
+
+def interpreted_twin(kernel: JITFunction) -> InterpretedFunction:
+    """The interpreted version of a compiled ``@triton.jit`` kernel (cached, one per kernel)."""
+    if kernel not in _twins:
+        twin = InterpretedFunction(kernel.fn)
+        twin.rewrite()  # now: Triton hashes the source's references, which must not be twins yet
+        _twins[kernel] = twin
+    return _twins[kernel]
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    values = [*args, *kwargs.values()]
+    values = [getattr(v, "base", v) for v in values]  # triton.reinterpret's TensorWrapper
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _refuse_bfloat16(kernel_name: str, args: tuple, kwargs: dict) -> None:
+    if any(t.dtype == torch.bfloat16 for t in _tensors(args, kwargs)):
+        raise InterpreterUnsupported(f"{kernel_name}: Triton's interpreter cannot compute in bfloat16 (it holds "
+                                     "bf16 as raw uint16 bits); run bfloat16 on a CUDA device")
+
+
+_original_interpreted_run = InterpretedFunction.run
+_original_jit_run = JITFunction.run
+
+
+def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
+    """``InterpretedFunction.run`` with the gaps above closed for the duration of the launch."""
+    _refuse_bfloat16(self.fn.__name__, args, kwargs)
+    with _launch_lock:
+        self.rewrite()  # before any patch, as in interpreted_twin
+        found: list[tuple[dict, str, object]] = []
+        _replacements(self.fn.__globals__, found, set())
+        patches = _Patches()
+        try:
+            _patch_libdevice_modules(patches)
+            for namespace, name, value in found:
+                patches.setitem(namespace, name, value)
+            return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            patches.restore()
+
+
+def _jit_run(self: JITFunction, *args, grid, warmup, **kwargs):
+    """``JITFunction.run``: compiled on CUDA tensors (unchanged), interpreted when every tensor is on the CPU."""
+    tensors = _tensors(args, kwargs)
+    if tensors and all(t.device.type == "cpu" for t in tensors):
+        return interpreted_twin(self).run(*args, grid=grid, warmup=warmup, **kwargs)
+    return _original_jit_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+
+_PATCHES: tuple[tuple[object, str, object], ...] = (
+    (interpreter, "_implicit_cvt", _implicit_cvt),
+    (interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise),
+    (InterpretedFunction, "run", _interpreted_run),
+    (JITFunction, "run", _jit_run),
+)
+_ORIGINALS = tuple(getattr(owner, name) for owner, name, _ in _PATCHES)
+
+
+def is_enabled() -> bool:
+    return JITFunction.run is _jit_run
+
+
+def enable() -> None:
+    """Let every Triton kernel launched on CPU tensors run in the interpreter, gaps closed (idempotent)."""
+    # Argument specialization imports triton.experimental.gluon on first use, and that import asserts that
+    # tl.standard's functions are JITFunctions: let it happen now, before any launch swaps them for twins.
+    mangle_type(1)
+    for owner, name, value in _PATCHES:
+        setattr(owner, name, value)
+
+
+def disable() -> None:
+    """Undo :func:`enable`."""
+    for (owner, name, _), original in zip(_PATCHES, _ORIGINALS, strict=True):
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[None]:
+    """``with enabled(): ...``: :func:`enable` for the block; left as it was found afterwards."""
+    was_enabled = is_enabled()
+    enable()
+    try:
+        yield
+    finally:
+        if not was_enabled:
+            disable()
+
+
+__all__ = ["LIBDEVICE_MATH", "InterpreterUnsupported", "disable", "enable", "enabled", "interpreted_twin",
+           "is_enabled"]
