@@ -1,0 +1,48 @@
+"""Hugging Face transformers' norm modules as built-ins: hf-llama-rmsnorm, hf-gemma-rmsnorm, hf-t5-layernorm.
+
+Only the modeling modules are imported (no hub access). Each class runs through the generic
+module path (:mod:`verify.adapters.modules`) with the test's weight:
+
+    LlamaRMSNorm   y = w * (x_f32 * rsqrt(mean(x_f32^2) + eps)).to(x.dtype)
+    GemmaRMSNorm   y = (x_f32 * rsqrt(mean(x_f32^2) + eps) * (1 + w_f32)).to(x.dtype)   weight_offset 1
+    T5LayerNorm    y = w * (x * rsqrt(mean(x_f32^2) + eps)) cast to w's dtype when w is half;
+                   despite its name an RMSNorm: no mean subtraction, no bias
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from verify.adapters.modules import kernel_from_module_class
+from verify.registry import Builtin, Kernel
+
+# builtin name -> (module, class, weight_offset, what it computes)
+HF_NORMS = {
+    "hf-llama-rmsnorm": ("transformers.models.llama.modeling_llama", "LlamaRMSNorm", 0.0,
+                         "Llama: statistics in fp32, output cast to the input dtype before the weight"),
+    "hf-gemma-rmsnorm": ("transformers.models.gemma.modeling_gemma", "GemmaRMSNorm", 1.0,
+                         "Gemma: all in fp32, scale (1 + w), cast back at the end"),
+    "hf-t5-layernorm": ("transformers.models.t5.modeling_t5", "T5LayerNorm", 0.0,
+                        "T5: an RMSNorm (no centring, no bias), variance in fp32"),
+}
+
+
+def _unavailable() -> str | None:
+    if importlib.util.find_spec("transformers") is None:
+        return "the transformers package is not installed (pip install 'normverify[thirdparty]')"
+    return None
+
+
+def _loader(name: str):
+    module_name, class_name, weight_offset, description = HF_NORMS[name]
+
+    def load() -> list[Kernel]:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        return [kernel_from_module_class(cls, name, "rmsnorm", name=name, weight_offset=weight_offset,
+                                         description=f"transformers {class_name}: {description}")]
+
+    return load
+
+
+BUILTINS = [Builtin(name, f"transformers {spec[1]}", _loader(name), _unavailable) for name, spec in HF_NORMS.items()]

@@ -1,0 +1,44 @@
+"""The ``torch-module`` and ``torch-compile`` built-ins: ``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm`` modules.
+
+``torch-module`` runs the modules eagerly through the generic module path
+(:mod:`verify.adapters.modules`), ``torch-compile`` the same modules under
+``torch.compile(dynamic=True)`` (TorchInductor; on a CPU it generates C++ and needs a C++
+compiler). A compilation that would exceed Dynamo's recompile limit raises instead of
+silently falling back to eager, so a pass is always a pass of the compiled code.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import torch
+
+from verify.adapters.modules import kernel_from_module_class
+from verify.registry import Builtin, Kernel
+
+
+def _load(spec: str, compile: bool) -> list[Kernel]:
+    how = "torch.compile(nn.{})" if compile else "nn.{}"
+    return [
+        kernel_from_module_class(torch.nn.LayerNorm, spec, "layernorm", name=f"{spec}:layernorm", compile=compile,
+                                 description=how.format("LayerNorm")),
+        kernel_from_module_class(torch.nn.RMSNorm, spec, "rmsnorm", name=f"{spec}:rmsnorm", compile=compile,
+                                 description=how.format("RMSNorm")),
+    ]
+
+
+def _compile_unavailable() -> str | None:
+    if torch.cuda.is_available():
+        return None
+    compilers = ("g++", "c++", "clang++")
+    if not any(shutil.which(c) for c in compilers):
+        return f"torch.compile on a CPU needs a C++ compiler ({', '.join(compilers)}); none is on PATH"
+    return None
+
+
+BUILTINS = [
+    Builtin("torch-module", "torch.nn.LayerNorm and torch.nn.RMSNorm modules (eager)",
+            lambda: _load("torch-module", compile=False)),
+    Builtin("torch-compile", "torch.nn.LayerNorm and torch.nn.RMSNorm under torch.compile (TorchInductor)",
+            lambda: _load("torch-compile", compile=True), _compile_unavailable),
+]
