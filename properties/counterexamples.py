@@ -1,0 +1,248 @@
+"""Failing examples saved to a file, and replayed from it.
+
+A conformance test runs each example as ``check_fn(kernel, **example)`` (:func:`properties.evidence.check`).
+When one fails, the results plugin calls :func:`save` with the minimal example Hypothesis found;
+the file (``torch.save``) holds::
+
+    {"schema": "normverify.counterexample/1", "spec", "kind", "kernel", "claim",
+     "check": "module:function", "inputs": {...}, "layouts": {name: {shape, stride, storage_offset,
+     contiguous, dtype, device}}}
+
+Tensors are saved as given: ``torch.save`` keeps a view's storage, offset and strides, so a
+non-contiguous input (and whatever lies in its storage around it) comes back as it was; ``layouts``
+records each tensor's layout, and :func:`load` re-creates it should a tensor come back otherwise.
+
+:func:`replay` reloads the kernel by its SPEC (``verify.registry.resolve``), or another SPEC,
+re-runs the check and returns a :class:`ReplayResult`: passed or not, the message, expected vs got.
+A check states a violation as ``AssertionError`` whose message says ``expected ... got ...`` (on one
+line or as two lines); an exception with ``expected``/``got`` attributes is read directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import os
+import pickle
+import re
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verify.errors import UsageError
+from verify.guard import KernelFault
+from verify.registry import Kernel, resolve
+
+SCHEMA = "normverify.counterexample/1"
+_EXPECTED_GOT = re.compile(r"expected\b[\s:=]*(?P<expected>.+?)[\s,;]+(?:but\s+)?got\b[\s:=]*(?P<got>[^;\n]+)",
+                           re.IGNORECASE | re.DOTALL)
+
+
+@dataclass
+class ReplayResult:
+    """The outcome of re-running a saved counterexample: ``outcome`` is passed, failed or error
+    (as a test's status: error when the check could not run to a verdict)."""
+
+    path: Path
+    claim: str
+    kernel: str
+    spec: str
+    check: str
+    outcome: str
+    message: str = ""
+    expected: str | None = None
+    got: str | None = None
+    inputs: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+
+def check_reference(check_fn: Callable) -> str:
+    """``module:qualname`` of a module-level check function; ValueError when it cannot be imported by that name."""
+    module, name = getattr(check_fn, "__module__", None), getattr(check_fn, "__qualname__", "")
+    if not module or "<" in name or _attribute(sys.modules.get(module), name) is not check_fn:
+        raise ValueError(f"check {check_fn!r} cannot be replayed: it must be a module-level function "
+                         "of an importable module")
+    return f"{module}:{name}"
+
+
+def _attribute(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def portable_spec(spec: str) -> str:
+    """SPEC with a relative ``PATH.py`` made absolute, so the file replays from any directory."""
+    target, colon, attr = spec.rpartition(":")
+    if colon and target.endswith(".py"):
+        return f"{Path(target).expanduser().resolve()}:{attr}"
+    return spec
+
+
+def _layout(tensor: torch.Tensor) -> dict:
+    return {"shape": list(tensor.shape), "stride": list(tensor.stride()), "storage_offset": tensor.storage_offset(),
+            "contiguous": tensor.is_contiguous(), "dtype": str(tensor.dtype).removeprefix("torch."),
+            "device": str(tensor.device)}
+
+
+def _tensors(value: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
+    """Every tensor inside ``value`` (dicts, lists, tuples), with its path such as ``x`` or ``grads[1]``."""
+    if isinstance(value, torch.Tensor):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [t for key, item in value.items() for t in _tensors(item, f"{path}.{key}" if path else str(key))]
+    if isinstance(value, (list, tuple)):
+        return [t for index, item in enumerate(value) for t in _tensors(item, f"{path}[{index}]")]
+    return []
+
+
+def save(claim: str, kernel: Kernel, check_fn: Callable, example: dict, directory: Path) -> Path:
+    """Write the failing ``example`` of ``check_fn`` on ``kernel`` into ``directory``; return the file's path.
+
+    The name is ``CLAIM-KERNEL-DIGEST.pt``: the same counterexample saved twice is one file.
+    """
+    spec = getattr(kernel, "spec", "") or getattr(kernel, "name", "")
+    if not spec or not getattr(kernel, "kind", None):
+        raise ValueError(f"kernel {kernel!r} has no SPEC or kind to replay it by")
+    inputs = {name: value.detach() if isinstance(value, torch.Tensor) else value for name, value in example.items()}
+    document = {"schema": SCHEMA, "spec": portable_spec(spec), "kind": kernel.kind,
+                "kernel": getattr(kernel, "name", spec), "claim": claim, "check": check_reference(check_fn),
+                "inputs": inputs, "layouts": {path: _layout(t) for path, t in _tensors(inputs)}}
+    buffer = io.BytesIO()
+    torch.save(document, buffer)
+    data = buffer.getvalue()
+    stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{claim}-{document['kernel']}")
+    path = Path(directory) / f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def replay_command(path: Path) -> str:
+    """The shell command that replays the counterexample file at ``path``."""
+    return f"normverify replay {shlex.quote(str(path))}"
+
+
+def load(path: Path) -> dict:
+    """The counterexample document at ``path``, tensors in their recorded layout; UsageError when unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such counterexample file: {path}")
+    try:
+        document = _torch_load(path)
+    except Exception as error:
+        raise UsageError(f"{path} is not a counterexample file: {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise UsageError(f"{path} is not a counterexample file (no {SCHEMA!r} schema)")
+    for name, tensor in _tensors(document["inputs"]):
+        layout = document.get("layouts", {}).get(name)
+        if layout and list(tensor.stride()) != layout["stride"]:
+            _set(document["inputs"], name, _with_layout(tensor, layout))
+    return document
+
+
+def _torch_load(path: Path) -> Any:
+    location = None if torch.cuda.is_available() else "cpu"
+    try:
+        return torch.load(path, map_location=location, weights_only=True)
+    except pickle.UnpicklingError:
+        # Inputs of types outside torch's safe list; the file is one normverify wrote, and replaying
+        # it runs the kernel's own Python code anyway.
+        return torch.load(path, map_location=location, weights_only=False)
+
+
+def _with_layout(tensor: torch.Tensor, layout: dict) -> torch.Tensor:
+    """``tensor``'s values in a fresh tensor with the recorded shape and strides."""
+    fresh = torch.empty_strided(layout["shape"], layout["stride"], dtype=tensor.dtype, device=tensor.device)
+    return fresh.copy_(tensor)
+
+
+def _set(inputs: dict, path: str, tensor: torch.Tensor) -> None:
+    parts = re.findall(r"[^.\[\]]+", path)
+    container: Any = inputs
+    for part in parts[:-1]:
+        container = container[int(part)] if isinstance(container, (list, tuple)) else container[part]
+    last = parts[-1]
+    container[int(last) if isinstance(container, list) else last] = tensor
+
+
+def _import_check(reference: str) -> Callable:
+    module_name, _, name = reference.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise UsageError(f"cannot import the check {reference}: {type(error).__name__}: {error}") from None
+    check = _attribute(module, name)
+    if not callable(check):
+        raise UsageError(f"the check {reference} no longer exists")
+    return check
+
+
+def _kernel_for(document: dict, spec: str | None) -> Kernel:
+    """The kernel to replay against: the saved one by name, or the one kernel of ``spec`` of the saved kind."""
+    kernels = resolve(spec or document["spec"], document["kind"])
+    named = [k for k in kernels if k.name == document["kernel"]]
+    if named or len(kernels) == 1:
+        return (named or kernels)[0]
+    raise UsageError(f"{spec or document['spec']} provides {len(kernels)} {document['kind']} kernels "
+                     f"({', '.join(k.name for k in kernels)}); name one with MODULE:ATTR")
+
+
+def expected_and_got(error: BaseException) -> tuple[str | None, str | None]:
+    """Expected and actual values of a failed check, from its attributes or its ``expected ... got ...`` message."""
+    if hasattr(error, "expected") and hasattr(error, "got"):
+        return str(error.expected), str(error.got)
+    match = _EXPECTED_GOT.search(str(error))
+    return (match["expected"].strip(), match["got"].strip()) if match else (None, None)
+
+
+def replay(path: Path, spec: str | None = None) -> ReplayResult:
+    """Re-run the counterexample at ``path`` against its kernel, or against ``spec`` when given."""
+    document = load(path)
+    check = _import_check(document["check"])
+    kernel = _kernel_for(document, spec)
+    result = ReplayResult(Path(path), document["claim"], kernel.name, kernel.spec or spec or document["spec"],
+                          document["check"], "passed", inputs=document["inputs"])
+    try:
+        check(kernel, **document["inputs"])
+    except AssertionError as error:
+        result.outcome, result.message = "failed", str(error).strip()
+        result.expected, result.got = expected_and_got(error)
+    except KernelFault as error:  # failed for a wrong answer (NaN on finite input), error when it could not run
+        result.outcome, result.message = error.status, str(error)
+    except Exception as error:
+        result.outcome, result.message = "error", f"the check raised {type(error).__name__}: {error}"
+    return result
+
+
+def describe(inputs: dict, width: int = 100) -> str:
+    """The inputs compactly, one line or a few per name: tensors with dtype, shape, layout and values."""
+    lines = []
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            layout = "" if value.is_contiguous() else f", non-contiguous stride {tuple(value.stride())}"
+            values = np.array2string(value.detach().cpu().double().numpy(), precision=6, threshold=48, edgeitems=3,
+                                     max_line_width=width, separator=", ")
+            lines.append(f"{name}: {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}{layout} = {values}")
+        else:
+            lines.append(f"{name} = {value!r}")
+    return "\n".join(lines)

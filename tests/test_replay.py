@@ -1,0 +1,151 @@
+"""Counterexample files: saved as given (dtype, strides), replayed against the kernel that failed or another."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+
+import pytest
+import torch
+
+from properties import counterexamples
+from verify.cli import main
+from verify.registry import resolve
+
+BROKEN_KERNEL = '''
+import torch
+
+def layernorm(x, weight, bias, eps):
+    """LayerNorm with Bessel's correction: divides the variance by d - 1 instead of d."""
+    xf = x.float()
+    centered = xf - xf.mean(-1, keepdim=True)
+    y = centered / torch.sqrt(centered.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - 1) + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y.to(x.dtype)
+'''
+
+CHECKS = '''
+import torch
+import torch.nn.functional as F
+from verify import guard
+
+def check_layernorm(kernel, x, weight, bias, eps):
+    """Kernel output within 1e-3 of float64 F.layer_norm on the same inputs; expected vs got at the worst element."""
+    got = guard.call(kernel, x, weight, bias, eps, like=x).double()
+    expected = F.layer_norm(x.double(), (x.shape[-1],), None if weight is None else weight.double(),
+                            None if bias is None else bias.double(), eps)
+    error = (got - expected).abs()
+    if error.max() > 1e-3:
+        index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
+        raise AssertionError(f"at index {index} expected {expected[index]:.6g}, got {got[index]:.6g}; "
+                             f"|error| = {error.max():.3g} > 0.001")
+
+def check_raises(kernel, x):
+    raise RuntimeError("a bug in the check itself")
+'''
+
+
+@pytest.fixture
+def checks(tmp_path, monkeypatch):
+    """A module of check functions, importable by name (as the suite's test modules are)."""
+    name = f"nv_checks_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(CHECKS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return __import__(name)
+
+
+@pytest.fixture
+def broken(tmp_path, monkeypatch):
+    """The Bessel-corrected LayerNorm, by a relative PATH.py:ATTR spec as a user would give it."""
+    (tmp_path / "bessel_ln.py").write_text(textwrap.dedent(BROKEN_KERNEL))
+    monkeypatch.chdir(tmp_path)
+    return resolve("bessel_ln.py:layernorm", "layernorm")[0]
+
+
+def non_contiguous_rows(dtype=torch.float16) -> torch.Tensor:
+    """Rows of width 4 taken every other column of a [2, 8] buffer: strides (8, 2)."""
+    base = torch.arange(16, dtype=torch.float32).reshape(2, 8).to(dtype)
+    return base[:, ::2]
+
+
+def saved(broken, checks, tmp_path, x=None):
+    x = non_contiguous_rows() if x is None else x
+    example = {"x": x, "weight": None, "bias": None, "eps": 1e-5}
+    return counterexamples.save("ln.forward", broken, checks.check_layernorm, example, tmp_path / "cx")
+
+
+def test_saved_file_keeps_dtype_strides_and_a_portable_spec(broken, checks, tmp_path):
+    path = saved(broken, checks, tmp_path)
+    document = counterexamples.load(path)
+    x = document["inputs"]["x"]
+    assert x.dtype == torch.float16 and x.stride() == (8, 2) and not x.is_contiguous()
+    assert torch.equal(x, non_contiguous_rows())
+    assert document["layouts"]["x"]["contiguous"] is False and document["layouts"]["x"]["stride"] == [8, 2]
+    assert document["spec"] == f"{tmp_path / 'bessel_ln.py'}:layernorm"
+    assert document["check"] == f"{checks.__name__}:check_layernorm" and document["claim"] == "ln.forward"
+    assert saved(broken, checks, tmp_path) == path, "the same counterexample should be one file"
+
+
+def test_load_recreates_a_recorded_layout_that_came_back_otherwise(broken, checks, tmp_path):
+    path = saved(broken, checks, tmp_path)
+    document = torch.load(path, weights_only=True)
+    document["inputs"]["x"] = document["inputs"]["x"].contiguous()
+    torch.save(document, path)
+    x = counterexamples.load(path)["inputs"]["x"]
+    assert x.stride() == (8, 2) and torch.equal(x, non_contiguous_rows())
+
+
+def test_replay_reproduces_the_failure_with_expected_and_got(broken, checks, tmp_path):
+    result = counterexamples.replay(saved(broken, checks, tmp_path))
+    assert result.outcome == "failed" and not result.passed
+    assert result.kernel.endswith("bessel_ln.py:layernorm")
+    assert float(result.expected) == pytest.approx(-1.34164, rel=1e-4)  # row (0, 2, 4, 6): -3 / sqrt(5)
+    assert float(result.got) == pytest.approx(-1.16190, rel=1e-3)  # -3 / sqrt(20/3)
+
+
+def test_replay_against_a_correct_kernel_passes(broken, checks, tmp_path):
+    result = counterexamples.replay(saved(broken, checks, tmp_path), "torch")
+    assert result.passed and result.kernel == "torch:layernorm" and result.message == ""
+
+
+def test_replay_command_exit_codes_and_output(broken, checks, tmp_path, capsys):
+    path = saved(broken, checks, tmp_path)
+    assert main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "expected" in out and "got" in out and "-1.34164" in out and "-1.162" in out
+    assert "stride (8, 2)" in out, "the inputs should show their non-contiguous layout"
+    assert main(["replay", str(path), "--kernel", "torch"]) == 0
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_a_check_that_crashes_is_an_error_not_a_pass(broken, checks, tmp_path):
+    path = counterexamples.save("ln.forward", broken, checks.check_raises, {"x": torch.ones(2, 3)}, tmp_path)
+    result = counterexamples.replay(path)
+    assert result.outcome == "error" and "a bug in the check itself" in result.message
+
+
+def test_unreplayable_checks_and_kernels_are_refused_when_saving(broken, tmp_path):
+    with pytest.raises(ValueError, match="module-level"):
+        counterexamples.save("ln.forward", broken, lambda kernel, x: None, {"x": torch.ones(1)}, tmp_path)
+
+
+@pytest.mark.parametrize("content", [None, b"not a torch file", "wrong schema"])
+def test_unreadable_files_are_one_line_errors(tmp_path, capsys, content):
+    path = tmp_path / "cx.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content == "wrong schema":
+        torch.save({"schema": "something/else"}, path)
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("normverify replay: ") and len(err.strip().splitlines()) == 1
+
+
+def test_expected_and_got_are_read_from_the_message_forms_the_suite_uses():
+    message = "y: at index (0, 1) expected 0.5, got 0.75; |error| = 0.25 > bound 0.01"
+    assert counterexamples.expected_and_got(AssertionError(message)) == ("0.5", "0.75")
+    assert counterexamples.expected_and_got(AssertionError("mean\nexpected: 0\ngot: 3e-2")) == ("0", "3e-2")
+    assert counterexamples.expected_and_got(AssertionError("rows differ")) == (None, None)
