@@ -1,7 +1,8 @@
 """Failing examples saved to a file, and replayed from it.
 
-A conformance test runs each example as ``check_fn(kernel, **example)`` (:func:`properties.evidence.check`).
-When one fails, the results plugin calls :func:`save` with the minimal example Hypothesis found;
+A conformance test runs each example as ``check(kernel, **example)`` (:func:`properties.evidence.check`).
+When one fails, the results plugin calls :func:`save` with the minimal example Hypothesis found
+(``evidence.last_example()``);
 the file (``torch.save``) holds::
 
     {"schema": "normverify.counterexample/1", "spec", "kind", "kernel", "claim",
@@ -67,11 +68,11 @@ class ReplayResult:
         return self.outcome == "passed"
 
 
-def check_reference(check_fn: Callable) -> str:
+def check_reference(check: Callable) -> str:
     """``module:qualname`` of a module-level check function; ValueError when it cannot be imported by that name."""
-    module, name = getattr(check_fn, "__module__", None), getattr(check_fn, "__qualname__", "")
-    if not module or "<" in name or _attribute(sys.modules.get(module), name) is not check_fn:
-        raise ValueError(f"check {check_fn!r} cannot be replayed: it must be a module-level function "
+    module, name = getattr(check, "__module__", None), getattr(check, "__qualname__", "")
+    if not module or "<" in name or _attribute(sys.modules.get(module), name) is not check:
+        raise ValueError(f"check {check!r} cannot be replayed: it must be a module-level function "
                          "of an importable module")
     return f"{module}:{name}"
 
@@ -107,8 +108,8 @@ def _tensors(value: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
     return []
 
 
-def save(claim: str, kernel: Kernel, check_fn: Callable, example: dict, directory: Path) -> Path:
-    """Write the failing ``example`` of ``check_fn`` on ``kernel`` into ``directory``; return the file's path.
+def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: Path) -> Path:
+    """Write the failing ``example`` of ``check`` on ``kernel`` into ``directory``; return the file's path.
 
     The name is ``CLAIM-KERNEL-DIGEST.pt``: the same counterexample saved twice is one file.
     """
@@ -117,7 +118,7 @@ def save(claim: str, kernel: Kernel, check_fn: Callable, example: dict, director
         raise ValueError(f"kernel {kernel!r} has no SPEC or kind to replay it by")
     inputs = {name: value.detach() if isinstance(value, torch.Tensor) else value for name, value in example.items()}
     document = {"schema": SCHEMA, "spec": portable_spec(spec), "kind": kernel.kind,
-                "kernel": getattr(kernel, "name", spec), "claim": claim, "check": check_reference(check_fn),
+                "kernel": getattr(kernel, "name", spec), "claim": claim, "check": check_reference(check),
                 "inputs": inputs, "layouts": {path: _layout(t) for path, t in _tensors(inputs)}}
     buffer = io.BytesIO()
     torch.save(document, buffer)
