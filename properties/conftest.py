@@ -7,11 +7,21 @@ import platform
 import pytest
 
 from properties import profiles
+from verify.errors import UsageError
+from verify.registry import Kernel, resolve
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
 pytest_plugins: list[str] = []
 
 DEFAULT_KERNEL = "torch"
+
+# Fixtures that stand for the kernels under test, and the kinds each one takes.
+KERNEL_FIXTURES = {
+    "layernorm_kernel": ("layernorm",),
+    "rmsnorm_kernel": ("rmsnorm",),
+    "dropout_kernel": ("dropout",),
+    "norm_kernel": ("layernorm", "rmsnorm"),
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,9 +38,74 @@ def kernel_specs(config: pytest.Config) -> list[str]:
     return [spec for item in given for spec in item.split(",") if spec]
 
 
+def kernels_under_test(config: pytest.Config) -> list[Kernel]:
+    """The kernels named by --kernel (each SPEC resolved with --kind); a SPEC that cannot load is a UsageError."""
+    kernels = []
+    for spec in kernel_specs(config):
+        try:
+            kernels.extend(resolve(spec, config.getoption("--kind")))
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
+    return kernels
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config._normverify_profile = profiles.load(config.getoption("hypothesis_profile", None))
+    config._normverify_kernels = kernels_under_test(config)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize each kernel fixture over the kernels of its kinds, with the kernel's name as id.
+
+    A fixture with no kernel of its kind in this run is left unparametrized; its tests are then
+    deselected (:func:`pytest_collection_modifyitems`) rather than reported as skipped.
+    """
+    for fixture, kinds in KERNEL_FIXTURES.items():
+        if fixture in metafunc.fixturenames:
+            kernels = [k for k in metafunc.config._normverify_kernels if k.kind in kinds]
+            if kernels:
+                metafunc.parametrize(fixture, kernels, ids=[k.name for k in kernels])
+
+
+def _kernel_of(item: pytest.Item) -> Kernel | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((params[f] for f in KERNEL_FIXTURES if f in params), None)
+
+
+def _wants_a_kernel(item: pytest.Item) -> bool:
+    return any(f in getattr(item, "fixturenames", ()) for f in KERNEL_FIXTURES)
+
+
+def _claim_for_kind(item: pytest.Item, kernel: Kernel) -> None:
+    """A test over LayerNorm and RMSNorm names both claim ids; keep the one of this kernel's kind.
+
+    E.g. ``@pytest.mark.claim("ln.forward", "rms.forward")`` becomes ``claim("rms.forward")`` on
+    the RMSNorm item, so ``item.get_closest_marker("claim").args[0]`` is always the item's claim.
+    """
+    marker = item.get_closest_marker("claim")
+    if marker is None or len(marker.args) < 2:
+        return
+    mine = [c for c in marker.args if c.split(".")[0] == kernel.prefix]
+    if len(mine) != 1:
+        raise pytest.UsageError(f"{item.nodeid}: claim ids {marker.args} name no single {kernel.prefix}.* claim")
+    item.own_markers[:] = [m for m in item.own_markers if m.name != "claim"]
+    item.add_marker(pytest.mark.claim(mine[0]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept, deselected = [], []
+    for item in items:
+        kernel = _kernel_of(item)
+        if kernel is None and _wants_a_kernel(item):
+            deselected.append(item)
+            continue
+        if kernel is not None:
+            _claim_for_kind(item, kernel)
+        kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -45,3 +45,12 @@ def load(option: str | None = None) -> str:
     name = chosen(option)
     settings.load_profile(name)
     return name
+
+
+def share(fraction: float) -> settings:
+    """Settings that run ``fraction`` of the loaded profile's max_examples (at least 1).
+
+    The one knob for expensive claims: ``@profiles.share(0.25)`` runs 5 examples under ci (20),
+    100 under thorough (400). Applied at import, after :func:`load` has chosen the profile.
+    """
+    return settings(max_examples=max(1, round(settings.default.max_examples * fraction)))

@@ -1,0 +1,93 @@
+"""LayerNorm and RMSNorm kernels behind one interface, and their float64 references.
+
+Each claim family is written once for both kinds: :func:`forward` and :func:`vjp` call the
+kernel (always through :mod:`verify.guard`), :func:`reference` and :func:`reference_vjp` give the
+float64 oracle of :mod:`proofs.oracles` on the same rounded inputs. The effective scale is
+``kernel.weight_offset + weight`` (docs/ARCHITECTURE.md, weight conventions); RMSNorm has no bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from proofs import oracles
+from verify import guard
+from verify.capabilities import discover
+from verify.registry import Kernel
+
+
+def arguments(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+              eps: float) -> tuple:
+    """The positional arguments of the kernel's contract: (x, weight, bias, eps) or (x, weight, eps)."""
+    return (x, weight, eps) if kernel.kind == "rmsnorm" else (x, weight, bias, eps)
+
+
+def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+            eps: float = 1e-5, allow_nonfinite: bool = False) -> torch.Tensor:
+    """The kernel's output for x (guarded: faults become one-line KernelFault errors)."""
+    return guard.call(kernel, *arguments(kernel, x, weight, bias, eps), like=x, allow_nonfinite=allow_nonfinite)
+
+
+def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+        dy: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones)."""
+    leaves = {"x": x.detach().clone().requires_grad_(True)}
+    if weight is not None:
+        leaves["weight"] = weight.detach().clone().requires_grad_(True)
+    if bias is not None and kernel.kind == "layernorm":
+        leaves["bias"] = bias.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps)
+        grads = guard.grad(kernel, y, list(leaves.values()), dy)
+    return dict(zip(leaves, grads, strict=True))
+
+
+def require_backward(kernel: Kernel) -> None:
+    """Skip the calling test, with the probed reason, when autograd gives no gradient through the kernel."""
+    caps = discover(kernel)
+    if not caps.backward:
+        pytest.skip(caps.backward_reason)
+
+
+def as_float64(t: torch.Tensor | None) -> np.ndarray | None:
+    return None if t is None else t.detach().to("cpu", torch.float64).numpy()
+
+
+def effective_weight(kernel: Kernel, weight: torch.Tensor | None) -> np.ndarray | None:
+    """gamma = weight_offset + weight in float64 (None: no scaling, gamma = 1)."""
+    return None if weight is None else kernel.weight_offset + as_float64(weight)
+
+
+def reference(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+              eps: float) -> np.ndarray:
+    """The float64 oracle output on the kernel's (rounded) inputs."""
+    gamma = effective_weight(kernel, weight)
+    if kernel.kind == "rmsnorm":
+        return oracles.rmsnorm(as_float64(x), gamma, eps)
+    return oracles.layernorm(as_float64(x), gamma, as_float64(bias), eps)
+
+
+def reference_vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                  dy: torch.Tensor) -> dict[str, np.ndarray]:
+    """The float64 oracle gradients {"x", "weight", "bias"} (weight/bias gradients summed over rows)."""
+    gamma = effective_weight(kernel, weight)
+    if kernel.kind == "rmsnorm":
+        dx, dweight = oracles.rmsnorm_vjp(as_float64(x), gamma, eps, as_float64(dy))
+        return {"x": dx, "weight": dweight}
+    dx, dweight, dbias = oracles.layernorm_vjp(as_float64(x), gamma, eps, as_float64(dy))
+    return {"x": dx, "weight": dweight, "bias": dbias}
+
+
+def reference_jacobian(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> np.ndarray:
+    """dy/dx per row, [..., d, d], in float64."""
+    gamma = effective_weight(kernel, weight)
+    jacobian = oracles.rmsnorm_jacobian if kernel.kind == "rmsnorm" else oracles.layernorm_jacobian
+    return jacobian(as_float64(x), gamma, eps)
+
+
+def reference_spectral_norm(kernel: Kernel, x: torch.Tensor, eps: float) -> np.ndarray:
+    """The derived ||dy/dx||_2 per row for gamma = 1."""
+    norm = oracles.rmsnorm_spectral_norm if kernel.kind == "rmsnorm" else oracles.layernorm_spectral_norm
+    return np.asarray(norm(as_float64(x), eps))

@@ -1,0 +1,95 @@
+"""Judging one example: error against bound, the evidence it leaves, and what a failure says.
+
+:func:`compare` measures a kernel's values against the float64 reference under per-element
+bounds (from :mod:`properties.tolerance`): the worst ratio |error| / bound and expected vs got at
+the worst element. :func:`conclude` records the example for the results
+(``properties.evidence.record``), steers Hypothesis towards large ratios with ``target()``, and
+raises AssertionError when the ratio exceeds 1. Both also work outside Hypothesis (the replay
+of a saved counterexample calls the same check functions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from hypothesis import note, target
+from hypothesis.errors import InvalidArgument
+
+from properties import evidence
+
+
+def _values(t: torch.Tensor | np.ndarray | float) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        return t.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(t, dtype=np.float64)
+
+
+def ratios(got, expected, bound) -> np.ndarray:
+    """|got - expected| / bound elementwise; inf where got is not finite but expected is, or bound is 0 < error."""
+    got, expected, bound = _values(got), _values(expected), _values(bound)
+    error = np.abs(got - expected)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = error / bound
+    same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+    return np.where(same, 0.0, np.where(np.isnan(ratio), np.inf, ratio))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One compared quantity: its worst |error| / bound, and what to say if that exceeds 1."""
+
+    ratio: float
+    message: str
+
+
+def compare(got, expected, bound, what: str) -> Comparison:
+    """The worst |got - expected| / bound, with expected vs got at the worst element."""
+    shape = np.broadcast_shapes(np.shape(_values(got)), np.shape(_values(expected)), np.shape(_values(bound)))
+    ratio = np.broadcast_to(ratios(got, expected, bound), shape)
+    if ratio.size == 0:
+        return Comparison(0.0, f"{what}: empty")
+    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+
+    def pick(a) -> float:
+        return float(np.broadcast_to(_values(a), shape)[worst])
+
+    value = float(ratio[worst])
+    return Comparison(value, f"{what}: at index {tuple(int(i) for i in worst)} expected {pick(expected):.9g}, "
+                             f"got {pick(got):.9g}; |error| = {abs(pick(got) - pick(expected)):.3g}, "
+                             f"bound {pick(bound):.3g} (error/bound = {value:.3g})")
+
+
+def explain(text: str) -> None:
+    """``note()`` inside Hypothesis (printed with a failing example); nothing on replay."""
+    with contextlib.suppress(InvalidArgument):
+        note(text)
+
+
+def conclude(comparisons: Comparison | list[Comparison], meaning: str = "", label: str = "error/bound",
+             **point) -> float:
+    """Record the example (worst ratio and plot data), ``target()`` the ratio, and fail when it exceeds 1.
+
+    ``meaning`` says what a failure means (noted for Hypothesis and put in the AssertionError).
+    """
+    comparisons = [comparisons] if isinstance(comparisons, Comparison) else comparisons
+    worst = max(comparisons, key=lambda c: c.ratio)
+    evidence.record(ratio=worst.ratio, **point)
+    with contextlib.suppress(InvalidArgument):
+        target(float(min(worst.ratio, 1e300)), label=label)
+    if worst.ratio > 1.0:
+        if meaning:
+            explain(meaning)
+        raise AssertionError(worst.message + (f" -- {meaning}" if meaning else ""))
+    return worst.ratio
+
+
+def exact(condition: bool, message: str, meaning: str = "", **point) -> None:
+    """An exact (bit-for-bit) contract: record the example without a ratio, fail with ``message`` when violated."""
+    evidence.record(ratio=None, **point)
+    if not condition:
+        if meaning:
+            explain(meaning)
+        raise AssertionError(message + (f" -- {meaning}" if meaning else ""))

@@ -1,0 +1,184 @@
+"""Hypothesis strategies for the conformance run: small, composable, named for what they generate.
+
+Inputs are generated in float64, then rounded to the kernel's storage dtype
+(:func:`rounded`); every reference is computed in float64 on the rounded values the kernel
+actually received, so rounding the inputs is never counted as the kernel's error.
+
+Row values come from a seeded generator (one drawn seed per tensor) rather than element by
+element: a row of 8 192 values drawn by Hypothesis one at a time would be slow and shrink no
+better. What Hypothesis draws, and shrinks, is the structure: width, row count, distribution,
+offset and scale, weights, eps, dtype and the seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import strategies as st
+
+from verify.capabilities import discover
+from verify.registry import Kernel
+
+SMALL_WIDTHS = (1, 2, 3)
+SMALL_PRIMES = (5, 7, 11, 13, 17, 31, 61, 127)
+EPSILONS = (1e-5, 1e-6, 1e-2, 1e-12)
+CI_MAX_WIDTH = 8192
+# Rows x width of one generated input stays below this many elements (cheap under Triton's interpreter).
+MAX_ELEMENTS = 16384
+# |mean| / std of generated rows: up to 1e4 where storage is float32, 1e2 for 16-bit storage.
+MAX_OFFSET_RATIO = {torch.float32: 1e4, torch.float64: 1e4, torch.float16: 1e2, torch.bfloat16: 1e2}
+DISTRIBUTIONS = ("normal", "uniform", "sparse", "integers", "spike")
+
+
+def powers_of_two_and_neighbours(limit: int) -> tuple[int, ...]:
+    """2^k - 1, 2^k, 2^k + 1 for 2 <= 2^k, all <= limit (block-size edges of tiled kernels)."""
+    found = {2**k + step for k in range(1, limit.bit_length() + 1) for step in (-1, 0, 1)}
+    return tuple(sorted(w for w in found if 1 <= w <= limit))
+
+
+def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchStrategy[int]:
+    """Row widths d: 1, 2, 3, small primes, powers of two and their neighbours up to ``max_width``.
+
+    Widths of ``large_from`` and more are drawn one time in eight, so large d stays rare and cheap.
+    """
+    candidates = sorted(set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width)))
+    small = [w for w in candidates if w < large_from and w <= max_width]
+    large = [w for w in candidates if large_from <= w <= max_width]
+    if not large:
+        return st.sampled_from(small)
+    return st.integers(0, 7).flatmap(lambda pick: st.sampled_from(large if pick == 7 else small))
+
+
+def row_counts(d: int, most: int = 4) -> st.SearchStrategy[int]:
+    """How many rows: 1 to ``most``, fewer for wide rows (rows x d <= MAX_ELEMENTS)."""
+    return st.integers(1, max(1, min(most, MAX_ELEMENTS // d)))
+
+
+def epsilons() -> st.SearchStrategy[float]:
+    """eps in {1e-5, 1e-6, 1e-2, 1e-12} (shrinking towards the common 1e-5)."""
+    return st.sampled_from(EPSILONS)
+
+
+def storage_dtypes(kernel: Kernel, among: tuple[torch.dtype, ...] | None = None) -> st.SearchStrategy[torch.dtype]:
+    """The storage dtypes the kernel computes in (verify.capabilities), optionally restricted to ``among``."""
+    dtypes = [d for d in discover(kernel).dtypes if among is None or d in among]
+    return st.sampled_from(dtypes)
+
+
+def seeds() -> st.SearchStrategy[int]:
+    return st.integers(0, 2**31 - 1)
+
+
+def standard_values(shape: tuple[int, ...], distribution: str, seed: int) -> torch.Tensor:
+    """float64 values of ``shape`` from a seeded generator, of order 1, not normalized."""
+    generator = torch.Generator().manual_seed(seed)
+    if distribution == "uniform":
+        return torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
+    if distribution == "integers":
+        return torch.randint(-8, 9, shape, generator=generator).to(torch.float64)
+    values = torch.randn(shape, generator=generator, dtype=torch.float64)
+    if distribution == "sparse":
+        return values * (torch.rand(shape, generator=generator, dtype=torch.float64) < 0.2)
+    if distribution == "spike":
+        values[..., 0] += 30.0
+    return values
+
+
+@st.composite
+def rows(draw, d: int, n: int | None = None, offset: float | st.SearchStrategy[float] = 0.0,
+         scale: float | st.SearchStrategy[float] = 1.0) -> torch.Tensor:
+    """float64 rows [n, d]: ``offset + scale * z`` with z from one of DISTRIBUTIONS (seeded).
+
+    ``offset``/``scale`` are numbers or strategies; ``n`` defaults to :func:`row_counts`.
+    """
+    n = draw(row_counts(d)) if n is None else n
+    offset = draw(offset) if isinstance(offset, st.SearchStrategy) else offset
+    scale = draw(scale) if isinstance(scale, st.SearchStrategy) else scale
+    z = standard_values((n, d), draw(st.sampled_from(DISTRIBUTIONS)), draw(seeds()))
+    return offset * scale + scale * z
+
+
+def offset_ratios(dtype: torch.dtype) -> st.SearchStrategy[float]:
+    """|mean|/std targets: 0, then powers of ten up to MAX_OFFSET_RATIO[dtype], either sign."""
+    top = round(math.log10(MAX_OFFSET_RATIO[dtype]))
+    magnitudes = st.sampled_from([0.0] + [10.0**k for k in range(0, top + 1)])
+    return st.tuples(magnitudes, st.sampled_from([1.0, -1.0])).map(lambda pair: pair[0] * pair[1])
+
+
+def scales(dtype: torch.dtype) -> st.SearchStrategy[float]:
+    """Row scales: 1, then smaller and larger ones that stay far from the dtype's overflow."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return st.sampled_from([1.0, 0.01, 30.0])
+    return st.sampled_from([1.0, 1e-3, 1e3])
+
+
+def rounded(values: torch.Tensor, dtype: torch.dtype, device: str = "cpu") -> torch.Tensor:
+    """``values`` rounded to the storage dtype (round to nearest), on ``device``."""
+    return values.to(dtype).to(device)
+
+
+@st.composite
+def effective_weights(draw, d: int) -> torch.Tensor | None:
+    """gamma, the effective scale: None, a constant, random, or random with zeros and negative entries."""
+    form = draw(st.sampled_from(["none", "constant", "random", "zeros_and_negatives"]))
+    if form == "none":
+        return None
+    if form == "constant":
+        return torch.full((d,), draw(st.sampled_from([1.0, 0.5, -2.0, 3.0])), dtype=torch.float64)
+    values = 1.0 + 0.5 * standard_values((d,), "normal", draw(seeds()))
+    if form == "zeros_and_negatives":
+        values = values * torch.tensor([(0.0, -1.0, 1.0)[i % 3] for i in range(d)], dtype=torch.float64)
+    return values
+
+
+@st.composite
+def biases(draw, d: int) -> torch.Tensor | None:
+    """beta: None, zeros, or random."""
+    form = draw(st.sampled_from(["none", "zeros", "random"]))
+    if form == "none":
+        return None
+    if form == "zeros":
+        return torch.zeros(d, dtype=torch.float64)
+    return standard_values((d,), "normal", draw(seeds()))
+
+
+@st.composite
+def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None,
+                  dtypes: tuple[torch.dtype, ...] | None = None, weights: bool = True,
+                  upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
+                  eps: st.SearchStrategy[float] | None = None) -> dict:
+    """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
+
+    Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
+    """
+    caps = discover(kernel)
+    dtype = draw(storage_dtypes(kernel, dtypes))
+    d = draw(widths()) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
+    ratio = draw(offset_ratio if offset_ratio is not None else offset_ratios(dtype))
+    x = rows(d, offset=ratio, scale=scales(dtype))
+    example = {"x": rounded(draw(x), dtype, caps.device)}
+    gamma = draw(effective_weights(d)) if weights else None
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(d, dtype=torch.float64)
+    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+    if kernel.kind == "layernorm":
+        beta = draw(biases(d)) if weights else None
+        example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
+    example["eps"] = draw(eps if eps is not None else epsilons())
+    if upstream:
+        dy = standard_values(tuple(example["x"].shape), "normal", draw(seeds()))
+        example["dy"] = rounded(dy, dtype, caps.device)
+    return example
+
+
+@st.composite
+def dropout_examples(draw, kernel: Kernel, n: int = 1, d: int | st.SearchStrategy[int] | None = None) -> dict:
+    """x (no zero entries, so a kept value is never 0), p in {0.1, 0.25, 0.5, 0.75}, and a seed."""
+    caps = discover(kernel)
+    dtype = draw(storage_dtypes(kernel))
+    d = draw(widths(max_width=4096)) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
+    z = standard_values((n, d), "normal", draw(seeds()))
+    x = torch.where(z.abs() < 0.05, torch.full_like(z, 0.5), z) * draw(st.sampled_from([1.0, 3.0, 0.01]))
+    return {"x": rounded(x, dtype, caps.device), "p": draw(st.sampled_from([0.1, 0.25, 0.5, 0.75])),
+            "seed": draw(seeds())}

@@ -1,0 +1,89 @@
+"""The one place that decides how far a kernel's result may be from the float64 reference.
+
+Every bound is derived, none is chosen: the per-element bounds are those of the rounding-error
+analysis in :mod:`proofs.error_model` (``numerics.error_model``), evaluated on the exact rounded
+inputs the kernel received, with
+
+- ``u_out``: the unit roundoff of the storage dtype (the output is rounded to it once);
+- ``u_acc``: the unit roundoff of the accumulation dtype: float32 for float16/bfloat16 storage
+  (what every mixed-precision norm kernel does), the storage dtype otherwise;
+- the width d and the row's condition number (:func:`condition_number`), both inside the bound.
+
+Quantities derived from a kernel's elements are bounded from the element bounds by the triangle
+inequality, never by a fudge factor: a weighted sum ``sum_i a_i y_i`` is off by at most
+``sum_i |a_i| b_i`` (:func:`of_sum`), a matrix by at most the Frobenius norm of its element
+bounds in 2-norm (:func:`of_matrix_norm`, since ||E||_2 <= ||E||_F <= ||B||_F when |E| <= B
+elementwise). A correct kernel stays below its bound on every input; a ratio error/bound > 1 is
+a failure (:mod:`properties.outcome`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from proofs import error_model
+from properties.norms import as_float64, effective_weight
+from verify.registry import Kernel
+
+# float16/bfloat16 data is accumulated in float32 (a kernel's own declaration would win, were there one).
+_ACCUMULATION = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def accumulation_dtype(storage: torch.dtype) -> torch.dtype:
+    """The dtype sums are accumulated in: float32 for 16-bit storage, the storage dtype otherwise."""
+    return _ACCUMULATION.get(storage, storage)
+
+
+def unit_roundoffs(storage: torch.dtype) -> tuple[float, float]:
+    """(u_acc, u_out) for data stored in ``storage``."""
+    return (error_model.unit_roundoff(dtype_name(accumulation_dtype(storage))),
+            error_model.unit_roundoff(dtype_name(storage)))
+
+
+def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:
+    """Per-row condition number of the statistics (proofs.error_model), e.g. ~ |mean|/std for LayerNorm."""
+    return np.asarray(error_model.condition_number(as_float64(x), eps))
+
+
+def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+            eps: float) -> np.ndarray:
+    """Per-element bound on |kernel(x) - oracle(x)|, shape of x."""
+    u_acc, u_out = unit_roundoffs(x.dtype)
+    beta = as_float64(bias) if kernel.kind == "layernorm" else None
+    bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
+                                      u_acc, u_out, kernel.kind)
+    return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
+
+
+def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+             dy: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d]}."""
+    u_acc, u_out = unit_roundoffs(x.dtype)
+    bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
+                                        u_acc, u_out, kernel.kind)
+    return {name: np.asarray(b, dtype=np.float64) for name, b in bounds.items()}
+
+
+def of_sum(bounds: np.ndarray, coefficients: np.ndarray | float = 1.0, axis: int = -1) -> np.ndarray:
+    """Bound on the error of sum_i a_i y_i when each y_i is off by at most b_i: sum_i |a_i| b_i."""
+    return np.sum(np.abs(coefficients) * bounds, axis=axis)
+
+
+def of_matrix_norm(bounds: np.ndarray) -> np.ndarray:
+    """Bound on | ||A + E||_2 - ||A||_2 | <= ||E||_2 <= ||B||_F for |E| <= B elementwise (over the last two axes)."""
+    return np.sqrt(np.sum(np.square(bounds), axis=(-2, -1)))
+
+
+def dropout_scaling(x: torch.Tensor, p: float) -> np.ndarray:
+    """Bound on |y - x/(1-p)| for a kept element y.
+
+    y = fl(x * fl(1/(1-p))) stored: at most three roundings (the scale, the product, the store), each
+    at worst in the storage dtype, so |y - x/(1-p)| <= ((1 + u_out)^3 - 1) |x/(1-p)|.
+    """
+    u_out = unit_roundoffs(x.dtype)[1]
+    return ((1 + u_out) ** 3 - 1) * np.abs(as_float64(x) / (1.0 - p))
