@@ -1,0 +1,104 @@
+"""The broken-kernel corpus: every kernel the conformance suite is tested against, and what it must catch.
+
+Each entry names a SPEC (``tests/corpus/<file>.py:<ATTR>``, relative to the repository root, or a built-in)
+and ``expect``, the claim ids on which the suite MUST fail that kernel; for a correct kernel ``expect`` is
+empty and the suite must pass it on every claim that applies. ``margin`` names the claim on which a
+numerical bug must be caught by a wide margin (worst error/bound ratio above :data:`WIDE_MARGIN`).
+
+The files, by where the bug is:
+
+    statistics.py    the row statistics (variance, eps, accumulation dtype, rows mixed)  + textbook controls
+    fused.py         a fused autograd.Function: backward terms, dgamma, strides, buffers  + fused controls
+    rows.py          a 3-D input flattened into rows wrongly
+    padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
+    dropout.py       dropout: scale, keep probability, seed, mask shape, input buffer      + Bernoulli control
+    correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
+
+Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WIDE_MARGIN = 10.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    spec: str
+    expect: frozenset[str] = frozenset()
+    margin: str | None = None
+
+    @property
+    def correct(self) -> bool:
+        return not self.expect
+
+
+def _broken(spec: str, *claims: str, margin: str | None = None) -> Entry:
+    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin)
+
+
+def _correct(spec: str) -> Entry:
+    """A corpus file's kernel (``file.py:ATTR``) or a built-in (``torch``)."""
+    return Entry(f"tests/corpus/{spec}" if ":" in spec else spec)
+
+
+CORPUS: tuple[Entry, ...] = (
+    # statistics.py: LayerNorm
+    _broken("statistics.py:LN_ONE_PASS_VARIANCE", "ln.forward", "ln.special_inputs", margin="ln.forward"),
+    _broken("statistics.py:LN_EPS_OUTSIDE_ROOT", "ln.forward", "ln.variance_insensitivity", "ln.spectral_norm",
+            margin="ln.forward"),
+    _broken("statistics.py:LN_UNBIASED_VARIANCE", "ln.forward", "ln.special_inputs"),
+    _broken("statistics.py:LN_NO_EPS", "ln.forward", "ln.special_inputs", "ln.spectral_norm"),
+    _broken("statistics.py:LN_MAX_VARIANCE_EPS", "ln.forward", "ln.variance_insensitivity"),
+    _broken("statistics.py:LN_EPS_IGNORED", "ln.forward", "ln.affine"),
+    _broken("statistics.py:LN_STORAGE_DTYPE_ACCUMULATION", "ln.forward", margin="ln.forward"),
+    _broken("statistics.py:LN_WHOLE_TENSOR_STATISTICS", "ln.row_independence", "ln.special_inputs"),
+    _broken("statistics.py:LN_ROW_BLOCK_STATISTICS", "ln.row_independence"),
+    # statistics.py: RMSNorm
+    _broken("statistics.py:RMS_CENTRES", "rms.forward"),
+    _broken("statistics.py:RMS_SUM_OF_SQUARES", "rms.forward", "rms.spectral_norm"),
+    _broken("statistics.py:RMS_EPS_IGNORED", "rms.forward", "rms.affine"),
+    _broken("statistics.py:RMS_NO_EPS", "rms.forward", "rms.special_inputs"),
+    _broken("statistics.py:RMS_WHOLE_TENSOR_STATISTICS", "rms.row_independence", "rms.special_inputs"),
+    _broken("statistics.py:RMS_GEMMA_OFFSET_MISSING", "rms.forward"),
+    # fused.py
+    _broken("fused.py:LN_STRIDES_IGNORED", "ln.layout_invariance"),
+    _broken("fused.py:LN_UPSTREAM_STRIDES_IGNORED", "ln.layout_invariance"),
+    _broken("fused.py:LN_INPUT_OVERWRITTEN", "ln.inputs_unmodified"),
+    _broken("fused.py:LN_UPSTREAM_OVERWRITTEN", "ln.inputs_unmodified"),
+    _broken("fused.py:LN_BWD_NO_GAMMA", "ln.jacobian", "ln.spectral_norm"),
+    _broken("fused.py:LN_BWD_XHAT_FROM_OUTPUT", "ln.jacobian"),
+    _broken("fused.py:LN_BWD_NO_MEAN_TERM", "ln.jacobian", "ln.gradient_identities"),
+    _broken("fused.py:LN_BWD_NO_VARIANCE_TERM", "ln.jacobian", "ln.gradient_identities"),
+    _broken("fused.py:LN_DGAMMA_FROM_OUTPUT", "ln.jacobian", "ln.gradient_identities"),
+    _broken("fused.py:LN_DGAMMA_MISSING", "ln.jacobian"),
+    _broken("fused.py:RMS_STRIDES_IGNORED", "rms.layout_invariance"),
+    _broken("fused.py:RMS_INPUT_OVERWRITTEN", "rms.inputs_unmodified"),
+    _broken("fused.py:RMS_BWD_NO_VARIANCE_TERM", "rms.jacobian", "rms.gradient_identities"),
+    # rows.py, padded_block.py
+    _broken("rows.py:LN_SEQUENCE_FIRST_FLATTEN", "ln.row_independence"),
+    _broken("padded_block.py:LN_PADDED_LANES", "ln.forward", "ln.mean_stability", "ln.shift_invariance"),
+    # dropout.py
+    _broken("dropout.py:DROPOUT_NO_RESCALE", "dropout.values"),
+    _broken("dropout.py:DROPOUT_KEEP_DROP_SWAPPED", "dropout.keep_rate"),
+    _broken("dropout.py:DROPOUT_SEED_IGNORED", "dropout.determinism"),
+    _broken("dropout.py:DROPOUT_MASK_PER_ROW", "dropout.variance_bias"),
+    _broken("dropout.py:DROPOUT_INPUT_OVERWRITTEN", "dropout.inputs_unmodified"),
+    # correct
+    _correct("torch"),
+    _correct("statistics.py:LN_TEXTBOOK"),
+    _correct("statistics.py:RMS_TEXTBOOK"),
+    _correct("fused.py:LN_FUSED"),
+    _correct("fused.py:RMS_FUSED"),
+    _correct("correct.py:LN_TWO_PASS_FLOAT64"),
+    _correct("correct.py:RMS_TWO_PASS_FLOAT64"),
+    _correct("correct.py:LN_WELFORD"),
+    _correct("correct.py:RMS_LLAMA"),
+    _correct("correct.py:RMS_GEMMA"),
+    _correct("dropout.py:BERNOULLI"),
+)
+
+BROKEN = tuple(entry for entry in CORPUS if not entry.correct)
+CORRECT = tuple(entry for entry in CORPUS if entry.correct)

@@ -1,0 +1,218 @@
+"""Broken fused LayerNorm/RMSNorm kernels: one ``torch.autograd.Function`` written the way a fused Triton or
+CUDA kernel is (the forward saves xhat and rstd, the backward applies the derived VJP), with exactly one
+stage replaced by a bug.
+
+The math (x one row of width d, g = dy * gamma, rstd = 1/sqrt(sigma^2 + eps), xhat = (x - mean) * rstd;
+RMSNorm: mean = 0 and sigma^2 = mean(x^2)):
+
+    y      = xhat * gamma + beta
+    dx     = rstd * (g - mean(g) - xhat * mean(g * xhat))      RMSNorm: rstd * (g - xhat * mean(g * xhat))
+    dgamma = sum over rows of dy * xhat,    dbeta = sum over rows of dy
+
+``LN_FUSED`` and ``RMS_FUSED`` use only the correct stages (:data:`CORRECT`) and are the controls. Each bug
+stage's docstring says the bug and the claim ids that must catch it (the manifest lists the same ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from verify.registry import Kernel
+
+SPEC = "tests/corpus/fused.py:"
+
+
+# --- correct stages ---------------------------------------------------------------------------------------------
+
+
+def _as_given(t: torch.Tensor) -> torch.Tensor:
+    """Reads the tensor through its strides."""
+    return t
+
+
+def _leave_input(x: torch.Tensor, xhat: torch.Tensor) -> None:
+    """Leaves the input's buffer alone."""
+
+
+def _scale_upstream(dy: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """g = dy * gamma, in float32, in a new tensor."""
+    g = dy.float()
+    return g if weight is None else g * weight.float()
+
+
+def _saved_normalized(xhat: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None,
+                      bias: torch.Tensor | None) -> torch.Tensor:
+    """Uses the xhat saved by the forward."""
+    return xhat
+
+
+def _input_grad(g: torch.Tensor, xhat: torch.Tensor, rstd: torch.Tensor, centred: bool) -> torch.Tensor:
+    """dx = rstd (g - mean(g) - xhat mean(g xhat)); RMSNorm (not centred) has no mean(g) term."""
+    variance_term = xhat * (g * xhat).mean(-1, keepdim=True)
+    mean_term = g.mean(-1, keepdim=True) if centred else 0.0
+    return rstd * (g - mean_term - variance_term)
+
+
+def _weight_grad(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dgamma per element: dy * xhat (summed over rows by the caller)."""
+    return dy * xhat
+
+
+class Stages(NamedTuple):
+    """The replaceable stages of the fused kernel; the defaults are the correct ones."""
+
+    read_input: Callable[[torch.Tensor], torch.Tensor] = _as_given
+    after_forward: Callable[[torch.Tensor, torch.Tensor], None] = _leave_input
+    read_upstream: Callable[[torch.Tensor], torch.Tensor] = _as_given
+    scale_upstream: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = _scale_upstream
+    normalized_for_backward: Callable[..., torch.Tensor] = _saved_normalized
+    input_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor] = _input_grad
+    weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = _weight_grad
+
+
+CORRECT = Stages()
+
+
+def _sum_rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1]).sum(0)
+
+
+class _FusedNorm(torch.autograd.Function):
+    """LayerNorm (centred) or RMSNorm over the last dimension, float32 inside, built from ``stages``."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                centred: bool, stages: Stages) -> torch.Tensor:
+        xf = stages.read_input(x).float()
+        mean = xf.mean(-1, keepdim=True) if centred else torch.zeros_like(xf[..., :1])
+        rstd = torch.rsqrt((xf - mean).square().mean(-1, keepdim=True) + eps)
+        xhat = (xf - mean) * rstd
+        y = xhat if weight is None else xhat * weight.float()
+        y = (y if bias is None else y + bias.float()).to(x.dtype)
+        stages.after_forward(x, xhat)
+        ctx.save_for_backward(xhat, rstd, y, weight, bias)
+        ctx.centred, ctx.stages, ctx.input_dtype = centred, stages, x.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        xhat, rstd, y, weight, bias = ctx.saved_tensors
+        stages: Stages = ctx.stages
+        dy = stages.read_upstream(dy)
+        xhat = stages.normalized_for_backward(xhat, y, weight, bias)
+        g = stages.scale_upstream(dy, weight)
+        dx = stages.input_grad(g, xhat, rstd, ctx.centred).to(ctx.input_dtype)
+        dweight = None if weight is None else _sum_rows(stages.weight_grad(dy.float(), xhat, y)).to(weight.dtype)
+        dbias = None if bias is None else _sum_rows(dy.float()).to(bias.dtype)
+        return dx, dweight, dbias, None, None, None
+
+
+# --- bug stages -------------------------------------------------------------------------------------------------
+
+
+def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """Strides ignored: reads the tensor's storage as if it were contiguous (a kernel indexing
+    ``ptr + row * d + col``); right only for contiguous tensors. Must fail ln.layout_invariance /
+    rms.layout_invariance."""
+    strides = torch.empty(t.shape, device="meta").stride()
+    return t.as_strided(t.shape, strides, t.storage_offset())
+
+
+def _input_reused_as_scratch(x: torch.Tensor, xhat: torch.Tensor) -> None:
+    """The input's buffer is reused to hold xhat (to save memory): the caller's x is overwritten.
+    Must fail ln.inputs_unmodified / rms.inputs_unmodified."""
+    x.copy_(xhat)
+
+
+def _upstream_scaled_in_place(dy: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """g = dy * gamma computed in place: ``dy.float()`` is dy itself for float32, so the caller's upstream
+    gradient is overwritten. Must fail ln.inputs_unmodified."""
+    g = dy.float()
+    if weight is not None:
+        g *= weight.float()
+    return g
+
+
+def _upstream_without_gamma(dy: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Backward misses gamma: g = dy instead of dy * gamma (right only for gamma = 1). Must fail ln.jacobian
+    and ln.spectral_norm (per-feature gamma)."""
+    return dy.float()
+
+
+def _normalized_from_output(xhat: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None,
+                            bias: torch.Tensor | None) -> torch.Tensor:
+    """xhat rebuilt in the backward as (y - beta) / gamma instead of saved: inf/NaN where gamma = 0, and
+    cancellation where |beta| >> |gamma xhat|. Must fail ln.jacobian (weights with zeros)."""
+    shifted = y.float() if bias is None else y.float() - bias.float()
+    return shifted if weight is None else shifted / weight.float()
+
+
+def _input_grad_without_mean_term(g: torch.Tensor, xhat: torch.Tensor, rstd: torch.Tensor,
+                                  centred: bool) -> torch.Tensor:
+    """Backward misses the mean term: dx = rstd (g - xhat mean(g xhat)), without -mean(g); the row sum of dx
+    is no longer 0. Must fail ln.jacobian and ln.gradient_identities."""
+    return rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+
+
+def _input_grad_without_variance_term(g: torch.Tensor, xhat: torch.Tensor, rstd: torch.Tensor,
+                                      centred: bool) -> torch.Tensor:
+    """Backward misses the variance term (the derivative of rstd): dx = rstd (g - mean(g)), RMSNorm
+    dx = rstd g. Must fail ln.jacobian, ln.gradient_identities / rms.jacobian, rms.gradient_identities."""
+    return rstd * (g - g.mean(-1, keepdim=True)) if centred else rstd * g
+
+
+def _weight_grad_from_output(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dgamma from the output: sum dy * y instead of dy * xhat (right only for gamma = 1, beta = 0). Must fail
+    ln.jacobian and ln.gradient_identities."""
+    return dy * y.float()
+
+
+def _weight_grad_missing(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dgamma missing: zeros (a backward that never writes the dgamma buffer). Must fail ln.jacobian."""
+    return torch.zeros_like(dy)
+
+
+# --- kernels ----------------------------------------------------------------------------------------------------
+
+
+def _description(stages: Stages) -> str:
+    replaced = [stage for stage, correct in zip(stages, CORRECT, strict=True) if stage is not correct]
+    return " ".join(replaced[0].__doc__.split()) if replaced else "Correct fused kernel (control)."
+
+
+def _layernorm(name: str, stages: Stages) -> Kernel:
+    def layernorm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                  eps: float) -> torch.Tensor:
+        return _FusedNorm.apply(x, weight, bias, eps, True, stages)
+
+    return Kernel(name, "layernorm", layernorm, spec=SPEC + name.upper(), description=_description(stages))
+
+
+def _rmsnorm(name: str, stages: Stages) -> Kernel:
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        return _FusedNorm.apply(x, weight, None, eps, False, stages)
+
+    return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), description=_description(stages))
+
+
+LN_FUSED = _layernorm("ln_fused", CORRECT)
+RMS_FUSED = _rmsnorm("rms_fused", CORRECT)
+
+LN_STRIDES_IGNORED = _layernorm("ln_strides_ignored", Stages(read_input=_as_if_contiguous))
+LN_UPSTREAM_STRIDES_IGNORED = _layernorm("ln_upstream_strides_ignored", Stages(read_upstream=_as_if_contiguous))
+LN_INPUT_OVERWRITTEN = _layernorm("ln_input_overwritten", Stages(after_forward=_input_reused_as_scratch))
+LN_UPSTREAM_OVERWRITTEN = _layernorm("ln_upstream_overwritten", Stages(scale_upstream=_upstream_scaled_in_place))
+LN_BWD_NO_GAMMA = _layernorm("ln_bwd_no_gamma", Stages(scale_upstream=_upstream_without_gamma))
+LN_BWD_XHAT_FROM_OUTPUT = _layernorm("ln_bwd_xhat_from_output",
+                                     Stages(normalized_for_backward=_normalized_from_output))
+LN_BWD_NO_MEAN_TERM = _layernorm("ln_bwd_no_mean_term", Stages(input_grad=_input_grad_without_mean_term))
+LN_BWD_NO_VARIANCE_TERM = _layernorm("ln_bwd_no_variance_term", Stages(input_grad=_input_grad_without_variance_term))
+LN_DGAMMA_FROM_OUTPUT = _layernorm("ln_dgamma_from_output", Stages(weight_grad=_weight_grad_from_output))
+LN_DGAMMA_MISSING = _layernorm("ln_dgamma_missing", Stages(weight_grad=_weight_grad_missing))
+
+RMS_STRIDES_IGNORED = _rmsnorm("rms_strides_ignored", Stages(read_input=_as_if_contiguous))
+RMS_INPUT_OVERWRITTEN = _rmsnorm("rms_input_overwritten", Stages(after_forward=_input_reused_as_scratch))
+RMS_BWD_NO_VARIANCE_TERM = _rmsnorm("rms_bwd_no_variance_term", Stages(input_grad=_input_grad_without_variance_term))

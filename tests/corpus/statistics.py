@@ -1,0 +1,244 @@
+"""Broken LayerNorm/RMSNorm kernels whose bug is in the row statistics (the mean and the scale rstd).
+
+Every kernel here is :func:`_normalize`, a plain autograd implementation that computes in float32 and
+casts back to the input dtype,
+
+    y = (x - mean) * rstd * weight + bias,
+
+with one statistics rule ``(x, eps) -> (mean, rstd)`` replaced by a bug. The correct rules are
+:func:`_layernorm_statistics` (mean, 1/sqrt(sigma^2 + eps), population variance, eps inside the root)
+and :func:`_rmsnorm_statistics` (0, 1/sqrt(mean(x^2) + eps)); ``LN_TEXTBOOK`` and ``RMS_TEXTBOOK`` use
+those: they are the textbook autograd-only implementations and the controls showing that the skeleton
+itself is right. Each bug rule's docstring says the bug
+and the claim ids that must catch it (the manifest, ``tests/corpus/__init__.py``, lists the same ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from verify.registry import Kernel
+
+SPEC = "tests/corpus/statistics.py:"
+
+Statistics = Callable[[torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _normalize(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+               statistics: Statistics) -> torch.Tensor:
+    """(x - mean) * rstd * weight + bias in float32, cast back to x.dtype; (mean, rstd) = statistics(x, eps)."""
+    mean, rstd = statistics(x, eps)
+    y = (x.float() - mean) * rstd
+    if weight is not None:
+        y = y * weight.float()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+def _layernorm_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Correct LayerNorm statistics: two-pass mean and population variance in float32, eps inside the root."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    variance = (xf - mean).square().mean(-1, keepdim=True)
+    return mean, torch.rsqrt(variance + eps)
+
+
+def _rmsnorm_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Correct RMSNorm statistics: no centring, mean of squares in float32, eps inside the root."""
+    xf = x.float()
+    return torch.zeros_like(xf[..., :1]), torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+
+
+# --- LayerNorm statistics bugs ----------------------------------------------------------------------------------
+
+
+def _one_pass_variance(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One-pass variance E[x^2] - E[x]^2 in float32 (clamped at 0, as such kernels do): it cancels
+    catastrophically, relative error ~ u (|mean|/std)^2. Must fail ln.forward and ln.special_inputs
+    (|mean|/std up to 1e4 in fp32), by a wide margin."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    variance = (xf.square().mean(-1, keepdim=True) - mean.square()).clamp_min(0.0)
+    return mean, torch.rsqrt(variance + eps)
+
+
+def _eps_outside_root(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """eps outside the square root: rstd = 1/(sigma + eps) instead of 1/sqrt(sigma^2 + eps); wrong by a
+    factor ~ 1/sqrt(eps) at sigma -> 0. Must fail ln.forward, ln.variance_insensitivity, ln.spectral_norm."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    variance = (xf - mean).square().mean(-1, keepdim=True)
+    return mean, 1.0 / (variance.sqrt() + eps)
+
+
+def _unbiased_variance(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unbiased variance (divides by d - 1, torch.var's default) instead of the population variance: output
+    scaled by sqrt((d-1)/d), NaN at d = 1. Must fail ln.forward and ln.special_inputs (d = 1, 2, 3)."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    variance = (xf - mean).square().sum(-1, keepdim=True) / (x.shape[-1] - 1)
+    return mean, torch.rsqrt(variance + eps)
+
+
+def _no_eps(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """No eps at all: rstd = 1/sigma, NaN (0 * inf) on constant rows, unbounded Jacobian as sigma -> 0.
+    Must fail ln.forward (eps = 1e-2), ln.special_inputs (constant rows), ln.spectral_norm."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    variance = (xf - mean).square().mean(-1, keepdim=True)
+    return mean, torch.rsqrt(variance)
+
+
+def _max_variance_eps(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """max(sigma^2, eps) instead of sigma^2 + eps: right only where one term dwarfs the other; Var(xhat) = 1
+    for sigma^2 > eps. Must fail ln.forward (eps = 1e-2) and ln.variance_insensitivity."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    variance = (xf - mean).square().mean(-1, keepdim=True)
+    return mean, torch.rsqrt(variance.clamp_min(eps))
+
+
+def _eps_ignored(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eps argument is ignored (1e-5 hard-coded). Must fail ln.forward (eps = 1e-2, 1e-12) and ln.affine
+    (LN_eps(a x + b) = sign(a) LN_{eps/a^2}(x) needs the kernel to honour eps/a^2)."""
+    return _layernorm_statistics(x, 1e-5)
+
+
+ACCUMULATOR_LANES = 64
+
+
+def _sum_accumulated_in_storage_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Row sums of t as a Triton kernel with an accumulator of ``dtype`` computes them: 64 lanes, each adding
+    its strided column chunk in turn (rounded to dtype after every addition), then the lanes added in turn."""
+    d = t.shape[-1]
+    chunks = F.pad(t, (0, -d % ACCUMULATOR_LANES)).unflatten(-1, (-1, ACCUMULATOR_LANES))
+    lanes = torch.zeros_like(chunks[..., 0, :], dtype=dtype)
+    for chunk in chunks.unbind(-2):
+        lanes = lanes + chunk.to(dtype)
+    total = torch.zeros_like(lanes[..., :1])
+    for lane in lanes.split(1, dim=-1):
+        total = total + lane
+    return total.float()
+
+
+def _storage_dtype_accumulation(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums accumulated in the storage dtype (an fp16 accumulator for fp16 inputs) instead of float32: the
+    mean is off by ~ d u_fp16 |mean|, so the output by ~ d u_fp16 |mean|/std. Must fail ln.forward (fp16)
+    by a wide margin."""
+    d = x.shape[-1]
+    mean = _sum_accumulated_in_storage_dtype(x.float(), x.dtype) / d
+    variance = _sum_accumulated_in_storage_dtype((x.float() - mean).square(), x.dtype) / d
+    return mean, torch.rsqrt(variance + eps)
+
+
+def _whole_tensor_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and variance over the whole tensor instead of each row (a batch-norm-like reduction): right only
+    for a single row. Must fail ln.row_independence and ln.special_inputs (a NaN row poisons every row)."""
+    xf = x.float()
+    mean = xf.mean()
+    variance = (xf - mean).square().mean()
+    return mean, torch.rsqrt(variance + eps)
+
+
+ROWS_PER_PROGRAM = 4
+
+
+def _statistics_over_row_blocks(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A kernel handling 4 rows per program reduces over the whole [4, d] block (axis=None instead of
+    axis=1): rows of one block share their statistics. Must fail ln.row_independence."""
+    xf = x.float().reshape(-1, x.shape[-1])
+    block = torch.arange(xf.shape[0], device=x.device) // ROWS_PER_PROGRAM
+    elements = torch.bincount(block).unsqueeze(-1) * xf.shape[-1]
+    mean = xf.new_zeros(elements.shape).index_add(0, block, xf.sum(-1, keepdim=True)) / elements
+    centred = xf - mean[block]
+    variance = xf.new_zeros(elements.shape).index_add(0, block, centred.square().sum(-1, keepdim=True)) / elements
+    shape = (*x.shape[:-1], 1)
+    return mean[block].reshape(shape), torch.rsqrt(variance + eps)[block].reshape(shape)
+
+
+# --- RMSNorm statistics bugs ------------------------------------------------------------------------------------
+
+
+def _rms_centres(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """An RMSNorm that centres: subtracts the row mean and divides by the standard deviation (LayerNorm
+    statistics). Must fail rms.forward."""
+    return _layernorm_statistics(x, eps)
+
+
+def _rms_sum_of_squares(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum instead of mean of squares: output too small by sqrt(d) (right only at d = 1). Must fail
+    rms.forward and rms.spectral_norm."""
+    xf = x.float()
+    return torch.zeros_like(xf[..., :1]), torch.rsqrt(xf.square().sum(-1, keepdim=True) + eps)
+
+
+def _rms_eps_ignored(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The eps argument is ignored (1e-6 hard-coded, Llama's default). Must fail rms.forward and rms.affine."""
+    return _rmsnorm_statistics(x, 1e-6)
+
+
+def _rms_no_eps(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """No eps: rstd = 1/rms(x), NaN (0 * inf) on zero rows. Must fail rms.forward (eps = 1e-2) and
+    rms.special_inputs (zero rows)."""
+    xf = x.float()
+    return torch.zeros_like(xf[..., :1]), torch.rsqrt(xf.square().mean(-1, keepdim=True))
+
+
+def _rms_whole_tensor_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean of squares over the whole tensor instead of each row. Must fail rms.row_independence and
+    rms.special_inputs (a NaN row poisons every row)."""
+    xf = x.float()
+    return torch.zeros(()), torch.rsqrt(xf.square().mean() + eps)
+
+
+# --- kernels ----------------------------------------------------------------------------------------------------
+
+
+def _description(statistics: Statistics) -> str:
+    return " ".join(statistics.__doc__.split())
+
+
+def _layernorm(name: str, statistics: Statistics) -> Kernel:
+    def layernorm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                  eps: float) -> torch.Tensor:
+        return _normalize(x, weight, bias, eps, statistics)
+
+    return Kernel(name, "layernorm", layernorm, spec=SPEC + name.upper(), description=_description(statistics))
+
+
+def _rmsnorm(name: str, statistics: Statistics, weight_offset: float = 0.0) -> Kernel:
+    def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        return _normalize(x, weight, None, eps, statistics)
+
+    return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), weight_offset=weight_offset,
+                  description=_description(statistics))
+
+
+LN_TEXTBOOK = _layernorm("ln_textbook", _layernorm_statistics)
+RMS_TEXTBOOK = _rmsnorm("rms_textbook", _rmsnorm_statistics)
+
+LN_ONE_PASS_VARIANCE = _layernorm("ln_one_pass_variance", _one_pass_variance)
+LN_EPS_OUTSIDE_ROOT = _layernorm("ln_eps_outside_root", _eps_outside_root)
+LN_UNBIASED_VARIANCE = _layernorm("ln_unbiased_variance", _unbiased_variance)
+LN_NO_EPS = _layernorm("ln_no_eps", _no_eps)
+LN_MAX_VARIANCE_EPS = _layernorm("ln_max_variance_eps", _max_variance_eps)
+LN_EPS_IGNORED = _layernorm("ln_eps_ignored", _eps_ignored)
+LN_STORAGE_DTYPE_ACCUMULATION = _layernorm("ln_storage_dtype_accumulation", _storage_dtype_accumulation)
+LN_WHOLE_TENSOR_STATISTICS = _layernorm("ln_whole_tensor_statistics", _whole_tensor_statistics)
+LN_ROW_BLOCK_STATISTICS = _layernorm("ln_row_block_statistics", _statistics_over_row_blocks)
+
+RMS_CENTRES = _rmsnorm("rms_centres", _rms_centres)
+RMS_SUM_OF_SQUARES = _rmsnorm("rms_sum_of_squares", _rms_sum_of_squares)
+RMS_EPS_IGNORED = _rmsnorm("rms_eps_ignored", _rms_eps_ignored)
+RMS_NO_EPS = _rmsnorm("rms_no_eps", _rms_no_eps)
+RMS_WHOLE_TENSOR_STATISTICS = _rmsnorm("rms_whole_tensor_statistics", _rms_whole_tensor_statistics)
+# Declares Gemma's convention (scale = 1 + weight) but scales by weight, as Llama does: a Gemma checkpoint's
+# weights loaded into a Llama RMSNorm. The rule itself is the correct one; the bug is the convention.
+RMS_GEMMA_OFFSET_MISSING = Kernel(
+    "rms_gemma_offset_missing", "rmsnorm", RMS_TEXTBOOK.fn, spec=SPEC + "RMS_GEMMA_OFFSET_MISSING", weight_offset=1.0,
+    description="Declared Gemma convention (scale 1 + w) but scales by w (Llama's RMSNorm on Gemma weights). "
+                "Must fail rms.forward.")
