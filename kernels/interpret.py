@@ -24,7 +24,11 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
 3. A ``@triton.jit`` helper decorated without ``TRITON_INTERPRET`` is a compiled ``JITFunction``,
    which cannot be called from interpreted code ("Cannot call @triton.jit'd outside of the scope of
    a kernel"); during an interpreted launch such helpers are replaced by interpreted twins.
-4. bfloat16: the interpreter holds bf16 as raw uint16 bit patterns, so arithmetic on it is garbage
+4. Loop variables: compiled Triton makes the variable of ``for i in range(...)`` / ``tl.range(...)`` a
+   tensor (int32, int64 when a bound is), the interpreter a Python int, so ``i.to(tl.int64)`` raises
+   AttributeError. During an interpreted launch ``range`` in the kernels' modules and ``tl.range`` yield
+   integer scalars of the compiled dtype (``tl.static_range`` still yields Python ints, as compiled).
+5. bfloat16: the interpreter holds bf16 as raw uint16 bit patterns, so arithmetic on it is garbage
    (and fp32 -> bf16 conversion truncates instead of rounding). An interpreted launch with a bf16
    tensor argument raises :class:`InterpreterUnsupported` with one clear line instead.
 
@@ -108,6 +112,26 @@ def _create_extern_elementwise(self, lib_name, lib_path, symbol, arg_list, ret_t
 _original_implicit_cvt = interpreter._implicit_cvt
 
 
+def _loop_range(arg1, arg2=None, step=None, **kwargs) -> Iterator[tl.tensor]:
+    """``range``/``tl.range`` of a kernel: integer scalars of the dtype compiled Triton gives the loop variable."""
+    bounds = [arg1] if arg2 is None else [arg1, arg2]
+    bounds += [] if step is None else [step]
+    wide = any(isinstance(b, tl.tensor) and b.dtype.primitive_bitwidth == 64 for b in bounds)
+    values = [int(b) for b in bounds]
+    dtype, np_dtype = (tl.int64, np.int64) if wide else (tl.int32, np.int32)
+    for i in range(*values):
+        yield tl.tensor(TensorHandle(np.array([i], dtype=np_dtype), dtype), dtype)
+
+
+def _patch_lang_core(lang, scope) -> None:
+    """The interpreter's own ``triton.language`` patches, then ``tl.range`` as :func:`_loop_range`."""
+    _original_patch_lang_core(lang, scope)
+    scope.set_attr(lang, "range", _loop_range)
+
+
+_original_patch_lang_core = interpreter._patch_lang_core
+
+
 def _implicit_cvt(arg):
     """Kernel argument conversion that also turns a Python float into an fp32 scalar, as the compiler does."""
     if isinstance(arg, float):
@@ -127,8 +151,11 @@ class _Patches:
         setattr(obj, name, value)
 
     def setitem(self, mapping: dict, key: str, value: object) -> None:
-        old = mapping[key]
-        self._undo.append(lambda: mapping.__setitem__(key, old))
+        if key in mapping:
+            old = mapping[key]
+            self._undo.append(lambda: mapping.__setitem__(key, old))
+        else:
+            self._undo.append(lambda: mapping.pop(key))
         mapping[key] = value
 
     def restore(self) -> None:
@@ -227,6 +254,8 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
             _patch_libdevice_modules(patches)
             for namespace, name, value in found:
                 patches.setitem(namespace, name, value)
+            for namespace in {id(ns): ns for ns, _, _ in [(self.fn.__globals__, "", None), *found]}.values():
+                patches.setitem(namespace, "range", _loop_range)
             return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             patches.restore()
@@ -242,6 +271,7 @@ def _jit_run(self: JITFunction, *args, grid, warmup, **kwargs):
 
 _PATCHES: tuple[tuple[object, str, object], ...] = (
     (interpreter, "_implicit_cvt", _implicit_cvt),
+    (interpreter, "_patch_lang_core", _patch_lang_core),
     (interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise),
     (InterpretedFunction, "run", _interpreted_run),
     (JITFunction, "run", _jit_run),

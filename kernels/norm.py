@@ -1,0 +1,263 @@
+"""LayerNorm and RMSNorm in Triton: forward, and backward to x, gamma and beta.
+
+Over one row x in R^d (the last dimension), with eps added inside the root, in float32:
+
+    LayerNorm: mu = mean(x), sigma^2 = mean((x - mu)^2),  xhat = (x - mu) / sqrt(sigma^2 + eps)
+    RMSNorm:   mu = 0,       sigma^2 = mean(x^2),         xhat = x / sqrt(sigma^2 + eps)
+    y = gamma * xhat + beta            (gamma, beta optional; RMSNorm has no beta)
+
+Backward, for an upstream gradient dy and g = gamma * dy, with rstd = 1/sqrt(sigma^2 + eps):
+
+    LayerNorm: dx = rstd * (g - xhat * mean(g * xhat) - mean(g))
+    RMSNorm:   dx = rstd * (g - xhat * mean(g * xhat))
+    dgamma = sum over rows of dy * xhat,    dbeta = sum over rows of dy
+
+Both norms share these kernels (``IS_RMS`` is a compile-time switch: mu is fixed at 0). Storage may be
+float32, float16 or bfloat16; every sum is accumulated in float32 and the statistics (mean, rstd) are
+saved in float32. The variance is never E[x^2] - E[x]^2: each block of a row is reduced two-pass
+(its own mean, then the squares of the deviations from it), and blocks are merged with Chan, Golub and
+LeVeque's pairwise update, so rows with |mean|/std of 1e4 keep a float32-accurate variance.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import rows
+
+
+@triton.jit
+def _norm_forward(
+    X, Y, W, B, Mean, Rstd,  # pointers; W, B may be None; Mean is None for RMSNorm
+    stride_x_row, stride_x_col, stride_y_row,
+    n_cols, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """One program per row: statistics in a first pass over the row's blocks, then normalize in a second."""
+    row = tl.program_id(0).to(tl.int64)
+    X += row * stride_x_row
+    Y += row * stride_y_row
+
+    # Pass 1: count, mean and m2 = sum((x - mean)^2) of the row so far, one block at a time.
+    count = 0.0
+    mean = 0.0
+    m2 = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+        if IS_RMS:
+            m2 += tl.sum(x * x, axis=0)
+        else:
+            block_count = tl.minimum(n_cols - start, BLOCK).to(tl.float32)
+            block_mean = tl.sum(x, axis=0) / block_count
+            deviation = tl.where(mask, x - block_mean, 0.0)
+            block_m2 = tl.sum(deviation * deviation, axis=0)
+            # Chan et al.: merge (count, mean, m2) with the block's (block_count, block_mean, block_m2).
+            total = count + block_count
+            delta = block_mean - mean
+            mean += delta * (block_count / total)
+            m2 += block_m2 + delta * delta * (count * block_count / total)
+            count = total
+    rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
+    if not IS_RMS:
+        tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+    # Pass 2: y = (x - mean) * rstd * gamma + beta.
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_backward_input(
+    X, DY, DX, W, Mean, Rstd, DW_partial, DB_partial,  # W, Mean, partials may be None
+    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row,
+    n_rows, n_cols,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+    FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """dx, row by row; each program takes rows program, program + n_programs, ...
+
+    With FUSE_DW / FUSE_DB (only when a row fits in one block) the program also accumulates its rows'
+    dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
+    """
+    program = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    if FUSE_DW or FUSE_DB:
+        param_cols = tl.arange(0, BLOCK)
+        dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
+        db_acc = tl.zeros([BLOCK], dtype=tl.float32)
+
+    for row in range(program, n_rows, n_programs):
+        x_row = X + row.to(tl.int64) * stride_x_row
+        dy_row = DY + row.to(tl.int64) * stride_dy_row
+        dx_row = DX + row.to(tl.int64) * stride_dx_row
+        mean = 0.0 if IS_RMS else tl.load(Mean + row)
+        rstd = tl.load(Rstd + row)
+
+        # Pass 1: the row's sums of g * xhat and of g, with g = gamma * dy.
+        sum_g_xhat = 0.0
+        sum_g = 0.0
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            x = tl.load(x_row + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + cols * stride_dy_col, mask=mask, other=0.0).to(tl.float32)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            xhat = (x - mean) * rstd
+            sum_g_xhat += tl.sum(g * xhat, axis=0)
+            sum_g += tl.sum(g, axis=0)
+        c_xhat = sum_g_xhat / n_cols
+        c_one = 0.0
+        if not IS_RMS:
+            c_one = sum_g / n_cols
+
+        # Pass 2: dx = rstd * (g - xhat * c_xhat - c_one).
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            x = tl.load(x_row + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + cols * stride_dy_col, mask=mask, other=0.0).to(tl.float32)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            xhat = (x - mean) * rstd
+            dx = (g - (xhat * c_xhat + c_one)) * rstd
+            tl.store(dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
+            if FUSE_DW:
+                dw_acc += dy * xhat
+            if FUSE_DB:
+                db_acc += dy
+
+    if FUSE_DW:
+        tl.store(DW_partial + program * n_cols + param_cols, dw_acc, mask=param_cols < n_cols)
+    if FUSE_DB:
+        tl.store(DB_partial + program * n_cols + param_cols, db_acc, mask=param_cols < n_cols)
+
+
+@triton.jit
+def _norm_backward_params(
+    X, DY, Mean, Rstd, DW_partial, DB_partial,  # Mean is None for RMSNorm; a partial is None when not needed
+    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col,
+    n_rows, n_cols, rows_per_program,
+    IS_RMS: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+):
+    """dgamma, dbeta partial sums, column-parallel: program (j, s) sums rows of split s for column block j."""
+    cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    first_row = tl.program_id(1) * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    for start in range(first_row, last_row, BLOCK_ROWS):
+        row_ids = start + tl.arange(0, BLOCK_ROWS)
+        row_mask = row_ids < last_row
+        mask = row_mask[:, None] & col_mask[None, :]
+        row_ids = row_ids.to(tl.int64)
+        dy = tl.load(DY + row_ids[:, None] * stride_dy_row + cols[None, :] * stride_dy_col,
+                     mask=mask, other=0.0).to(tl.float32)
+        if COMPUTE_DW:
+            x = tl.load(X + row_ids[:, None] * stride_x_row + cols[None, :] * stride_x_col,
+                        mask=mask, other=0.0).to(tl.float32)
+            rstd = tl.load(Rstd + row_ids, mask=row_mask, other=0.0)
+            if IS_RMS:
+                xhat = x * rstd[:, None]
+            else:
+                mean = tl.load(Mean + row_ids, mask=row_mask, other=0.0)
+                xhat = (x - mean[:, None]) * rstd[:, None]
+            dw_acc += dy * xhat
+        if COMPUTE_DB:
+            db_acc += dy
+    split = tl.program_id(1)
+    if COMPUTE_DW:
+        tl.store(DW_partial + split * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+    if COMPUTE_DB:
+        tl.store(DB_partial + split * n_cols + cols, tl.sum(db_acc, axis=0), mask=col_mask)
+
+
+def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, *,
+            rms: bool, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(y, mean, rstd)`` over the last dimension of ``x``; ``mean`` is None for RMSNorm.
+
+    ``y`` has x's shape and dtype; ``mean``/``rstd`` are float32 of shape ``[n]`` (one per row).
+    ``block`` overrides the column block (a power of two), e.g. to exercise the multi-block path.
+    """
+    x2 = rows.as_rows(x)
+    n_rows, n_cols = x2.shape
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    if y.numel():
+        block = block or rows.block_size(n_cols)
+        weight = None if weight is None else weight.contiguous()
+        bias = None if bias is None else bias.contiguous()
+        _norm_forward[(n_rows,)](
+            x2, y, weight, bias, mean, rstd,
+            x2.stride(0), x2.stride(1), y.stride(0),
+            n_cols, float(eps),
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
+            num_warps=rows.num_warps(block),
+        )
+    return y.view(x.shape), mean, rstd
+
+
+def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
+             rstd: torch.Tensor, *, rms: bool, need_dw: bool, need_db: bool, block: int | None = None,
+             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(dx, dweight, dbias)`` from the forward's saved ``mean``/``rstd``; None for what is not needed.
+
+    ``dweight``/``dbias`` are summed in float32 and returned in the weight's dtype (x's without a weight).
+    """
+    x2, dy2 = rows.as_rows(x), rows.as_rows(dy)
+    n_rows, n_cols = x2.shape
+    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    param_dtype = weight.dtype if weight is not None else x.dtype
+    if dx.numel() == 0:
+        zeros = torch.zeros(n_cols, dtype=param_dtype, device=x.device)
+        return dx.view(x.shape), zeros if need_dw else None, zeros.clone() if need_db else None
+
+    block = block or rows.block_size(n_cols)
+    weight = None if weight is None else weight.contiguous()
+    fuse = n_cols <= block
+    programs = rows.persistent_programs(n_rows, x.device)
+    if fuse:
+        partial_rows = programs
+    else:  # the column-parallel kernel below: about as many programs in all as the persistent one
+        block_rows, block_cols = 16, min(block, 256)
+        col_blocks = triton.cdiv(n_cols, block_cols)
+        rows_per_program = triton.cdiv(n_rows, max(1, rows.device_programs(x.device) // col_blocks))
+        partial_rows = triton.cdiv(n_rows, rows_per_program)
+    dw_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_dw else None
+    db_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_db else None
+    _norm_backward_input[(programs,)](
+        x2, dy2, dx, weight, mean, rstd, dw_partial, db_partial,
+        x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
+        n_rows, n_cols,
+        IS_RMS=rms, HAS_WEIGHT=weight is not None, FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
+        BLOCK=block, num_warps=rows.num_warps(block),
+    )
+    if not fuse and (need_dw or need_db):
+        _norm_backward_params[(col_blocks, partial_rows)](
+            x2, dy2, mean, rstd, dw_partial, db_partial,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1),
+            n_rows, n_cols, rows_per_program,
+            IS_RMS=rms, COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+            num_warps=4,
+        )
+    dweight = dw_partial.sum(0).to(param_dtype) if need_dw else None
+    dbias = db_partial.sum(0).to(param_dtype) if need_db else None
+    return dx.view(x.shape), dweight, dbias
