@@ -97,7 +97,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("correct.py:LN_WELFORD"),
     _correct("correct.py:RMS_LLAMA"),
     _correct("correct.py:RMS_GEMMA"),
-    _correct("dropout.py:BERNOULLI"),
+    _correct("dropout.py:DROPOUT_BERNOULLI"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

@@ -8,7 +8,7 @@ pass every one of them on every applicable claim (the manifest's ``expect`` is e
     RMS_GEMMA             Gemma's RMSNorm: float32 throughout, scale (1 + weight), declared weight_offset = 1
 
 The textbook autograd-only versions (statistics.py: LN_TEXTBOOK, RMS_TEXTBOOK), the fused autograd.Function
-ones (fused.py: LN_FUSED, RMS_FUSED), dropout with its own generator (dropout.py: BERNOULLI) and the
+ones (fused.py: LN_FUSED, RMS_FUSED), dropout with its own generator (dropout.py: DROPOUT_BERNOULLI) and the
 ``torch`` built-in are the other correct kernels of the corpus.
 """
 

@@ -1,6 +1,6 @@
 """Dropout kernels: a correct inverted dropout with its own generator, and broken ones.
 
-Correct (``BERNOULLI``): keep each element independently with probability 1 - p, drawn from a
+Correct (``DROPOUT_BERNOULLI``): keep each element independently with probability 1 - p, drawn from a
 ``torch.Generator`` seeded with ``seed`` (so the same seed gives the same mask), and scale the kept ones
 by 1/(1 - p):
 
@@ -97,7 +97,7 @@ def _kernel(name: str, description: str, **rule: Callable) -> Kernel:
     return Kernel(name, "dropout", dropout, spec=SPEC + name.upper(), description=" ".join(description.split()))
 
 
-BERNOULLI = _kernel("dropout_bernoulli", "Correct inverted dropout with a seeded generator of its own (control).")
+DROPOUT_BERNOULLI = _kernel("dropout_bernoulli", "Correct inverted dropout, seeded generator of its own (control).")
 DROPOUT_NO_RESCALE = _kernel("dropout_no_rescale", _no_rescale.__doc__, scale=_no_rescale)
 DROPOUT_KEEP_DROP_SWAPPED = _kernel("dropout_keep_drop_swapped", _keep_probability_p.__doc__,
                                     keep_mask=_keep_probability_p)

@@ -1,0 +1,382 @@
+"""The corpus itself, without the conformance suite: every kernel loads from its SPEC, every bug is really
+there (the kernel disagrees with float64 torch where its bug shows), and every broken kernel is minimal
+(it agrees with float64 torch where its bug cannot show), every correct kernel agrees everywhere tried.
+
+References: torch's own layer_norm / rms_norm in float64 on the exact (already rounded) inputs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from corpus import BROKEN, CORPUS, CORRECT
+
+from verify.registry import Kernel, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS_DIR = ROOT / "tests" / "corpus"
+
+
+def kernel(spec: str) -> Kernel:
+    (found,) = resolve(str(ROOT / spec) if spec.startswith("tests/") else spec)
+    return found
+
+
+def corpus_kernel(attr_path: str) -> Kernel:
+    return kernel(f"tests/corpus/{attr_path}")
+
+
+# --- inputs and references --------------------------------------------------------------------------------------
+
+
+def rows(n: int, d: int, mean: float = 0.0, std: float = 1.0, dtype: torch.dtype = torch.float32,
+         seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return (mean + std * torch.randn(n, d, generator=generator, dtype=torch.float64)).to(dtype)
+
+
+def parameters(d: int, seed: int = 1, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    weight = 1.0 + 0.5 * torch.randn(d, generator=generator, dtype=torch.float64)
+    bias = 0.5 * torch.randn(d, generator=generator, dtype=torch.float64)
+    return weight.to(dtype), bias.to(dtype)
+
+
+def _double(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.double()
+
+
+def reference(k: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+              eps: float) -> torch.Tensor:
+    """Float64 torch on the same rounded inputs, with the kernel's declared weight convention."""
+    gamma = None if weight is None else k.weight_offset + _double(weight)
+    if k.kind == "rmsnorm":
+        return F.rms_norm(_double(x), (x.shape[-1],), gamma, eps)
+    return F.layer_norm(_double(x), (x.shape[-1],), gamma, _double(bias), eps)
+
+
+def run(k: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+        eps: float) -> torch.Tensor:
+    return k.fn(x, weight, eps) if k.kind == "rmsnorm" else k.fn(x, weight, bias, eps)
+
+
+def forward_error(k: Kernel, x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> float:
+    """max |kernel - float64 reference| (inf when the kernel returns NaN/inf)."""
+    got = run(k, x, weight, bias, eps).detach().double()
+    error = (got - reference(k, x, weight, bias, eps)).abs()
+    return float("inf") if not bool(torch.isfinite(error).all()) else float(error.max())
+
+
+# --- the manifest -----------------------------------------------------------------------------------------------
+
+CLAIM_ID = re.compile(r"\b(?:ln|rms|dropout)\.[a-z_]+\b")
+
+
+def test_corpus_has_at_least_25_broken_and_5_correct_kernels():
+    assert len(BROKEN) >= 25
+    assert len(CORRECT) >= 5
+    assert len({entry.spec for entry in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda entry: entry.spec)
+def test_every_spec_loads_to_kernels_with_unique_names(entry):
+    kernels = resolve(str(ROOT / entry.spec) if entry.spec.startswith("tests/") else entry.spec)
+    assert kernels and all(isinstance(k, Kernel) for k in kernels)
+    if entry.spec.startswith("tests/"):
+        (k,) = kernels
+        assert k.spec == entry.spec, "the kernel's spec must replay it"
+
+
+def test_kernel_names_are_unique_across_the_corpus():
+    names = [k.name for entry in CORPUS for k in resolve(str(ROOT / entry.spec) if ":" in entry.spec else entry.spec)]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("entry", BROKEN, ids=lambda entry: entry.spec)
+def test_each_broken_kernel_names_exactly_its_expected_claims(entry):
+    """The description (the bug's docstring) names the claims of the manifest, and only claims of its kind."""
+    k = kernel(entry.spec)
+    named = set(CLAIM_ID.findall(k.description))
+    assert entry.expect <= named, f"{k.name}: description does not name {sorted(entry.expect - named)}"
+    assert all(claim.startswith(k.prefix + ".") for claim in entry.expect)
+
+
+def test_every_kernel_in_the_corpus_files_is_in_the_manifest():
+    listed = {entry.spec for entry in CORPUS}
+    for path in sorted(CORPUS_DIR.glob("[!_]*.py")):
+        module_spec = importlib.util.spec_from_file_location(f"corpus_listing_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        for attr, value in vars(module).items():
+            if isinstance(value, Kernel):
+                assert f"tests/corpus/{path.name}:{attr}" in listed, f"{path.name}:{attr} is not in the manifest"
+
+
+def test_the_claims_in_the_manifest_exist():
+    proofs_claims = pytest.importorskip("proofs.claims")
+    unknown = {claim for entry in CORPUS for claim in entry.expect} - set(proofs_claims.CLAIMS)
+    assert not unknown
+
+
+# --- forward bugs: benign where the bug cannot show, wrong where it does -------------------------------------------
+
+# (kernel, benign input, input that shows the bug); each input: (x, weight, bias, eps).
+D = 64
+W, B = parameters(D)
+TYPICAL = (rows(8, D), W, B, 1e-5)
+FORWARD_BUGS = {
+    "statistics.py:LN_ONE_PASS_VARIANCE": (TYPICAL, (rows(8, D, mean=1e4), W, B, 1e-5)),
+    "statistics.py:LN_EPS_OUTSIDE_ROOT": (TYPICAL, (rows(8, D, std=1e-2), W, B, 1e-2)),
+    "statistics.py:LN_UNBIASED_VARIANCE": ((torch.full((2, D), 3.0), W, B, 1e-5), (rows(8, 3), W[:3], B[:3], 1e-5)),
+    "statistics.py:LN_NO_EPS": (TYPICAL, (torch.full((2, D), 3.0), W, B, 1e-5)),
+    "statistics.py:LN_MAX_VARIANCE_EPS": ((rows(8, D), W, B, 1e-12), (rows(8, D), W, B, 1e-2)),
+    "statistics.py:LN_EPS_IGNORED": (TYPICAL, (rows(8, D, std=1e-2), W, B, 1e-2)),
+    "statistics.py:LN_WHOLE_TENSOR_STATISTICS": ((rows(1, D), W, B, 1e-5),
+                                                 (torch.cat([rows(1, D), rows(1, D, mean=5.0, std=3.0)]), W, B, 1e-5)),
+    "statistics.py:LN_ROW_BLOCK_STATISTICS": ((rows(1, D), W, B, 1e-5),
+                                              (torch.cat([rows(1, D), rows(1, D, mean=5.0, std=3.0)]), W, B, 1e-5)),
+    "statistics.py:RMS_CENTRES": ((torch.cat([rows(8, D // 2), -rows(8, D // 2)], -1), W, None, 1e-5),  # mean 0
+                                   (rows(8, D, mean=1.0), W, None, 1e-5)),
+    "statistics.py:RMS_SUM_OF_SQUARES": ((rows(8, 1), W[:1], None, 1e-5), TYPICAL),
+    "statistics.py:RMS_EPS_IGNORED": ((rows(8, D), W, None, 1e-6), (rows(8, D, std=1e-2), W, None, 1e-2)),
+    "statistics.py:RMS_NO_EPS": ((rows(8, D), W, None, 1e-12), (torch.zeros(2, D), W, None, 1e-5)),
+    "statistics.py:RMS_WHOLE_TENSOR_STATISTICS": ((rows(1, D), W, None, 1e-5),
+                                                  (torch.cat([rows(1, D), rows(1, D, std=5.0)]), W, None, 1e-5)),
+    "statistics.py:RMS_GEMMA_OFFSET_MISSING": ((rows(8, D), None, None, 1e-5), (rows(8, D), W, None, 1e-5)),
+    "rows.py:LN_SEQUENCE_FIRST_FLATTEN": ((rows(6, D), W, B, 1e-5), (rows(6, D).reshape(2, 3, D), W, B, 1e-5)),
+    "padded_block.py:LN_PADDED_LANES": ((rows(8, D), W, B, 1e-5), (rows(8, D - 1, mean=1.0), W[:-1], B[:-1], 1e-5)),
+}
+AGREES = 1e-4  # fp32 output vs float64: a correct kernel is within ~1e-6 here
+DISAGREES = 1e-2
+
+
+@pytest.mark.parametrize("attr_path", FORWARD_BUGS)
+def test_forward_bug_is_minimal(attr_path):
+    benign, _ = FORWARD_BUGS[attr_path]
+    assert forward_error(corpus_kernel(attr_path), *benign) < AGREES
+
+
+@pytest.mark.parametrize("attr_path", FORWARD_BUGS)
+def test_forward_bug_shows(attr_path):
+    _, showing = FORWARD_BUGS[attr_path]
+    assert forward_error(corpus_kernel(attr_path), *showing) > DISAGREES
+
+
+def test_one_pass_variance_is_wrong_by_orders_of_magnitude_at_mean_over_std_1e4():
+    x = rows(8, 256, mean=1e4)
+    textbook = forward_error(corpus_kernel("statistics.py:LN_TEXTBOOK"), x)
+    one_pass = forward_error(corpus_kernel("statistics.py:LN_ONE_PASS_VARIANCE"), x)
+    assert one_pass > 1e3 * textbook
+    assert one_pass > 0.1
+
+
+def test_fp16_accumulation_is_wrong_only_for_fp16_and_by_far_more_than_rounding():
+    k = corpus_kernel("statistics.py:LN_STORAGE_DTYPE_ACCUMULATION")
+    textbook = corpus_kernel("statistics.py:LN_TEXTBOOK")
+    x32 = rows(4, 4096, mean=10.0)
+    assert forward_error(k, x32) < AGREES
+    x16 = x32.half()
+    assert forward_error(k, x16) > 10 * forward_error(textbook, x16)
+
+
+def test_eps_outside_the_root_is_far_off_at_small_variance():
+    x = rows(4, D, std=1e-3)
+    assert forward_error(corpus_kernel("statistics.py:LN_EPS_OUTSIDE_ROOT"), x, eps=1e-5) > 0.5
+
+
+def test_row_statistics_bugs_make_rows_depend_on_each_other():
+    x = rows(8, D)
+    changed = x.clone()
+    changed[0] = 7.0 + 3.0 * changed[0]
+    for attr_path in ("statistics.py:LN_WHOLE_TENSOR_STATISTICS", "statistics.py:LN_ROW_BLOCK_STATISTICS",
+                      "statistics.py:RMS_WHOLE_TENSOR_STATISTICS"):
+        k = corpus_kernel(attr_path)
+        assert not torch.equal(run(k, x, W, B, 1e-5)[1], run(k, changed, W, B, 1e-5)[1]), attr_path
+    blocks = corpus_kernel("statistics.py:LN_ROW_BLOCK_STATISTICS")
+    assert torch.equal(run(blocks, x, W, B, 1e-5)[4:], run(blocks, changed, W, B, 1e-5)[4:])
+
+
+def test_nan_row_spreads_only_with_whole_tensor_statistics():
+    x = rows(4, D)
+    x[0, 3] = float("nan")
+    assert torch.isnan(run(corpus_kernel("statistics.py:LN_WHOLE_TENSOR_STATISTICS"), x, W, B, 1e-5)[1]).all()
+    assert torch.isfinite(run(corpus_kernel("statistics.py:LN_TEXTBOOK"), x, W, B, 1e-5)[1]).all()
+
+
+def test_padded_lanes_are_right_exactly_at_powers_of_two():
+    k = corpus_kernel("padded_block.py:LN_PADDED_LANES")
+    for d in (1, 2, 16, 128):
+        assert forward_error(k, rows(3, d, mean=2.0), *parameters(d), 1e-5) < AGREES, d
+    for d in (3, 17, 100):
+        assert forward_error(k, rows(3, d, mean=2.0), *parameters(d), 1e-5) > DISAGREES, d
+
+
+# --- backward bugs ----------------------------------------------------------------------------------------------
+
+
+def gradients(k: Kernel, x: torch.Tensor, weight, bias, eps: float, dy: torch.Tensor) -> dict[str, torch.Tensor]:
+    leaves = {"x": x.clone().requires_grad_(True), "weight": weight.clone().requires_grad_(True)}
+    if k.kind == "layernorm":
+        leaves["bias"] = bias.clone().requires_grad_(True)
+    y = run(k, leaves["x"], leaves["weight"], leaves.get("bias"), eps)
+    return dict(zip(leaves, torch.autograd.grad(y, list(leaves.values()), dy), strict=True))
+
+
+def reference_gradients(k: Kernel, x, weight, bias, eps: float, dy) -> dict[str, torch.Tensor]:
+    leaves = {"x": x.double().clone().requires_grad_(True), "weight": weight.double().clone().requires_grad_(True)}
+    if k.kind == "layernorm":
+        leaves["bias"] = bias.double().clone().requires_grad_(True)
+    y = reference(k, leaves["x"], leaves["weight"], leaves.get("bias"), eps)
+    return dict(zip(leaves, torch.autograd.grad(y, list(leaves.values()), _double(dy)), strict=True))
+
+
+def gradient_errors(k: Kernel, x, weight, bias, eps: float, dy) -> dict[str, float]:
+    got, want = gradients(k, x, weight, bias, eps, dy), reference_gradients(k, x, weight, bias, eps, dy)
+    return {name: float((got[name].double() - want[name]).abs().nan_to_num(float("inf")).max()) for name in want}
+
+
+DY = rows(8, D, seed=5)
+BACKWARD_BUGS = {  # kernel -> the gradients its bug makes wrong (on TYPICAL, with random gamma and beta)
+    "fused.py:LN_BWD_NO_GAMMA": {"x"},
+    "fused.py:LN_BWD_NO_MEAN_TERM": {"x"},
+    "fused.py:LN_BWD_NO_VARIANCE_TERM": {"x"},
+    "fused.py:LN_DGAMMA_FROM_OUTPUT": {"weight"},
+    "fused.py:LN_DGAMMA_MISSING": {"weight"},
+    "fused.py:RMS_BWD_NO_VARIANCE_TERM": {"x"},
+}
+GRADIENT_CONTROLS = ["fused.py:LN_FUSED", "fused.py:RMS_FUSED", "statistics.py:LN_TEXTBOOK",
+                     "statistics.py:RMS_TEXTBOOK", "correct.py:LN_TWO_PASS_FLOAT64", "correct.py:LN_WELFORD",
+                     "correct.py:RMS_TWO_PASS_FLOAT64", "correct.py:RMS_LLAMA", "correct.py:RMS_GEMMA"]
+
+
+@pytest.mark.parametrize("attr_path", GRADIENT_CONTROLS)
+def test_correct_kernels_gradients_match_float64(attr_path):
+    errors = gradient_errors(corpus_kernel(attr_path), *TYPICAL, DY)
+    assert max(errors.values()) < AGREES, errors
+
+
+@pytest.mark.parametrize("attr_path", BACKWARD_BUGS)
+def test_backward_bug_breaks_exactly_its_gradients(attr_path):
+    errors = gradient_errors(corpus_kernel(attr_path), *TYPICAL, DY)
+    wrong = {name for name, error in errors.items() if error > DISAGREES}
+    assert wrong == BACKWARD_BUGS[attr_path], errors
+    assert all(errors[name] < AGREES for name in errors.keys() - wrong), errors
+
+
+def test_xhat_from_output_is_right_for_nonzero_gamma_and_breaks_at_gamma_zero():
+    k = corpus_kernel("fused.py:LN_BWD_XHAT_FROM_OUTPUT")
+    assert max(gradient_errors(k, *TYPICAL, DY).values()) < AGREES
+    x, weight, bias, eps = TYPICAL
+    zeroed = weight.clone()
+    zeroed[::4] = 0.0
+    assert gradient_errors(k, x, zeroed, bias, eps, DY)["weight"] == float("inf")
+
+
+def test_gradient_identities_broken_by_the_missing_terms():
+    """Row sum of dx is 0 for LN with constant gamma; x . dx = 0 at eps = 0 (scale invariance)."""
+    x, _, bias, _ = TYPICAL
+    ones = torch.ones(D)
+    for attr_path, identity in (("fused.py:LN_BWD_NO_MEAN_TERM", "sum"), ("fused.py:LN_BWD_NO_VARIANCE_TERM", "dot"),
+                                ("fused.py:LN_FUSED", "sum"), ("fused.py:LN_FUSED", "dot")):
+        dx = gradients(corpus_kernel(attr_path), x, ones, bias, 0.0, DY)["x"]
+        value = dx.sum(-1) if identity == "sum" else (x * dx).sum(-1)
+        broken = attr_path != "fused.py:LN_FUSED"
+        assert (float(value.abs().max()) > DISAGREES) == broken, (attr_path, identity)
+
+
+# --- layout and buffers ------------------------------------------------------------------------------------------
+
+
+def test_strides_ignored_is_right_for_contiguous_and_wrong_for_a_transposed_input():
+    for attr_path in ("fused.py:LN_STRIDES_IGNORED", "fused.py:RMS_STRIDES_IGNORED"):
+        k = corpus_kernel(attr_path)
+        x = rows(D, 8).t()
+        assert forward_error(k, x.contiguous(), W, B) < AGREES
+        assert forward_error(k, x, W, B) > DISAGREES
+
+
+def test_upstream_strides_ignored_is_wrong_only_for_a_non_contiguous_upstream_gradient():
+    k = corpus_kernel("fused.py:LN_UPSTREAM_STRIDES_IGNORED")
+    dy = rows(D, 8, seed=5).t()
+    assert max(gradient_errors(k, *TYPICAL, dy.contiguous()).values()) < AGREES
+    assert gradient_errors(k, *TYPICAL, dy)["x"] > DISAGREES
+
+
+@pytest.mark.parametrize("attr_path", ["fused.py:LN_INPUT_OVERWRITTEN", "fused.py:RMS_INPUT_OVERWRITTEN"])
+def test_input_overwritten_writes_x_but_computes_the_right_values(attr_path):
+    k = corpus_kernel(attr_path)
+    x, weight, bias, eps = TYPICAL
+    given = x.clone()
+    y = run(k, given, weight, bias, eps)
+    assert not torch.equal(given, x)
+    assert float((y.double() - reference(k, x, weight, bias, eps)).abs().max()) < AGREES
+    got = gradients(k, x, weight, bias, eps, DY)
+    want = reference_gradients(k, x, weight, bias, eps, DY)
+    assert max(float((got[name].double() - want[name]).abs().max()) for name in want) < AGREES
+
+
+def test_upstream_overwritten_writes_dy_but_dx_is_right():
+    k = corpus_kernel("fused.py:LN_UPSTREAM_OVERWRITTEN")
+    x, weight, bias, eps = TYPICAL
+    dy = DY.clone()
+    got = gradients(k, x, weight, bias, eps, dy)
+    assert torch.allclose(dy, DY * weight)
+    want = reference_gradients(k, x, weight, bias, eps, DY)
+    assert float((got["x"].double() - want["x"]).abs().max()) < AGREES
+
+
+# --- dropout ----------------------------------------------------------------------------------------------------
+
+X = rows(64, 256, mean=1.0, seed=3)
+
+
+def dropout(attr_path: str, x: torch.Tensor = X, p: float = 0.2, seed: int = 11) -> torch.Tensor:
+    return corpus_kernel(attr_path).fn(x.clone(), p, seed)
+
+
+def kept(y: torch.Tensor) -> torch.Tensor:
+    return y != 0
+
+
+def test_bernoulli_dropout_is_deterministic_scaled_and_keeps_1_minus_p():
+    y = dropout("dropout.py:DROPOUT_BERNOULLI")
+    assert torch.equal(y, dropout("dropout.py:DROPOUT_BERNOULLI"))
+    assert not torch.equal(y, dropout("dropout.py:DROPOUT_BERNOULLI", seed=12))
+    assert torch.allclose(y[kept(y)], X[kept(y)] / 0.8)
+    assert abs(float(kept(y).double().mean()) - 0.8) < 0.01  # 16384 draws: sd 0.003
+    assert torch.equal(dropout("dropout.py:DROPOUT_BERNOULLI", p=1.0), torch.zeros_like(X))
+    assert torch.equal(dropout("dropout.py:DROPOUT_BERNOULLI", p=0.0), X)
+
+
+def test_dropout_without_rescale_keeps_x_unscaled():
+    y = dropout("dropout.py:DROPOUT_NO_RESCALE")
+    assert torch.equal(y[kept(y)], X[kept(y)])
+
+
+def test_dropout_keep_drop_swapped_keeps_p():
+    y = dropout("dropout.py:DROPOUT_KEEP_DROP_SWAPPED")
+    assert abs(float(kept(y).double().mean()) - 0.2) < 0.01
+    assert torch.allclose(y[kept(y)], X[kept(y)] / 0.8)
+
+
+def test_dropout_seed_ignored_changes_between_calls():
+    assert not torch.equal(dropout("dropout.py:DROPOUT_SEED_IGNORED"), dropout("dropout.py:DROPOUT_SEED_IGNORED"))
+
+
+def test_dropout_mask_per_row_drops_whole_rows_at_the_right_rate():
+    y = dropout("dropout.py:DROPOUT_MASK_PER_ROW", x=rows(4096, 8, mean=1.0, seed=3))
+    per_row = kept(y).all(-1) | (~kept(y)).all(-1)
+    assert per_row.all()
+    assert abs(float(kept(y).double().mean()) - 0.8) < 0.02  # 4096 rows: sd 0.006
+
+
+def test_dropout_input_overwritten_writes_x():
+    x = X.clone()
+    y = corpus_kernel("dropout.py:DROPOUT_INPUT_OVERWRITTEN").fn(x, 0.2, 11)
+    assert torch.equal(y, dropout("dropout.py:DROPOUT_BERNOULLI"))
+    assert not torch.equal(x, X)
