@@ -1,0 +1,77 @@
+"""Assembling the report document and writing it (atomically) with its figures."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from verify.latex import compile_pdf
+from verify.report.claims import claim_section, theory_verdicts
+from verify.report.model import Report, arrange, check_results
+from verify.report.tables import runs_table, summary_table
+from verify.report.texify import escape
+
+TEX_NAME = "report.tex"
+FIGURE_DIR = "figures"
+PREAMBLE = r"""\documentclass[10pt,a4paper]{article}
+\usepackage[margin=2cm]{geometry}
+\usepackage[T1]{fontenc}
+\usepackage{lmodern}
+\usepackage{amsmath,amssymb}
+\usepackage{array,booktabs,longtable}
+\usepackage{graphicx,float}
+\usepackage{fancyvrb}
+\usepackage[dvipsnames]{xcolor}
+\usepackage[hidelinks]{hyperref}
+\setlength{\parindent}{0pt}
+\setlength{\parskip}{4pt}
+\setlength{\emergencystretch}{3em}
+"""
+
+
+def write_report(results: dict | Sequence[dict], out_dir: Path, pdf: bool = False) -> Path:
+    """Write ``out_dir/report.tex`` (and its figures) from one results document, or several side by side.
+
+    Returns the .tex path, or the compiled PDF's path when ``pdf`` is true. Raises UsageError when a
+    document is not a ``normverify.results/1`` document, ``verify.latex.LatexError`` when pdflatex fails.
+    """
+    documents = [results] if isinstance(results, dict) else list(results)
+    for number, document in enumerate(documents, 1):
+        check_results(document, f"results document {number}")
+    out_dir = Path(out_dir)
+    figure_dir = out_dir / FIGURE_DIR
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    tex = out_dir / TEX_NAME
+    _write_atomically(tex, render(arrange(documents), out_dir, figure_dir))
+    return compile_pdf(tex) if pdf else tex
+
+
+def render(report: Report, out_dir: Path, figure_dir: Path) -> str:
+    """The whole LaTeX document of ``report``; figures are written into ``figure_dir``."""
+    kernels = ", ".join(column.label for column in report.columns) or "no kernel"
+    incomplete = [column.label for column in report.columns if not column.complete]
+    parts = [PREAMBLE, rf"\title{{normverify conformance report: {escape(kernels)}}}",
+             r"\date{}", r"\begin{document}", r"\maketitle", r"\section*{Runs}", runs_table(report)]
+    if incomplete:
+        parts.append(rf"\textbf{{Incomplete:}} the run of {escape(', '.join(incomplete))} was interrupted; "
+                     r"the results below are what it finished.")
+    parts += [r"\section*{Summary}",
+              r"Status per claim and kernel; ``ratio'' is the worst measured error divided by the derived bound "
+              r"(above 1 is a violation). ``theory'' is the derivation's verdict.",
+              summary_table(report, theory_verdicts()), r"\clearpage"]
+    parts += [claim_section(report, claim, out_dir, figure_dir) for claim in report.claims]
+    parts.append(r"\end{document}")
+    return "\n".join(parts) + "\n"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,138 @@
+"""Results documents (docs/ARCHITECTURE.md, "Results JSON") read, checked and arranged claim x kernel.
+
+One column per kernel SPEC of every document given (a SPEC such as ``torch`` covers its
+layernorm, rmsnorm and dropout kernels: a claim's prefix says which one answered it); one row per
+claim id, in the order of ``proofs.claims.CLAIMS``. A cell joins every result of that claim and
+SPEC: the worst status, the largest error/bound ratio, the examples summed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verify.errors import UsageError
+
+SCHEMA = "normverify.results/1"
+# Worst first: the status a cell shows is the first of these among its results.
+STATUS_ORDER = ("error", "failed", "xpassed", "xfailed", "passed", "skipped")
+
+
+@dataclass
+class Column:
+    """One kernel SPEC of one results document."""
+
+    label: str
+    spec: str
+    environment: dict
+    kernels: list[dict]
+    complete: bool
+
+
+@dataclass
+class Cell:
+    """Every result of one claim for one column."""
+
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        statuses = {r.get("status", "error") for r in self.records}
+        return next((s for s in STATUS_ORDER if s in statuses), "error")
+
+    @property
+    def worst_ratio(self) -> float | None:
+        ratios = [r["worst_ratio"] for r in self.records if r.get("worst_ratio") is not None]
+        return max(ratios) if ratios else None
+
+    @property
+    def examples(self) -> int:
+        return sum(int(r.get("examples") or 0) for r in self.records)
+
+
+@dataclass
+class Report:
+    columns: list[Column]
+    claims: list[str]
+    cells: dict[tuple[str, int], Cell]
+
+    def cell(self, claim: str, column: int) -> Cell | None:
+        return self.cells.get((claim, column))
+
+
+def load_results(path: Path) -> dict:
+    """The results document at ``path``; a UsageError (one line) when it is missing or not one."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"no such results file: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}); "
+                         "was the run that wrote it killed before it finished?") from None
+    check_results(document, str(path))
+    return document
+
+
+def check_results(document: object, source: str = "results") -> None:
+    """Raise a UsageError unless ``document`` has the shape of a ``normverify.results/1`` document."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        found = document.get("schema") if isinstance(document, dict) else type(document).__name__
+        raise UsageError(f"{source} is not a normverify results document (schema {found!r}, expected {SCHEMA!r})")
+    for key, kind in (("results", list), ("kernels", list)):
+        if not isinstance(document.get(key, []), kind):
+            raise UsageError(f"{source}: {key!r} must be a list")
+    for number, result in enumerate(document.get("results", []), 1):
+        if not isinstance(result, dict) or not result.get("claim") or not result.get("kernel"):
+            raise UsageError(f"{source}: result {number} has no claim or kernel")
+
+
+def claim_order() -> list[str]:
+    """Claim ids in the order proofs lists them (empty when proofs has none yet)."""
+    try:
+        from proofs.claims import CLAIMS
+    except ImportError:
+        return []
+    return list(CLAIMS)
+
+
+def arrange(documents: Sequence[dict]) -> Report:
+    """The claim x SPEC grid of ``documents`` (each already checked)."""
+    columns: list[Column] = []
+    cells: dict[tuple[str, int], Cell] = {}
+    for document in documents:
+        spec_of = {k.get("name"): k.get("spec") or k.get("name") for k in document.get("kernels", [])}
+        first_column = len(columns)
+        for result in document.get("results", []):
+            spec = result.get("spec") or spec_of.get(result["kernel"], result["kernel"])
+            index = _column_index(columns, first_column, spec, document)
+            cells.setdefault((result["claim"], index), Cell()).records.append(result)
+        for kernel in document.get("kernels", []):
+            _column_index(columns, first_column, kernel.get("spec") or kernel.get("name"), document)
+    _label_columns(columns)
+    known = claim_order()
+    present = {claim for claim, _ in cells}
+    claims = [c for c in known if c in present] + sorted(present - set(known))
+    return Report(columns, claims, cells)
+
+
+def _column_index(columns: list[Column], first: int, spec: str, document: dict) -> int:
+    for index in range(first, len(columns)):
+        if columns[index].spec == spec:
+            return index
+    kernels = [k for k in document.get("kernels", []) if (k.get("spec") or k.get("name")) == spec]
+    columns.append(Column(spec, spec, document.get("environment", {}), kernels, bool(document.get("complete"))))
+    return len(columns) - 1
+
+
+def _label_columns(columns: list[Column]) -> None:
+    """A SPEC that appears in several documents gets its run number appended: ``torch (2)``."""
+    seen: dict[str, int] = {}
+    for column in columns:
+        seen[column.spec] = seen.get(column.spec, 0) + 1
+        if seen[column.spec] > 1:
+            column.label = f"{column.spec} ({seen[column.spec]})"

@@ -1,0 +1,143 @@
+"""The report's figures (matplotlib, vector PDF), drawn from the ``points`` of the results.
+
+Which figure a claim gets follows from the keys its points carry (docs/ARCHITECTURE.md):
+
+    sigma2, measured, derived, bound   measured ||J||_2 against sigma^2, the derived curve, the 1/sqrt(eps) bound
+    kappa, ratio                       error/bound ratio against the row's condition number (1 = the bound)
+    p, d, measured, predicted          dropout's variance bias, normalized by (v + mu^2), against p, with
+                                       the formula p(d-1)/(d(1-p)) from proofs.oracles
+
+Each figure has one panel per kernel column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+Series = tuple[str, list[dict]]  # (kernel column label, its points)
+PANELS_PER_ROW = 3
+TINY_RATIO = 1e-6  # ratios of exactly 0 are drawn here on the log axis
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A figure kind: the point keys it needs, how it draws one panel, its caption."""
+
+    name: str
+    keys: frozenset[str]
+    draw: Callable[[Axes, list[dict]], None]
+    caption: str
+
+
+def _with_keys(points: list[dict], keys: frozenset[str]) -> list[dict]:
+    return [p for p in points if keys <= p.keys() and all(p[k] is not None for k in keys)]
+
+
+def _colors() -> list[str]:
+    return mpl.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def _groups(points: list[dict], key: str) -> dict:
+    groups: dict = {}
+    for point in points:
+        groups.setdefault(point[key], []).append(point)
+    return dict(sorted(groups.items(), key=lambda item: str(item[0])))
+
+
+def _draw_spectral(ax: Axes, points: list[dict]) -> None:
+    for color, (eps, group) in zip(_colors(), _groups(points, "eps").items(),
+                                   strict=False):
+        group = sorted(group, key=lambda p: p["sigma2"])
+        sigma2 = [p["sigma2"] for p in group]
+        ax.plot(sigma2, [p["derived"] for p in group], "-", color=color, lw=1, label=f"derived, eps={eps:.0e}")
+        ax.plot(sigma2, [p["measured"] for p in group], "o", mfc="none", ms=3.5, color=color,
+                label=f"measured, eps={eps:.0e}")
+        ax.plot(sigma2, [p["bound"] for p in group], "--", color=color, lw=0.8, label=f"1/sqrt(eps), eps={eps:.0e}")
+    ax.set(xscale="log", yscale="log", xlabel=r"row variance $\sigma^2$", ylabel=r"$\Vert J \Vert_2$")
+
+
+def _draw_ratio(ax: Axes, points: list[dict]) -> None:
+    by_dtype = _groups([{**p, "dtype": p.get("dtype", "?")} for p in points], "dtype")
+    for marker, (dtype, group) in zip("os^vD<>", by_dtype.items(), strict=False):
+        ax.plot([p["kappa"] for p in group], [max(p["ratio"], TINY_RATIO) for p in group], marker, ms=3,
+                mfc="none", label=str(dtype).removeprefix("torch."))
+    ax.axhline(1.0, color="black", lw=0.8, ls="--", label="bound (ratio 1)")
+    ax.set(xscale="log", yscale="log", xlabel=r"condition number $\kappa$ of the row", ylabel="error / bound")
+
+
+def _second_moment(point: dict, per_unit: float) -> float:
+    """v + mu^2 of the example: recorded, else recovered from predicted = per_unit * (v + mu^2)."""
+    if "var" in point and "mean" in point:
+        return point["var"] + point["mean"] ** 2
+    return point["predicted"] / per_unit if per_unit else float("nan")
+
+
+def _draw_dropout(ax: Axes, points: list[dict]) -> None:
+    from proofs.oracles import dropout_variance_bias
+
+    def per_unit(p: float, d: int) -> float:
+        """The formula with v + mu^2 = 1: the bias per unit of second moment."""
+        return float(dropout_variance_bias(p, d, 1.0, 0.0))
+
+    for color, (d, group) in zip(_colors(), _groups(points, "d").items(),
+                                 strict=False):
+        normalized = [p["measured"] / _second_moment(p, per_unit(p["p"], d)) for p in group]
+        ax.plot([p["p"] for p in group], normalized, "o", ms=3, mfc="none", color=color, label=f"measured, d={d}")
+        grid = np.linspace(0.0, max(p["p"] for p in group), 60)
+        ax.plot(grid, [per_unit(q, d) for q in grid], "-", lw=1, color=color, label=f"p(d-1)/(d(1-p)), d={d}")
+    ax.set(xlabel="drop probability p", ylabel=r"bias / $(v+\mu^2)$")
+
+
+PLOTS = (
+    Plot("spectral", frozenset({"sigma2", "eps", "measured", "derived", "bound"}), _draw_spectral,
+         r"Measured spectral norm $\|J\|_2$ of the Jacobian (circles) against the row variance $\sigma^2$, "
+         r"the derived value (line) and the $1/\sqrt{\varepsilon}$ bound (dashed)."),
+    Plot("ratio", frozenset({"kappa", "ratio"}), _draw_ratio,
+         r"Error divided by the derived bound against the row's condition number $\kappa$; "
+         r"a point above the dashed line at 1 is a violation."),
+    Plot("dropout", frozenset({"p", "d", "measured", "predicted"}), _draw_dropout,
+         r"Dropout's measured variance bias per unit of second moment $v+\mu^2$ (circles) against $p$, "
+         r"with the derived $p(d-1)/(d(1-p))$ (lines)."),
+)
+
+
+def figures(claim: str, series: Sequence[Series], out_dir: Path) -> list[tuple[Path, str]]:
+    """Every figure the points of ``claim`` support, written as PDF into ``out_dir``: (path, caption) pairs."""
+    made = []
+    for plot in PLOTS:
+        panels = [(label, _with_keys(points, plot.keys)) for label, points in series]
+        panels = [(label, points) for label, points in panels if points]
+        if not panels:
+            continue
+        path = Path(out_dir) / f"{claim.replace('.', '-').replace('_', '-')}-{plot.name}.pdf"
+        _draw_panels(panels, plot.draw, path)
+        made.append((path, plot.caption))
+    return made
+
+
+def _draw_panels(panels: list[tuple[str, list[dict]]], draw: Callable[[Axes, list[dict]], None], path: Path) -> None:
+    """One panel per kernel on shared axes (so kernels compare at a glance), one legend for all below them."""
+    columns = min(len(panels), PANELS_PER_ROW)
+    rows = -(-len(panels) // columns)
+    with mpl.rc_context({"font.size": 8, "legend.fontsize": 7, "pdf.fonttype": 42}):
+        fig = Figure(figsize=(6.4, 2.3 * rows + 0.5), layout="constrained")
+        axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
+        legend: dict = {}
+        for ax, (label, points) in zip(axes.flat, panels, strict=False):
+            draw(ax, points)
+            ax.set_title(label, fontsize=8)
+            ax.grid(True, which="major", lw=0.3, alpha=0.5)
+            ax.label_outer()
+            legend.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+        for ax in axes.flat[len(panels):]:
+            ax.set_visible(False)
+        fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=min(len(legend), 3),
+                   frameon=False)
+        fig.savefig(path, format="pdf")

@@ -1,0 +1,107 @@
+"""The report's two tables: the runs (one column per kernel SPEC) and the claim x kernel summary.
+
+Both are longtables in small print whose column widths are shares of the line width, so many
+kernels still fit across the page and many claims continue over pages.
+"""
+
+from __future__ import annotations
+
+from verify.report.model import Cell, Column, Report
+from verify.report.texify import escape, number
+
+STATUS_COLORS = {"passed": "ForestGreen", "failed": "BrickRed", "error": "BurntOrange", "xfailed": "NavyBlue",
+                 "xpassed": "Plum", "skipped": "Gray"}
+ENVIRONMENT_FIELDS = (  # (label, key of the results' "environment")
+    ("device", "device"), ("profile", "profile"), ("suite commit", "commit"), ("date", "date"),
+    ("normverify", "normverify"), ("python", "python"), ("torch", "torch"), ("triton", "triton"),
+    ("hypothesis", "hypothesis"),
+)
+
+
+def _kernels(column: Column) -> str:
+    """The kinds a SPEC provides, with the kernel's name where it is not SPEC:KIND and its weight convention."""
+    described = []
+    for kernel in column.kernels:
+        text = kernel.get("kind", "?")
+        if kernel.get("name") != f"{column.spec}:{text}":
+            text += f" ({kernel.get('name')})"
+        if kernel.get("weight_offset"):
+            text += f", weight offset {kernel['weight_offset']:g}"
+        if (kernel.get("capabilities") or {}).get("backward") is False:
+            text += ", no backward"
+        described.append(text)
+    return "; ".join(described) or "--"
+
+
+RUN_FIELDS = (
+    ("kernels", _kernels),
+    ("dtypes", lambda c: ", ".join(_dtypes(c)) or "--"),
+    *((label, lambda c, key=key: str(c.environment.get(key) or "--")) for label, key in ENVIRONMENT_FIELDS),
+    ("run complete", lambda c: "yes" if c.complete else "NO: interrupted, partial results"),
+)
+
+
+def _dtypes(column: Column) -> list[str]:
+    found: list[str] = []
+    for kernel in column.kernels:
+        for dtype in (kernel.get("capabilities") or {}).get("dtypes") or []:
+            name = str(dtype).removeprefix("torch.")
+            if name not in found:
+                found.append(name)
+    return found
+
+
+def _widths(label_share: float, columns: int) -> tuple[str, str]:
+    """Column specs: a label column taking ``label_share`` of the line, the rest shared by ``columns``."""
+    rest = (0.98 - label_share) / max(columns, 1)
+    cell = rf">{{\raggedright\arraybackslash}}p{{\dimexpr {rest:.3f}\linewidth-2\tabcolsep\relax}}"
+    label = rf">{{\raggedright\arraybackslash}}p{{\dimexpr {label_share:.3f}\linewidth-2\tabcolsep\relax}}"
+    return label, cell
+
+
+def runs_table(report: Report) -> str:
+    """Header: what every run shared (versions, device, profile, commit, date) once, then what differs per kernel."""
+    values = {label: [read(c) for c in report.columns] for label, read in RUN_FIELDS}
+    shared = [label for label, found in values.items() if label != "kernels" and len(set(found)) == 1]
+    lines = [r"{\small", r"\begin{tabular}{@{}ll@{}}"]
+    lines += [rf"{escape(label)} & {escape(values[label][0], breakable=False)} \\" for label in shared]
+    lines += [r"\end{tabular}}", ""]
+    label, cell = _widths(0.16, len(report.columns))
+    lines += [r"{\footnotesize\setlength{\tabcolsep}{3pt}",
+              rf"\begin{{longtable}}{{{label}{cell * len(report.columns)}}}", r"\toprule",
+              "kernel & " + " & ".join(rf"\textbf{{{escape(c.label)}}}" for c in report.columns) + r" \\",
+              r"\midrule"]
+    for name, found in values.items():
+        if name not in shared:
+            lines.append(f"{escape(name)} & " + " & ".join(escape(value) for value in found) + r" \\")
+    lines += [r"\bottomrule", r"\end{longtable}}", ""]
+    return "\n".join(lines)
+
+
+def verdict_word(status: str) -> str:
+    return rf"\textcolor{{{STATUS_COLORS.get(status, 'black')}}}{{\textbf{{{escape(status)}}}}}"
+
+
+def verdict(cell: Cell | None) -> str:
+    """A colored status word with the worst error/bound ratio under it; '--' when the kernel never ran the claim."""
+    if cell is None:
+        return r"\textcolor{Gray}{--}"
+    text = verdict_word(cell.status)
+    if cell.worst_ratio is not None:
+        text += rf"\newline ratio {number(cell.worst_ratio)}"
+    return text
+
+
+def summary_table(report: Report, theory: dict[str, str]) -> str:
+    """Claim x kernel: the derivation's verdict, then each kernel's status and worst error/bound ratio."""
+    label, cell = _widths(0.30, len(report.columns) + 1)
+    head = ("claim & theory & " + " & ".join(rf"\textbf{{{escape(c.label)}}}" for c in report.columns) + r" \\")
+    lines = [r"{\footnotesize\setlength{\tabcolsep}{3pt}",
+             rf"\begin{{longtable}}{{{label}{cell * (len(report.columns) + 1)}}}", r"\toprule", head, r"\midrule",
+             r"\endfirsthead", r"\toprule", head, r"\midrule", r"\endhead", r"\bottomrule", r"\endfoot"]
+    for claim in report.claims:
+        cells = " & ".join(verdict(report.cell(claim, i)) for i in range(len(report.columns)))
+        lines.append(rf"\hyperref[claim:{claim}]{{{escape(claim)}}} & {escape(theory.get(claim, 'unknown claim'))}"
+                     rf" & {cells} \\")
+    lines += [r"\end{longtable}}", ""]
+    return "\n".join(lines)
