@@ -7,6 +7,8 @@ column strides of what they read, so sliced and transposed inputs need no copy i
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 
@@ -50,7 +52,7 @@ def as_rows(x: torch.Tensor) -> torch.Tensor:
     """``x`` as ``[n, d]``: a view when possible (no copy, never written)."""
     if x.dim() == 0:
         raise ValueError("a norm needs at least one dimension; got a 0-d tensor")
-    return x.reshape(-1, x.shape[-1])
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
 def block_size(n_cols: int) -> int:

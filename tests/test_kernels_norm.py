@@ -1,0 +1,194 @@
+"""Our Triton LayerNorm/RMSNorm (kernels/) on the CPU through the interpreter, against float64 torch.
+
+The reference is computed in float64 on the exact (already rounded) inputs the kernel received. The
+tolerance is derived from the dtypes: the output is rounded once to storage (u_out relative), and the
+float32 statistics and sums add a few u_acc times log2(d) relative to the row's scale (the inputs
+here are well conditioned: standard normal rows, so the condition number is ~1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels import norm
+
+U = {torch.float32: 2.0**-24, torch.float16: 2.0**-11}
+U_ACC = 2.0**-24
+WIDTHS = (1, 2, 3, 7, 1000, 4097)
+
+
+def reference(kind: str, x, weight, bias, eps, dy):
+    """(y, dx, dweight, dbias) in float64 by autograd through torch's own norms."""
+    x64 = x.detach().double().requires_grad_()
+    w64 = None if weight is None else weight.detach().double().requires_grad_()
+    b64 = None if bias is None else bias.detach().double().requires_grad_()
+    d = x.shape[-1]
+    y = F.layer_norm(x64, (d,), w64, b64, eps) if kind == "layernorm" else F.rms_norm(x64, (d,), w64, eps)
+    wanted = [t for t in (x64, w64, b64) if t is not None]
+    grads = iter(torch.autograd.grad(y, wanted, dy.double()))
+    return (y.detach(), next(grads), *(next(grads) if t is not None else None for t in (w64, b64)))
+
+
+def scales(kind: str, x, weight, bias, eps, dy) -> dict[str, torch.Tensor]:
+    """The magnitude of the terms each result is summed from (float64), which rounding errors scale with."""
+    x, dy = x.double(), dy.double()
+    w = torch.ones(x.shape[-1], dtype=torch.float64) if weight is None else weight.double()
+    b = torch.zeros_like(w) if bias is None else bias.double()
+    mean = x.mean(-1, keepdim=True) if kind == "layernorm" else torch.zeros_like(x[..., :1])
+    rstd = ((x - mean).square().mean(-1, keepdim=True) + eps).rsqrt()
+    # |x - mean| before the cancellation: (|x| + |mean|) * rstd is ~ the row's condition number (|mean|/std)
+    xhat = (x.abs() + mean.abs()) * rstd
+    g = (dy * w).abs().amax(-1, keepdim=True)
+    rows = (-1, x.shape[-1])
+    return {"y": (w.abs() * xhat + b.abs()).amax(-1, keepdim=True),
+            "dx": rstd * g * (2 + xhat.amax(-1, keepdim=True).square()),
+            "dweight": (dy.abs() * xhat).reshape(rows).sum(0),
+            "dbias": dy.abs().reshape(rows).sum(0)}
+
+
+def assert_close(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor, what: str) -> None:
+    """|got - ref| <= 2 u_out |ref| + (u_out + 8 u_acc log2(2d)) * scale (rounding to storage; float32 sums)."""
+    d = ref.shape[-1]
+    err = (got.double() - ref).abs()
+    bound = 2 * U[dtype] * ref.abs() + (U[dtype] + 8 * U_ACC * math.log2(2 * d)) * scale
+    worst = (err / bound).max().item()
+    assert worst <= 1.0, f"{what}: error/bound = {worst:.3g} (max error {err.max().item():.3g})"
+
+
+def run(kind: str, x, weight, bias, eps, dy, block=None):
+    if kind == "layernorm":
+        y, mean, rstd = norm.forward(x, weight, bias, eps, rms=False, block=block)
+    else:
+        y, mean, rstd = norm.forward(x, weight, None, eps, rms=True, block=block)
+    dx, dw, db = norm.backward(dy, x, weight, mean, rstd, rms=kind == "rmsnorm", need_dw=weight is not None,
+                               need_db=bias is not None, block=block)
+    return y, dx, dw, db
+
+
+def check(kind, x, weight, bias, eps, dy, block=None):
+    dtype = x.dtype
+    bias = bias if kind == "layernorm" else None
+    y, dx, dw, db = run(kind, x, weight, bias, eps, dy, block)
+    ry, rdx, rdw, rdb = reference(kind, x, weight, bias, eps, dy)
+    scale = scales(kind, x, weight, bias, eps, dy)
+    assert y.shape == x.shape and y.dtype == dtype and dx.shape == x.shape and dx.dtype == dtype
+    assert_close(y, ry, dtype, scale["y"], "y")
+    assert_close(dx, rdx, dtype, scale["dx"], "dx")
+    if weight is not None:
+        assert dw.dtype == weight.dtype
+        assert_close(dw, rdw, dtype, scale["dweight"], "dweight")
+    if bias is not None:
+        assert_close(db, rdb, dtype, scale["dbias"], "dbias")
+
+
+def make(shape, dtype, seed=0, affine=True):
+    g = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    x = torch.randn(shape, generator=g).to(dtype)
+    weight = (1 + 0.5 * torch.randn(d, generator=g)).to(dtype) if affine else None
+    bias = torch.randn(d, generator=g).to(dtype) if affine else None
+    dy = torch.randn(shape, generator=g).to(dtype)
+    return x, weight, bias, dy
+
+
+KINDS = pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+
+
+@pytest.mark.claim("ln.forward")
+@KINDS
+@DTYPES
+@pytest.mark.parametrize("d", WIDTHS)
+def test_forward_and_backward_2d(kind, dtype, d):
+    x, weight, bias, dy = make((5, d), dtype, seed=d)
+    check(kind, x, weight, bias, 1e-5, dy)
+
+
+@KINDS
+@DTYPES
+@pytest.mark.parametrize("d", (3, 1000))
+def test_forward_and_backward_3d(kind, dtype, d):
+    x, weight, bias, dy = make((2, 3, d), dtype, seed=d + 1)
+    check(kind, x, weight, bias, 1e-5, dy)
+
+
+@KINDS
+@pytest.mark.parametrize(("d", "block"), [(7, 4), (1000, 128), (4097, 1024)])
+def test_rows_wider_than_one_block_merge_blocks(kind, d, block):
+    """Multi-block path (Chan merge of per-block statistics; column-parallel dgamma/dbeta) at small cost."""
+    x, weight, bias, dy = make((6, d), torch.float32, seed=d)
+    check(kind, x + 3.0, weight, bias, 1e-5, dy, block=block)
+
+
+@KINDS
+def test_without_weight_and_bias(kind):
+    x, _, _, dy = make((4, 33), torch.float32, affine=False)
+    check(kind, x, None, None, 1e-5, dy)
+
+
+@KINDS
+@pytest.mark.parametrize("layout", ["column-stride", "transposed", "permuted-3d"])
+def test_strided_inputs_and_upstream_gradients(kind, layout):
+    base, weight, bias, _ = make((8, 66), torch.float32, seed=3)
+    if layout == "column-stride":
+        x, dy = base[:, ::2], torch.randn(8, 66)[:, 1::2]
+        weight, bias = weight[:33], bias[:33]
+    elif layout == "transposed":
+        x, dy = base.t().contiguous().t(), torch.randn(66, 8).t()
+    else:
+        x, dy = torch.randn(6, 4, 2, 66).permute(2, 1, 0, 3)[:, ::2], torch.randn(66, 2, 2, 6).permute(1, 2, 3, 0)
+    assert not x.is_contiguous() and not dy.is_contiguous()
+    before = (x.clone(), dy.clone())
+    check(kind, x, weight, bias, 1e-5, dy)
+    assert torch.equal(x, before[0]) and torch.equal(dy, before[1]), "inputs were written"
+
+
+@pytest.mark.claim("ln.special_inputs")
+def test_large_mean_over_std_in_float32():
+    """Rows with |mean|/std = 1e4: a one-pass E[x^2] - E[x]^2 loses all digits; two-pass + Chan does not."""
+    g = torch.Generator().manual_seed(5)
+    x = (1e4 + torch.randn(4, 3000, generator=g)).float()
+    for block in (None, 256):
+        y, _, _ = norm.forward(x, None, None, 1e-5, rms=False, block=block)
+        ref = F.layer_norm(x.double(), (3000,), eps=1e-5)
+        kappa = 1e4
+        # The mean is held in float32: |x - mean| is off by ~ u |mean|, i.e. u * kappa in units of std.
+        assert (y.double() - ref).abs().max().item() < 4 * U_ACC * kappa
+
+
+def test_constant_rows_give_the_bias():
+    x = torch.full((3, 10), 7.25)
+    bias = torch.arange(10.0)
+    y, _, _ = norm.forward(x, torch.ones(10), bias, 1e-5, rms=False)
+    assert torch.equal(y, bias.expand(3, 10))
+
+
+def test_zero_size_inputs():
+    for shape in [(0, 8), (3, 0), (2, 0, 5)]:
+        x = torch.randn(shape, requires_grad=True)
+        w = torch.ones(shape[-1], requires_grad=True)
+        b = torch.zeros(shape[-1], requires_grad=True)
+        y = kernels.layer_norm(x, w, b, 1e-5)
+        assert y.shape == x.shape
+        y.sum().backward()
+        assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros_like(w))
+
+
+def test_nan_stays_in_its_row():
+    x = torch.randn(3, 16)
+    x[1, 4] = float("nan")
+    y, _, _ = norm.forward(x, None, None, 1e-5, rms=False)
+    assert torch.isnan(y[1]).all() and torch.isfinite(y[[0, 2]]).all()
+
+
+def test_forward_does_not_write_its_inputs():
+    x, weight, bias, dy = make((4, 100), torch.float16)
+    saved = [t.clone() for t in (x, weight, bias, dy)]
+    x.requires_grad_(), weight.requires_grad_(), bias.requires_grad_()
+    kernels.layer_norm(x, weight, bias, 1e-5).backward(dy)
+    assert all(torch.equal(a, b) for a, b in zip(saved, (x.detach(), weight.detach(), bias.detach(), dy), strict=True))
