@@ -11,7 +11,7 @@ from verify.errors import UsageError
 from verify.registry import Kernel, resolve
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["properties.expectations"]
 
 DEFAULT_KERNEL = "torch"
 
@@ -93,7 +93,10 @@ def _claim_for_kind(item: pytest.Item, kernel: Kernel) -> None:
     item.add_marker(pytest.mark.claim(mine[0]))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect tests of kinds without a kernel; give each norm test the claim id of its kernel's kind
+    (first, so that the plugins that select or mark by claim see the final id)."""
     kept, deselected = [], []
     for item in items:
         kernel = _kernel_of(item)

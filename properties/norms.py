@@ -71,13 +71,11 @@ def reference(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias
 
 def reference_vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
                   dy: torch.Tensor) -> dict[str, np.ndarray]:
-    """The float64 oracle gradients {"x", "weight", "bias"} (weight/bias gradients summed over rows)."""
+    """The float64 oracle gradients {"x", "weight", "bias"} (weight/bias summed over rows; no weight without one)."""
     gamma = effective_weight(kernel, weight)
-    if kernel.kind == "rmsnorm":
-        dx, dweight = oracles.rmsnorm_vjp(as_float64(x), gamma, eps, as_float64(dy))
-        return {"x": dx, "weight": dweight}
-    dx, dweight, dbias = oracles.layernorm_vjp(as_float64(x), gamma, eps, as_float64(dy))
-    return {"x": dx, "weight": dweight, "bias": dbias}
+    vjp_of = oracles.rmsnorm_vjp if kernel.kind == "rmsnorm" else oracles.layernorm_vjp
+    grads = dict(zip(("x", "weight", "bias"), vjp_of(as_float64(x), gamma, eps, as_float64(dy)), strict=False))
+    return {name: g for name, g in grads.items() if g is not None}
 
 
 def reference_jacobian(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> np.ndarray:

@@ -22,16 +22,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from proofs import error_model
+from proofs import error_model, oracles
 from properties.norms import as_float64, effective_weight
+from verify.capabilities import dtype_name
 from verify.registry import Kernel
 
 # float16/bfloat16 data is accumulated in float32 (a kernel's own declaration would win, were there one).
 _ACCUMULATION = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def accumulation_dtype(storage: torch.dtype) -> torch.dtype:
@@ -62,11 +59,13 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
 
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
              dy: torch.Tensor) -> dict[str, np.ndarray]:
-    """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d]}."""
+    """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)};
+    no "weight" entry without a weight."""
     u_acc, u_out = unit_roundoffs(x.dtype)
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                         u_acc, u_out, kernel.kind)
-    return {name: np.asarray(b, dtype=np.float64) for name, b in bounds.items()}
+    named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
+    return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
 
 def of_sum(bounds: np.ndarray, coefficients: np.ndarray | float = 1.0, axis: int = -1) -> np.ndarray:
@@ -77,6 +76,11 @@ def of_sum(bounds: np.ndarray, coefficients: np.ndarray | float = 1.0, axis: int
 def of_matrix_norm(bounds: np.ndarray) -> np.ndarray:
     """Bound on | ||A + E||_2 - ||A||_2 | <= ||E||_2 <= ||B||_F for |E| <= B elementwise (over the last two axes)."""
     return np.sqrt(np.sum(np.square(bounds), axis=(-2, -1)))
+
+
+def spectral_norm_bound(kernel: Kernel, weight: torch.Tensor | None, eps: float) -> float:
+    """max|gamma| / sqrt(eps), gamma the effective weight (proofs.oracles.spectral_norm_bound)."""
+    return float(oracles.spectral_norm_bound(eps, effective_weight(kernel, weight)))
 
 
 def dropout_scaling(x: torch.Tensor, p: float) -> np.ndarray:
