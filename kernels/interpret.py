@@ -144,6 +144,10 @@ class _Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+        self.language_patched: set[object] = set()
+
+    def add_undo(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
 
     def setattr(self, obj: object, name: str, value: object) -> None:
         old = getattr(obj, name)
@@ -205,7 +209,7 @@ def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: 
             if value.__name__.startswith("triton.language"):
                 _replacements(vars(value), found, seen)
         elif isinstance(value, JITFunction):
-            found.append((namespace, name, interpreted_twin(value)))
+            found.append((namespace, name, _device_function(value)))
             _replacements(value.fn.__globals__, found, seen)
         elif isinstance(value, InterpretedFunction):
             _replacements(value.fn.__globals__, found, seen)
@@ -214,7 +218,9 @@ def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: 
 
 
 _twins: dict[JITFunction, InterpretedFunction] = {}
+_device_functions: dict[JITFunction, _DeviceFunction] = {}
 _launch_lock = threading.RLock()
+_running: list[_Patches] = []  # the patches of the interpreted launch under way (launches hold _launch_lock)
 
 
 def interpreted_twin(kernel: JITFunction) -> InterpretedFunction:
@@ -224,6 +230,31 @@ def interpreted_twin(kernel: JITFunction) -> InterpretedFunction:
         twin.rewrite()  # now: Triton hashes the source's references, which must not be twins yet
         _twins[kernel] = twin
     return _twins[kernel]
+
+
+class _DeviceFunction:
+    """A compiled ``@triton.jit`` helper (``tl.sum`` included) made callable from interpreted code.
+
+    The interpreter's own nested call patches ``triton.language`` on every call and never undoes it;
+    here it is done once per launch for the helper's module and undone with the launch's patches.
+    """
+
+    def __init__(self, kernel: JITFunction) -> None:
+        self.fn = kernel.fn  # the interpreter's generic reduction calls ``combine_fn.fn``
+        self._twin = interpreted_twin(kernel)
+
+    def __call__(self, *args, **kwargs):
+        patches = _running[-1]
+        if self not in patches.language_patched:
+            patches.language_patched.add(self)
+            patches.add_undo(interpreter._patch_lang(self.fn).restore)
+        return self._twin.rewrite()(*args, **kwargs)
+
+
+def _device_function(kernel: JITFunction) -> _DeviceFunction:
+    if kernel not in _device_functions:
+        _device_functions[kernel] = _DeviceFunction(kernel)
+    return _device_functions[kernel]
 
 
 def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -250,6 +281,7 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
         found: list[tuple[dict, str, object]] = []
         _replacements(self.fn.__globals__, found, set())
         patches = _Patches()
+        _running.append(patches)
         try:
             _patch_libdevice_modules(patches)
             for namespace, name, value in found:
@@ -258,6 +290,7 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
                 patches.setitem(namespace, "range", _loop_range)
             return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
+            _running.pop()
             patches.restore()
 
 

@@ -237,7 +237,7 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
     if fuse:
         partial_rows = programs
     else:  # the column-parallel kernel below: about as many programs in all as the persistent one
-        block_rows, block_cols = 16, min(block, 256)
+        block_rows, block_cols = rows.param_tile(block, x.device)
         col_blocks = triton.cdiv(n_cols, block_cols)
         rows_per_program = triton.cdiv(n_rows, max(1, rows.device_programs(x.device) // col_blocks))
         partial_rows = triton.cdiv(n_rows, rows_per_program)
