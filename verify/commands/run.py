@@ -1,0 +1,192 @@
+"""`normverify run --kernel SPEC ...`: the conformance run, with progress, a summary table and the results JSON.
+
+Exit codes: 0 every applicable claim passed; 1 a claim failed or errored (or the run did not
+complete); 2 bad usage or a kernel that cannot be loaded (found before the run starts); 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from properties.profiles import PROFILES
+from properties.results import FAILING, claim_patterns
+from verify import runner
+from verify.errors import UsageError
+from verify.registry import KINDS
+
+NAME = "run"
+HELP = "run the conformance suite on kernels: every claim checked, a summary, the results JSON (and a report)"
+
+DEFAULT_JSON = Path("reports") / "results.json"
+STYLE = {"passed": "green", "failed": "bold red", "error": "bold magenta", "skipped": "dim", "xfailed": "yellow",
+         "xpassed": "yellow"}
+
+
+def workers(text: str) -> str:
+    """``-n``: a number of worker processes or ``auto`` (0 or 1: no workers, the run stays in one process)."""
+    if text == "auto" or (text.isdigit() and int(text) >= 0):
+        return text
+    raise argparse.ArgumentTypeError(f"expected a number of workers or 'auto', not {text!r}")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kernel", action="append", required=True, metavar="SPEC",
+                        help="kernel under test: a built-in (normverify list), MODULE:ATTR or PATH.py:ATTR; "
+                             "repeatable, comma-separated lists allowed")
+    parser.add_argument("--kind", choices=KINDS, help="the kernel's kind where it cannot be inferred; "
+                                                      "also restricts the run to it")
+    parser.add_argument("--claims", metavar="IDS", help="only these claims: comma-separated ids or globs, e.g. 'ln.*'")
+    parser.add_argument("--profile", choices=PROFILES,
+                        help="Hypothesis profile (default: NORMVERIFY_PROFILE, else ci under CI, else dev)")
+    parser.add_argument("-n", dest="workers", type=workers, default="auto", metavar="N|auto",
+                        help="worker processes (pytest-xdist; default auto, 0 for one process)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help=f"results file (default: DIR/results.json with --report, else {DEFAULT_JSON})")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="write the conformance report (LaTeX) to DIR")
+    parser.add_argument("--pdf", action="store_true", help="with --report: compile the report to PDF (pdflatex)")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no table: failures and totals only")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="time limit of one kernel call in seconds (default 120); a test gets "
+                             f"{runner.TEST_TIMEOUT_FACTOR}x that")
+
+
+def run(args: argparse.Namespace) -> int:
+    report_writer = _report_writer(args)
+    json_path = (args.json or (args.report / "results.json" if args.report else DEFAULT_JSON)).resolve()
+    request = runner.RunRequest(specs=args.kernel, json_path=json_path, kind=args.kind,
+                                claims=claim_patterns(args.claims), profile=args.profile, workers=args.workers,
+                                timeout=args.timeout)
+    kernels = runner.check_request(request)
+    console = Console(highlight=False)
+    if not args.quiet:
+        console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
+                      f" | profile {args.profile or 'default'} | workers {args.workers} | log {request.log_path}")
+    outcome = _run_with_progress(request, console, quiet=args.quiet)
+    code = runner.exit_code(outcome)
+    document = outcome.results
+    if document is None:
+        return _no_results(console, outcome)
+    if not args.quiet:
+        console.print(summary_table(document))
+    print_failures(console, document)
+    print_totals(console, document, outcome, json_path)
+    if code == 0 and not document.get("results"):
+        raise UsageError(f"no conformance test matched (claims {args.claims or 'all'}, "
+                         f"kinds {', '.join(sorted({k.kind for k in kernels}))})")
+    if report_writer is not None:
+        code = max(code, _write_report(console, report_writer, document, args.report, args.pdf))
+    return code
+
+
+def _report_writer(args: argparse.Namespace):
+    """``verify.report.write_report`` when --report asks for it (checked before the run, not after)."""
+    if args.pdf and not args.report:
+        raise UsageError("--pdf needs --report DIR")
+    if not args.report:
+        return None
+    if args.pdf and shutil.which("pdflatex") is None:
+        raise UsageError("--pdf: pdflatex not found (install texlive-latex-base, or leave out --pdf)")
+    try:
+        from verify.report import write_report
+    except ImportError as error:
+        raise UsageError(f"--report: the conformance report is not available in this installation ({error})") from None
+    return write_report
+
+
+def _run_with_progress(request: runner.RunRequest, console: Console, quiet: bool) -> runner.RunOutcome:
+    if quiet:
+        return runner.run(request)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[failing]}"))
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("starting pytest", total=None, failing="")
+
+        def update(document: dict) -> None:
+            done = document.get("progress", {}).get("done", 0)
+            bad = sum(1 for r in document.get("results", []) if r.get("status") in FAILING)
+            progress.update(task, description="checking claims", completed=done,
+                            total=document.get("progress", {}).get("total"),
+                            failing=Text(f"{bad} failing", style="bold red") if bad else "")
+
+        return runner.run(request, on_progress=update)
+
+
+def _fmt_ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.3g}"
+
+
+def summary_table(document: dict) -> Table:
+    """Claim x kernel: verdict, tests, examples run, worst error/bound ratio (> 1 fails), time."""
+    table = Table(title="conformance", title_justify="left")
+    for header, justify in (("claim", "left"), ("kernel", "left"), ("verdict", "left"), ("tests", "right"),
+                            ("examples", "right"), ("worst ratio", "right"), ("time", "right")):
+        table.add_column(header, justify=justify)
+    for row in runner.summary_rows(document):
+        table.add_row(row.claim, row.kernel, Text(row.status, style=STYLE.get(row.status, "")), str(len(row.results)),
+                      str(row.examples), _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
+    return table
+
+
+def print_failures(console: Console, document: dict) -> None:
+    """One line per failing or erroring test, its counterexample and how to replay it; collection errors."""
+    for result in document.get("results", []):
+        if result.get("status") not in FAILING:
+            continue
+        message = (result.get("message") or "").strip().splitlines()
+        console.print(Text.assemble((f"{result['status'].upper()} ", STYLE[result["status"]]),
+                                    f"{result.get('claim')} {result.get('kernel')}: ",
+                                    message[0] if message else ""))
+        example = result.get("counterexample") or {}
+        if example.get("text"):
+            lines = example["text"].splitlines()
+            console.print(f"    counterexample: {lines[0]}" + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""))
+        if example.get("replay"):
+            console.print(f"    replay: {example['replay']}", soft_wrap=True)
+    for error in document.get("errors", []):
+        lines = (error.get("message") or "").strip().splitlines()
+        console.print(Text.assemble(("ERROR ", STYLE["error"]), f"{error.get('test')}: ", lines[-1] if lines else ""))
+
+
+def print_totals(console: Console, document: dict, outcome: runner.RunOutcome, json_path: Path) -> None:
+    counts = runner.counts(document)
+    parts = [Text(f"{n} {status}", style=STYLE.get(status, "")) for status, n in sorted(counts.items())]
+    if document.get("errors"):
+        parts.append(Text(f"{len(document['errors'])} collection errors", style=STYLE["error"]))
+    line = Text(", ").join(parts) if parts else Text("no tests ran")
+    state = "interrupted" if outcome.interrupted else ("" if document.get("complete") else "INCOMPLETE")
+    line.append(f" in {outcome.seconds:.0f}s" + (f" ({state})" if state else ""))
+    console.print(line)
+    console.print(f"results: {json_path}", soft_wrap=True)
+    if not document.get("complete") and not outcome.interrupted:
+        console.print(f"the run did not finish (pytest exit {outcome.returncode}); see {outcome.log_path}",
+                      soft_wrap=True)
+
+
+def _no_results(console: Console, outcome: runner.RunOutcome) -> int:
+    if outcome.interrupted:
+        console.print("interrupted before any result was written")
+        return 130
+    tail = outcome.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:]
+    console.print(f"pytest wrote no results (exit {outcome.returncode}); the end of {outcome.log_path}:",
+                  soft_wrap=True)
+    console.print("\n".join(tail), markup=False, soft_wrap=True)
+    return 2 if outcome.returncode == 4 else 1
+
+
+def _write_report(console: Console, write_report, document: dict, out_dir: Path, pdf: bool) -> int:
+    from verify.latex import LatexError
+
+    try:
+        written = write_report(document, out_dir, pdf=pdf)
+    except (LatexError, UsageError) as error:
+        console.print(f"report not written: {error}", markup=False, soft_wrap=True)
+        return 1
+    console.print(f"report: {written}", soft_wrap=True)
+    return 0

@@ -1,0 +1,238 @@
+"""The conformance run behind ``normverify run``: the property suite under pytest, in a child process.
+
+Why a child process: pytest's own output goes to a log file and the terminal shows only our
+progress and summary; a kernel that crashes the interpreter (a segfault in a native kernel)
+takes down the child, not the command, which still reads the results written so far and exits
+with the right code. The child writes the Results JSON (``properties.results``) after every
+test; the command follows it to show progress.
+
+Everything that can be wrong with the request (a SPEC that does not load, a claim glob that
+matches no claim of the kernels' kinds) is found by :func:`check_request` before pytest starts.
+
+Time limits: every kernel call has ``timeout`` seconds (``verify.guard``, through
+``NORMVERIFY_CALL_TIMEOUT``); each test as a whole has ``TEST_TIMEOUT_FACTOR`` times that
+(pytest-timeout, signal method), a backstop for a hang outside the guarded calls.
+
+Exit codes (:func:`exit_code`): 0 every applicable claim passed; 1 a claim failed or errored, the
+suite could not be collected, or the run did not complete; 2 bad usage; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import properties
+from properties.results import FAILING, worst
+from verify.errors import UsageError
+from verify.registry import Kernel, resolve
+
+SUITE = Path(properties.__file__).resolve().parent
+TEST_TIMEOUT_FACTOR = 10
+POLL_S = 0.5
+INTERRUPT_GRACE_S = 30.0
+
+
+@dataclass
+class RunRequest:
+    """What to run: kernels (SPECs), optionally one kind and some claims (ids or globs), and how."""
+
+    specs: list[str]
+    json_path: Path
+    kind: str | None = None
+    claims: list[str] = field(default_factory=list)
+    profile: str | None = None
+    workers: str = "auto"
+    timeout: float = 120.0
+    suite: Path = SUITE
+
+    @property
+    def log_path(self) -> Path:
+        return self.json_path.with_suffix(".log")
+
+
+@dataclass
+class RunOutcome:
+    """What the run left: the results document (None when pytest wrote none), pytest's exit code, and how it ended."""
+
+    results: dict | None
+    returncode: int
+    log_path: Path
+    interrupted: bool = False
+    seconds: float = 0.0
+
+
+def split_specs(specs: list[str]) -> list[str]:
+    """``["torch,triton", "my.py:ln"]`` -> ``["torch", "triton", "my.py:ln"]``."""
+    return [spec for given in specs for spec in given.split(",") if spec]
+
+
+def known_claims() -> list[str] | None:
+    """The claim ids of proofs (None while proofs has none to offer)."""
+    try:
+        from proofs.claims import CLAIMS
+    except ImportError:
+        return None
+    return list(CLAIMS)
+
+
+def check_request(request: RunRequest) -> list[Kernel]:
+    """The kernels of the request; a UsageError (one line) for a SPEC that does not load or claims selecting nothing."""
+    if not request.specs:
+        raise UsageError("name at least one kernel: --kernel SPEC (normverify list shows the built-ins)")
+    kernels = [kernel for spec in split_specs(request.specs) for kernel in resolve(spec, request.kind)]
+    if request.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, not {request.timeout:g}")
+    claims = known_claims()
+    if request.claims and claims is not None:
+        prefixes = {kernel.prefix for kernel in kernels}
+        for pattern in request.claims:
+            matching = [c for c in claims if fnmatch.fnmatchcase(c, pattern)]
+            if not matching:
+                raise UsageError(f"--claims: {pattern!r} matches no claim id (normverify derive --list shows them)")
+            if not any(c.split(".")[0] in prefixes for c in matching):
+                kinds = ", ".join(sorted({k.kind for k in kernels}))
+                raise UsageError(f"--claims: {pattern!r} matches no claim of the kernels' kinds ({kinds})")
+    return kernels
+
+
+def pytest_command(request: RunRequest) -> list[str]:
+    """The pytest command line of the run (for the child process)."""
+    command = [sys.executable, "-m", "pytest", str(request.suite), "-p", "properties.results",
+               "--json", str(request.json_path), "-p", "no:cacheprovider", "--color=no", "-q", "-rfE",
+               "--timeout", f"{request.timeout * TEST_TIMEOUT_FACTOR:g}", "--timeout-method", "signal"]
+    for spec in split_specs(request.specs):
+        command += ["--kernel", spec]
+    if request.kind:
+        command += ["--kind", request.kind]
+    if request.claims:
+        command += ["--claims", ",".join(request.claims)]
+    if request.profile:
+        command += ["--hypothesis-profile", request.profile]
+    if request.workers not in ("0", "1"):
+        command += ["-n", request.workers]
+    return command
+
+
+def read_results(path: Path) -> dict | None:
+    """The results document at ``path``, or None while there is none (it is replaced atomically, never partial)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def run(request: RunRequest, on_progress: Callable[[dict], None] | None = None) -> RunOutcome:
+    """Run the suite in a child pytest; call ``on_progress(document)`` whenever the results file changes."""
+    request.json_path.parent.mkdir(parents=True, exist_ok=True)
+    request.json_path.unlink(missing_ok=True)
+    env = {**os.environ, "NORMVERIFY_CALL_TIMEOUT": f"{request.timeout:g}", "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    interrupted = False
+    with request.log_path.open("w", encoding="utf-8") as log:
+        child = subprocess.Popen(pytest_command(request), stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env)
+        try:
+            _follow(child, request.json_path, on_progress)
+        except KeyboardInterrupt:
+            interrupted = True
+            _stop(child)
+    return RunOutcome(read_results(request.json_path), child.returncode, request.log_path, interrupted,
+                      time.monotonic() - started)
+
+
+def _follow(child: subprocess.Popen, path: Path, on_progress: Callable[[dict], None] | None) -> None:
+    seen = None
+    while True:
+        finished = child.poll() is not None
+        if on_progress is not None:
+            try:
+                stamp = path.stat().st_mtime_ns
+            except OSError:
+                stamp = None
+            if stamp is not None and stamp != seen:
+                document = read_results(path)
+                if document is not None:
+                    seen = stamp
+                    on_progress(document)
+        if finished:
+            return
+        time.sleep(POLL_S)
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """After Ctrl-C (which the child got too): let pytest finish writing, then make sure it is gone."""
+    try:
+        child.wait(INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def exit_code(outcome: RunOutcome) -> int:
+    """0 all applicable claims passed, 1 anything failed, errored or did not finish, 130 interrupted."""
+    if outcome.interrupted:
+        return 130
+    document = outcome.results
+    if document is None:
+        return 1
+    if not document.get("complete") or document.get("errors"):
+        return 1
+    return 1 if any(r.get("status") in FAILING for r in document.get("results", [])) else 0
+
+
+@dataclass
+class SummaryRow:
+    """One claim x kernel: the worst status of its tests, and their evidence together."""
+
+    claim: str
+    kernel: str
+    results: list[dict]
+
+    @property
+    def status(self) -> str:
+        return worst(r.get("status") for r in self.results)
+
+    @property
+    def examples(self) -> int:
+        return sum(int(r.get("examples") or 0) for r in self.results)
+
+    @property
+    def worst_ratio(self) -> float | None:
+        ratios = [r["worst_ratio"] for r in self.results if r.get("worst_ratio") is not None]
+        return max(ratios) if ratios else None
+
+    @property
+    def seconds(self) -> float:
+        return sum(float(r.get("duration_s") or 0.0) for r in self.results)
+
+
+def summary_rows(document: dict) -> list[SummaryRow]:
+    """The results grouped by claim x kernel, claims in proofs' order (then by id), kernels in run order."""
+    rows: dict[tuple[str, str], SummaryRow] = {}
+    for result in document.get("results", []):
+        key = (str(result.get("claim")), str(result.get("kernel")))
+        rows.setdefault(key, SummaryRow(*key, results=[])).results.append(result)
+    order = {claim: index for index, claim in enumerate(known_claims() or [])}
+    kernels = {name: index for index, name in enumerate(dict.fromkeys(kernel for _, kernel in rows))}
+    return sorted(rows.values(), key=lambda row: (order.get(row.claim, len(order)), row.claim, kernels[row.kernel]))
+
+
+def counts(document: dict) -> dict[str, int]:
+    """How many tests ended in each status."""
+    found: dict[str, int] = {}
+    for result in document.get("results", []):
+        found[result.get("status", "error")] = found.get(result.get("status", "error"), 0) + 1
+    return found
+
