@@ -16,10 +16,10 @@ BROKEN_KERNEL = '''
 import torch
 
 def layernorm(x, weight, bias, eps):
-    """LayerNorm with Bessel's correction: divides the variance by d - 1 instead of d."""
+    """LayerNorm with Bessel's correction: the variance divided by d - 1 (guarded for d = 1) instead of d."""
     xf = x.float()
     centered = xf - xf.mean(-1, keepdim=True)
-    y = centered / torch.sqrt(centered.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - 1) + eps)
+    y = centered / torch.sqrt(centered.pow(2).sum(-1, keepdim=True) / max(x.shape[-1] - 1, 1) + eps)
     if weight is not None:
         y = y * weight
     if bias is not None:
@@ -149,3 +149,4 @@ def test_expected_and_got_are_read_from_the_message_forms_the_suite_uses():
     assert counterexamples.expected_and_got(AssertionError(message)) == ("0.5", "0.75")
     assert counterexamples.expected_and_got(AssertionError("mean\nexpected: 0\ngot: 3e-2")) == ("0", "3e-2")
     assert counterexamples.expected_and_got(AssertionError("rows differ")) == (None, None)
+

@@ -7,9 +7,11 @@ import json
 import math
 import random
 import re
+import shlex
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from verify.cli import main
 from verify.report import write_report
 from verify.report.texify import escape, verbatim_block
 
+ROOT = Path(__file__).resolve().parents[1]
 TRICKY_SPEC = "my_broken&50%#kernel.py:ln"
 TRICKY_MESSAGE = r"kernel raised RuntimeError: path C:\tmp\x_1 {y} ~ ^ 50% & $x$ σ² ≤ ε"
 REPLAY = "normverify replay /tmp/runs/counterexamples/ln.forward-my_broken_kernel-3f9a21.pt"
@@ -214,3 +217,46 @@ def test_bad_results_files_are_one_line_errors(tmp_path, capsys, content, says):
     assert main(["report", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+UNCENTERED_LAYERNORM = '''
+import torch
+
+def layernorm(x, weight, bias, eps):
+    """A LayerNorm that forgets to subtract the mean: x / sqrt(mean(x^2) + eps), i.e. RMSNorm."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y.to(x.dtype)
+'''
+
+
+def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(tmp_path, proofs_api, capsys):
+    """End to end: a broken kernel file, a ci-profile conformance run of ln.forward, the report, the replay."""
+    kernel = tmp_path / "uncentered_ln.py"
+    kernel.write_text(UNCENTERED_LAYERNORM)
+    results = tmp_path / "run" / "results.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", "properties/", "-q", "-p", "no:cacheprovider",
+                          "-p", "properties.results", "--kernel", f"{kernel}:layernorm", "--claims", "ln.forward",
+                          "--json", str(results), "--hypothesis-profile", "ci"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    document = json.loads(results.read_text())
+    failed = [r for r in document["results"] if r["status"] == "failed"]
+    assert [r["claim"] for r in failed] == ["ln.forward"]
+    counterexample = failed[0]["counterexample"]
+    assert Path(counterexample["file"]).is_file()
+
+    pdf = write_report(document, tmp_path / "report", pdf=True)
+    text = squeeze(subprocess.run(["pdftotext", pdf, "-"], capture_output=True, text=True, check=True).stdout)
+    assert "Minimalcounterexample" in text and squeeze(counterexample["replay"]) in text
+
+    replay = shlex.split(counterexample["replay"])
+    assert replay[:2] == ["normverify", "replay"]
+    assert main(replay[1:]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "expected" in out and "got" in out
+    assert main([*replay[1:], "--kernel", "torch"]) == 0
