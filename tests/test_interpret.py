@@ -1,0 +1,127 @@
+"""kernels.interpret: GPU-style Triton kernels, other than ours, run on CPU tensors through the interpreter.
+
+Each test launches a small kernel that hits one gap of Triton's interpreter (see the module docstring of
+kernels.interpret) and checks its result against torch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+from triton.language.extra.cuda.libdevice import tanh as cuda_tanh
+from triton.runtime.jit import JITFunction
+
+from kernels import interpret
+
+
+@triton.jit
+def _axpb(X, Y, n, alpha, beta, BLOCK: tl.constexpr):
+    """y = alpha * x + beta, with float scalars cast the way GPU kernels do (Liger: eps.to(tl.float32))."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(X + offsets, mask=mask)
+    tl.store(Y + offsets, x * alpha.to(tl.float32) + beta.to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _libdevice_math(X, Y, n, BLOCK: tl.constexpr):
+    """y = rsqrt(x) + exp(-x) + tanh(x): the dispatching stubs and a backend function imported by name."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(X + offsets, mask=mask, other=1.0)
+    tl.store(Y + offsets, libdevice.rsqrt(x) + libdevice.exp(-x) + cuda_tanh(x), mask=mask)
+
+
+@triton.jit
+def _square(x):
+    return x * x
+
+
+@triton.jit
+def _row_softmax_of_squares(X, Y, n_cols, stride, BLOCK: tl.constexpr):
+    """A 2-D launch (rows x column tiles of 1) calling a compiled @triton.jit helper and tl.max/tl.sum."""
+    row = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.where(mask, _square(tl.load(X + row * stride + cols, mask=mask, other=0.0)), -float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(Y + row * stride + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+@triton.jit
+def _blocked_row_sum(X, Y, n_cols, BLOCK: tl.constexpr):
+    """Sum of a row in blocks, with the loop variable used as a tensor (start.to(tl.int64))."""
+    acc = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start.to(tl.int64) + tl.arange(0, BLOCK)
+        acc += tl.sum(tl.load(X + cols, mask=cols < n_cols, other=0.0), axis=0)
+    tl.store(Y, acc)
+
+
+def test_float_scalar_arguments_are_fp32_scalars():
+    x = torch.randn(100)
+    y = torch.empty_like(x)
+    _axpb[(2,)](x, y, 100, 2.5, -1.25, BLOCK=64)
+    assert torch.equal(y, x * 2.5 - 1.25)
+
+
+def test_libdevice_functions_compute():
+    x = torch.rand(50) + 0.5
+    y = torch.empty_like(x)
+    _libdevice_math[(1,)](x, y, 50, BLOCK=64)
+    torch.testing.assert_close(y, x.rsqrt() + torch.exp(-x) + torch.tanh(x))
+
+
+def test_compiled_helper_and_reductions_in_a_2d_grid():
+    x = torch.randn(6, 10)
+    y = torch.empty_like(x)
+    _row_softmax_of_squares[(3, 2)](x, y, 10, x.stride(0), BLOCK=16)
+    torch.testing.assert_close(y, torch.softmax(x * x, dim=-1))
+
+
+def test_loop_variables_are_tensors():
+    x = torch.randn(1000)
+    y = torch.empty(1)
+    _blocked_row_sum[(1,)](x, y, 1000, BLOCK=128)
+    torch.testing.assert_close(y[0], x.sum())
+
+
+def test_bfloat16_is_refused_in_one_line():
+    x = torch.randn(8, dtype=torch.bfloat16)
+    with pytest.raises(interpret.InterpreterUnsupported, match="cannot compute in bfloat16"):
+        _axpb[(1,)](x, torch.empty_like(x), 8, 1.0, 0.0, BLOCK=8)
+
+
+def test_triton_language_is_left_as_found():
+    """After an interpreted launch the compiled path sees the real triton.language (no patched builtins)."""
+    arange, tl_sum = tl.arange, tl.sum
+    _row_softmax_of_squares[(1, 1)](torch.randn(1, 4), torch.empty(1, 4), 4, 4, BLOCK=4)
+    assert tl.arange is arange and tl.sum is tl_sum and isinstance(tl.sum, JITFunction)
+    assert isinstance(globals()["_square"], JITFunction) and "range" not in globals()
+
+
+def test_enable_disable_and_context_manager():
+    was_enabled = interpret.is_enabled()
+    try:
+        interpret.disable()
+        assert JITFunction.run is not interpret._jit_run
+        with interpret.enabled():
+            x = torch.ones(4)
+            y = torch.empty_like(x)
+            _axpb[(1,)](x, y, 4, 3.0, 0.0, BLOCK=4)
+            assert torch.equal(y, 3 * x)
+        assert not interpret.is_enabled()
+    finally:
+        if was_enabled:
+            interpret.enable()
+
+
+@pytest.mark.parametrize(("symbol", "expected"), [("__nv_rsqrtf", "rsqrt"), ("__nv_expf", "exp"),
+                                                  ("__nv_erf", "erf"), ("__ocml_tanh_f32", "tanh"),
+                                                  ("__nv_fdiv_rn", "fdiv")])
+def test_libdevice_symbols_map_to_numpy(symbol, expected):
+    assert expected in interpret._libdevice_base_name(symbol)
+    assert expected in interpret.LIBDEVICE_MATH
