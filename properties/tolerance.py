@@ -69,8 +69,11 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
 
 
 def of_sum(bounds: np.ndarray, coefficients: np.ndarray | float = 1.0, axis: int = -1) -> np.ndarray:
-    """Bound on the error of sum_i a_i y_i when each y_i is off by at most b_i: sum_i |a_i| b_i."""
-    return np.sum(np.abs(coefficients) * bounds, axis=axis)
+    """Bound on the error of sum_i a_i y_i when each y_i is off by at most b_i: sum_i |a_i| b_i
+    (a zero coefficient contributes nothing, even where b_i is inf)."""
+    coefficients = np.abs(coefficients)
+    with np.errstate(invalid="ignore"):
+        return np.sum(np.where(coefficients == 0, 0.0, coefficients * bounds), axis=axis)
 
 
 def of_matrix_norm(bounds: np.ndarray) -> np.ndarray:
