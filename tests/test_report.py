@@ -19,7 +19,6 @@ from verify.cli import main
 from verify.report import write_report
 from verify.report.texify import escape, verbatim_block
 
-ROOT = Path(__file__).resolve().parents[1]
 TRICKY_SPEC = "my_broken&50%#kernel.py:ln"
 TRICKY_MESSAGE = r"kernel raised RuntimeError: path C:\tmp\x_1 {y} ~ ^ 50% & $x$ σ² ≤ ε"
 REPLAY = "normverify replay /tmp/runs/counterexamples/ln.forward-my_broken_kernel-3f9a21.pt"
@@ -239,10 +238,9 @@ def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(t
     kernel = tmp_path / "uncentered_ln.py"
     kernel.write_text(UNCENTERED_LAYERNORM)
     results = tmp_path / "run" / "results.json"
-    run = subprocess.run([sys.executable, "-m", "pytest", "properties/", "-q", "-p", "no:cacheprovider",
-                          "-p", "properties.results", "--kernel", f"{kernel}:layernorm", "--claims", "ln.forward",
-                          "--json", str(results), "--hypothesis-profile", "ci"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "verify", "run", "--kernel", f"{kernel}:layernorm", "--claims",
+                          "ln.forward", "--profile", "ci", "-n", "0", "--quiet", "--json", str(results)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     document = json.loads(results.read_text())
     failed = [r for r in document["results"] if r["status"] == "failed"]
