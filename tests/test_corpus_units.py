@@ -118,8 +118,9 @@ def test_every_kernel_in_the_corpus_files_is_in_the_manifest():
 
 
 def test_the_claims_in_the_manifest_exist():
-    proofs_claims = pytest.importorskip("proofs.claims")
-    unknown = {claim for entry in CORPUS for claim in entry.expect} - set(proofs_claims.CLAIMS)
+    from proofs.claims import CLAIMS
+
+    unknown = {claim for entry in CORPUS for claim in entry.expect} - set(CLAIMS)
     assert not unknown
 
 
@@ -252,6 +253,14 @@ BACKWARD_BUGS = {  # kernel -> the gradients its bug makes wrong (on TYPICAL, wi
 GRADIENT_CONTROLS = ["fused.py:LN_FUSED", "fused.py:RMS_FUSED", "statistics.py:LN_TEXTBOOK",
                      "statistics.py:RMS_TEXTBOOK", "correct.py:LN_TWO_PASS_FLOAT64", "correct.py:LN_WELFORD",
                      "correct.py:RMS_TWO_PASS_FLOAT64", "correct.py:RMS_LLAMA", "correct.py:RMS_GEMMA"]
+
+
+@pytest.mark.parametrize("attr_path", GRADIENT_CONTROLS)
+@pytest.mark.parametrize("d", [1, 3, 1000, 4099])
+def test_correct_kernels_forward_matches_float64(attr_path, d):
+    """Several Welford chunks from d = 1000 on; |mean|/std = 100."""
+    weight, bias = parameters(d)
+    assert forward_error(corpus_kernel(attr_path), rows(3, d, mean=100.0), weight, bias) < AGREES
 
 
 @pytest.mark.parametrize("attr_path", GRADIENT_CONTROLS)

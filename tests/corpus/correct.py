@@ -3,7 +3,7 @@ pass every one of them on every applicable claim (the manifest's ``expect`` is e
 
     LN_TWO_PASS_FLOAT64   two-pass mean and variance in float64, cast back to the input dtype
     RMS_TWO_PASS_FLOAT64  mean of squares in float64, cast back
-    LN_WELFORD            float32 Welford over column chunks of 128, merged with Chan's formula
+    LN_WELFORD            float32 Welford over column chunks (at most 16, of 128 or more), merged with Chan's formula
     RMS_LLAMA             Hugging Face's LlamaRMSNorm: x.float(), normalize, .to(dtype), then * weight
     RMS_GEMMA             Gemma's RMSNorm: float32 throughout, scale (1 + weight), declared weight_offset = 1
 
@@ -44,15 +44,18 @@ def rmsnorm_two_pass_float64(x: torch.Tensor, weight: torch.Tensor | None, eps: 
     return _affine(x64 * torch.rsqrt(x64.square().mean(-1, keepdim=True) + eps), weight, None).to(x.dtype)
 
 
-WELFORD_CHUNK = 128
+WELFORD_MIN_CHUNK = 128
+WELFORD_MAX_CHUNKS = 16
 
 
 def _welford_mean_variance(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row mean and population variance by Welford over column chunks, merged with Chan et al.'s formula:
+    """Row mean and population variance over column chunks (as a kernel's column blocks: at most 16, of at least
+    128 columns), each chunk's (n, mean, M2) merged in turn with Chan et al.'s formula:
     for partial results (n_a, mean_a, M2_a) and (n_b, mean_b, M2_b) with delta = mean_b - mean_a,
     n = n_a + n_b, mean = mean_a + delta n_b / n, M2 = M2_a + M2_b + delta^2 n_a n_b / n; variance = M2 / n."""
     count, mean, m2 = 0, torch.zeros_like(x[..., :1]), torch.zeros_like(x[..., :1])
-    for chunk in x.split(WELFORD_CHUNK, dim=-1):
+    chunk_width = max(WELFORD_MIN_CHUNK, -(-x.shape[-1] // WELFORD_MAX_CHUNKS))
+    for chunk in x.split(chunk_width, dim=-1):
         chunk_count = chunk.shape[-1]
         chunk_mean = chunk.mean(-1, keepdim=True)
         chunk_m2 = (chunk - chunk_mean).square().sum(-1, keepdim=True)

@@ -1,0 +1,42 @@
+"""pytest plugin of the corpus run (tests/test_corpus.py): which conformance tests each corpus kernel runs.
+
+A broken kernel runs only the tests of the claims in its ``expect`` set (it must fail those; what else it
+fails is not the corpus's business, and running every claim on 35 broken kernels would take many
+minutes); a correct kernel, and any kernel not in the manifest, runs every test. Loaded with
+``-p corpus.selection`` and ``tests/`` on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus import CORPUS
+from verify.registry import Kernel
+
+EXPECTED_FAILURES = {entry.spec: entry.expect for entry in CORPUS if not entry.correct}
+
+
+def _kernel(item: pytest.Item) -> Kernel | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((value for value in params.values() if isinstance(value, Kernel)), None)
+
+
+def _claims(item: pytest.Item) -> set[str]:
+    marker = item.get_closest_marker("claim")
+    return set(marker.args) if marker else set()
+
+
+def selected(item: pytest.Item) -> bool:
+    """False for a broken corpus kernel's test of a claim it is not expected to fail."""
+    kernel = _kernel(item)
+    if kernel is None or kernel.spec not in EXPECTED_FAILURES:
+        return True
+    return bool(_claims(item) & EXPECTED_FAILURES[kernel.spec])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept = [item for item in items if selected(item)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if not selected(item)])
+        items[:] = kept

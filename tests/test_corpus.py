@@ -1,0 +1,171 @@
+"""The conformance suite against the broken-kernel corpus (tests/corpus): it must catch every bug on the claim
+meant to catch it, pass every correct kernel, and every claim it checks must catch at least one bug.
+
+The suite runs ONCE, in one subprocess, over the whole corpus, exactly as a user runs it::
+
+    NORMVERIFY_PROFILE=ci python -m pytest properties --kernel SPEC ... --json OUT -p no:cacheprovider -q -n 2
+
+plus ``-p corpus.selection``, which runs each broken kernel on the claims of its ``expect`` set only (each
+correct kernel runs every claim of its kind). The tests below read the Results JSON it writes. Under
+pytest-xdist the run is shared by the workers (a file lock in the session's base temp directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from corpus import BROKEN, CORPUS, CORRECT, WIDE_MARGIN, Entry
+from filelock import FileLock
+
+from properties.results import worst
+
+ROOT = Path(__file__).resolve().parents[1]
+# The suite over the corpus takes ~150 s on an unloaded 2-core machine; this only stops a hung run.
+RUN_TIMEOUT_S = 1800
+# A correct kernel's worst error/bound ratio must leave room: a factor of 2 below the bound.
+CORRECT_MAX_RATIO = 0.5
+
+
+@dataclass
+class CorpusRun:
+    command: list[str]
+    returncode: int
+    seconds: float
+    output: str
+    document: dict
+
+    def kernel_names(self, entry: Entry) -> list[str]:
+        return [k["name"] for k in self.document["kernels"] if k.get("spec") == entry.spec]
+
+    def results(self, kernel: str) -> list[dict]:
+        return [r for r in self.document["results"] if r["kernel"] == kernel]
+
+    def claims_run(self) -> set[str]:
+        return {r["claim"] for r in self.document["results"]}
+
+    def claim_status(self, kernel: str, claim: str) -> str | None:
+        """The worst status of the kernel's tests of the claim (a claim with several tests fails if one does)."""
+        statuses = [r["status"] for r in self.results(kernel) if r["claim"] == claim]
+        return worst(statuses) if statuses else None
+
+    def claim_ratio(self, kernel: str, claim: str) -> float | None:
+        ratios = [r["worst_ratio"] for r in self.results(kernel) if r["claim"] == claim]
+        return max((ratio for ratio in ratios if ratio is not None), default=None)
+
+
+def corpus_command(json_path: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", "properties", "-p", "properties.results", "-p", "corpus.selection",
+            *(f"--kernel={entry.spec}" for entry in CORPUS),
+            "--json", str(json_path), "-p", "no:cacheprovider", "-q", "-n", "2"]
+
+
+def _child_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    env["NORMVERIFY_PROFILE"] = "ci"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_corpus(directory: Path) -> CorpusRun:
+    json_path = directory / "corpus-results.json"
+    command = corpus_command(json_path)
+    start = time.monotonic()
+    proc = subprocess.run(command, cwd=ROOT, env=_child_environment(), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    seconds = time.monotonic() - start
+    output = proc.stdout[-20000:] + proc.stderr[-5000:]
+    document = json.loads(json_path.read_text()) if json_path.exists() else {}
+    (directory / "corpus-run.json").write_text(json.dumps(
+        {"command": command, "returncode": proc.returncode, "seconds": seconds, "output": output}))
+    return CorpusRun(command, proc.returncode, seconds, output, document)
+
+
+def load_corpus_run(directory: Path) -> CorpusRun:
+    run = json.loads((directory / "corpus-run.json").read_text())
+    json_path = directory / "corpus-results.json"
+    document = json.loads(json_path.read_text()) if json_path.exists() else {}
+    return CorpusRun(run["command"], run["returncode"], run["seconds"], run["output"], document)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusRun:
+    """The suite's results over the whole corpus, computed once per session (shared by xdist workers)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    directory = shared / "normverify-corpus"
+    directory.mkdir(exist_ok=True)
+    with FileLock(str(directory / "run.lock")):
+        if (directory / "corpus-run.json").exists():
+            return load_corpus_run(directory)
+        return run_corpus(directory)
+
+
+def test_the_corpus_run_completes_and_writes_its_results(corpus: CorpusRun, record_property):
+    record_property("corpus_run_seconds", round(corpus.seconds, 1))
+    print(f"corpus run: {corpus.seconds:.0f} s, exit {corpus.returncode}: {' '.join(corpus.command)}")
+    assert corpus.returncode == 1, f"expected exit 1 (failures found), got {corpus.returncode}:\n{corpus.output}"
+    assert corpus.document.get("complete") is True, corpus.output
+    assert corpus.document["environment"]["profile"] == "ci"
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
+def test_every_corpus_kernel_was_loaded(corpus: CorpusRun, entry: Entry):
+    assert corpus.kernel_names(entry), f"{entry.spec} is not among the run's kernels"
+
+
+def _statuses(results: list[dict]) -> str:
+    return "; ".join(f"{r['claim']}: {r['status']} ({r['message'].splitlines()[0][:160] if r['message'] else ''})"
+                     for r in results) or "no results"
+
+
+@pytest.mark.parametrize("entry", BROKEN, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
+def test_broken_kernel_fails_every_claim_meant_to_catch_it(corpus: CorpusRun, entry: Entry):
+    """Every claim of ``expect`` ran on the kernel and FAILED (not error, not skipped)."""
+    (name,) = corpus.kernel_names(entry)
+    statuses = {claim: corpus.claim_status(name, claim) for claim in sorted(entry.expect)}
+    missed = {claim: status or "not run" for claim, status in statuses.items() if status != "failed"}
+    assert not missed, f"{name}: not caught on {missed}; all results: {_statuses(corpus.results(name))}"
+
+
+@pytest.mark.parametrize("entry", CORRECT, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
+def test_correct_kernel_passes_every_claim_of_its_kind(corpus: CorpusRun, entry: Entry):
+    """Passed, or skipped with a stated reason; and it went through every claim the run checked for its kind."""
+    for name in corpus.kernel_names(entry):
+        results = corpus.results(name)
+        bad = [r for r in results if r["status"] != "passed" and not (r["status"] == "skipped" and r["message"])]
+        assert not bad, f"{name}: {_statuses(bad)}"
+        prefix = results[0]["claim"].split(".")[0] if results else None
+        of_its_kind = {claim for claim in corpus.claims_run() if claim.split(".")[0] == prefix}
+        assert of_its_kind <= {r["claim"] for r in results}, f"{name} skipped claims of its kind"
+
+
+@pytest.mark.parametrize("entry", CORRECT, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
+def test_correct_kernel_stays_well_within_the_bounds(corpus: CorpusRun, entry: Entry):
+    for name in corpus.kernel_names(entry):
+        ratios = {r["claim"]: r["worst_ratio"] for r in corpus.results(name) if r["worst_ratio"] is not None}
+        near = {claim: ratio for claim, ratio in ratios.items() if ratio >= CORRECT_MAX_RATIO}
+        assert not near, f"{name}: worst error/bound ratio >= {CORRECT_MAX_RATIO}: {near}"
+
+
+@pytest.mark.parametrize("entry", [e for e in BROKEN if e.margin], ids=lambda entry: entry.spec.split(":")[-1])
+def test_numerical_bug_fails_by_a_wide_margin(corpus: CorpusRun, entry: Entry):
+    (name,) = corpus.kernel_names(entry)
+    ratio = corpus.claim_ratio(name, entry.margin)
+    assert ratio is not None and ratio > WIDE_MARGIN, \
+        f"{name} on {entry.margin}: worst error/bound ratio {ratio}, want > {WIDE_MARGIN}"
+
+
+def test_every_claim_the_suite_checks_catches_a_corpus_kernel(corpus: CorpusRun):
+    """A claim that fails no broken kernel is an untested property (or the corpus lacks its bug)."""
+    broken_names = {name for entry in BROKEN for name in corpus.kernel_names(entry)}
+    catching = {r["claim"] for r in corpus.document["results"]
+                if r["kernel"] in broken_names and r["status"] == "failed"}
+    uncaught = sorted(corpus.claims_run() - catching)
+    assert not uncaught, f"claims that catch no corpus kernel: {uncaught}"
