@@ -7,6 +7,7 @@ complete); 2 bad usage or a kernel that cannot be loaded (found before the run s
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                                 claims=claim_patterns(args.claims), profile=args.profile, workers=args.workers,
                                 timeout=args.timeout)
     kernels = runner.check_request(request)
-    console = Console(highlight=False)
+    console = make_console()
     if not args.quiet:
         console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
                       f" | profile {args.profile or 'default'} | workers {args.workers} | log {request.log_path}")
@@ -83,6 +84,14 @@ def run(args: argparse.Namespace) -> int:
     if report_writer is not None:
         code = max(code, _write_report(console, report_writer, document, args.report, args.pdf))
     return code
+
+
+def make_console() -> Console:
+    """The terminal's width on a terminal (or $COLUMNS); 160 columns in a CI log, where lines need not wrap at 80."""
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, width=160)
+    return console
 
 
 def _report_writer(args: argparse.Namespace):
@@ -142,16 +151,18 @@ def print_failures(console: Console, document: dict) -> None:
         message = (result.get("message") or "").strip().splitlines()
         console.print(Text.assemble((f"{result['status'].upper()} ", STYLE[result["status"]]),
                                     f"{result.get('claim')} {result.get('kernel')}: ",
-                                    message[0] if message else ""))
+                                    message[0] if message else ""), soft_wrap=True)
         example = result.get("counterexample") or {}
         if example.get("text"):
             lines = example["text"].splitlines()
-            console.print(f"    counterexample: {lines[0]}" + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""))
+            console.print(f"    counterexample: {lines[0]}" + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""),
+                          markup=False, soft_wrap=True)
         if example.get("replay"):
             console.print(f"    replay: {example['replay']}", soft_wrap=True)
     for error in document.get("errors", []):
         lines = (error.get("message") or "").strip().splitlines()
-        console.print(Text.assemble(("ERROR ", STYLE["error"]), f"{error.get('test')}: ", lines[-1] if lines else ""))
+        console.print(Text.assemble(("ERROR ", STYLE["error"]), f"{error.get('test')}: ", lines[-1] if lines else ""),
+                      soft_wrap=True)
 
 
 def print_totals(console: Console, document: dict, outcome: runner.RunOutcome, json_path: Path) -> None:

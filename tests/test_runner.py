@@ -1,0 +1,137 @@
+"""normverify run end to end on misbehaving kernels, and the runner's verdict arithmetic.
+
+The misbehaving kernels answer the capability probe (a 2 x 8 input) correctly and misbehave on
+the conformance examples, so each reaches the claim and shows how a fault is reported there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from verify import runner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MISBEHAVING = '''
+import threading
+
+import torch
+
+
+def _probe(x):
+    return tuple(x.shape) == (2, 8)
+
+
+def correct(x, weight, bias, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def raises(x, weight, bias, eps):
+    if _probe(x):
+        return correct(x, weight, bias, eps)
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def hangs(x, weight, bias, eps):
+    if not _probe(x):
+        threading.Event().wait()
+    return correct(x, weight, bias, eps)
+
+
+def nan(x, weight, bias, eps):
+    y = correct(x, weight, bias, eps)
+    return y if _probe(x) else y * float("nan")
+
+
+def wrong_shape(x, weight, bias, eps):
+    y = correct(x, weight, bias, eps)
+    return y if _probe(x) else y.reshape(-1)
+
+
+def wrong_dtype(x, weight, bias, eps):
+    y = correct(x, weight, bias, eps)
+    return y if _probe(x) else y.double()
+'''
+
+EXPECTED = {
+    "raises": ("error", "raised RuntimeError: CUDA error: an illegal memory access was encountered"),
+    "hangs": ("error", "did not return within 2 s"),
+    "nan": ("failed", "NaN/inf values in the output for finite inputs"),
+    "wrong_shape": ("error", "returned shape"),
+    "wrong_dtype": ("error", "returned torch.float64"),
+    "correct": ("passed", ""),
+}
+
+
+@pytest.fixture(scope="module")
+def misbehaving_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    folder = tmp_path_factory.mktemp("misbehaving")
+    kernels = folder / "kernels.py"
+    kernels.write_text(textwrap.dedent(MISBEHAVING))
+    out = folder / "results.json"
+    command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
+               "--profile", "ci", "-n", "0", "--timeout", "2", "--json", str(out), "--quiet"]
+    for name in EXPECTED:
+        command += ["--kernel", f"{kernels}:{name}"]
+    proc = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "200"})
+    return proc, json.loads(out.read_text())
+
+
+def test_each_misbehaviour_is_reported_on_its_claim_and_the_run_goes_on(misbehaving_run):
+    proc, document = misbehaving_run
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert document["complete"] is True
+    found = {r["kernel"].rsplit(":", 1)[1]: r for r in document["results"]}
+    assert set(found) == set(EXPECTED)
+    for name, (status, words) in EXPECTED.items():
+        assert found[name]["status"] == status, (name, found[name]["message"])
+        assert words in found[name]["message"], (name, found[name]["message"])
+        assert found[name]["claim"] == "ln.forward"
+
+
+def test_quiet_output_is_one_line_per_failure_with_its_replay_and_the_totals(misbehaving_run):
+    proc, _ = misbehaving_run
+    lines = proc.stdout.splitlines()
+    failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    assert len(failures) == 5 and all(":" in line for line in failures)
+    assert sum("replay: " in line for line in lines) == 5
+    assert any(line.startswith("1 passed, ") or ", 1 passed" in line for line in lines)
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def outcome(*statuses: str, complete: bool = True, errors=(), interrupted: bool = False) -> runner.RunOutcome:
+    results = [{"claim": "ln.forward", "kernel": f"k{i}", "status": s} for i, s in enumerate(statuses)]
+    document = {"complete": complete, "results": results, "errors": list(errors)}
+    return runner.RunOutcome(document, 0, Path("log"), interrupted=interrupted)
+
+
+@pytest.mark.parametrize(("case", "code"), [
+    (outcome("passed", "skipped", "xfailed", "xpassed"), 0),
+    (outcome("passed", "failed"), 1),
+    (outcome("passed", "error"), 1),
+    (outcome("passed", complete=False), 1),
+    (outcome("passed", errors=[{"test": "properties/test_x.py", "message": "ImportError"}]), 1),
+    (outcome("passed", complete=False, interrupted=True), 130),
+    (runner.RunOutcome(None, 3, Path("log")), 1),
+])
+def test_exit_code(case, code):
+    assert runner.exit_code(case) == code
+
+
+def test_summary_rows_join_the_tests_of_a_claim_and_kernel():
+    document = {"results": [
+        {"claim": "ln.special_inputs", "kernel": "k", "status": "passed", "examples": 3, "worst_ratio": 0.5},
+        {"claim": "ln.special_inputs", "kernel": "k", "status": "failed", "examples": 4, "worst_ratio": 7.0},
+        {"claim": "ln.special_inputs", "kernel": "j", "status": "skipped", "examples": 0, "worst_ratio": None},
+    ]}
+    rows = runner.summary_rows(document)
+    assert [(r.kernel, r.status, r.examples, r.worst_ratio) for r in rows] == [
+        ("k", "failed", 7, 7.0), ("j", "skipped", 0, None)]
