@@ -5,8 +5,8 @@
     dropout(x, p, seed)                inverted dropout, deterministic for a seed
 
 These are the contracts of :mod:`verify.registry`. CUDA tensors run compiled Triton, CPU tensors
-Triton's interpreter (float32/float16 only there). Gradients flow to x, weight and bias; the
-backward pass is not itself differentiable (``once_differentiable``).
+Triton's interpreter (float32/float16 only there). Gradients flow to x, weight and bias, and the
+norms' backward pass is itself differentiable (second derivatives; see ``_NormBackward``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kernels.dropout import dropout as dropout_kernel
 
 
 class _NormFunction(torch.autograd.Function):
-    """Shared forward/backward of LayerNorm (``rms=False``) and RMSNorm (``rms=True``)."""
+    """Shared forward of LayerNorm (``rms=False``) and RMSNorm (``rms=True``); backward through _NormBackward."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
@@ -30,12 +30,69 @@ class _NormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy: torch.Tensor):
         x, weight, mean, rstd = ctx.saved_tensors
-        dx, dweight, dbias = norm.backward(dy, x, weight, mean, rstd, rms=ctx.rms,
-                                           need_dw=ctx.needs_input_grad[1], need_db=ctx.needs_input_grad[2])
+        dx, dweight, dbias = _NormBackward.apply(dy, x, weight, mean, rstd, ctx.rms,
+                                                 ctx.needs_input_grad[1], ctx.needs_input_grad[2])
         return dx, dweight, dbias, None, None
+
+
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a * b).sum(-1, keepdim=True)
+
+
+class _NormBackward(torch.autograd.Function):
+    """The backward pass as a differentiable function of (dy, x, weight), so gradients of gradients exist.
+
+    With Jn = d xhat / d x per row, symmetric: Jn = rstd (I - 11^T/d - xhat xhat^T/d) (RMSNorm: no 11^T/d),
+
+        dx = Jn (w * dy),   dweight = sum_rows dy * xhat,   dbias = sum_rows dy.
+
+    For upstream gradients (u, a, c) of (dx, dweight, dbias), with v = w * dy, m = <xhat, v>/d,
+    F = <u, v> - mean(v) sum(u) - m <u, xhat> (RMSNorm: no mean(v) sum(u) term), per row:
+
+        d/d dy     = w * Jn u + xhat * a + c
+        d/d weight = sum_rows dy * Jn u
+        d/d x      = Jn (dy * a - rstd/d <u, xhat> v) - rstd m Jn u - rstd^2/d xhat F
+
+    (from d rstd/dx = -rstd^2 xhat/d and d xhat/dx = Jn). Jn is applied by the backward kernel with no
+    weight; the rest are row sums in float32. Third derivatives are not provided.
+    """
+
+    @staticmethod
+    def forward(ctx, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
+                rstd: torch.Tensor, rms: bool, need_dw: bool, need_db: bool):
+        ctx.save_for_backward(dy, x, weight, mean, rstd)
+        ctx.rms = rms
+        return norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=need_dw, need_db=need_db)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, u: torch.Tensor | None, a: torch.Tensor | None, c: torch.Tensor | None):
+        dy, x, weight, mean, rstd = ctx.saved_tensors
+        rms, d = ctx.rms, x.shape[-1]
+
+        def jn(t: torch.Tensor) -> torch.Tensor:
+            return norm.backward(t, x, None, mean, rstd, rms=rms, need_dw=False, need_db=False)[0].float()
+
+        r = rstd.view(*x.shape[:-1], 1)
+        centered = x.float() if rms else x.float() - mean.view(*x.shape[:-1], 1)
+        xhat = centered * r
+        w = torch.ones(d, device=x.device) if weight is None else weight.float()
+        dy32 = dy.float()
+        u = torch.zeros_like(xhat) if u is None else u.float()
+        a = torch.zeros(d, device=x.device) if a is None else a.float()
+        c = torch.zeros(d, device=x.device) if c is None else c.float()
+        jn_u = jn(u)
+        v = w * dy32
+        m = _rowdot(xhat, v) / d
+        f = _rowdot(u, v) - m * _rowdot(u, xhat)
+        if not rms:
+            f = f - v.mean(-1, keepdim=True) * u.sum(-1, keepdim=True)
+        grad_dy = w * jn_u + xhat * a + c
+        grad_x = jn(dy32 * a - r / d * _rowdot(u, xhat) * v) - r * m * jn_u - r * r / d * xhat * f
+        grad_w = None if weight is None else (dy32 * jn_u).reshape(-1, d).sum(0).to(weight.dtype)
+        return grad_dy.to(dy.dtype), grad_x.to(x.dtype), grad_w, None, None, None, None, None
 
 
 def _check_norm_inputs(op: str, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
@@ -68,9 +125,9 @@ class _DropoutFunction(torch.autograd.Function):
         return dropout_kernel(x, p, seed)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy: torch.Tensor):
-        return dropout_kernel(dy, ctx.p, ctx.seed), None, None
+        # The same linear map again, so it is differentiable to any order.
+        return _DropoutFunction.apply(dy, ctx.p, ctx.seed), None, None
 
 
 def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
