@@ -17,6 +17,7 @@ import pytest
 
 from verify.cli import main
 from verify.report import write_report
+from verify.report.claims import derivation_latex
 from verify.report.texify import escape, verbatim_block
 
 TRICKY_SPEC = "my_broken&50%#kernel.py:ln"
@@ -24,7 +25,8 @@ TRICKY_MESSAGE = r"kernel raised RuntimeError: path C:\tmp\x_1 {y} ~ ^ 50% & $x$
 REPLAY = "normverify replay /tmp/runs/counterexamples/ln.forward-my_broken_kernel-3f9a21.pt"
 CLAIM_KINDS = {"ln.forward": "layernorm", "rms.forward": "rmsnorm", "ln.spectral_norm": "layernorm",
                "dropout.variance_bias": "dropout", "rms.mean_stability": "rmsnorm", "ln.special_inputs": "layernorm",
-               "dropout.keep_rate": "dropout"}
+               "dropout.keep_rate": "dropout", "ln.not_a_claim": "layernorm"}
+UNKNOWN_CLAIM = "ln.not_a_claim"
 
 
 def forward_points(rng: random.Random, largest: float) -> list[dict]:
@@ -77,6 +79,7 @@ def results_document(spec: str, broken: bool = False, seed: int = 0) -> dict:
         result("rms.mean_stability", spec, "xfailed"),
         result("ln.special_inputs", spec, "skipped"),
         result("dropout.keep_rate", spec, "error", message=TRICKY_MESSAGE),
+        result(UNKNOWN_CLAIM, spec),
     ]
     environment = {"normverify": "0.1.0", "python": "3.11.7", "torch": "2.13.0", "triton": "3.9.0",
                    "hypothesis": "6.140.0", "device": "cpu (x86_64)", "profile": "ci", "commit": "abc1234def56",
@@ -91,7 +94,8 @@ def results_document(spec: str, broken: bool = False, seed: int = 0) -> dict:
 def _stand_in_proofs() -> dict[str, types.ModuleType]:
     """proofs.claims / render / oracles for the claim ids above, until the proofs part provides them."""
     claims, render, oracles = (types.ModuleType(f"proofs.{name}") for name in ("claims", "render", "oracles"))
-    claims.CLAIMS = {claim: types.SimpleNamespace(id=claim, title=claim, verdict="holds") for claim in CLAIM_KINDS}
+    claims.CLAIMS = {claim: types.SimpleNamespace(id=claim, title=claim, verdict="holds") for claim in CLAIM_KINDS
+                     if claim != UNKNOWN_CLAIM}
     render.claim_latex = lambda claim: rf"\textbf{{Statement of {claim.replace('_', ' ')}.}} $\varepsilon > 0$."
     oracles.dropout_variance_bias = lambda p, d, var, mean: p * (d - 1) / (d * (1 - p)) * (var + mean**2)
     return {"proofs.claims": claims, "proofs.render": render, "proofs.oracles": oracles}
@@ -148,6 +152,18 @@ def test_pdf_pages_name_every_claim_in_the_summary_and_a_section_each(built):
         assert claim in summary, f"{claim} missing from the summary table"
         assert claim in sections, f"{claim} has no section"
     assert "Statement" in sections, "each claim section should carry the derivation's statement"
+    assert squeeze(f"{UNKNOWN_CLAIM} is not a claim of proofs.claims") in sections
+
+
+def test_a_derivation_that_fails_to_render_is_a_note_not_a_lost_report(proofs_api, monkeypatch):
+    import proofs.render
+
+    def broken(claim):
+        raise KeyError(claim)
+
+    monkeypatch.setattr(proofs.render, "claim_latex", broken)
+    note = derivation_latex("ln.forward")
+    assert note.startswith(r"\emph{The derivation of") and "could not be rendered" in note and "KeyError" in note
 
 
 def test_nothing_overflows_the_page(built):

@@ -22,13 +22,23 @@ def theory_verdicts() -> dict[str, str]:
 
 
 def derivation_latex(claim: str) -> str:
-    """The claim's statement and conditions exactly as ``normverify derive`` typesets them."""
+    """The claim's statement and conditions exactly as ``normverify derive`` typesets them.
+
+    A claim proofs does not know, or whose rendering fails, gets a visible note instead, so one bad
+    claim never costs the report.
+    """
     from proofs import claims, render
 
     if claim not in claims.CLAIMS:
-        return (rf"\emph{{{escape(claim)} is not a claim of proofs.claims; the results name a claim the "
-                r"derivations do not know.}}" "\n")
-    return render.claim_latex(claim) + "\n"
+        return _note(f"{claim} is not a claim of proofs.claims: the results name a claim the derivations do not know.")
+    try:
+        return render.claim_latex(claim) + "\n"
+    except Exception as error:
+        return _note(f"The derivation of {claim} could not be rendered: {type(error).__name__}: {error}")
+
+
+def _note(text: str) -> str:
+    return rf"\emph{{{escape(text)}}}" + "\n"
 
 
 def _listing(values: list, limit: int = MAX_LISTED_WIDTHS) -> str:
