@@ -1,0 +1,260 @@
+"""Rounding-error bounds of LayerNorm and RMSNorm kernels (claim numerics.error_model).
+
+Model (Higham, Accuracy and Stability of Numerical Algorithms, ch. 2-4): every operation in the
+accumulation dtype returns fl(a op b) = (a op b)(1 + delta), |delta| <= u (u = u_acc), plus an absolute
+error of at most eta (half the smallest subnormal) where the result underflows; storing rounds with
+u_out (eta_out). The inputs x, weight, bias, dy are the already-rounded values the kernel received,
+exactly representable in the accumulation dtype. A sum of n terms in ANY order (sequential, blocked,
+tree) has |error| <= gamma_{n-1} sum |terms|, gamma_m = m u / (1 - m u) (Higham Lemma 3.1/3.3).
+
+LN forward, two-pass (or Welford) in any order, with s = sqrt(sigma^2 + eps):
+    mean:       |mu_hat - mu| <= gamma_{d+1} mean|x| =: E s                  (d-1 additions, 1/d, product)
+    variance:   sum_k (x_k - mu_hat)^2 = d sigma^2 + d (mu_hat - mu)^2        (the cross term is 0)
+    t = fl(var + eps): |t/s^2 - 1| <= rho_t = (1 + E)^2 (1 + gamma_{d+5}) - 1 + 2 gamma_{d+1} kappa + (d+5) eta/s^2
+    rsqrt:      r = t^(-1/2)(1 + delta_r), |delta_r| <= C_RSQRT u
+                |r s - 1| <= eps_r = (1 + gamma_C)/sqrt(1 - rho_t) - 1
+    y_i = fl(fl(fl(fl(x_i - mu_hat) r) gamma_i) + beta_i), stored:
+    |y_hat_i - y_i| <= Dp_i + (|y_i| + Dp_i) ((1 + u)(1 + u_out) - 1) + ETA terms,
+    Dp_i = |gamma_i| (|xhat_i| eps_1 + E (1 + eps_1)),  eps_1 = (1 + eps_r)(1 + gamma_3) - 1.
+
+The term 2 gamma_{d+1} kappa covers Welford/Chan updates, whose variance error is O(d kappa u)
+relative (Chan, Golub, LeVeque 1983): first order, tested numerically (tests/test_proofs_error_model.py),
+not proved here; for a two-pass reduction the bound is rigorous whenever rho_t < 1 and (d + 9) u < 1
+(|(1 + t)^(-1/2) - 1| <= (1 - rho)^(-1/2) - 1 for |t| <= rho < 1); outside that the bound is inf. The
+returned bound adds the same model at float64 (the oracle's own error), so it bounds |kernel - oracle|.
+
+Safety constants, each stated and justified:
+    C_RSQRT = 4: sqrt then divide is 2 roundings; PTX rsqrt.approx.f32 is accurate to 2^-22.9 = 2.1 u;
+                 4 covers both and a libm 1/sqrt.
+    C_WEIGHT = 1: the effective weight weight_offset + weight is one more rounding (Gemma).
+    C_COMBINE = 4: the backward combination r (g' - c1 - xhat c2) in any association: 2 additions, the
+                 product xhat c2 and the final product with r.
+
+One-pass variance E[x^2] - mu^2 has |error| ~ gamma_{d+2} (mu^2 + sigma^2) = gamma_{d+2} kappa^2 s^2: the
+relative error of t is kappa^2 d u instead of (2 kappa + 1) d u, so its output error exceeds this bound by a
+factor ~ kappa/2 (derived in claim numerics.error_model).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import sympy as sp
+
+C_RSQRT = 4
+C_WEIGHT = 1
+C_COMBINE = 4
+
+_UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# Half the smallest positive subnormal: the absolute error of a rounding that underflows.
+_UNDERFLOW = {2.0**-53: 2.0**-1075, 2.0**-24: 2.0**-150, 2.0**-11: 2.0**-25, 2.0**-8: 2.0**-134}
+
+# --- the symbols of the bound ----------------------------------------------------------------
+n, u, w = sp.symbols("d u u_out", positive=True)  # row width, accumulation and storage unit roundoffs
+eta, eta_out = sp.symbols("eta eta_out", nonnegative=True)  # underflow
+mean_abs, kappa, inv_s2 = sp.symbols("E_x kappa s^{-2}", nonnegative=True)  # mean|x|/s, kappa, 1/s^2
+xhat, g, y = sp.symbols(r"|\hat{x}_i| |\gamma_i| |y_i|", nonnegative=True)
+
+
+def gamma_n(m: sp.Expr) -> sp.Expr:
+    """gamma_m = m u / (1 - m u): the bound on |prod (1 + delta)^(+-1) - 1| over m roundings."""
+    return m * u / (1 - m * u)
+
+
+def composed(*relative: sp.Expr) -> sp.Expr:
+    """The relative error of a product of factors with the given relative errors: prod(1 + e) - 1."""
+    return sp.Mul(*[1 + e for e in relative]) - 1
+
+
+@cache
+def forward_terms(kind: str) -> dict[str, sp.Expr]:
+    """The named pieces of the forward bound, in the order they are derived."""
+    if kind == "ln":
+        mean_error = gamma_n(n + 1) * mean_abs  # |mu_hat - mu| / s
+        rho_t = composed(2 * mean_error + mean_error**2, gamma_n(n + 5)) + 2 * gamma_n(n + 1) * kappa
+        rho_t += (n + 5) * eta * inv_s2
+    else:
+        mean_error = sp.S.Zero
+        rho_t = gamma_n(n + 3) + (n + 3) * eta * inv_s2
+    eps_r = (1 + gamma_n(C_RSQRT)) / sp.sqrt(1 - rho_t) - 1
+    eps_1 = composed(eps_r, gamma_n(2 + C_WEIGHT + (1 if kind == "ln" else 0)))
+    product = g * (xhat * eps_1 + mean_error * (1 + eps_1))
+    stored = product + (y + product) * composed(u, w) + (4 * eta) * (1 + g) + eta_out
+    return {"mean_error": mean_error, "rho_t": rho_t, "eps_r": eps_r, "eps_1": eps_1, "product": product,
+            "bound": stored}
+
+
+@cache
+def _forward_function(kind: str):
+    return sp.lambdify((n, u, w, eta, eta_out, mean_abs, kappa, inv_s2, xhat, g, y),
+                       forward_terms(kind)["bound"], modules="numpy")
+
+
+def unit_roundoff(name: str) -> float:
+    """u of a dtype name ('float64', 'float32', 'float16', 'bfloat16'; a 'torch.' prefix is accepted)."""
+    key = str(name).removeprefix("torch.")
+    if key not in _UNIT_ROUNDOFF:
+        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(_UNIT_ROUNDOFF)}")
+    return _UNIT_ROUNDOFF[key]
+
+
+def condition_number(x: np.ndarray, eps: float | np.ndarray) -> np.ndarray:
+    """kappa = sqrt((mu^2 + sigma^2)/(sigma^2 + eps)) per row (last axis); inf where sigma^2 + eps = 0."""
+    row = np.asarray(x, dtype=np.float64)
+    mu = row.mean(axis=-1)
+    var = np.mean((row - mu[..., None]) ** 2, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.sqrt((mu**2 + var) / (var + np.asarray(eps, dtype=np.float64)))
+    return np.where(var + np.asarray(eps) == 0, np.inf, out)
+
+
+def _row_quantities(row: np.ndarray, eps: float | np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """Per-row s (or r), mean|x|/s, kappa, 1/s^2 (trailing axis kept) and the normalized row, in float64."""
+    eps = np.asarray(eps, dtype=np.float64)
+    eps = eps[..., None] if eps.ndim else eps
+    centred = row - row.mean(axis=-1, keepdims=True) if kind == "ln" else row
+    s2 = np.mean(centred**2, axis=-1, keepdims=True) + eps
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.sqrt(s2)
+        return {"normalized": centred / s, "mean_abs": np.mean(np.abs(row), axis=-1, keepdims=True) / s,
+                "kappa": np.sqrt(np.mean(row**2, axis=-1, keepdims=True)) / s, "inv_s2": 1.0 / s2, "s": s}
+
+
+def _check_kind(kind: str) -> str:
+    aliases = {"ln": "ln", "layernorm": "ln", "rms": "rms", "rmsnorm": "rms"}
+    if kind not in aliases:
+        raise ValueError(f"unknown kind {kind!r}: expected 'layernorm' or 'rmsnorm'")
+    return aliases[kind]
+
+
+def _underflow(u_value: float) -> float:
+    return _UNDERFLOW.get(float(u_value), 0.0)
+
+
+def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: float, u_out: float) -> np.ndarray:
+    from proofs import oracles
+
+    scale = np.ones(row.shape[-1]) if weight is None else np.abs(np.asarray(weight, dtype=np.float64))
+    exact = oracles.layernorm(row, weight, bias, q["eps"]) if kind == "ln" else oracles.rmsnorm(row, weight, q["eps"])
+    function = _forward_function(kind)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return function(row.shape[-1], u_acc, u_out, _underflow(u_acc), _underflow(u_out), q["mean_abs"],
+                        q["kappa"], q["inv_s2"], np.abs(q["normalized"]), scale, np.abs(exact))
+
+
+def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
+                  u_acc: float, u_out: float, kind: str) -> np.ndarray:
+    """Per-element bound B with |y_kernel - y_oracle| <= B (module docstring), shape of x.
+
+    Includes the float64 oracle's own error. inf where the model does not apply (d u_acc too large,
+    rho_t > 0.6) and NaN where the function is undefined (sigma^2 + eps = 0).
+    """
+    kind = _check_kind(kind)
+    row = np.asarray(x, dtype=np.float64)
+    q = {**_row_quantities(row, eps, kind), "eps": eps}
+    kernel = _forward_bound_at(kind, row, q, weight, bias, u_acc, u_out)
+    oracle = _forward_bound_at(kind, row, q, weight, bias, 2.0**-53, 2.0**-53)
+    rho = sp.lambdify((n, u, eta, mean_abs, kappa, inv_s2), forward_terms(kind)["rho_t"], modules="numpy")
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rho_t = rho(row.shape[-1], u_acc, _underflow(u_acc), q["mean_abs"], q["kappa"], q["inv_s2"])
+    return _where_valid(kernel + oracle, row.shape[-1], u_acc, rho_t, q["inv_s2"])
+
+
+def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray, inv_s2: np.ndarray) -> np.ndarray:
+    """NaN on undefined rows (sigma^2 + eps = 0), inf where the model does not apply (rho_t >= 1 or
+    (d + 9) u >= 1), the bound elsewhere."""
+    valid = ((width + 9) * u_acc < 1) & (rho_t < 1)
+    return np.where(np.isinf(inv_s2), np.nan, np.where(valid, bound, np.inf))
+
+
+# --- backward --------------------------------------------------------------------------------
+# Per element j of a row: gp = |gamma_j dy_j|, the normalized element xhat_j and its computed error Xi_j;
+# per row: A1 = mean|g'|, A2 = mean(|g'| (|xhat| + Xi)), A3 = mean(|g'| Xi), c1 = |mean g'|,
+# c2 = |mean(g' xhat)|, the exact |dx_j| and eps_r.
+gp, xi, a1, a2, a3, c1, c2, dx_abs, er = sp.symbols("g'_j Xi_j A_1 A_2 A_3 c_1 c_2 |dx_j| epsilon_r", nonnegative=True)
+
+
+@cache
+def backward_terms(kind: str) -> dict[str, sp.Expr]:
+    """The pieces of the dx bound: r (g'_j - c1 - xhat_j c2) (LN) or r (g'_j - xhat_j c2) (RMSNorm)."""
+    terms = forward_terms(kind)
+    # the normalized element as the backward recomputes it: subtract (LN) and product with r, no weight
+    eps_xhat = composed(terms["eps_r"], gamma_n(2 if kind == "ln" else 1))
+    xi_expr = xhat * eps_xhat + terms["mean_error"] * (1 + eps_xhat)
+    g_error = gamma_n(1 + C_WEIGHT)  # g' = (offset + gamma) dy
+    dc1 = gamma_n(n + 2 + C_WEIGHT) * a1 if kind == "ln" else sp.S.Zero
+    c1_term = c1 if kind == "ln" else sp.S.Zero
+    dc2 = gamma_n(n + 3 + C_WEIGHT) * a2 + a3
+    magnitude = gp * (1 + g_error) + c1_term + dc1 + (xhat + xi) * (c2 + dc2)
+    dt = g_error * gp + dc1 + xhat * dc2 + xi * (c2 + dc2) + gamma_n(C_COMBINE) * magnitude
+    scale = (1 + er) * (1 + u) * (1 + w)
+    dx = (dt * scale + dx_abs * inv_s2 ** sp.Rational(-1, 2) * (scale - 1)) * sp.sqrt(inv_s2)
+    return {"Xi": xi_expr, "eps_xhat": eps_xhat, "dc1": dc1, "dc2": dc2, "dT": dt, "bound": dx + eta_out}
+
+
+@cache
+def _backward_functions(kind: str):
+    forward = forward_terms(kind)
+    row_args = (n, u, eta, mean_abs, kappa, inv_s2)
+    return (
+        sp.lambdify((*row_args, xhat), backward_terms(kind)["Xi"], modules="numpy"),
+        sp.lambdify(row_args, forward["eps_r"], modules="numpy"),
+        sp.lambdify(row_args, forward["rho_t"], modules="numpy"),
+        sp.lambdify((n, u, w, eta_out, inv_s2, gp, xhat, xi, a1, a2, a3, c1, c2, dx_abs, er),
+                    backward_terms(kind)["bound"], modules="numpy"),
+    )
+
+
+def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out):
+    xi_of, eps_r_of, rho_of, dx_of = _backward_functions(kind)
+    width = row.shape[-1]
+    scale = np.ones(width) if weight is None else np.asarray(weight, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        row_args = (width, u_acc, _underflow(u_acc), q["mean_abs"], q["kappa"], q["inv_s2"])
+        normalized = np.abs(q["normalized"])
+        xi_j = xi_of(*row_args, normalized)
+        g_prime = scale * dy
+        mean = lambda a: np.mean(a, axis=-1, keepdims=True)  # noqa: E731
+        first, second = mean(g_prime), mean(g_prime * q["normalized"])
+        exact_dx = (g_prime - (first if kind == "ln" else 0) - q["normalized"] * second) * np.sqrt(q["inv_s2"])
+        dx = dx_of(width, u_acc, u_out, _underflow(u_out), q["inv_s2"], np.abs(g_prime), normalized, xi_j,
+                   mean(np.abs(g_prime)), mean(np.abs(g_prime) * (normalized + xi_j)), mean(np.abs(g_prime) * xi_j),
+                   np.abs(first), np.abs(second), np.abs(exact_dx), eps_r_of(*row_args))
+        rows = int(np.prod(row.shape[:-1]))
+        lead = tuple(range(row.ndim - 1))
+        dweight = None
+        if weight is not None:
+            terms = np.abs(dy) * (normalized + xi_j)
+            exact = np.abs((dy * q["normalized"]).sum(axis=lead))
+            dweight = (np.abs(dy) * xi_j).sum(axis=lead) + _gamma(rows, u_acc) * terms.sum(axis=lead)
+            dweight = dweight + (exact + dweight) * u_out + _underflow(u_out)
+        dbias = _gamma(rows - 1, u_acc) * np.abs(dy).sum(axis=lead)
+        dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_out + _underflow(u_out)
+        rho_t = rho_of(*row_args)
+    return dx, dweight, dbias, rho_t
+
+
+def _gamma(m: int, u_value: float) -> float:
+    return float(gamma_n(sp.Integer(m)).subs(u, u_value)) if m > 0 else 0.0
+
+
+def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray,
+                   u_acc: float, u_out: float, kind: str) -> tuple:
+    """Per-element bounds of the backward: (B_dx, B_dweight, B_dbias) for LN, (B_dx, B_dweight) for RMSNorm.
+
+    B_dx has the shape of x; B_dweight and B_dbias the shape [d] (the gradients summed over the
+    leading axes, in any order: gamma_{rows} for the cross-row sums); B_dweight is None without weight.
+    Includes the float64 oracle's own error; inf where the model does not apply, NaN on undefined rows.
+    """
+    kind = _check_kind(kind)
+    row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
+    q = _row_quantities(row, eps, kind)
+    kernel = _backward_at(kind, row, q, weight, upstream, u_acc, u_out)
+    oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53)
+    dx = _where_valid(kernel[0] + oracle[0], row.shape[-1], u_acc, kernel[3], q["inv_s2"])
+    lead = tuple(range(row.ndim - 1))
+    any_invalid = ~np.isfinite(dx).all(axis=lead)
+    dweight = None if weight is None else np.where(any_invalid, np.inf, kernel[1] + oracle[1])
+    dbias = kernel[2] + oracle[2]
+    return (dx, dweight, dbias) if kind == "ln" else (dx, dweight)

@@ -1,0 +1,209 @@
+"""Float64 reference functions, compiled from the derived SymPy expressions (proofs.expressions).
+
+All functions act on the last axis and broadcast over the leading ones; ``weight`` and ``bias`` may
+be None (no scale: gamma = 1; no shift: beta = 0). Nothing here is retyped: each function evaluates
+an expression the derivations produced and check (claims ln.jacobian, ln.spectral_norm, ...). The
+LN expressions are evaluated in the centred row c = x - mu with mu and sigma^2 by two passes, so no
+cancellation happens in float64. Compilation happens on first use and is cached, so importing this
+module is cheap.
+
+Undefined points: where sigma^2 + eps = 0 (LN: a constant row with eps = 0) or q + eps = 0
+(RMSNorm: a zero row with eps = 0) the function is 0/0, and every output of that row is NaN, never a
+finite value (the gradients and the spectral norm too). No warning is emitted for them.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import sympy as sp
+
+from proofs import algebra as sym
+from proofs import expressions
+from proofs.numeric import compile_indexed
+
+ArrayLike = np.ndarray | float
+
+
+def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
+    """expr with gamma = 1 when there is no weight and beta = 0 when there is no bias."""
+    if not weight:
+        expr = expressions.unit_weight(expr)
+    if not bias:
+        expr = expr.replace(lambda e: isinstance(e, sp.Indexed) and e.base == sym.beta, lambda e: sp.S.Zero)
+    return expr
+
+
+@cache
+def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
+    derived = {
+        "output": lambda: expressions.output(kind),
+        "jacobian": lambda: expressions.jacobian(kind),
+        "vjp_x": lambda: expressions.vjp_x(kind),
+        "vjp_weight": lambda: expressions.vjp_weight(kind),
+        "vjp_bias": expressions.vjp_bias,
+    }[what]()
+    if kind == "ln":
+        derived = expressions.centred(derived)
+    free = (sym.i, sym.j) if what == "jacobian" else ((sym.i,) if what == "output" else (sym.j,))
+    return compile_indexed(_without(derived, weight, bias), free)
+
+
+@cache
+def _row_statistics():
+    return compile_indexed(sym.MEAN_DEF, ()), compile_indexed(sym.MS_DEF, ())
+
+
+def _environment(kind: str, x_: ArrayLike, eps_: ArrayLike, dy_: ArrayLike | None = None,
+                 **rows) -> tuple[dict, np.ndarray]:
+    """The evaluation environment of one call and the mask of its undefined rows (leading axes)."""
+    row = np.asarray(x_, dtype=np.float64)
+    if row.ndim == 0:
+        raise ValueError("x must have at least one axis (the row)")
+    if dy_ is not None:
+        row, upstream = np.broadcast_arrays(row, np.asarray(dy_, dtype=np.float64))
+        rows["g"] = upstream
+    env = {"x": row, "epsilon": np.asarray(eps_, dtype=np.float64), "d": row.shape[-1]}
+    env.update({name: np.asarray(value, dtype=np.float64) for name, value in rows.items() if value is not None})
+    mean, mean_square = _row_statistics()
+    if kind == "ln":
+        env["mu"] = mean(env)
+        env["c"] = row - env["mu"][..., None]
+        env["sigma^2"] = np.mean(env["c"] ** 2, axis=-1)  # the two-pass variance: MEAN_DEF of c^2
+        scale2 = env["sigma^2"] + env["epsilon"]
+    else:
+        env["q"] = mean_square(env)
+        scale2 = env["q"] + env["epsilon"]
+    return env, np.asarray(scale2 == 0)
+
+
+def _evaluate(kind: str, what: str, env: dict, undefined: np.ndarray, **present: bool) -> np.ndarray:
+    """The compiled expression on env, shaped [leading..., d] or [leading..., d, d], NaN on undefined rows."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = _compiled(kind, what, **present)(env)
+    rank = 2 if what == "jacobian" else 1
+    lead = np.broadcast_shapes(env["x"].shape[:-1], undefined.shape)
+    out = np.broadcast_to(out, lead + (env["d"],) * rank).copy()
+    out[np.broadcast_to(undefined, lead)] = np.nan
+    return out
+
+
+def layernorm(x: ArrayLike, weight: ArrayLike | None, bias: ArrayLike | None, eps: ArrayLike) -> np.ndarray:
+    """gamma * (x - mu)/sqrt(sigma^2 + eps) + beta over the last axis (population variance)."""
+    env, undefined = _environment("ln", x, eps, gamma=weight, beta=bias)
+    return _evaluate("ln", "output", env, undefined, weight=weight is not None, bias=bias is not None)
+
+
+def rmsnorm(x: ArrayLike, weight: ArrayLike | None, eps: ArrayLike) -> np.ndarray:
+    """gamma * x/sqrt(mean(x^2) + eps) over the last axis."""
+    env, undefined = _environment("rms", x, eps, gamma=weight)
+    return _evaluate("rms", "output", env, undefined, weight=weight is not None)
+
+
+def _vjp(kind: str, x_: ArrayLike, weight: ArrayLike | None, eps_: ArrayLike, dy_: ArrayLike):
+    env, undefined = _environment(kind, x_, eps_, dy_, gamma=weight)
+    dx = _evaluate(kind, "vjp_x", env, undefined, weight=weight is not None)
+    lead = tuple(range(dx.ndim - 1))
+    dweight = None
+    if weight is not None:
+        dweight = _evaluate(kind, "vjp_weight", env, undefined, weight=True).sum(axis=lead)
+    return env, undefined, lead, dx, dweight
+
+
+def layernorm_vjp(x: ArrayLike, weight: ArrayLike | None, eps: ArrayLike, dy: ArrayLike):
+    """(dL/dx, dL/dweight, dL/dbias) for the upstream gradient dy = dL/dy.
+
+    dL/dweight and dL/dbias are summed over the leading axes (shape [d]); dL/dweight is None when
+    weight is None.
+    """
+    env, undefined, lead, dx, dweight = _vjp("ln", x, weight, eps, dy)
+    dbias = _evaluate("ln", "vjp_bias", env, undefined, weight=False).sum(axis=lead)
+    return dx, dweight, dbias
+
+
+def rmsnorm_vjp(x: ArrayLike, weight: ArrayLike | None, eps: ArrayLike, dy: ArrayLike):
+    """(dL/dx, dL/dweight) for the upstream gradient dy; dL/dweight summed over leading axes, None without weight."""
+    _, _, _, dx, dweight = _vjp("rms", x, weight, eps, dy)
+    return dx, dweight
+
+
+def _jacobian(kind: str, x_: ArrayLike, weight: ArrayLike | None, eps_: ArrayLike) -> np.ndarray:
+    env, undefined = _environment(kind, x_, eps_, gamma=weight)
+    return _evaluate(kind, "jacobian", env, undefined, weight=weight is not None)
+
+
+def layernorm_jacobian(x: ArrayLike, weight: ArrayLike | None, eps: ArrayLike) -> np.ndarray:
+    """J[..., i, j] = dy_i/dx_j of LN."""
+    return _jacobian("ln", x, weight, eps)
+
+
+def rmsnorm_jacobian(x: ArrayLike, weight: ArrayLike | None, eps: ArrayLike) -> np.ndarray:
+    """J[..., i, j] = dy_i/dx_j of RMSNorm."""
+    return _jacobian("rms", x, weight, eps)
+
+
+@cache
+def _scalar(expr: sp.Expr, *args: sp.Symbol):
+    return sp.lambdify(args, expr, modules="numpy")
+
+
+def _spectral(kind: str, x_: ArrayLike, eps_: ArrayLike) -> np.ndarray:
+    env, undefined = _environment(kind, x_, eps_)
+    width = env["x"].shape[-1]
+    values = expressions.eigenvalues(kind)
+    scale = env["sigma^2"] if kind == "ln" else env["q"]
+    named = sym.var if kind == "ln" else sym.ms
+    # Which eigenspaces exist (claims ln.spectral_norm / rms.spectral_norm): the complement of
+    # span{1, xhat} (LN) has dimension >= 1 iff d >= 3, of span{x} (RMSNorm) iff d >= 2.
+    smallest_with_complement = 3 if kind == "ln" else 2
+    if width >= smallest_with_complement:
+        chosen = values["perp"]
+    elif kind == "ln" and width == 1:
+        chosen = values["ones"]
+    else:
+        chosen = values["row"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.asarray(_scalar(chosen, named, sym.eps)(scale, env["epsilon"]), dtype=np.float64)
+    out = np.array(np.broadcast_to(out, np.broadcast_shapes(out.shape, undefined.shape)))
+    out[undefined] = np.nan
+    return out
+
+
+def layernorm_spectral_norm(x: ArrayLike, eps: ArrayLike) -> np.ndarray:
+    """||J||_2 of LN with gamma = 1 per row.
+
+    0 (d = 1), eps/(sigma^2+eps)^(3/2) (d = 2), 1/sqrt(sigma^2+eps) (d >= 3).
+    """
+    return _spectral("ln", x, eps)
+
+
+def rmsnorm_spectral_norm(x: ArrayLike, eps: ArrayLike) -> np.ndarray:
+    """||J||_2 of RMSNorm with gamma = 1 per row: eps/(q+eps)^(3/2) (d = 1), 1/sqrt(q+eps) (d >= 2)."""
+    return _spectral("rms", x, eps)
+
+
+def spectral_norm_bound(eps: ArrayLike, weight: ArrayLike | None = None) -> np.ndarray:
+    """max_i |gamma_i| / sqrt(eps): the global Lipschitz bound of LN and RMSNorm (claim ln.spectral_norm)."""
+    largest = 1.0 if weight is None else np.max(np.abs(np.asarray(weight, dtype=np.float64)), axis=-1)
+    expr = expressions.spectral_norm_bound()
+    bound = _scalar(expr, expressions.LARGEST_WEIGHT, sym.eps)
+    with np.errstate(divide="ignore"):
+        return np.asarray(bound(largest, np.asarray(eps, dtype=np.float64)))
+
+
+def normalized_variance(var: ArrayLike, eps: ArrayLike) -> np.ndarray:
+    """Population variance of (x - mu)/sqrt(sigma^2 + eps) for sigma^2 = var: var/(var + eps)."""
+    return np.asarray(_scalar(expressions.normalized_variance(), sym.var, sym.eps)(var, eps))
+
+
+def normalized_variance_sensitivity(var: ArrayLike, eps: ArrayLike) -> np.ndarray:
+    """d/d(sigma^2) of the normalized variance: eps/(var + eps)^2."""
+    derivative = expressions.normalized_variance_sensitivity()
+    return np.asarray(_scalar(derivative, sym.var, sym.eps)(var, eps))
+
+
+def dropout_variance_bias(p: ArrayLike, d: ArrayLike, var: ArrayLike, mean: ArrayLike) -> np.ndarray:
+    """E_m[Var(z)] - Var(x) of inverted dropout (population variances): p(d-1)/(d(1-p)) (var + mean^2)."""
+    symbols = (sym.p, sym.d, sym.var, sym.mu)
+    return np.asarray(_scalar(expressions.dropout_variance_bias(), *symbols)(p, d, var, mean))
