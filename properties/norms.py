@@ -31,16 +31,24 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None,
 
 
 def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-        dy: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones)."""
-    leaves = {"x": x.detach().clone().requires_grad_(True)}
-    if weight is not None:
-        leaves["weight"] = weight.detach().clone().requires_grad_(True)
-    if bias is not None and kernel.kind == "layernorm":
-        leaves["bias"] = bias.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps)
-        grads = guard.grad(kernel, y, list(leaves.values()), dy)
+        dy: torch.Tensor, *, same_tensors: bool = False) -> dict[str, torch.Tensor]:
+    """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones).
+
+    The gradients are taken with respect to copies of x, weight and bias, unless ``same_tensors``: then the
+    given tensors themselves are the autograd leaves for the call (so that a kernel writing into them
+    writes into the caller's tensors), and are given back without requires_grad.
+    """
+    given = {"x": x, "weight": weight, "bias": bias if kernel.kind == "layernorm" else None}
+    leaves = {name: (t if same_tensors else t.detach().clone()).requires_grad_(True)
+              for name, t in given.items() if t is not None}
+    try:
+        with torch.enable_grad():
+            y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps)
+            grads = guard.grad(kernel, y, list(leaves.values()), dy)
+    finally:
+        if same_tensors:
+            for leaf in leaves.values():
+                leaf.requires_grad_(False)
     return dict(zip(leaves, grads, strict=True))
 
 
