@@ -2,7 +2,9 @@
 
 Which figure a claim gets follows from the keys its points carry (docs/ARCHITECTURE.md):
 
-    sigma2, measured, derived, bound   measured ||J||_2 against sigma^2, the derived curve, the 1/sqrt(eps) bound
+    sigma2, eps, measured, derived,    measured ||J||_2 against sigma^2, both relative to eps and to the bound
+    bound                              max|gamma|/sqrt(eps), with each example's derived value and the
+                                       derived curve (gamma = 1) from proofs.oracles
     kappa, ratio                       error/bound ratio against the row's condition number (1 = the bound)
     p, d, measured, predicted          dropout's variance bias, normalized by (v + mu^2), against p, with
                                        the formula p(d-1)/(d(1-p)) from proofs.oracles
@@ -32,7 +34,7 @@ class Plot:
 
     name: str
     keys: frozenset[str]
-    draw: Callable[[Axes, list[dict]], None]
+    draw: Callable[[Axes, list[dict], str], None]
     caption: str
 
 
@@ -51,19 +53,35 @@ def _groups(points: list[dict], key: str) -> dict:
     return dict(sorted(groups.items(), key=lambda item: str(item[0])))
 
 
-def _draw_spectral(ax: Axes, points: list[dict]) -> None:
-    for color, (eps, group) in zip(_colors(), _groups(points, "eps").items(),
-                                   strict=False):
-        group = sorted(group, key=lambda p: p["sigma2"])
-        sigma2 = [p["sigma2"] for p in group]
-        ax.plot(sigma2, [p["derived"] for p in group], "-", color=color, lw=1, label=f"derived, eps={eps:.0e}")
-        ax.plot(sigma2, [p["measured"] for p in group], "o", mfc="none", ms=3.5, color=color,
-                label=f"measured, eps={eps:.0e}")
-        ax.plot(sigma2, [p["bound"] for p in group], "--", color=color, lw=0.8, label=f"1/sqrt(eps), eps={eps:.0e}")
-    ax.set(xscale="log", yscale="log", xlabel=r"row variance $\sigma^2$", ylabel=r"$\Vert J \Vert_2$")
+def _derived_spectral_curve(claim: str, ratios: np.ndarray) -> np.ndarray:
+    """||J||_2 sqrt(eps) of the derivation (gamma = 1, d = 3) at sigma^2/eps = ``ratios``, from proofs.oracles.
+
+    With eps = 1 the row (a, -a, 0) has sigma^2 = mean(x^2) = 2a^2/3 = ratio, and the bound 1/sqrt(eps) is 1.
+    """
+    from proofs import oracles
+
+    spectral_norm = oracles.rmsnorm_spectral_norm if claim.startswith("rms.") else oracles.layernorm_spectral_norm
+    rows = np.sqrt(1.5 * ratios)[:, None] * np.array([1.0, -1.0, 0.0])
+    return np.asarray(spectral_norm(rows, 1.0), dtype=np.float64)
 
 
-def _draw_ratio(ax: Axes, points: list[dict]) -> None:
+def _draw_spectral(ax: Axes, points: list[dict], claim: str) -> None:
+    """Normalized so every eps and gamma shares one picture: x = sigma^2/eps, y = ||J||_2 / (max|gamma|/sqrt(eps))."""
+    points = [p for p in points if p["bound"] > 0 and p["eps"] > 0]
+    x = np.array([max(p["sigma2"] / p["eps"], TINY_RATIO) for p in points])
+    bound = np.array([p["bound"] for p in points])
+    grid = np.logspace(np.log10(x.min()) - 0.5, np.log10(x.max()) + 0.5, 200)
+    ax.plot(grid, _derived_spectral_curve(claim, grid), "-", color="gray", lw=1, label="derived, gamma = 1, d >= 3")
+    ax.plot(x, np.array([p["derived"] for p in points]) / bound, "x", ms=4, color="black",
+            label="derived for the example")
+    ax.plot(x, np.array([p["measured"] for p in points]) / bound, "o", ms=5, mfc="none", color="tab:red",
+            label="measured")
+    ax.axhline(1.0, color="black", lw=0.8, ls="--", label="bound max|gamma|/sqrt(eps)")
+    ax.set(xscale="log", yscale="log", xlabel=r"$\sigma^2/\varepsilon$ (row variance over eps)",
+           ylabel=r"$\Vert J \Vert_2 \,/\, (\max|\gamma|/\sqrt{\varepsilon})$")
+
+
+def _draw_ratio(ax: Axes, points: list[dict], claim: str) -> None:
     by_dtype = _groups([{**p, "dtype": p.get("dtype", "?")} for p in points], "dtype")
     for marker, (dtype, group) in zip("os^vD<>", by_dtype.items(), strict=False):
         ax.plot([p["kappa"] for p in group], [max(p["ratio"], TINY_RATIO) for p in group], marker, ms=3,
@@ -79,7 +97,7 @@ def _second_moment(point: dict, per_unit: float) -> float:
     return point["predicted"] / per_unit if per_unit else float("nan")
 
 
-def _draw_dropout(ax: Axes, points: list[dict]) -> None:
+def _draw_dropout(ax: Axes, points: list[dict], claim: str) -> None:
     from proofs.oracles import dropout_variance_bias
 
     def per_unit(p: float, d: int) -> float:
@@ -98,7 +116,8 @@ def _draw_dropout(ax: Axes, points: list[dict]) -> None:
 PLOTS = (
     Plot("spectral", frozenset({"sigma2", "eps", "measured", "derived", "bound"}), _draw_spectral,
          r"Measured spectral norm $\|J\|_2$ of the Jacobian (circles) against the row variance $\sigma^2$, "
-         r"the derived value (line) and the $1/\sqrt{\varepsilon}$ bound (dashed)."),
+         r"both relative to $\varepsilon$ and the bound $\max|\gamma|/\sqrt{\varepsilon}$ (dashed): the derived "
+         r"value of each example (crosses) and the derived curve for $\gamma = 1$, $d \ge 3$ (gray)."),
     Plot("ratio", frozenset({"kappa", "ratio"}), _draw_ratio,
          r"Error divided by the derived bound against the row's condition number $\kappa$; "
          r"a point above the dashed line at 1 is a violation."),
@@ -117,12 +136,12 @@ def figures(claim: str, series: Sequence[Series], out_dir: Path) -> list[tuple[P
         if not panels:
             continue
         path = Path(out_dir) / f"{claim.replace('.', '-').replace('_', '-')}-{plot.name}.pdf"
-        _draw_panels(panels, plot.draw, path)
+        _draw_panels(panels, plot, claim, path)
         made.append((path, plot.caption))
     return made
 
 
-def _draw_panels(panels: list[tuple[str, list[dict]]], draw: Callable[[Axes, list[dict]], None], path: Path) -> None:
+def _draw_panels(panels: list[tuple[str, list[dict]]], plot: Plot, claim: str, path: Path) -> None:
     """One panel per kernel on shared axes (so kernels compare at a glance), one legend for all below them."""
     columns = min(len(panels), PANELS_PER_ROW)
     rows = -(-len(panels) // columns)
@@ -131,7 +150,7 @@ def _draw_panels(panels: list[tuple[str, list[dict]]], draw: Callable[[Axes, lis
         axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
         legend: dict = {}
         for ax, (label, points) in zip(axes.flat, panels, strict=False):
-            draw(ax, points)
+            plot.draw(ax, points, claim)
             ax.set_title(label, fontsize=8)
             ax.grid(True, which="major", lw=0.3, alpha=0.5)
             ax.label_outer()

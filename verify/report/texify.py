@@ -87,7 +87,9 @@ def number(value: float | None, digits: int = 3) -> str:
         return "NaN"
     if math.isinf(value):
         return r"$\infty$" if value > 0 else r"$-\infty$"
-    if value == 0 or 1e-3 <= abs(value) < 1e4:
+    if value == 0 or 1e-3 <= abs(value) < 1:
         return f"{value:.{digits}g}"
+    if 1 <= abs(value) < 1e4:
+        return f"{value:.{max(digits - len(str(int(abs(value)))), 0)}f}"
     mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
     return f"${mantissa}\\cdot 10^{{{int(exponent)}}}$"
