@@ -163,3 +163,21 @@ def test_grad_faults_on_a_backward_that_raises_or_returns_nan(x):
     with pytest.raises(KernelFault, match="NaN/inf values in the gradient of input 0") as caught:
         guard.grad(kernel, Broken.apply(xr), (xr,), -torch.ones_like(x))
     assert caught.value.status == "failed"
+
+
+def test_limited_work_through_a_kernel_shares_its_time_limit_and_hung_state(x):
+    release = threading.Event()
+
+    def hangs(x, weight, bias, eps):
+        release.wait(30)
+        return x
+
+    kernel = kernel_of(hangs)
+    assert guard.limited(kernel, lambda: 42, timeout=1) == 42
+    with pytest.raises(KernelFault, match="raised ZeroDivisionError"):
+        guard.limited(kernel, lambda: 1 / 0, timeout=1)
+    with pytest.raises(KernelFault, match=r"did not return within 0\.2 s"):
+        guard.limited(kernel, lambda: kernel.fn(x, None, None, 1e-5), timeout=0.2)
+    with pytest.raises(KernelFault, match="not called again"):
+        guard.call(kernel, x, None, None, 1e-5, like=x)
+    release.set()

@@ -1,7 +1,8 @@
 """Calling a kernel under test without letting it take the run down.
 
-Every call of a kernel under test goes through :func:`call` (its forward) or :func:`grad` (its
-backward, through autograd). A kernel that raises, exceeds the time limit, or returns something
+Every call of a kernel under test goes through :func:`call` (its forward), :func:`grad` (its
+backward, through autograd) or :func:`limited` (other work through the kernel: a capability probe,
+a matrix-free estimate). A kernel that raises, exceeds the time limit, or returns something
 unusable (not a tensor, wrong shape, dtype or device, NaN/inf for finite inputs) raises
 :class:`KernelFault` with one line that says which and how; the test reports that claim and the
 run goes on.
@@ -130,6 +131,19 @@ def _check_finite(name: str, out: torch.Tensor, inputs: Sequence[object], what: 
         raise KernelFault(name, "nonfinite", f"returned {bad} NaN/inf values in {what} for finite inputs")
 
 
+def _name(kernel) -> str:
+    return getattr(kernel, "name", getattr(kernel, "__name__", repr(kernel)))
+
+
+def limited(kernel, work: Callable[[], object], *, timeout: float | None = DEFAULT_TIMEOUT_S) -> object:
+    """``work()``, some computation through ``kernel`` (a probe, a matrix-free estimate), under the kernel's time limit.
+
+    An exception from ``work`` is a KernelFault ``raised``; a timeout marks the kernel as hung, so
+    that neither ``work`` nor any later call of the kernel waits for it again. The result is not checked.
+    """
+    return _run_limited(work, getattr(kernel, "fn", kernel), timeout, _name(kernel))
+
+
 def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool = False,
          timeout: float | None = DEFAULT_TIMEOUT_S, **kwargs) -> torch.Tensor:
     """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have).
@@ -137,9 +151,9 @@ def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool 
     ``kernel`` is a :class:`verify.registry.Kernel` or a plain callable. Non-finite outputs are a
     fault only when every tensor argument is finite and ``allow_nonfinite`` is false.
     """
-    name = getattr(kernel, "name", getattr(kernel, "__name__", repr(kernel)))
+    name = _name(kernel)
     fn = getattr(kernel, "fn", kernel)
-    out = _run_limited(lambda: fn(*args, **kwargs), fn, timeout, name)
+    out = limited(kernel, lambda: fn(*args, **kwargs), timeout=timeout)
     out = _check_tensor(name, out, like, "the output")
     if not allow_nonfinite:
         _check_finite(name, out, args, "the output")
@@ -153,14 +167,13 @@ def grad(kernel, outputs: torch.Tensor, inputs: Sequence[torch.Tensor], grad_out
     Each gradient must be a tensor with its input's shape, dtype and device (an input the output
     does not depend on is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are.
     """
-    name = getattr(kernel, "name", getattr(kernel, "__name__", repr(kernel)))
-    fn = getattr(kernel, "fn", kernel)
-    _refuse_if_hung(fn, name)
+    name = _name(kernel)
+    _refuse_if_hung(getattr(kernel, "fn", kernel), name)
     if not outputs.requires_grad:
         raise KernelFault(name, "missing", "returned an output that does not require grad (no backward)")
     inputs = tuple(inputs)
-    grads = _run_limited(lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True),
-                         fn, timeout, name)
+    grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True),
+                    timeout=timeout)
     for index, (g, x) in enumerate(zip(grads, inputs, strict=True)):
         what = f"the gradient of input {index}"
         if g is None:
