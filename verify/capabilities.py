@@ -26,7 +26,7 @@ from verify.registry import Kernel
 
 PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _PROBE_SHAPE = (2, 8)
-_PROBE_TIMEOUT_S = 120.0
+_PROBE_TIMEOUT_S = guard.DEFAULT_TIMEOUT_S  # NORMVERIFY_CALL_TIMEOUT, normverify run --timeout
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,16 @@ def _first_line(error: BaseException) -> str:
 def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str]:
     """Why autograd gives no gradient through the kernel, and why no second derivative ('' when it does)."""
     x = _probe_input(dtype, device).requires_grad_(True)
-    try:
+
+    def first_derivative() -> tuple[torch.Tensor, torch.Tensor]:
         y = kernel.fn(*probe_arguments(kernel, x))
         upstream = torch.ones_like(y, requires_grad=True)
-        (dx,) = torch.autograd.grad(y, x, upstream, create_graph=True)
-    except Exception as error:
-        return f"no backward: autograd through {kernel.name} raised {_first_line(error)}", "no backward"
+        return upstream, torch.autograd.grad(y, x, upstream, create_graph=True)[0]
+
+    try:  # under the kernel's time limit: a hung backward must not hang the run
+        upstream, dx = guard.limited(kernel, first_derivative, timeout=_PROBE_TIMEOUT_S)
+    except guard.KernelFault as fault:
+        return f"no backward: autograd through {kernel.name} failed: {fault}", "no backward"
     if dx is None or not bool(torch.isfinite(dx).all()):
         return f"no backward: autograd through {kernel.name} gave no finite gradient", "no backward"
     try:
