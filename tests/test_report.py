@@ -20,7 +20,7 @@ from verify.report import write_report
 from verify.report.claims import derivation_latex
 from verify.report.texify import escape, verbatim_block
 
-TRICKY_SPEC = "my_broken&50%#kernel.py:ln"
+TRICKY_SPEC = "my_broken&50%#$kernel$.py:ln"
 TRICKY_MESSAGE = r"kernel raised RuntimeError: path C:\tmp\x_1 {y} ~ ^ 50% & $x$ σ² ≤ ε"
 REPLAY = "normverify replay /tmp/runs/counterexamples/ln.forward-my_broken_kernel-3f9a21.pt"
 CLAIM_KINDS = {"ln.forward": "layernorm", "rms.forward": "rmsnorm", "ln.spectral_norm": "layernorm",

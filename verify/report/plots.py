@@ -42,6 +42,11 @@ def _with_keys(points: list[dict], keys: frozenset[str]) -> list[dict]:
     return [p for p in points if keys <= p.keys() and all(p[k] is not None for k in keys)]
 
 
+def _literal(text: str) -> str:
+    """``text`` shown as it is: a ``$`` in a kernel's name must not start matplotlib's math mode."""
+    return text.replace("$", r"\$")
+
+
 def _colors() -> list[str]:
     return mpl.rcParams["axes.prop_cycle"].by_key()["color"]
 
@@ -85,7 +90,7 @@ def _draw_ratio(ax: Axes, points: list[dict], claim: str) -> None:
     by_dtype = _groups([{**p, "dtype": p.get("dtype", "?")} for p in points], "dtype")
     for marker, (dtype, group) in zip("os^vD<>", by_dtype.items(), strict=False):
         ax.plot([p["kappa"] for p in group], [max(p["ratio"], TINY_RATIO) for p in group], marker, ms=3,
-                mfc="none", label=str(dtype).removeprefix("torch."))
+                mfc="none", label=_literal(str(dtype).removeprefix("torch.")))
     ax.axhline(1.0, color="black", lw=0.8, ls="--", label="bound (ratio 1)")
     ax.set(xscale="log", yscale="log", xlabel=r"condition number $\kappa$ of the row", ylabel="error / bound")
 
@@ -151,7 +156,7 @@ def _draw_panels(panels: list[tuple[str, list[dict]]], plot: Plot, claim: str, p
         legend: dict = {}
         for ax, (label, points) in zip(axes.flat, panels, strict=False):
             plot.draw(ax, points, claim)
-            ax.set_title(label, fontsize=8)
+            ax.set_title(_literal(label), fontsize=8)
             ax.grid(True, which="major", lw=0.3, alpha=0.5)
             ax.label_outer()
             legend.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
