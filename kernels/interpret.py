@@ -32,6 +32,8 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    (and fp32 -> bf16 conversion truncates instead of rounding). An interpreted launch with a bf16
    tensor argument raises :class:`InterpreterUnsupported` with one clear line instead.
 
+Also: numpy's floating-point warnings are silenced during a launch (a GPU raises none for NaN/inf).
+
 Not covered: ``inline_asm``, autotuning (``triton.autotune`` benchmarks configurations, which needs
 a GPU), tensor descriptors beyond what the interpreter already supports.
 
@@ -288,7 +290,8 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
                 patches.setitem(namespace, name, value)
             for namespace in {id(ns): ns for ns, _, _ in [(self.fn.__globals__, "", None), *found]}.values():
                 patches.setitem(namespace, "range", _loop_range)
-            return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            with np.errstate(all="ignore"):  # NaN/inf in, NaN/inf out, silently: GPUs raise no FP exceptions
+                return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             _running.pop()
             patches.restore()
