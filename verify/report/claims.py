@@ -7,7 +7,7 @@ from pathlib import Path
 
 from verify.report import plots
 from verify.report.model import Report
-from verify.report.tables import verdict_word
+from verify.report.tables import label_of, longtable, verdict_word
 from verify.report.texify import escape, number, verbatim_block
 
 MAX_LISTED_WIDTHS = 12
@@ -68,20 +68,17 @@ EVIDENCE_COLUMNS = (  # (heading, share of the line width)
 
 def evidence_table(rows: list[tuple[str, dict]]) -> str:
     """One row per (kernel column label, result record): status, examples, worst ratio, dtypes, widths, worst case."""
-    spec = "".join(rf">{{\raggedright\arraybackslash}}p{{\dimexpr {share:.2f}\linewidth-2\tabcolsep\relax}}"
-                   for _, share in EVIDENCE_COLUMNS)
-    lines = [r"{\footnotesize\setlength{\tabcolsep}{3pt}", rf"\begin{{longtable}}{{{spec}}}", r"\toprule",
-             " & ".join(heading for heading, _ in EVIDENCE_COLUMNS) + r" \\", r"\midrule"]
+    rows_latex = []
     for label, record in rows:
         test = record.get("test", "").rpartition("::")[2]
-        cells = [rf"\textbf{{{escape(label)}}}\newline{{\scriptsize\ttfamily {escape(test)}}}",
-                 verdict_word(record.get("status", "error")), str(int(record.get("examples") or 0)),
-                 number(record.get("worst_ratio")),
-                 escape(_listing([str(d).removeprefix("torch.") for d in record.get("dtypes") or []])),
-                 escape(_listing(record.get("widths") or [])), escape(compact(record.get("worst_case") or "--"))]
-        lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{longtable}}", ""]
-    return "\n".join(lines)
+        rows_latex.append([rf"\textbf{{{escape(label)}}}\newline{{\scriptsize\ttfamily {escape(test)}}}",
+                           verdict_word(record.get("status", "error")), str(int(record.get("examples") or 0)),
+                           number(record.get("worst_ratio")),
+                           escape(_listing([str(d).removeprefix("torch.") for d in record.get("dtypes") or []])),
+                           escape(_listing(record.get("widths") or [])),
+                           escape(compact(record.get("worst_case") or "--"))])
+    return longtable([share for _, share in EVIDENCE_COLUMNS], [heading for heading, _ in EVIDENCE_COLUMNS],
+                     rows_latex)
 
 
 def failure_details(label: str, record: dict) -> str:
@@ -106,7 +103,7 @@ def figure(path: Path, caption: str, out_dir: Path) -> str:
 
 def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -> str:
     """The section of ``claim``: derivation, evidence per kernel column, figures."""
-    parts = [rf"\section{{{escape(claim)}}}\label{{claim:{claim}}}", derivation_latex(claim),
+    parts = [rf"\section{{{escape(claim)}}}\label{{{label_of(claim)}}}", derivation_latex(claim),
              r"\subsection*{Evidence}"]
     rows, series = [], []
     for index, column in enumerate(report.columns):

@@ -60,7 +60,8 @@ def render(report: Report, out_dir: Path, figure_dir: Path) -> str:
     parts += [r"\section*{Summary}",
               r"Status per claim and kernel; ``ratio'' is the worst measured error divided by the derived bound "
               r"(above 1 is a violation). ``theory'' is the derivation's verdict.",
-              summary_table(report, theory_verdicts()), r"\clearpage"]
+              summary_table(report, theory_verdicts()) if report.claims else r"\emph{The results hold no test.}",
+              r"\clearpage"]
     parts += [claim_section(report, claim, out_dir, figure_dir) for claim in report.claims]
     parts.append(r"\end{document}")
     return "\n".join(parts) + "\n"

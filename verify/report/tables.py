@@ -6,6 +6,8 @@ kernels still fit across the page and many claims continue over pages.
 
 from __future__ import annotations
 
+import re
+
 from verify.report.model import Cell, Column, Report
 from verify.report.texify import escape, number
 
@@ -51,12 +53,31 @@ def _dtypes(column: Column) -> list[str]:
     return found
 
 
-def _widths(label_share: float, columns: int) -> tuple[str, str]:
-    """Column specs: a label column taking ``label_share`` of the line, the rest shared by ``columns``."""
-    rest = (0.98 - label_share) / max(columns, 1)
-    cell = rf">{{\raggedright\arraybackslash}}p{{\dimexpr {rest:.3f}\linewidth-2\tabcolsep\relax}}"
-    label = rf">{{\raggedright\arraybackslash}}p{{\dimexpr {label_share:.3f}\linewidth-2\tabcolsep\relax}}"
-    return label, cell
+def column(share: float) -> str:
+    """A ragged-right paragraph column taking ``share`` of the line width (padding included)."""
+    return rf">{{\raggedright\arraybackslash}}p{{\dimexpr {share:.3f}\linewidth-2\tabcolsep\relax}}"
+
+
+def longtable(shares: list[float], head: list[str], rows: list[list[str]]) -> str:
+    """A small-print longtable with these column shares, its head repeated on every page, rows of LaTeX cells."""
+    head_line = " & ".join(head) + r" \\"
+    lines = [r"{\footnotesize\setlength{\tabcolsep}{3pt}",
+             rf"\begin{{longtable}}{{{''.join(column(share) for share in shares)}}}",
+             r"\toprule", head_line, r"\midrule", r"\endfirsthead",
+             r"\toprule", head_line, r"\midrule", r"\endhead", r"\bottomrule", r"\endfoot"]
+    lines += [" & ".join(cells) + r" \\" for cells in rows]
+    lines += [r"\end{longtable}}", ""]
+    return "\n".join(lines)
+
+
+def _shares(label_share: float, columns: int) -> list[float]:
+    """A label column taking ``label_share`` of the line, the rest shared equally by ``columns``."""
+    return [label_share] + [(0.98 - label_share) / max(columns, 1)] * columns
+
+
+def label_of(claim: str) -> str:
+    """The LaTeX label of a claim's section (claim ids come from results files: keep only safe characters)."""
+    return "claim:" + re.sub(r"[^A-Za-z0-9._-]", "-", claim)
 
 
 def runs_table(report: Report) -> str:
@@ -66,16 +87,9 @@ def runs_table(report: Report) -> str:
     lines = [r"{\small", r"\begin{tabular}{@{}ll@{}}"]
     lines += [rf"{escape(label)} & {escape(values[label][0], breakable=False)} \\" for label in shared]
     lines += [r"\end{tabular}}", ""]
-    label, cell = _widths(0.16, len(report.columns))
-    lines += [r"{\footnotesize\setlength{\tabcolsep}{3pt}",
-              rf"\begin{{longtable}}{{{label}{cell * len(report.columns)}}}", r"\toprule",
-              "kernel & " + " & ".join(rf"\textbf{{{escape(c.label)}}}" for c in report.columns) + r" \\",
-              r"\midrule"]
-    for name, found in values.items():
-        if name not in shared:
-            lines.append(f"{escape(name)} & " + " & ".join(escape(value) for value in found) + r" \\")
-    lines += [r"\bottomrule", r"\end{longtable}}", ""]
-    return "\n".join(lines)
+    head = ["kernel"] + [rf"\textbf{{{escape(c.label)}}}" for c in report.columns]
+    rows = [[escape(name)] + [escape(value) for value in found] for name, found in values.items() if name not in shared]
+    return "\n".join(lines) + longtable(_shares(0.16, len(report.columns)), head, rows)
 
 
 def verdict_word(status: str) -> str:
@@ -94,14 +108,7 @@ def verdict(cell: Cell | None) -> str:
 
 def summary_table(report: Report, theory: dict[str, str]) -> str:
     """Claim x kernel: the derivation's verdict, then each kernel's status and worst error/bound ratio."""
-    label, cell = _widths(0.30, len(report.columns) + 1)
-    head = ("claim & theory & " + " & ".join(rf"\textbf{{{escape(c.label)}}}" for c in report.columns) + r" \\")
-    lines = [r"{\footnotesize\setlength{\tabcolsep}{3pt}",
-             rf"\begin{{longtable}}{{{label}{cell * (len(report.columns) + 1)}}}", r"\toprule", head, r"\midrule",
-             r"\endfirsthead", r"\toprule", head, r"\midrule", r"\endhead", r"\bottomrule", r"\endfoot"]
-    for claim in report.claims:
-        cells = " & ".join(verdict(report.cell(claim, i)) for i in range(len(report.columns)))
-        lines.append(rf"\hyperref[claim:{claim}]{{{escape(claim)}}} & {escape(theory.get(claim, 'unknown claim'))}"
-                     rf" & {cells} \\")
-    lines += [r"\end{longtable}}", ""]
-    return "\n".join(lines)
+    head = ["claim", "theory"] + [rf"\textbf{{{escape(c.label)}}}" for c in report.columns]
+    rows = [[rf"\hyperref[{label_of(claim)}]{{{escape(claim)}}}", escape(theory.get(claim, "unknown claim"))]
+            + [verdict(report.cell(claim, i)) for i in range(len(report.columns))] for claim in report.claims]
+    return longtable(_shares(0.30, len(report.columns) + 1), head, rows)
