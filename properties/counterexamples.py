@@ -11,7 +11,7 @@ the file (``torch.save``) holds::
 
 Tensors are saved as given: ``torch.save`` keeps a view's storage, offset and strides, so a
 non-contiguous input (and whatever lies in its storage around it) comes back as it was; ``layouts``
-records each tensor's layout, and :func:`load` re-creates it should a tensor come back otherwise.
+records the layout of each tensor input, and :func:`load` re-creates it should one come back otherwise.
 
 :func:`replay` reloads the kernel by its SPEC (``verify.registry.resolve``), or another SPEC,
 re-runs the check and returns a :class:`ReplayResult`: passed or not, the message, expected vs got.
@@ -97,17 +97,6 @@ def _layout(tensor: torch.Tensor) -> dict:
             "device": str(tensor.device)}
 
 
-def _tensors(value: Any, path: str = "") -> list[tuple[str, torch.Tensor]]:
-    """Every tensor inside ``value`` (dicts, lists, tuples), with its path such as ``x`` or ``grads[1]``."""
-    if isinstance(value, torch.Tensor):
-        return [(path, value)]
-    if isinstance(value, dict):
-        return [t for key, item in value.items() for t in _tensors(item, f"{path}.{key}" if path else str(key))]
-    if isinstance(value, (list, tuple)):
-        return [t for index, item in enumerate(value) for t in _tensors(item, f"{path}[{index}]")]
-    return []
-
-
 def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: Path) -> Path:
     """Write the failing ``example`` of ``check`` on ``kernel`` into ``directory``; return the file's path.
 
@@ -119,7 +108,8 @@ def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: 
     inputs = {name: value.detach() if isinstance(value, torch.Tensor) else value for name, value in example.items()}
     document = {"schema": SCHEMA, "spec": portable_spec(spec), "kind": kernel.kind,
                 "kernel": getattr(kernel, "name", spec), "claim": claim, "check": check_reference(check),
-                "inputs": inputs, "layouts": {path: _layout(t) for path, t in _tensors(inputs)}}
+                "inputs": inputs,
+                "layouts": {name: _layout(value) for name, value in inputs.items() if isinstance(value, torch.Tensor)}}
     buffer = io.BytesIO()
     torch.save(document, buffer)
     data = buffer.getvalue()
@@ -154,10 +144,10 @@ def load(path: Path) -> dict:
                          f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise UsageError(f"{path} is not a counterexample file (no {SCHEMA!r} schema)")
-    for name, tensor in _tensors(document["inputs"]):
-        layout = document.get("layouts", {}).get(name)
-        if layout and list(tensor.stride()) != layout["stride"]:
-            _set(document["inputs"], name, _with_layout(tensor, layout))
+    for name, layout in document.get("layouts", {}).items():
+        tensor = document["inputs"].get(name)
+        if isinstance(tensor, torch.Tensor) and list(tensor.stride()) != layout["stride"]:
+            document["inputs"][name] = _with_layout(tensor, layout)
     return document
 
 
@@ -175,15 +165,6 @@ def _with_layout(tensor: torch.Tensor, layout: dict) -> torch.Tensor:
     """``tensor``'s values in a fresh tensor with the recorded shape and strides."""
     fresh = torch.empty_strided(layout["shape"], layout["stride"], dtype=tensor.dtype, device=tensor.device)
     return fresh.copy_(tensor)
-
-
-def _set(inputs: dict, path: str, tensor: torch.Tensor) -> None:
-    parts = re.findall(r"[^.\[\]]+", path)
-    container: Any = inputs
-    for part in parts[:-1]:
-        container = container[int(part)] if isinstance(container, (list, tuple)) else container[part]
-    last = parts[-1]
-    container[int(last) if isinstance(container, list) else last] = tensor
 
 
 def _import_check(reference: str) -> Callable:
