@@ -1,0 +1,234 @@
+"""Each conformance check passes a correct kernel and CAN fail: a tiny kernel breaking exactly what it checks.
+
+Unit level and in-process: the check functions of properties/ are called directly on hand-made examples
+(the full broken-kernel corpus runs the whole suite: tests/test_corpus*.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from properties import (
+    evidence,
+    test_affine,
+    test_contracts,
+    test_dropout,
+    test_forward,
+    test_gradients,
+    test_mean_stability,
+    test_special_inputs,
+    test_spectral_norm,
+    test_variance,
+)
+from verify.registry import Kernel
+
+
+def _layernorm(x, weight, bias, eps):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def _rmsnorm(x, weight, eps):
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def _one_pass_variance(x, weight, bias, eps):
+    mean = x.mean(-1, keepdim=True)
+    variance = (x * x).mean(-1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(variance.clamp_min(0) + eps)
+
+
+def _eps_outside_root(x, weight, bias, eps):
+    centred = x - x.mean(-1, keepdim=True)
+    return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + eps)
+
+
+def _eps_ignored(x, weight, bias, eps):
+    return _layernorm(x, weight, bias, 1e-5)
+
+
+def _shifted_mean(x, weight, bias, eps):
+    return _layernorm(x, weight, bias, eps) + 1e-3 * x.mean(-1, keepdim=True)
+
+
+class _NoVarianceTerm(torch.autograd.Function):
+    """LayerNorm whose backward forgets the variance term: dx = (g - mean g) / s."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        centred = x - x.mean(-1, keepdim=True)
+        s = torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(s)
+        return centred / s
+
+    @staticmethod
+    def backward(ctx, dy):
+        (s,) = ctx.saved_tensors
+        return (dy - dy.mean(-1, keepdim=True)) / s, None
+
+
+def _no_variance_term(x, weight, bias, eps):
+    return _NoVarianceTerm.apply(x, eps)
+
+
+def _wrong_scale_backward(x, weight, bias, eps):
+    y = _layernorm(x, weight, bias, eps)
+    return y + (y - y.detach())  # the value of y, twice its derivative
+
+
+def _rows_mixed(x, weight, bias, eps):
+    return _layernorm(x, weight, bias, eps) + 1e-3 * x.mean()
+
+
+def _strides_ignored(x, weight, bias, eps):
+    return _layernorm(torch.as_strided(x, x.shape, _contiguous_strides(x.shape)), weight, bias, eps)
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _input_overwritten(x, weight, bias, eps):
+    y = _layernorm(x, weight, bias, eps)
+    with torch.no_grad():
+        x.mul_(2)
+    return y
+
+
+def _nan_spreads(x, weight, bias, eps):
+    return _layernorm(x, weight, bias, eps) + 0 * x.sum()
+
+
+def _no_rescale(x, p, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return x * (torch.rand(x.shape, generator=generator) >= p)
+
+
+def _keep_and_drop_swapped(x, p, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.where(torch.rand(x.shape, generator=generator) < p, x / p, 0).to(x.dtype)
+
+
+def _one_mask_for_all_rows(x, p, seed):
+    generator = torch.Generator().manual_seed(seed)
+    keep = torch.rand(x.shape[-1:], generator=generator) >= p
+    return torch.where(keep, x / (1 - p), 0).to(x.dtype)
+
+
+def _seed_ignored(x, p, seed):
+    return F.dropout(x, p, training=True)
+
+
+def _dropout(x, p, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.where(torch.rand(x.shape, generator=generator) >= p, x / (1 - p), 0).to(x.dtype)
+
+
+def _dropout_in_place(x, p, seed):
+    return x.copy_(_dropout(x, p, seed))
+
+
+def kernel(fn, kind="layernorm", **fields) -> Kernel:
+    return Kernel(fn.__name__.strip("_"), kind, fn, dtypes=(torch.float32,), **fields)
+
+
+CORRECT_LN = kernel(_layernorm)
+CORRECT_RMS = kernel(_rmsnorm, "rmsnorm")
+CORRECT_DROPOUT = kernel(_dropout, "dropout")
+
+
+def _row(d=16, offset=0.0, scale=1.0, n=3, seed=0) -> torch.Tensor:
+    return (offset + torch.randn(n, d, generator=torch.Generator().manual_seed(seed))) * scale
+
+
+def _ln_example(**row) -> dict:
+    x = _row(**row)
+    return {"x": x, "weight": None, "bias": None, "eps": 1e-5}
+
+
+def _passes_and_fails(check, broken: Kernel, example: dict, correct: Kernel = CORRECT_LN) -> str:
+    evidence.check(check, correct, example)
+    with pytest.raises(AssertionError) as failure:
+        evidence.check(check, broken, example)
+    return str(failure.value)
+
+
+def test_forward_check_catches_one_pass_variance_by_a_wide_margin():
+    message = _passes_and_fails(test_forward.check_forward, kernel(_one_pass_variance), _ln_example(offset=1e4))
+    assert float(message.rsplit("error/bound = ", 1)[1].split(")")[0]) > 10
+
+
+def test_jacobian_and_identity_checks_catch_a_backward_without_the_variance_term():
+    example = {**_ln_example(), "dy": _row(seed=1)}
+    assert "dx" in _passes_and_fails(test_gradients.check_vjp, kernel(_no_variance_term), example)
+    assert "c . dx" in _passes_and_fails(test_gradients.check_gradient_identities, kernel(_no_variance_term), example)
+
+
+def test_spectral_norm_checks_catch_a_doubled_jacobian():
+    broken = kernel(_wrong_scale_backward)
+    _passes_and_fails(test_spectral_norm.check_spectral_norm, broken, _ln_example(d=8, n=1))
+    example = {"x": _row(d=4096, n=1), "eps": 1e-5, "start": _row(d=4096, n=1, seed=2)}
+    _passes_and_fails(test_spectral_norm.check_matrix_free_spectral_norm, broken, example)
+
+
+def test_mean_and_shift_checks_catch_an_output_that_follows_the_mean():
+    example = _ln_example()
+    _passes_and_fails(test_mean_stability.check_mean_stability, kernel(_shifted_mean), example)
+    example["shifted"] = example["x"] + 10
+    _passes_and_fails(test_mean_stability.check_shift_invariance, kernel(_shifted_mean), example)
+
+
+def test_variance_checks_catch_eps_outside_the_root():
+    x = _row(d=64) * math.sqrt(1e-2)
+    broken = kernel(_eps_outside_root)
+    _passes_and_fails(test_variance.check_normalized_variance, broken, {"x": x, "eps": 1e-2})
+    _passes_and_fails(test_variance.check_variance_sensitivity, broken, {"x": x, "scaled": 1.5 * x, "eps": 1e-2})
+
+
+def test_affine_check_catches_an_ignored_eps():
+    x = _row() * math.sqrt(1e-2)
+    example = {"x": x, "transformed": 2 * x + 1, "a": 2.0, "eps": 1e-2}
+    _passes_and_fails(test_affine.check_affine, kernel(_eps_ignored), example)
+
+
+def test_contract_checks_catch_mixed_rows_ignored_strides_and_written_inputs():
+    example = _ln_example()
+    changed = example["x"].clone()
+    changed[0] += 1
+    _passes_and_fails(test_contracts.check_changing_one_row, kernel(_rows_mixed), {**example, "changed": changed})
+    strided = test_contracts.strided(example["x"], "every other column")
+    _passes_and_fails(test_contracts.check_noncontiguous_x, kernel(_strides_ignored), {**example, "x": strided})
+    _passes_and_fails(test_contracts.check_inputs_unmodified, kernel(_input_overwritten),
+                      {**example, "dy": _row(seed=3)})
+
+
+def test_nonfinite_check_catches_a_nan_that_leaves_its_row():
+    example = _ln_example()
+    poisoned = example["x"].clone()
+    poisoned[0, 0] = math.nan
+    _passes_and_fails(test_special_inputs.check_nonfinite_stays_in_its_row, kernel(_nan_spreads),
+                      {**example, "poisoned": poisoned})
+
+
+@pytest.mark.parametrize(("check", "broken", "n", "d", "offset", "p"), [
+    (test_dropout.check_values, _no_rescale, 4, 64, 3.0, 0.5),
+    (test_dropout.check_keep_rate, _keep_and_drop_swapped, 16, 1024, 3.0, 0.25),
+    (test_dropout.check_variance_bias, _one_mask_for_all_rows, 1, 64, 0.0, 0.5),
+    (test_dropout.check_determinism, _seed_ignored, 4, 64, 3.0, 0.5),
+])
+def test_dropout_checks_catch_their_bug(check, broken, n, d, offset, p):
+    example = {"x": _row(n=n, d=d, offset=offset), "p": p, "seed": 7}
+    _passes_and_fails(check, kernel(broken, "dropout"), example, correct=CORRECT_DROPOUT)
+
+
+def test_dropout_input_check_catches_a_written_input():
+    example = {"x": _row(n=2, d=8) + 3, "p": 0.5, "seed": 1}
+    _passes_and_fails(test_dropout.check_inputs_unmodified, kernel(_dropout_in_place, "dropout"), example,
+                      correct=CORRECT_DROPOUT)
