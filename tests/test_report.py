@@ -46,12 +46,14 @@ def spectral_points(rng: random.Random) -> list[dict]:
 
 
 def dropout_points(rng: random.Random) -> list[dict]:
+    """E[Var(z)] over masks (measured) around Var(x) + p(d-1)/(d(1-p)) (Var(x) + mean^2) (predicted)."""
     points = []
     for d in (4, 64):
         for _ in range(12):
-            p, second_moment = rng.uniform(0.05, 0.9), rng.uniform(0.5, 2.0)
-            predicted = p * (d - 1) / (d * (1 - p)) * second_moment
-            points.append({"p": p, "d": d, "measured": predicted * (1 + rng.gauss(0, 0.05)), "predicted": predicted})
+            p, var, mean = rng.uniform(0.05, 0.9), rng.uniform(0.5, 2.0), rng.uniform(-1.0, 1.0)
+            bias = p * (d - 1) / (d * (1 - p)) * (var + mean**2)
+            points.append({"p": p, "d": d, "measured": var + bias * (1 + rng.gauss(0, 0.05)),
+                           "predicted": var + bias, "var": var, "mean": mean})
     return points
 
 

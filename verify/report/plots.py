@@ -6,8 +6,9 @@ Which figure a claim gets follows from the keys its points carry (docs/ARCHITECT
     bound                              max|gamma|/sqrt(eps), with each example's derived value and the
                                        derived curve (gamma = 1) from proofs.oracles
     kappa, ratio                       error/bound ratio against the row's condition number (1 = the bound)
-    p, d, measured, predicted          dropout's variance bias, normalized by (v + mu^2), against p, with
-                                       the formula p(d-1)/(d(1-p)) from proofs.oracles
+    p, d, measured, var, mean          dropout's variance bias E[Var(z)] - Var(x) (measured: E[Var(z)]; var,
+                                       mean: of x), normalized by (v + mu^2), against p, with the formula
+                                       p(d-1)/(d(1-p)) from proofs.oracles
 
 Each figure has one panel per kernel column.
 """
@@ -55,7 +56,12 @@ def _groups(points: list[dict], key: str) -> dict:
     groups: dict = {}
     for point in points:
         groups.setdefault(point[key], []).append(point)
-    return dict(sorted(groups.items(), key=lambda item: str(item[0])))
+    return dict(sorted(groups.items(), key=lambda item: _order(item[0])))
+
+
+def _order(value: object) -> tuple:
+    """Numbers first, by value (d = 8 before 16), then everything else by its text."""
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
 def _derived_spectral_curve(claim: str, ratios: np.ndarray) -> np.ndarray:
@@ -95,23 +101,17 @@ def _draw_ratio(ax: Axes, points: list[dict], claim: str) -> None:
     ax.set(xscale="log", yscale="log", xlabel=r"condition number $\kappa$ of the row", ylabel="error / bound")
 
 
-def _second_moment(point: dict, per_unit: float) -> float:
-    """v + mu^2 of the example: recorded, else recovered from predicted = per_unit * (v + mu^2)."""
-    if "var" in point and "mean" in point:
-        return point["var"] + point["mean"] ** 2
-    return point["predicted"] / per_unit if per_unit else float("nan")
-
-
 def _draw_dropout(ax: Axes, points: list[dict], claim: str) -> None:
+    """Bias = E[Var(z)] - Var(x) per unit of second moment v + mu^2 (rows with v + mu^2 > 0), against p."""
     from proofs.oracles import dropout_variance_bias
 
     def per_unit(p: float, d: int) -> float:
         """The formula with v + mu^2 = 1: the bias per unit of second moment."""
         return float(dropout_variance_bias(p, d, 1.0, 0.0))
 
-    for color, (d, group) in zip(_colors(), _groups(points, "d").items(),
-                                 strict=False):
-        normalized = [p["measured"] / _second_moment(p, per_unit(p["p"], d)) for p in group]
+    points = [p for p in points if p["var"] + p["mean"] ** 2 > 0]
+    for color, (d, group) in zip(_colors(), _groups(points, "d").items(), strict=False):
+        normalized = [(p["measured"] - p["var"]) / (p["var"] + p["mean"] ** 2) for p in group]
         ax.plot([p["p"] for p in group], normalized, "o", ms=3, mfc="none", color=color, label=f"measured, d={d}")
         grid = np.linspace(0.0, max(p["p"] for p in group), 60)
         ax.plot(grid, [per_unit(q, d) for q in grid], "-", lw=1, color=color, label=f"p(d-1)/(d(1-p)), d={d}")
@@ -126,7 +126,7 @@ PLOTS = (
     Plot("ratio", frozenset({"kappa", "ratio"}), _draw_ratio,
          r"Error divided by the derived bound against the row's condition number $\kappa$; "
          r"a point above the dashed line at 1 is a violation."),
-    Plot("dropout", frozenset({"p", "d", "measured", "predicted"}), _draw_dropout,
+    Plot("dropout", frozenset({"p", "d", "measured", "var", "mean"}), _draw_dropout,
          r"Dropout's measured variance bias per unit of second moment $v+\mu^2$ (circles) against $p$, "
          r"with the derived $p(d-1)/(d(1-p))$ (lines)."),
 )
