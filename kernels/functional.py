@@ -15,7 +15,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from kernels import norm, rows
-from kernels.dropout import dropout as dropout_kernel
+from kernels.dropout_kernel import dropout as dropout_kernel
 
 
 class _NormFunction(torch.autograd.Function):
