@@ -198,10 +198,11 @@ def test_figures_are_vector_pdfs_included_in_the_report(built):
 def test_escape_and_verbatim_keep_structure_characters_out():
     assert escape("a_b&c%d$e#f{g}h~i^j\\k", breakable=False) == \
         r"a\_b\&c\%d\$e\#f\{g\}h\textasciitilde{}i\textasciicircum{}j\textbackslash{}k"
-    block = verbatim_block("x" * 200 + "\n\\end{Verbatim} σ", width=50, max_lines=3)
+    block = verbatim_block("x" * 200, width=50, max_lines=3)
     body = block.splitlines()[1:-1]
-    assert len(body) == 3 and all(len(line) <= 50 for line in body) and body[-1].startswith("... (")
-    assert "\\end{Verbatim}" not in "".join(body) and block.isascii()
+    assert len(body) == 3 and all(len(line) <= 50 for line in body) and body[-1] == "... (3 more lines)"
+    block = verbatim_block("\\end{Verbatim} σ² \x1b[31mred\x1b[0m \x07 ok")
+    assert block.splitlines()[1] == "\\end {Verbatim} sigma^2 red ? ok" and block.isascii()
 
 
 def write_json(path, document) -> str:

@@ -8,6 +8,7 @@ character of it can change the document's structure.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 _SPECIALS = {
@@ -26,6 +27,7 @@ _SPECIALS = {
     "|": r"\textbar{}",
 }
 LONG_RUN = 12
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Non-ASCII symbols that show up in messages, with an ASCII spelling for verbatim text and a
 # LaTeX one for running text; anything else non-ASCII becomes "?".
 _SYMBOLS = {
@@ -62,8 +64,11 @@ def escape(text: object, breakable: bool = True) -> str:
 
 
 def ascii_text(text: object) -> str:
-    """``text`` with every non-ASCII character spelled in ASCII (for verbatim blocks)."""
-    return "".join(c if c.isascii() else _SYMBOLS.get(c, ("?", "?"))[0] for c in str(text))
+    """``text`` for verbatim blocks: terminal color codes dropped, control characters as "?", every
+    non-ASCII character spelled in ASCII."""
+    text = _ANSI_ESCAPE.sub("", str(text))
+    return "".join((c if c.isprintable() or c in "\n\t" else "?") if c.isascii() else _SYMBOLS.get(c, ("?", "?"))[0]
+                   for c in text)
 
 
 def verbatim_block(text: str, width: int = 92, max_lines: int = 40) -> str:
