@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,23 @@ def test_quiet_output_is_one_line_per_failure_with_its_replay_and_the_totals(mis
     assert sum("replay: " in line for line in lines) == 5
     assert any(line.startswith("1 passed, ") or ", 1 passed" in line for line in lines)
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_ctrl_c_stops_the_run_with_a_partial_summary_and_incomplete_json(tmp_path):
+    out = tmp_path / "results.json"
+    command = [sys.executable, "-m", "verify", "run", "--kernel", "torch", "--kind", "layernorm", "--profile", "ci",
+               "-n", "0", "--json", str(out)]
+    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (runner.read_results(out) or {}).get("results") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    stdout, _ = run.communicate(timeout=300)
+    document = json.loads(out.read_text())
+    assert run.returncode == 130, stdout
+    assert document["complete"] is False and 0 < document["progress"]["done"] < document["progress"]["total"]
+    assert "(interrupted)" in stdout and "Traceback" not in stdout
 
 
 def outcome(*statuses: str, complete: bool = True, errors=(), interrupted: bool = False) -> runner.RunOutcome:
