@@ -1,0 +1,93 @@
+"""properties.strategies generate what their names say."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from properties import strategies, tolerance
+from verify.registry import Kernel
+
+LN = Kernel("torch-ln", "layernorm", lambda x, weight, bias, eps: torch.nn.functional.layer_norm(
+    x, (x.shape[-1],), weight, bias, eps), dtypes=(torch.float32, torch.float16))
+GEMMA = Kernel("gemma", "rmsnorm", lambda x, weight, eps: x, weight_offset=1.0, dtypes=(torch.float32,))
+
+
+def test_widths_cover_small_primes_and_powers_of_two_with_neighbours():
+    allowed = set(strategies.SMALL_WIDTHS + strategies.SMALL_PRIMES
+                  + strategies.powers_of_two_and_neighbours(strategies.CI_MAX_WIDTH))
+    assert {1, 2, 3, 5, 127, 255, 256, 257, 8191, 8192} <= allowed
+    assert max(allowed) == 8192
+
+    @settings(max_examples=300, derandomize=True, database=None)
+    @given(strategies.widths())
+    def drawn(d):
+        assert d in allowed
+        seen.append(d)
+
+    seen: list[int] = []
+    drawn()
+    large = sum(d >= 1024 for d in seen) / len(seen)
+    assert 0 < large < 0.3, "large widths must be drawn, and rarely"
+
+
+@settings(max_examples=50, derandomize=True, database=None)
+@given(d=st.sampled_from([1, 7, 64]), ratio=st.sampled_from([0.0, 1e2, -1e4]), scale=st.sampled_from([1e-3, 1.0]),
+       data=st.data())
+def test_rows_have_the_asked_width_offset_and_scale(d, ratio, scale, data):
+    x = data.draw(strategies.rows(d, offset=ratio, scale=scale))
+    assert x.dtype == torch.float64
+    assert x.shape[-1] == d and 1 <= x.shape[0] <= 4
+    centre = x.mean() / scale
+    assert abs(centre - ratio) <= 40  # z is O(1): |mean(z)| is at most its largest entry (a spike is 30 + N(0,1))
+
+
+@settings(max_examples=40, derandomize=True, database=None)
+@given(data=st.data())
+def test_norm_examples_are_rounded_to_a_probed_dtype_and_follow_the_weight_convention(data):
+    example = data.draw(strategies.norm_examples(GEMMA))
+    assert set(example) == {"x", "weight", "eps"}
+    assert example["x"].dtype == torch.float32 and example["weight"] is not None  # Gemma always gets a weight
+    assert example["eps"] in strategies.EPSILONS
+    example = data.draw(strategies.norm_examples(LN, upstream=True))
+    assert set(example) == {"x", "weight", "bias", "eps", "dy"}
+    assert example["x"].dtype in LN.dtypes and example["dy"].shape == example["x"].shape
+
+
+def test_rounded_values_are_exactly_representable():
+    x = torch.tensor([1 / 3, 1e-9, 70000.0], dtype=torch.float64)
+    half = strategies.rounded(x, torch.float16)
+    assert half.dtype == torch.float16
+    assert torch.equal(half.double().half(), half)
+
+
+@settings(max_examples=60, derandomize=True, database=None)
+@given(data=st.data())
+def test_effective_weights_include_constant_random_zero_and_negative_entries(data):
+    gamma = data.draw(strategies.effective_weights(9))
+    if gamma is not None:
+        assert gamma.shape == (9,)
+        seen.add("constant" if bool((gamma == gamma[0]).all()) else "varying")
+        if bool((gamma == 0).any()) and bool((gamma < 0).any()):
+            seen.add("zeros and negatives")
+    else:
+        seen.add("none")
+
+
+seen: set[str] = set()
+
+
+def test_every_weight_form_was_seen():
+    test_effective_weights_include_constant_random_zero_and_negative_entries()
+    assert seen == {"none", "constant", "varying", "zeros and negatives"}
+
+
+def test_valid_offset_ratio_keeps_the_forward_bound_finite():
+    """For rows of spread ~1 (d >= 8); a constant row has kappa = |x|/sqrt(eps) whatever the offset."""
+    for d in (8, 64, 1000, 8192):
+        for dtype in (torch.float32, torch.float16):
+            ratio = strategies.valid_offset_ratio(d, dtype)
+            x = (ratio + torch.randn(2, d, generator=torch.Generator().manual_seed(d), dtype=torch.float64)).to(dtype)
+            assert np.isfinite(tolerance.forward(LN, x, None, None, 1e-12)).all()
