@@ -4,7 +4,10 @@
 (:mod:`verify.adapters.modules`), ``torch-compile`` the same modules under
 ``torch.compile(dynamic=True)`` (TorchInductor; on a CPU it generates C++ and needs a C++
 compiler). A compilation that would exceed Dynamo's recompile limit raises instead of
-silently falling back to eager, so a pass is always a pass of the compiled code.
+silently falling back to eager, so a pass is always a pass of the compiled code. Buffer donation
+is turned off (``torch._functorch.config.donated_buffer = False``, process-wide, when the built-in
+loads): with it, a compiled backward refuses ``retain_graph=True``, which the suite uses to take
+several VJPs of one output; it changes memory use, not the numbers.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from verify.registry import Builtin, Kernel
 
 
 def _load(spec: str, compile: bool) -> list[Kernel]:
+    if compile:
+        import torch._functorch.config
+
+        torch._functorch.config.donated_buffer = False
     how = "torch.compile(nn.{})" if compile else "nn.{}"
     return [
         kernel_from_module_class(torch.nn.LayerNorm, spec, "layernorm", name=f"{spec}:layernorm", compile=compile,
