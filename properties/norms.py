@@ -31,20 +31,21 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None,
 
 
 def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-        dy: torch.Tensor, *, same_tensors: bool = False) -> dict[str, torch.Tensor]:
+        dy: torch.Tensor, *, same_tensors: bool = False, allow_nonfinite: bool = False) -> dict[str, torch.Tensor]:
     """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones).
 
     The gradients are taken with respect to copies of x, weight and bias, unless ``same_tensors``: then the
     given tensors themselves are the autograd leaves for the call (so that a kernel writing into them
-    writes into the caller's tensors), and are given back without requires_grad.
+    writes into the caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf
+    values and gradients are not a fault (for checks about something else).
     """
     given = {"x": x, "weight": weight, "bias": bias if kernel.kind == "layernorm" else None}
     leaves = {name: (t if same_tensors else t.detach().clone()).requires_grad_(True)
               for name, t in given.items() if t is not None}
     try:
         with torch.enable_grad():
-            y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps)
-            grads = guard.grad(kernel, y, list(leaves.values()), dy)
+            y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite)
+            grads = guard.grad(kernel, y, list(leaves.values()), dy, allow_nonfinite=allow_nonfinite)
     finally:
         if same_tensors:
             for leaf in leaves.values():
