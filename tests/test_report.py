@@ -206,6 +206,9 @@ def test_escape_and_verbatim_keep_structure_characters_out():
 
 
 def write_json(path, document) -> str:
+    """The document as a results file, without plot points (this test is about the tables: no figures)."""
+    for result in document["results"]:
+        result["points"] = []
     path.write_text(json.dumps(document))
     return str(path)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from verify.errors import UsageError
 from verify.latex import LatexError
-from verify.report import load_results, write_report
 
 NAME = "report"
 HELP = "write the LaTeX (and PDF) conformance report of saved results JSON files, kernels side by side"
@@ -22,6 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from verify.report import load_results, write_report  # matplotlib: only when a report is written
+
     documents = [load_results(path) for path in args.results]
     try:
         written = write_report(documents, args.out, pdf=args.pdf)
