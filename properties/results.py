@@ -52,6 +52,7 @@ FAILING = frozenset({"error", "failed"})
 RECORD_KEY = "normverify.result"
 MAX_POINTS = 200
 MAX_MESSAGE = 1000
+NO_KERNEL = "(no kernel)"  # the kernel of a claim test that is not parametrized by one
 
 _examples_key = pytest.StashKey[list]()
 _last_key = pytest.StashKey[object]()
@@ -130,7 +131,7 @@ def kernel_of(item: pytest.Item):
 def phase_record(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport, claim: str) -> dict:
     """This phase's part of the test's record: plain data only (it may cross from an xdist worker)."""
     kernel = kernel_of(item)
-    record: dict = {"claim": claim, "kernel": kernel.name if kernel else None,
+    record: dict = {"claim": claim, "kernel": kernel.name if kernel else NO_KERNEL,
                     "kind": kernel.kind if kernel else None, "spec": kernel.spec if kernel else None,
                     "test": item.nodeid, "when": report.when, "status": phase_status(call, report)}
     record["message"] = phase_message(call, report)
