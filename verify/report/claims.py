@@ -109,8 +109,8 @@ def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -
     for index, column in enumerate(report.columns):
         cell = report.cell(claim, index)
         if cell is not None:
-            rows += [(column.label, record) for record in cell.records]
-            series.append((column.label, [point for record in cell.records for point in record.get("points") or []]))
+            rows += [(column.label, record) for record in cell.results]
+            series.append((column.label, [point for record in cell.results for point in record.get("points") or []]))
     parts.append(evidence_table(rows))
     parts += [failure_details(label, record) for label, record in rows
               if record.get("status") in NOT_PASSING and (record.get("message") or record.get("counterexample"))]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from properties.results import write_atomically
 from verify.latex import compile_pdf
 from verify.report.claims import claim_section, theory_verdicts
 from verify.report.model import Report, arrange, check_results
@@ -44,7 +43,7 @@ def write_report(results: dict | Sequence[dict], out_dir: Path, pdf: bool = Fals
     figure_dir = out_dir / FIGURE_DIR
     figure_dir.mkdir(parents=True, exist_ok=True)
     tex = out_dir / TEX_NAME
-    _write_atomically(tex, render(arrange(documents), out_dir, figure_dir))
+    write_atomically(tex, render(arrange(documents), out_dir, figure_dir))
     return compile_pdf(tex) if pdf else tex
 
 
@@ -65,14 +64,3 @@ def render(report: Report, out_dir: Path, figure_dir: Path) -> str:
     parts += [claim_section(report, claim, out_dir, figure_dir) for claim in report.claims]
     parts.append(r"\end{document}")
     return "\n".join(parts) + "\n"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -3,21 +3,21 @@
 One column per kernel SPEC of every document given (a SPEC such as ``torch`` covers its
 layernorm, rmsnorm and dropout kernels: a claim's prefix says which one answered it); one row per
 claim id, in the order of ``proofs.claims.CLAIMS``. A cell joins every result of that claim and
-SPEC: the worst status, the largest error/bound ratio, the examples summed.
+SPEC (a ``verify.runner.SummaryRow``, as in the run's own summary): the worst status, the largest
+error/bound ratio, the examples summed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from verify.errors import UsageError
+from verify.runner import SummaryRow
 
 SCHEMA = "normverify.results/1"
-# Worst first: the status a cell shows is the first of these among its results.
-STATUS_ORDER = ("error", "failed", "xpassed", "xfailed", "passed", "skipped")
 
 
 @dataclass
@@ -32,33 +32,13 @@ class Column:
 
 
 @dataclass
-class Cell:
-    """Every result of one claim for one column."""
-
-    records: list[dict] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        statuses = {r.get("status", "error") for r in self.records}
-        return next((s for s in STATUS_ORDER if s in statuses), "error")
-
-    @property
-    def worst_ratio(self) -> float | None:
-        ratios = [r["worst_ratio"] for r in self.records if r.get("worst_ratio") is not None]
-        return max(ratios) if ratios else None
-
-    @property
-    def examples(self) -> int:
-        return sum(int(r.get("examples") or 0) for r in self.records)
-
-
-@dataclass
 class Report:
     columns: list[Column]
     claims: list[str]
-    cells: dict[tuple[str, int], Cell]
+    cells: dict[tuple[str, int], SummaryRow]
 
-    def cell(self, claim: str, column: int) -> Cell | None:
+    def cell(self, claim: str, column: int) -> SummaryRow | None:
+        """Every result of ``claim`` for the kernel column: worst status, largest ratio, examples summed."""
         return self.cells.get((claim, column))
 
 
@@ -103,14 +83,14 @@ def claim_order() -> list[str]:
 def arrange(documents: Sequence[dict]) -> Report:
     """The claim x SPEC grid of ``documents`` (each already checked)."""
     columns: list[Column] = []
-    cells: dict[tuple[str, int], Cell] = {}
+    cells: dict[tuple[str, int], SummaryRow] = {}
     for document in documents:
         spec_of = {k.get("name"): k.get("spec") or k.get("name") for k in document.get("kernels", [])}
         first_column = len(columns)
         for result in document.get("results", []):
             spec = result.get("spec") or spec_of.get(result["kernel"], result["kernel"])
             index = _column_index(columns, first_column, spec, document)
-            cells.setdefault((result["claim"], index), Cell()).records.append(result)
+            cells.setdefault((result["claim"], index), SummaryRow(result["claim"], spec, [])).results.append(result)
         for kernel in document.get("kernels", []):
             _column_index(columns, first_column, kernel.get("spec") or kernel.get("name"), document)
     _label_columns(columns)

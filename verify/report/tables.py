@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from verify.report.model import Cell, Column, Report
+from verify.report.model import Column, Report
 from verify.report.texify import escape, number
+from verify.runner import SummaryRow
 
 STATUS_COLORS = {"passed": "ForestGreen", "failed": "BrickRed", "error": "BurntOrange", "xfailed": "NavyBlue",
                  "xpassed": "Plum", "skipped": "Gray"}
@@ -96,7 +97,7 @@ def verdict_word(status: str) -> str:
     return rf"\textcolor{{{STATUS_COLORS.get(status, 'black')}}}{{\textbf{{{escape(status)}}}}}"
 
 
-def verdict(cell: Cell | None) -> str:
+def verdict(cell: SummaryRow | None) -> str:
     """A colored status word with the worst error/bound ratio under it; '--' when the kernel never ran the claim."""
     if cell is None:
         return r"\textcolor{Gray}{--}"
