@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import types
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -146,7 +147,6 @@ class _Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
-        self.language_patched: set[object] = set()
 
     def add_undo(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
@@ -222,7 +222,6 @@ def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: 
 _twins: dict[JITFunction, InterpretedFunction] = {}
 _device_functions: dict[JITFunction, _DeviceFunction] = {}
 _launch_lock = threading.RLock()
-_running: list[_Patches] = []  # the patches of the interpreted launch under way (launches hold _launch_lock)
 
 
 def interpreted_twin(kernel: JITFunction) -> InterpretedFunction:
@@ -237,8 +236,8 @@ def interpreted_twin(kernel: JITFunction) -> InterpretedFunction:
 class _DeviceFunction:
     """A compiled ``@triton.jit`` helper (``tl.sum`` included) made callable from interpreted code.
 
-    The interpreter's own nested call patches ``triton.language`` on every call and never undoes it;
-    here it is done once per launch for the helper's module and undone with the launch's patches.
+    Unlike the interpreter's own nested call, it does not patch ``triton.language`` on every call (and
+    leave it patched): the launch has patched both language modules once, see :func:`_patch_language`.
     """
 
     def __init__(self, kernel: JITFunction) -> None:
@@ -246,11 +245,14 @@ class _DeviceFunction:
         self._twin = interpreted_twin(kernel)
 
     def __call__(self, *args, **kwargs):
-        patches = _running[-1]
-        if self not in patches.language_patched:
-            patches.language_patched.add(self)
-            patches.add_undo(interpreter._patch_lang(self.fn).restore)
         return self._twin.rewrite()(*args, **kwargs)
+
+
+def _patch_language():
+    """The interpreter's patches of ``triton.language`` and ``triton.language.core`` (what it applies to a kernel
+    whose module imports both), for the whole launch; returns the interpreter's scope, to ``restore()``."""
+    stand_in = types.FunctionType((lambda: None).__code__, {"tl": tl, "core": tl.core})
+    return interpreter._patch_lang(stand_in)
 
 
 def _device_function(kernel: JITFunction) -> _DeviceFunction:
@@ -283,8 +285,8 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
         found: list[tuple[dict, str, object]] = []
         _replacements(self.fn.__globals__, found, set())
         patches = _Patches()
-        _running.append(patches)
         try:
+            patches.add_undo(_patch_language().restore)
             _patch_libdevice_modules(patches)
             for namespace, name, value in found:
                 patches.setitem(namespace, name, value)
@@ -293,7 +295,6 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
             with np.errstate(all="ignore"):  # NaN/inf in, NaN/inf out, silently: GPUs raise no FP exceptions
                 return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
-            _running.pop()
             patches.restore()
 
 
