@@ -1,6 +1,10 @@
-"""normverify run's front: every bad request is one line and exit 2, found before pytest starts."""
+"""normverify run's front: every bad request is one line and exit 2, found before pytest starts; the summary,
+the exit code and the report from a finished run (runner.run replaced by a stand-in: the real run is
+tests/test_runner.py)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -54,3 +58,91 @@ def test_pytest_command_carries_the_request(tmp_path):
     one_process = runner.pytest_command(runner.RunRequest(specs=["torch"], json_path=tmp_path / "r.json",
                                                           workers="0"))
     assert "-n" not in one_process and "--hypothesis-profile" not in one_process
+
+
+def result(claim: str, status: str, **fields) -> dict:
+    return {"claim": claim, "kernel": "torch:layernorm", "kind": "layernorm", "spec": "torch", "test": f"t::{claim}",
+            "status": status, "examples": 20, "worst_ratio": 0.5, "counterexample": None, "message": "",
+            "duration_s": 1.0, **fields}
+
+
+FAILED = result("ln.jacobian", "failed", worst_ratio=288.0,
+                message="AssertionError: dx: expected 1.2e-05, got 1.2e-03\nmore",
+                counterexample={"text": "x: float16 (1, 2) = [[1.5, -0.29]]\nweight = None", "file": "ce.pt",
+                                "replay": "normverify replay ce.pt"})
+DOCUMENT = {"schema": "normverify.results/1", "complete": True, "environment": {}, "progress": {"done": 2, "total": 2},
+            "kernels": [], "results": [result("ln.forward", "passed"), FAILED], "errors": []}
+
+
+PASSING = {**DOCUMENT, "results": [result("ln.forward", "passed")]}
+
+
+@pytest.fixture
+def finish_with(monkeypatch):
+    """Replace runner.run by a run that ends with the given document, written where asked."""
+
+    def finish(document: dict) -> None:
+        def run(request, on_progress=None):
+            request.json_path.parent.mkdir(parents=True, exist_ok=True)
+            request.json_path.write_text(json.dumps(document))
+            if on_progress:
+                on_progress(document)
+            return runner.RunOutcome(document, 0, request.log_path, seconds=3.0)
+
+        monkeypatch.setattr(runner, "run", run)
+
+    monkeypatch.setenv("COLUMNS", "200")
+    return finish
+
+
+@pytest.fixture
+def finished_run(finish_with):
+    finish_with(DOCUMENT)
+
+
+def test_summary_table_failure_lines_and_exit_1(finished_run, capsys, tmp_path):
+    assert cli.main(["run", "--kernel", "torch", "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "ln.jacobian" in line and "│" in line)
+    assert "failed" in row and "288" in row and "20" in row
+    assert "FAILED ln.jacobian torch:layernorm: AssertionError: dx: expected 1.2e-05, got 1.2e-03" in out
+    assert "counterexample: x: float16 (1, 2) = [[1.5, -0.29]] (+1 lines)" in out
+    assert "replay: normverify replay ce.pt" in out
+    assert "1 failed, 1 passed in 3s" in out
+
+
+def test_quiet_prints_no_table(finished_run, capsys, tmp_path):
+    assert cli.main(["run", "--kernel", "torch", "--quiet", "--json", str(tmp_path / "r.json")]) == 1
+    out = capsys.readouterr().out
+    assert "│" not in out and "FAILED ln.jacobian" in out
+
+
+def test_report_gets_the_results(finished_run, monkeypatch, tmp_path):
+    import verify.report
+
+    calls = []
+    monkeypatch.setattr(verify.report, "write_report",
+                        lambda results, out_dir, pdf: calls.append((results, out_dir, pdf)) or out_dir / "report.tex")
+    assert cli.main(["run", "--kernel", "torch", "--report", str(tmp_path / "rep")]) == 1
+    assert calls == [(DOCUMENT, tmp_path / "rep", False)]
+    assert json.loads((tmp_path / "rep" / "results.json").read_text()) == DOCUMENT
+
+
+def test_a_broken_report_is_one_line_exit_1_and_the_results_stay(finish_with, monkeypatch, capsys, tmp_path):
+    import verify.report
+
+    def broken(results, out_dir, pdf):
+        raise KeyError("worst_case")
+
+    finish_with(PASSING)
+    monkeypatch.setattr(verify.report, "write_report", broken)
+    assert cli.main(["run", "--kernel", "torch", "--report", str(tmp_path / "rep")]) == 1
+    out = capsys.readouterr().out
+    assert "report not written: KeyError: 'worst_case'" in out and "Traceback" not in out
+    assert json.loads((tmp_path / "rep" / "results.json").read_text()) == PASSING
+
+
+def test_all_passed_is_exit_0(finish_with, capsys, tmp_path):
+    finish_with(PASSING)
+    assert cli.main(["run", "--kernel", "torch", "--json", str(tmp_path / "r.json")]) == 0
+    assert "1 passed in 3s" in capsys.readouterr().out

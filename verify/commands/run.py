@@ -192,12 +192,14 @@ def _no_results(console: Console, outcome: runner.RunOutcome) -> int:
 
 
 def _write_report(console: Console, write_report, document: dict, out_dir: Path, pdf: bool) -> int:
-    from verify.latex import LatexError
-
+    """The report of the run; a report that fails is one line and exit 1, the results JSON stays."""
     try:
         written = write_report(document, out_dir, pdf=pdf)
-    except (LatexError, UsageError) as error:
-        console.print(f"report not written: {error}", markup=False, soft_wrap=True)
+    except Exception as error:  # whatever breaks in the report, the run's results are already safe
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        console.print(f"report not written: {type(error).__name__}: {first} "
+                      f"(`normverify report RESULTS.json --out DIR` retries from the saved results)",
+                      markup=False, soft_wrap=True)
         return 1
     console.print(f"report: {written}", soft_wrap=True)
     return 0
