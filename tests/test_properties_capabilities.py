@@ -1,0 +1,71 @@
+"""verify.capabilities: device, dtypes and backward found by probing, declarations winning, cached."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from verify import capabilities
+from verify.registry import Kernel, resolve
+
+
+def _no_half(x, weight, bias, eps):
+    if x.dtype != torch.float32:
+        raise TypeError(f"only float32, not {x.dtype}")
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def _numpy_layernorm(x, weight, bias, eps):
+    row = x.detach().numpy()
+    centred = row - row.mean(-1, keepdims=True)
+    return torch.from_numpy(centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps)).to(x.dtype)
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        return (dy.detach() * 2).clone()
+
+
+def _first_order_only(x, weight, eps):
+    return _FirstOrderOnly.apply(x)
+
+
+def test_torch_kernels_compute_in_every_float_dtype_with_a_differentiable_backward():
+    for kernel in resolve("torch"):
+        caps = capabilities.discover(kernel)
+        assert caps.device == ("cuda" if torch.cuda.is_available() else "cpu")
+        assert caps.dtypes == (torch.float32, torch.float16, torch.bfloat16)
+        assert caps.backward and caps.double_backward, caps
+
+
+def test_a_dtype_the_kernel_refuses_is_left_out_with_its_reason():
+    caps = capabilities.discover(Kernel("no-half", "layernorm", _no_half))
+    assert caps.dtypes == (torch.float32,)
+    assert "only float32, not torch.float16" in caps.dtype_reasons["float16"]
+    assert caps.as_json()["dtypes"] == ["float32"]
+
+
+def test_a_kernel_outside_autograd_has_no_backward_and_says_why():
+    caps = capabilities.discover(Kernel("numpy", "layernorm", _numpy_layernorm))
+    assert not caps.backward and not caps.double_backward
+    assert caps.backward_reason.startswith("no backward:")
+    assert caps.as_json()["reasons"]["backward"] == caps.backward_reason
+
+
+def test_a_backward_that_autograd_cannot_differentiate_has_no_double_backward():
+    caps = capabilities.discover(Kernel("first-order", "rmsnorm", _first_order_only))
+    assert caps.backward and not caps.double_backward
+    assert caps.double_backward_reason.startswith("backward not differentiable")
+
+
+def test_declared_dtypes_and_device_win_and_discovery_is_cached():
+    kernel = Kernel("declared", "layernorm", _no_half, device="cpu", dtypes=(torch.float16,))
+    caps = capabilities.discover(kernel)
+    assert caps.dtypes == (torch.float16,) and caps.device == "cpu"
+    assert capabilities.discover(kernel) is caps
