@@ -2,8 +2,8 @@
 
 A conformance test runs each example as ``check(kernel, **example)`` (:func:`properties.evidence.check`).
 When one fails, the results plugin calls :func:`save` with the minimal example Hypothesis found
-(``evidence.last_example()``);
-the file (``torch.save``) holds::
+(``evidence.last_example()``), and prints it with :func:`describe` and the :func:`replay_command`.
+The file (``torch.save``) holds::
 
     {"schema": "normverify.counterexample/1", "spec", "kind", "kernel", "claim",
      "check": "module:function", "inputs": {...}, "layouts": {name: {shape, stride, storage_offset,
