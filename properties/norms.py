@@ -45,7 +45,10 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
     try:
         with torch.enable_grad():
             y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite)
-            grads = guard.grad(kernel, y, list(leaves.values()), dy, allow_nonfinite=allow_nonfinite)
+            # a copy unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not
+            # change the dy the caller's reference is computed from; inputs_unmodified is the claim about that
+            upstream = dy if same_tensors else dy.clone()
+            grads = guard.grad(kernel, y, list(leaves.values()), upstream, allow_nonfinite=allow_nonfinite)
     finally:
         if same_tensors:
             for leaf in leaves.values():
