@@ -47,13 +47,20 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
             y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite)
             # a copy unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not
             # change the dy the caller's reference is computed from; inputs_unmodified is the claim about that
-            upstream = dy if same_tensors else dy.clone()
+            upstream = dy if same_tensors else copy_with_strides(dy)
             grads = guard.grad(kernel, y, list(leaves.values()), upstream, allow_nonfinite=allow_nonfinite)
     finally:
         if same_tensors:
             for leaf in leaves.values():
                 leaf.requires_grad_(False)
     return dict(zip(leaves, grads, strict=True))
+
+
+def copy_with_strides(t: torch.Tensor) -> torch.Tensor:
+    """A copy of t with t's strides (``clone()`` makes a gapped view, such as every other column, contiguous)."""
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
+    copy = torch.as_strided(t.new_zeros(span), t.shape, t.stride())
+    return copy.copy_(t)
 
 
 def require_backward(kernel: Kernel) -> None:
