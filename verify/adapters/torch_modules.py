@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 
 import torch
+import torch._functorch.config as functorch_config
 
 from verify.adapters.modules import kernel_from_module_class
 from verify.registry import Builtin, Kernel
@@ -22,9 +23,7 @@ from verify.registry import Builtin, Kernel
 
 def _load(spec: str, compile: bool) -> list[Kernel]:
     if compile:
-        import torch._functorch.config
-
-        torch._functorch.config.donated_buffer = False
+        functorch_config.donated_buffer = False
     how = "torch.compile(nn.{})" if compile else "nn.{}"
     return [
         kernel_from_module_class(torch.nn.LayerNorm, spec, "layernorm", name=f"{spec}:layernorm", compile=compile,
