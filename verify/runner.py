@@ -51,7 +51,6 @@ class RunRequest:
     profile: str | None = None
     workers: str = "auto"
     timeout: float = 120.0
-    suite: Path = SUITE
 
     @property
     def log_path(self) -> Path:
@@ -105,7 +104,7 @@ def check_request(request: RunRequest) -> list[Kernel]:
 
 def pytest_command(request: RunRequest) -> list[str]:
     """The pytest command line of the run (for the child process)."""
-    command = [sys.executable, "-m", "pytest", str(request.suite), "-p", "properties.results",
+    command = [sys.executable, "-m", "pytest", str(SUITE), "-p", "properties.results",
                "--json", str(request.json_path), "-p", "no:cacheprovider", "--color=no", "-q", "-rfE",
                "--timeout", f"{request.timeout * TEST_TIMEOUT_FACTOR:g}", "--timeout-method", "signal"]
     for spec in split_specs(request.specs):

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from properties.profiles import PROFILES
+from properties.profiles import chosen as chosen_profile
 from properties.results import FAILING, claim_patterns
 from verify import runner
 from verify.errors import UsageError
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     if not args.quiet:
         console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
-                      f" | profile {args.profile or 'default'} | workers {args.workers} | log {request.log_path}")
+                      f" | profile {chosen_profile(args.profile)} | workers {args.workers} | log {request.log_path}")
     outcome = _run_with_progress(request, console, quiet=args.quiet)
     code = runner.exit_code(outcome)
     document = outcome.results
