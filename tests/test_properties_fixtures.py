@@ -80,3 +80,17 @@ def test_a_kernel_without_backward_skips_gradient_claims_with_the_reason(tmp_pat
     assert run.returncode == 0, run.stdout
     assert "2 skipped" in run.stdout
     assert "no backward: autograd through" in run.stdout
+
+
+def test_every_claim_id_of_the_conformance_tests_is_a_claim_of_proofs():
+    import re
+
+    from proofs.claims import CLAIMS
+
+    used = set()
+    for path in (ROOT / "properties").glob("test_*.py"):
+        for marker in re.finditer(r"mark\.claim\(([^)]*)\)", path.read_text()):
+            used |= set(re.findall(r'"([^"]+)"', marker.group(1)))
+    assert used and used <= set(CLAIMS), used - set(CLAIMS)
+    properties = {c for c, claim in CLAIMS.items() if claim.verdict != "fails" and not c.startswith("numerics.")}
+    assert properties <= used, f"claims without a conformance test: {sorted(properties - used)}"
