@@ -155,10 +155,16 @@ def phase_status(call: pytest.CallInfo, report: pytest.TestReport) -> str | None
         if report.when != "call":
             return None
         return "xpassed" if xfail else "passed"
-    if report.when != "call":
+    if report.when != "call" or _test_timed_out(call):
         return "error"
     fault = _kernel_fault(call.excinfo.value) if call.excinfo else None
     return fault.status if fault is not None else "failed"
+
+
+def _test_timed_out(call: pytest.CallInfo) -> bool:
+    """pytest-timeout's backstop stopped the whole test (``Failed: Timeout (>Ns) from pytest-timeout.``): an error."""
+    return (call.excinfo is not None and call.excinfo.typename == "Failed"
+            and "from pytest-timeout" in str(call.excinfo.value))
 
 
 def _kernel_fault(error: BaseException):

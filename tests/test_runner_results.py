@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SUITE = '''
 import os
+import threading
 
 import pytest
 import torch
@@ -68,6 +69,13 @@ def check_forward(kernel, d):
 @given(d=st.integers(1, 64))
 def test_forward(kernel, d):
     evidence.check(check_forward, kernel, {"d": d})
+
+
+@pytest.mark.claim("ln.affine")
+@pytest.mark.parametrize("kernel", KERNELS[:1], ids=lambda k: k.name)
+@pytest.mark.timeout(1)
+def test_hangs_outside_the_guard(kernel):
+    threading.Event().wait(30)
 
 
 @pytest.mark.claim("ln.jacobian")
@@ -138,7 +146,7 @@ def test_a_finished_run_is_complete_with_its_environment(plain_run):
     assert document["schema"] == "normverify.results/1" and document["complete"] is True
     assert set(document["environment"]) >= {"normverify", "python", "torch", "triton", "hypothesis", "device",
                                              "profile", "commit", "date"}
-    assert document["progress"] == {"done": 9, "total": 9}
+    assert document["progress"] == {"done": 10, "total": 10}
     kernels = {k["name"]: k for k in document["kernels"]}
     assert kernels["mine:good"]["capabilities"]["dtypes"][0] == "float32"
     assert kernels["mine:good"]["description"] == "F.layer_norm"
@@ -152,6 +160,7 @@ def test_each_outcome_gets_its_status(plain_run):
         "test_forward[mine:wide]": "failed",
         "test_forward[mine:nan]": "failed",
         "test_forward[mine:raises]": "error",
+        "test_hangs_outside_the_guard[mine:good]": "error",
         "test_needs_a_backward[mine:good]": "skipped",
         "test_expected_failure[mine:good]": "xfailed",
         "test_setup_error[mine:good]": "error",
@@ -163,6 +172,8 @@ def test_each_outcome_gets_its_status(plain_run):
     assert results["test_forward[mine:raises]"]["message"] == (
         "KernelFault: kernel mine:raises raised RuntimeError: out of shared memory")
     assert "NaN/inf values" in results["test_forward[mine:nan]"]["message"]
+    assert results["test_hangs_outside_the_guard[mine:good]"]["message"] == (
+        "Failed: Timeout (>1.0s) from pytest-timeout.")
 
 
 def test_a_passing_property_reports_its_evidence(plain_run):
@@ -200,7 +211,7 @@ def test_xdist_workers_give_the_same_records_and_a_crashed_worker_is_an_error(pl
     expected = {name: r["status"] for name, r in by_test(plain_run[1]).items() if r["claim"] != "rms.forward"}
     expected["test_zz_crash[mine:good]"] = "error"
     assert {name: r["status"] for name, r in by_test(document).items()} == expected
-    assert document["progress"] == {"done": 7, "total": 7}
+    assert document["progress"] == {"done": 8, "total": 8}
     assert "crashed" in by_test(document)["test_zz_crash[mine:good]"]["message"]
     assert by_test(document)["test_forward[mine:wide]"]["counterexample"]["text"] == "d = 10"
 
