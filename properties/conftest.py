@@ -15,6 +15,9 @@ pytest_plugins: list[str] = ["properties.expectations", "properties.results"]
 
 DEFAULT_KERNEL = "torch"
 
+# Registered at import, before Hypothesis' own plugin loads the profile named by --hypothesis-profile.
+profiles.register()
+
 # Fixtures that stand for the kernels under test, and the kinds each one takes.
 KERNEL_FIXTURES = {
     "layernorm_kernel": ("layernorm",),
