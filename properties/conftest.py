@@ -11,7 +11,7 @@ from verify.errors import UsageError
 from verify.registry import Kernel, resolve
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
-pytest_plugins: list[str] = ["properties.expectations", "properties.results"]
+pytest_plugins: list[str] = ["properties.results", "properties.expectations"]
 
 DEFAULT_KERNEL = "torch"
 
