@@ -80,6 +80,18 @@ def _norm_forward(
 
 
 @triton.jit
+def _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT: tl.constexpr):
+    """One block of a row in float32: (dy, g = gamma * dy, xhat = (x - mean) * rstd); zeros where masked off."""
+    x = tl.load(x_row + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_row + cols * stride_dy_col, mask=mask, other=0.0).to(tl.float32)
+    g = dy
+    if HAS_WEIGHT:
+        g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+    return dy, g, xhat
+
+
+@triton.jit
 def _norm_backward_input(
     X, DY, DX, W, Mean, Rstd, DW_partial, DB_partial,  # W, Mean, partials may be None
     stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row,
@@ -112,12 +124,7 @@ def _norm_backward_input(
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < n_cols
-            x = tl.load(x_row + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_row + cols * stride_dy_col, mask=mask, other=0.0).to(tl.float32)
-            g = dy
-            if HAS_WEIGHT:
-                g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-            xhat = (x - mean) * rstd
+            dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT)
             sum_g_xhat += tl.sum(g * xhat, axis=0)
             sum_g += tl.sum(g, axis=0)
         c_xhat = sum_g_xhat / n_cols
@@ -129,12 +136,7 @@ def _norm_backward_input(
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < n_cols
-            x = tl.load(x_row + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_row + cols * stride_dy_col, mask=mask, other=0.0).to(tl.float32)
-            g = dy
-            if HAS_WEIGHT:
-                g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-            xhat = (x - mean) * rstd
+            dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT)
             dx = (g - (xhat * c_xhat + c_one)) * rstd
             tl.store(dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
             if FUSE_DW:
