@@ -1,0 +1,76 @@
+"""What the conformance suite says about third-party kernels and the seeds' tutorial classes, pinned.
+
+One run of ``pytest properties`` (the ``ci`` profile: derandomized, so the same examples every
+time) over the seeds' classes (tests/data, loaded as ``PATH.py:Class``) and two third-party
+built-ins, restricted to the forward claims and ``inputs_unmodified`` to stay within the default
+run's time budget. The verdicts are explained in docs/findings.md; the full matrix comes from
+``normverify run --kernel <spec> --profile ci``. A change of verdict here is a change of what the
+suite reports about real code: update docs/findings.md with it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+for package in ("liger_kernel", "transformers"):
+    pytest.importorskip(package, reason=f"the third-party run needs {package} (pip install 'normverify[thirdparty]')")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+SEED001_LN = f"{DATA / 'seed001_layernorm.py'}:LayerNorm"
+SEED002_LN = f"{DATA / 'seed002_norms.py'}:ManualLayerNorm"
+SEED002_RMS = f"{DATA / 'seed002_norms.py'}:ManualRMSNorm"
+CLAIMS = "*.forward,*.inputs_unmodified"
+
+# (kernel name, claim) -> status, and why (docs/findings.md has the counterexamples)
+VERDICTS = {
+    (SEED001_LN, "ln.forward"): ("failed", "sample std (d - 1) and eps outside the root: O(1) error, NaN at d = 1"),
+    (SEED001_LN, "ln.inputs_unmodified"): ("passed", "pure torch ops"),
+    (SEED002_LN, "ln.forward"): ("failed", "mean and variance kept in float16: the fp16 rows miss the bound"),
+    (SEED002_LN, "ln.inputs_unmodified"): ("passed", "pure torch ops"),
+    (SEED002_RMS, "rms.forward"): ("failed", "mean of squares accumulated and kept in float16"),
+    (SEED002_RMS, "rms.inputs_unmodified"): ("passed", "pure torch ops"),
+    ("liger-rmsnorm-llama", "rms.forward"): ("failed", "llama casting: x * rstd rounded to fp16, then times w"),
+    ("liger-rmsnorm-llama", "rms.inputs_unmodified"): ("failed", "in_place=True: backward writes dX into dy"),
+    ("hf-gemma-rmsnorm", "rms.forward"): ("passed", "everything in fp32, (1 + w) checked as weight offset 1"),
+    ("hf-gemma-rmsnorm", "rms.inputs_unmodified"): ("passed", "pure torch ops"),
+}
+KERNELS = list(dict.fromkeys(kernel for kernel, _ in VERDICTS))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """{(kernel, claim): result record} of one conformance run over KERNELS, CLAIMS."""
+    json_path = tmp_path_factory.mktemp("thirdparty") / "results.json"
+    command = [sys.executable, "-m", "pytest", "properties", "-q", "-p", "no:cacheprovider",
+               "--hypothesis-profile", "ci", "--claims", CLAIMS, "--json", str(json_path),
+               *(arg for kernel in KERNELS for arg in ("--kernel", kernel))]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert json_path.exists(), f"the run wrote no results (exit {run.returncode}):\n{run.stdout[-3000:]}{run.stderr}"
+    document = json.loads(json_path.read_text())
+    assert document["complete"], run.stdout[-3000:]
+    return {(r["kernel"], r["claim"]): r for r in document["results"]}
+
+
+@pytest.mark.parametrize(("kernel", "claim"), list(VERDICTS), ids=[f"{Path(k).name}-{c}" for k, c in VERDICTS])
+def test_the_suite_says_what_findings_md_says(results, kernel, claim):
+    status, why = VERDICTS[(kernel, claim)]
+    result = results.get((kernel, claim))
+    assert result is not None, f"no result for {claim} on {kernel}"
+    assert result["status"] == status, f"{kernel} {claim}: expected {status} ({why}), got {result['status']}: " \
+                                       f"{result['message']}"
+
+
+def test_a_wrong_formula_fails_by_a_wide_margin_and_rounding_deviations_by_a_small_one(results):
+    """Seed 001's formula is wrong (error/bound ~1e5); Llama's double rounding is one extra rounding (~2)."""
+    assert results[(SEED001_LN, "ln.forward")]["worst_ratio"] > 1e3
+    assert 1 < results[("liger-rmsnorm-llama", "rms.forward")]["worst_ratio"] < 4
+
+
+def test_the_in_place_finding_names_the_upstream_gradient(results):
+    assert "wrote into upstream gradient" in results[("liger-rmsnorm-llama", "rms.inputs_unmodified")]["message"]
