@@ -190,3 +190,10 @@ def test_forward_does_not_write_its_inputs():
     x.requires_grad_(), weight.requires_grad_(), bias.requires_grad_()
     kernels.layer_norm(x, weight, bias, 1e-5).backward(dy)
     assert all(torch.equal(a, b) for a, b in zip(saved, (x.detach(), weight.detach(), bias.detach(), dy), strict=True))
+
+
+@KINDS
+def test_float16_input_with_float32_parameters(kind):
+    """Mixed precision (AMP): the output and dx in x's dtype, dweight/dbias in the parameters' dtype."""
+    x, weight, bias, dy = make((4, 50), torch.float16, seed=11)
+    check(kind, x, weight.float(), bias.float(), 1e-5, dy)
