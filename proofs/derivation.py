@@ -36,6 +36,11 @@ def is_zero(expr: sp.Expr) -> bool:
     return sp.simplify(expr) == 0
 
 
+def evaluated(expr: sp.Expr) -> sp.Expr:
+    """expr with its unevaluated derivatives carried out (the sums stay symbolic)."""
+    return expr.replace(lambda e: isinstance(e, sp.Derivative), lambda e: e.doit(deep=False))
+
+
 @dataclass(frozen=True)
 class Equal:
     lhs: sp.Expr
@@ -47,7 +52,8 @@ class Equal:
     relation = "="
 
     def verify(self) -> bool:
-        difference = reduce_sums(sp.sympify(self.lhs) - sp.sympify(self.rhs), self.aggregates)
+        difference = evaluated(sp.sympify(self.lhs) - sp.sympify(self.rhs))
+        difference = reduce_sums(difference, self.aggregates)
         return is_zero(difference.subs(self.given))
 
 

@@ -1,0 +1,14 @@
+"""Every claim, by id: ``CLAIMS[id]`` is a :class:`proofs.claims.base.Claim` (docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from proofs.claims import contracts, dropout, layernorm, numerics, rmsnorm
+from proofs.claims.base import VERDICTS, Claim
+
+CLAIMS: dict[str, Claim] = {
+    claim.id: claim
+    for family in (layernorm, rmsnorm, dropout, numerics, contracts)
+    for claim in family.CLAIMS
+}
+
+__all__ = ["CLAIMS", "VERDICTS", "Claim"]

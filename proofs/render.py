@@ -1,0 +1,91 @@
+"""LaTeX of the claims: one section per claim (statement, conditions, the verified steps, the verdict).
+
+``claim_latex(id)`` is the single renderer: ``normverify derive`` and the conformance report both
+include its output. Each step is re-verified when rendered (cached per process) and marked with the
+result, so the document never shows a step the code did not check. ``document(ids)`` wraps sections
+into a complete pdflatex-ready document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+
+import sympy as sp
+
+from proofs.claims import CLAIMS
+from proofs.derivation import Equal, Fact
+
+PREAMBLE = r"""\documentclass[10pt]{article}
+\usepackage[T1]{fontenc}
+\usepackage{lmodern}
+\usepackage[margin=2.2cm]{geometry}
+\usepackage{amsmath,amssymb}
+\usepackage{graphicx}
+\usepackage[hidelinks]{hyperref}
+\setlength{\parindent}{0pt}
+\setlength{\parskip}{4pt}
+\newcommand{\fitline}[1]{\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{$\displaystyle #1$}}
+"""
+
+_TEXT_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def escape_text(text: str) -> str:
+    """Plain text (e.g. a seed's wording) made safe for LaTeX text mode."""
+    return "".join(_TEXT_ESCAPES.get(char, char) for char in text)
+
+
+def math(expr: sp.Expr) -> str:
+    return sp.latex(expr, mul_symbol=None)
+
+
+@cache
+def verified_steps(claim_id: str) -> tuple[tuple[object, bool], ...]:
+    """(step, verified) for every step of the claim's derivation, re-run once per process."""
+    derivation = CLAIMS[claim_id].derive()
+    return tuple((step, step.verify()) for step in derivation.steps)
+
+
+def _step_latex(number: int, step: object, ok: bool) -> str:
+    mark = r"\checkmark\ verified" if ok else r"\textbf{NOT VERIFIED}"
+    if isinstance(step, Fact):
+        body = step.text
+    else:
+        relation = "=" if isinstance(step, Equal) else r"\le"
+        body = f"{math(step.lhs)} {relation} {math(step.rhs)}"
+    return (f"\\textbf{{({number})}} {step.why} \\hfill {{\\small {mark}}}\n"
+            f"\\[\\fitline{{{body}}}\\]\n")
+
+
+def claim_latex(claim_id: str) -> str:
+    """The LaTeX section of one claim (raises KeyError for an unknown id)."""
+    claim = CLAIMS[claim_id]
+    parts = [f"\\section{{{escape_text(claim.title)}}}\\label{{claim:{claim.id}}}",
+             f"\\textbf{{Claim}} \\texttt{{{escape_text(claim.id)}}}"
+             + (f" \\quad \\textbf{{Seed}} {escape_text(claim.seed)}" if claim.seed else "") + "\n"]
+    if claim.seed_statement:
+        parts.append(f"\\textbf{{Seed statement}} (translated):\n\\begin{{quote}}\\itshape "
+                     f"{escape_text(claim.seed_statement)}\\end{{quote}}\n")
+    parts.append(f"\\textbf{{Statement.}} {claim.statement}\n")
+    if claim.conditions:
+        items = "\n".join(f"  \\item {condition}" for condition in claim.conditions)
+        parts.append(f"\\textbf{{Conditions.}}\n\\begin{{itemize}}\n{items}\n\\end{{itemize}}\n")
+    steps = verified_steps(claim_id)
+    derivation = CLAIMS[claim_id].derive()
+    if steps:
+        parts.append("\\textbf{Derivation} (each step checked by SymPy or by the stated computation).\n")
+        parts.extend(_step_latex(n, step, ok) for n, (step, ok) in enumerate(steps, 1))
+    for note in derivation.notes:
+        parts.append(f"\\emph{{{note}}}\n")
+    verdict = f"\\textbf{{Verdict: {escape_text(claim.verdict)}.}}"
+    parts.append(f"{verdict} {claim.verdict_note}\n")
+    return "\n".join(parts)
+
+
+def document(claim_ids: Iterable[str], title: str = "normverify: derivations") -> str:
+    """A complete LaTeX document with one section per claim."""
+    sections = "\n".join(claim_latex(claim_id) for claim_id in claim_ids)
+    return (PREAMBLE + f"\\title{{{escape_text(title)}}}\n\\date{{}}\n\\begin{{document}}\n\\maketitle\n"
+            "\\tableofcontents\n\\clearpage\n" + sections + "\n\\end{document}\n")

@@ -1,0 +1,74 @@
+"""Reference LayerNorm/RMSNorm implementations in a chosen numpy dtype, for checking the error model.
+
+Each rounds every operation to ``acc`` (numpy does float32/float16 arithmetic in that dtype) and the
+output to ``out``. Reductions: ``sequential`` (left to right), ``pairwise`` (a tree), or ``welford``
+(running mean and M2). ``layernorm_one_pass`` is the E[x^2] - E[x]^2 variance the error model rejects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _sum(values: np.ndarray, order: str) -> np.ndarray:
+    dtype = values.dtype.type
+    if order == "sequential":
+        return np.add.accumulate(values, axis=-1, dtype=dtype)[..., -1]
+    if order == "pairwise":
+        while values.shape[-1] > 1:
+            if values.shape[-1] % 2:
+                values = np.concatenate([values, np.zeros_like(values[..., :1])], axis=-1)
+            values = (values[..., 0::2] + values[..., 1::2]).astype(dtype)
+        return values[..., 0]
+    raise ValueError(f"unknown summation order {order!r}")
+
+
+def _welford(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    dtype = row.dtype.type
+    mean = np.zeros(row.shape[:-1], dtype)
+    m2 = np.zeros(row.shape[:-1], dtype)
+    for n in range(row.shape[-1]):
+        value = row[..., n]
+        delta = (value - mean).astype(dtype)
+        mean = (mean + delta / dtype(n + 1)).astype(dtype)
+        m2 = (m2 + delta * (value - mean)).astype(dtype)
+    return mean, (m2 / dtype(row.shape[-1])).astype(dtype)
+
+
+def layernorm_two_pass(x: np.ndarray, eps: float, acc=np.float32, out=np.float32, order: str = "sequential"):
+    """Two-pass LN (gamma = 1, beta = 0): mean, then the mean of squared deviations, then rsqrt."""
+    row = np.asarray(x).astype(acc)
+    width = acc(row.shape[-1])
+    if order == "welford":
+        mean, var = _welford(row)
+    else:
+        mean = (_sum(row, order) / width).astype(acc)
+        centred = (row - mean[..., None]).astype(acc)
+        var = (_sum((centred * centred).astype(acc), order) / width).astype(acc)
+    rstd = (acc(1) / np.sqrt((var + acc(eps)).astype(acc))).astype(acc)
+    return ((row - mean[..., None]).astype(acc) * rstd[..., None]).astype(out)
+
+
+def layernorm_one_pass(x: np.ndarray, eps: float, acc=np.float32, out=np.float32, order: str = "sequential"):
+    """One-pass LN: var = E[x^2] - E[x]^2 (clamped at 0), the cancellation-prone variant."""
+    row = np.asarray(x).astype(acc)
+    width = acc(row.shape[-1])
+    mean = (_sum(row, order) / width).astype(acc)
+    mean_square = (_sum((row * row).astype(acc), order) / width).astype(acc)
+    var = np.maximum((mean_square - mean * mean).astype(acc), acc(0))
+    rstd = (acc(1) / np.sqrt((var + acc(eps)).astype(acc))).astype(acc)
+    return ((row - mean[..., None]).astype(acc) * rstd[..., None]).astype(out)
+
+
+def rmsnorm_reference(x: np.ndarray, eps: float, acc=np.float32, out=np.float32, order: str = "sequential"):
+    """RMSNorm (gamma = 1): the mean of squares, then rsqrt."""
+    row = np.asarray(x).astype(acc)
+    mean_square = (_sum((row * row).astype(acc), order) / acc(row.shape[-1])).astype(acc)
+    rstd = (acc(1) / np.sqrt((mean_square + acc(eps)).astype(acc))).astype(acc)
+    return (row * rstd[..., None]).astype(out)
+
+
+def adversarial_rows(rng: np.random.Generator, rows: int, width: int, mean_over_std: float, dtype) -> np.ndarray:
+    """Rows mean + N(0, 1) with |mean|/std = mean_over_std, rounded to dtype, returned as float64."""
+    values = rng.standard_normal((rows, width)) + mean_over_std * rng.choice([-1.0, 1.0])
+    return values.astype(dtype).astype(np.float64)
