@@ -4,8 +4,8 @@ All functions act on the last axis and broadcast over the leading ones; ``weight
 be None (no scale: gamma = 1; no shift: beta = 0). Nothing here is retyped: each function evaluates
 an expression the derivations produced and check (claims ln.jacobian, ln.spectral_norm, ...). The
 LN expressions are evaluated in the centred row c = x - mu with mu and sigma^2 by two passes, so no
-cancellation happens in float64. Compilation happens on first use and is cached, so importing this
-module is cheap.
+cancellation happens in float64. SymPy, the derivation and the compilation run on first use (cached),
+so importing this module costs only numpy.
 
 Undefined points: where sigma^2 + eps = 0 (LN: a constant row with eps = 0) or q + eps = 0
 (RMSNorm: a zero row with eps = 0) the function is 0/0, and every output of that row is NaN, never a
@@ -15,19 +15,22 @@ finite value (the gradients and the spectral norm too). No warning is emitted fo
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import sympy as sp
 
-from proofs import algebra as sym
-from proofs import expressions
-from proofs.numeric import compile_indexed
+if TYPE_CHECKING:
+    import sympy as sp
 
 ArrayLike = np.ndarray | float
 
 
 def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
     """expr with gamma = 1 when there is no weight and beta = 0 when there is no bias."""
+    import sympy as sp
+
+    from proofs import algebra as sym
+    from proofs import expressions
     if not weight:
         expr = expressions.unit_weight(expr)
     if not bias:
@@ -37,6 +40,10 @@ def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
 
 @cache
 def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
+    from proofs import algebra as sym
+    from proofs import expressions
+    from proofs.numeric import compile_indexed
+
     derived = {
         "output": lambda: expressions.output(kind),
         "jacobian": lambda: expressions.jacobian(kind),
@@ -52,6 +59,9 @@ def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
 
 @cache
 def _row_statistics():
+    from proofs import algebra as sym
+    from proofs.numeric import compile_indexed
+
     return compile_indexed(sym.MEAN_DEF, ()), compile_indexed(sym.MS_DEF, ())
 
 
@@ -145,10 +155,15 @@ def rmsnorm_jacobian(x: ArrayLike, weight: ArrayLike | None, eps: ArrayLike) -> 
 
 @cache
 def _scalar(expr: sp.Expr, *args: sp.Symbol):
+    import sympy as sp
+
     return sp.lambdify(args, expr, modules="numpy")
 
 
 def _spectral(kind: str, x_: ArrayLike, eps_: ArrayLike) -> np.ndarray:
+    from proofs import algebra as sym
+    from proofs import expressions
+
     env, undefined = _environment(kind, x_, eps_)
     width = env["x"].shape[-1]
     values = expressions.eigenvalues(kind)
@@ -185,6 +200,9 @@ def rmsnorm_spectral_norm(x: ArrayLike, eps: ArrayLike) -> np.ndarray:
 
 def spectral_norm_bound(eps: ArrayLike, weight: ArrayLike | None = None) -> np.ndarray:
     """max_i |gamma_i| / sqrt(eps): the global Lipschitz bound of LN and RMSNorm (claim ln.spectral_norm)."""
+    from proofs import algebra as sym
+    from proofs import expressions
+
     largest = 1.0 if weight is None else np.max(np.abs(np.asarray(weight, dtype=np.float64)), axis=-1)
     expr = expressions.spectral_norm_bound()
     bound = _scalar(expr, expressions.LARGEST_WEIGHT, sym.eps)
@@ -194,16 +212,25 @@ def spectral_norm_bound(eps: ArrayLike, weight: ArrayLike | None = None) -> np.n
 
 def normalized_variance(var: ArrayLike, eps: ArrayLike) -> np.ndarray:
     """Population variance of (x - mu)/sqrt(sigma^2 + eps) for sigma^2 = var: var/(var + eps)."""
+    from proofs import algebra as sym
+    from proofs import expressions
+
     return np.asarray(_scalar(expressions.normalized_variance(), sym.var, sym.eps)(var, eps))
 
 
 def normalized_variance_sensitivity(var: ArrayLike, eps: ArrayLike) -> np.ndarray:
     """d/d(sigma^2) of the normalized variance: eps/(var + eps)^2."""
+    from proofs import algebra as sym
+    from proofs import expressions
+
     derivative = expressions.normalized_variance_sensitivity()
     return np.asarray(_scalar(derivative, sym.var, sym.eps)(var, eps))
 
 
 def dropout_variance_bias(p: ArrayLike, d: ArrayLike, var: ArrayLike, mean: ArrayLike) -> np.ndarray:
     """E_m[Var(z)] - Var(x) of inverted dropout (population variances): p(d-1)/(d(1-p)) (var + mean^2)."""
+    from proofs import algebra as sym
+    from proofs import expressions
+
     symbols = (sym.p, sym.d, sym.var, sym.mu)
     return np.asarray(_scalar(expressions.dropout_variance_bias(), *symbols)(p, d, var, mean))
