@@ -53,7 +53,7 @@ def wrong_dtype(x, weight, bias, eps):
 
 EXPECTED = {
     "raises": ("error", "raised RuntimeError: CUDA error: an illegal memory access was encountered"),
-    "hangs": ("error", "did not return within 2 s"),
+    "hangs": ("error", "did not return within 5 s"),
     "nan": ("failed", "NaN/inf values in the output for finite inputs"),
     "wrong_shape": ("error", "returned shape"),
     "wrong_dtype": ("error", "returned torch.float64"),
@@ -68,7 +68,7 @@ def misbehaving_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict
     kernels.write_text(textwrap.dedent(MISBEHAVING))
     out = folder / "results.json"
     command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
-               "--profile", "ci", "-n", "0", "--timeout", "2", "--json", str(out), "--quiet"]
+               "--profile", "ci", "-n", "0", "--timeout", "5", "--json", str(out), "--quiet"]
     for name in EXPECTED:
         command += ["--kernel", f"{kernels}:{name}"]
     proc = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600,
