@@ -106,6 +106,7 @@ def pytest_command(request: RunRequest) -> list[str]:
     """The pytest command line of the run (for the child process)."""
     command = [sys.executable, "-m", "pytest", str(SUITE), "-p", "properties.results",
                "--json", str(request.json_path), "-p", "no:cacheprovider", "--color=no", "-q", "-rfE",
+               "--continue-on-collection-errors",  # a test file that does not import is an error, not the end
                "--timeout", f"{request.timeout * TEST_TIMEOUT_FACTOR:g}", "--timeout-method", "signal"]
     for spec in split_specs(request.specs):
         command += ["--kernel", spec]
