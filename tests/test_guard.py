@@ -176,6 +176,9 @@ def test_limited_work_through_a_kernel_shares_its_time_limit_and_hung_state(x):
     assert guard.limited(kernel, lambda: 42, timeout=1) == 42
     with pytest.raises(KernelFault, match="raised ZeroDivisionError"):
         guard.limited(kernel, lambda: 1 / 0, timeout=1)
+    with pytest.raises(KernelFault) as nested:
+        guard.limited(kernel, lambda: guard.call(lambda t: t.sum(), x, like=x), timeout=1)
+    assert str(nested.value) == "kernel <lambda> returned shape () for the output of shape (3, 8)"
     with pytest.raises(KernelFault, match=r"did not return within 0\.2 s"):
         guard.limited(kernel, lambda: kernel.fn(x, None, None, 1e-5), timeout=0.2)
     with pytest.raises(KernelFault, match="not called again"):

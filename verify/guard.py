@@ -102,7 +102,7 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
             raise KernelFault(name, "timeout", detail)
     if "error" in box:
         error = box["error"]
-        if isinstance(error, KeyboardInterrupt):
+        if isinstance(error, (KeyboardInterrupt, KernelFault)):  # a fault found by a nested guarded call stays as is
             raise error
         raise KernelFault(name, "raised", f"raised {_first_line(error)}") from error
     return box["value"]
