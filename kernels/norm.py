@@ -29,13 +29,26 @@ from kernels import rows
 
 
 @triton.jit
+def _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Y[cols] = (x - mean) * rstd * gamma + beta, computed in float32, rounded once to Y's dtype."""
+    y = (x - mean) * rstd
+    if HAS_WEIGHT:
+        y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _norm_forward(
     X, Y, W, B, Mean, Rstd,  # pointers; W, B may be None; Mean is None for RMSNorm
     stride_x_row, stride_x_col, stride_y_row,
     n_cols, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+    SINGLE_BLOCK: tl.constexpr,
 ):
-    """One program per row: statistics in a first pass over the row's blocks, then normalize in a second."""
+    """One program per row: statistics in a first pass over the row's blocks, then normalize in a second
+    (which reuses the block still in registers when the row is a single block: SINGLE_BLOCK = d <= BLOCK)."""
     row = tl.program_id(0).to(tl.int64)
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -44,6 +57,9 @@ def _norm_forward(
     count = 0.0
     mean = 0.0
     m2 = 0.0
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < n_cols
@@ -67,16 +83,14 @@ def _norm_forward(
     tl.store(Rstd + row, rstd)
 
     # Pass 2: y = (x - mean) * rstd * gamma + beta.
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
-        y = (x - mean) * rstd
-        if HAS_WEIGHT:
-            y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=mask)
+    if SINGLE_BLOCK:
+        _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+    else:
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+            _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
 
 
 @triton.jit
@@ -212,7 +226,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
             x2.stride(0), x2.stride(1), y.stride(0),
             n_cols, float(eps),
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
-            num_warps=rows.num_warps(block),
+            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
         )
     return y.view(x.shape), mean, rstd
 
