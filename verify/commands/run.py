@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     if not args.quiet:
         console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
-                      f" | profile {chosen_profile(args.profile)} | workers {args.workers} | log {request.log_path}")
+                      f" | profile {chosen_profile(args.profile)} | workers {args.workers} | log {request.log_path}",
+                      soft_wrap=True)
     outcome = _run_with_progress(request, console, quiet=args.quiet)
     code = runner.exit_code(outcome)
     document = outcome.results
