@@ -1,0 +1,154 @@
+"""The rounding-error bound holds for correct float32/float16 implementations simulated in numpy (two-pass in
+any order, Welford, RMSNorm; torch's float32 backward) on adversarial rows, and wrong ones break it widely."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from proofs import error_model, oracles, simulate
+
+U32 = error_model.unit_roundoff("float32")
+STORAGE = {"float32": np.float32, "float16": np.float16}
+
+
+def worst_ratio(got: np.ndarray, exact: np.ndarray, bound: np.ndarray) -> float:
+    finite = np.isfinite(bound)
+    return float(np.max(np.abs(got.astype(np.float64) - exact)[finite] / bound[finite])) if finite.any() else 0.0
+
+
+def test_unit_roundoffs_and_unknown_dtype():
+    assert error_model.unit_roundoff("float32") == 2.0**-24
+    assert error_model.unit_roundoff("torch.bfloat16") == 2.0**-8
+    with pytest.raises(ValueError, match="unknown dtype"):
+        error_model.unit_roundoff("int8")
+
+
+def test_condition_number():
+    row = np.array([[1000.0, 1001.0, 999.0], [0.0, 0.0, 0.0]])
+    kappa = error_model.condition_number(row, 1e-5)
+    var = np.var(row[0])
+    assert kappa[0] == pytest.approx(np.sqrt((1000.0**2 + var) / (var + 1e-5)))
+    assert kappa[1] == 0.0
+    assert np.isinf(error_model.condition_number(np.ones(4), 0.0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("order", ["sequential", "pairwise", "welford"])
+@pytest.mark.parametrize("width", [1, 2, 3, 64, 1024])
+def test_two_pass_and_welford_stay_within_the_bound(dtype, order, width):
+    rng = np.random.default_rng(width)
+    for shift in (0.0, 10.0, 1e3, 1e4):
+        for eps in (1e-12, 1e-5, 1e-2):
+            row = simulate.adversarial_rows(rng, 3, width, shift, STORAGE[dtype])
+            got = simulate.layernorm_two_pass(row, eps, out=STORAGE[dtype], order=order)
+            bound = error_model.forward_bound(row, None, None, eps, U32, error_model.unit_roundoff(dtype), "ln")
+            assert worst_ratio(got, oracles.layernorm(row, None, None, eps), bound) <= 1.0
+
+
+def test_width_8192_is_covered_where_the_bound_is_finite():
+    rng = np.random.default_rng(0)
+    row = simulate.adversarial_rows(rng, 2, 8192, 10.0, np.float32)
+    bound = error_model.forward_bound(row, None, None, 1e-5, U32, U32, "ln")
+    assert np.isfinite(bound).all()
+    for order in ("sequential", "pairwise"):
+        got = simulate.layernorm_two_pass(row, 1e-5, order=order)
+        assert worst_ratio(got, oracles.layernorm(row, None, None, 1e-5), bound) <= 1.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rmsnorm_stays_within_the_bound(dtype):
+    rng = np.random.default_rng(5)
+    for width in (1, 3, 256, 8192):
+        for eps in (1e-12, 1e-5, 1e-2):
+            for magnitude in (1e-3, 1.0, 1e3):
+                row = (rng.standard_normal((2, width)) * magnitude).astype(STORAGE[dtype]).astype(np.float64)
+                got = simulate.rmsnorm_reference(row, eps, out=STORAGE[dtype], order="pairwise")
+                bound = error_model.forward_bound(row, None, None, eps, U32, error_model.unit_roundoff(dtype), "rms")
+                assert worst_ratio(got, oracles.rmsnorm(row, None, eps), bound) <= 1.0
+
+
+def test_weight_and_bias_are_covered():
+    rng = np.random.default_rng(11)
+    row = simulate.adversarial_rows(rng, 4, 96, 300.0, np.float16)
+    weight = rng.normal(size=96).astype(np.float16).astype(np.float64)
+    bias = rng.normal(size=96).astype(np.float16).astype(np.float64)
+    normalized = simulate.layernorm_two_pass(row, 1e-5, out=np.float32)
+    got = (normalized * weight.astype(np.float32) + bias.astype(np.float32)).astype(np.float16)
+    bound = error_model.forward_bound(row, weight, bias, 1e-5, U32, error_model.unit_roundoff("float16"), "ln")
+    assert worst_ratio(got, oracles.layernorm(row, weight, bias, 1e-5), bound) <= 1.0
+
+
+@pytest.mark.parametrize(("width", "shift", "margin"), [(8, 1e3, 10), (8, 1e4, 100), (64, 1e4, 10)])
+def test_one_pass_variance_breaks_the_bound_by_a_wide_margin(width, shift, margin):
+    rng = np.random.default_rng(2)
+    row = simulate.adversarial_rows(rng, 8, width, shift, np.float32)
+    eps = 1e-5
+    kappa = error_model.condition_number(row, eps)
+    assert (kappa > shift / 2).all()
+    bound = error_model.forward_bound(row, None, None, eps, U32, U32, "ln")
+    exact = oracles.layernorm(row, None, None, eps)
+    assert worst_ratio(simulate.layernorm_one_pass(row, eps), exact, bound) > margin
+    assert worst_ratio(simulate.layernorm_two_pass(row, eps), exact, bound) <= 1.0
+
+
+def test_wrong_conventions_break_the_bound():
+    rng = np.random.default_rng(4)
+    row = simulate.adversarial_rows(rng, 4, 16, 1.0, np.float32)
+    eps = 1e-2
+    bound = error_model.forward_bound(row, None, None, eps, U32, U32, "ln")
+    exact = oracles.layernorm(row, None, None, eps)
+    unbiased = (row - row.mean(-1, keepdims=True)) / np.sqrt(row.var(-1, ddof=1, keepdims=True) + eps)
+    eps_outside = (row - row.mean(-1, keepdims=True)) / (row.std(-1, keepdims=True) + eps)
+    assert worst_ratio(unbiased.astype(np.float32), exact, bound) > 100
+    assert worst_ratio(eps_outside.astype(np.float32), exact, bound) > 100
+
+
+def test_undefined_rows_are_nan_and_an_unusable_model_is_inf():
+    bound = error_model.forward_bound(np.array([[1.0, 1.0], [1.0, 2.0]]), None, None, 0.0, U32, U32, "ln")
+    assert np.isnan(bound[0]).all() and np.isfinite(bound[1]).all()
+    half = error_model.unit_roundoff("float16")
+    assert np.isinf(error_model.forward_bound(np.ones((1, 4096)) + np.arange(4096), None, None, 1e-5, half, half,
+                                              "ln")).all()
+    with pytest.raises(ValueError, match="unknown kind"):
+        error_model.forward_bound(np.ones(3), None, None, 1e-5, U32, U32, "batchnorm")
+
+
+@pytest.mark.parametrize("kind", ["ln", "rms"])
+@pytest.mark.parametrize(("width", "shift"), [(3, 0.0), (64, 100.0), (1024, 1e3), (1024, 1.0)])
+def test_torch_float32_backward_stays_within_the_bound(kind, width, shift):
+    rng = np.random.default_rng(width)
+    row = simulate.adversarial_rows(rng, 6, width, shift, np.float32)
+    weight = rng.normal(size=width).astype(np.float32).astype(np.float64)
+    upstream = rng.normal(size=row.shape).astype(np.float32).astype(np.float64)
+    eps = 1e-5
+    x = torch.tensor(row, dtype=torch.float32, requires_grad=True)
+    w = torch.tensor(weight, dtype=torch.float32, requires_grad=True)
+    b = torch.zeros(width, requires_grad=True)
+    if kind == "ln":
+        y = torch.nn.functional.layer_norm(x, (width,), w, b, eps)
+        expected = oracles.layernorm_vjp(row, weight, eps, upstream)
+        got = (x, w, b)
+    else:
+        y = torch.nn.functional.rms_norm(x, (width,), w, eps)
+        expected = oracles.rmsnorm_vjp(row, weight, eps, upstream)
+        got = (x, w)
+    y.backward(torch.tensor(upstream, dtype=torch.float32))
+    bounds = error_model.backward_bound(row, weight, eps, upstream, U32, U32, kind)
+    for tensor, exact, bound in zip(got, expected, bounds, strict=True):
+        assert worst_ratio(tensor.grad.double().numpy(), exact, bound) <= 1.0
+
+
+def test_a_backward_without_the_mean_term_breaks_the_bound():
+    rng = np.random.default_rng(9)
+    row = simulate.adversarial_rows(rng, 4, 32, 0.0, np.float32)
+    upstream = rng.normal(size=row.shape) + 1.0
+    eps = 1e-5
+    centred = row - row.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt((centred**2).mean(-1, keepdims=True) + eps)
+    normalized = centred * rstd
+    wrong = rstd * (upstream - normalized * (upstream * normalized).mean(-1, keepdims=True))  # mean(g) dropped
+    exact = oracles.layernorm_vjp(row, None, eps, upstream)[0]
+    bound = error_model.backward_bound(row, None, eps, upstream, U32, U32, "ln")[0]
+    assert worst_ratio(wrong, exact, bound) > 100
