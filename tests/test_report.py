@@ -23,7 +23,7 @@ from verify.report.texify import escape, verbatim_block
 TRICKY_SPEC = "my_broken&50%#$kernel$.py:ln"
 TRICKY_MESSAGE = r"kernel raised RuntimeError: path C:\tmp\x_1 {y} ~ ^ 50% & $x$ σ² ≤ ε"
 REPLAY = "normverify replay /tmp/runs/counterexamples/ln.forward-my_broken_kernel-3f9a21.pt"
-CLAIM_KINDS = {"ln.forward": "layernorm", "rms.forward": "rmsnorm", "ln.spectral_norm": "layernorm",
+CLAIM_KINDS = {"ln.forward": "layernorm", "rms.forward": "rmsnorm", "rms.spectral_norm": "rmsnorm",
                "dropout.variance_bias": "dropout", "rms.mean_stability": "rmsnorm", "ln.special_inputs": "layernorm",
                "dropout.keep_rate": "dropout", "ln.not_a_claim": "layernorm"}
 UNKNOWN_CLAIM = "ln.not_a_claim"
@@ -76,7 +76,7 @@ def results_document(spec: str, broken: bool = False, seed: int = 0) -> dict:
                forward_points(rng, 600.0 if broken else 0.3), counterexample if broken else None,
                "output: at index (0, 0) expected 0.99999, got 1.5; |error| = 0.5" if broken else ""),
         result("rms.forward", spec, ratio=0.05, points=forward_points(rng, 0.1)),
-        result("ln.spectral_norm", spec, points=spectral_points(rng)),
+        result("rms.spectral_norm", spec, points=spectral_points(rng)),
         result("dropout.variance_bias", spec, points=dropout_points(rng)),
         result("rms.mean_stability", spec, "xfailed"),
         result("ln.special_inputs", spec, "skipped"),
@@ -98,7 +98,9 @@ def _stand_in_proofs() -> dict[str, types.ModuleType]:
     claims, render, oracles = (types.ModuleType(f"proofs.{name}") for name in ("claims", "render", "oracles"))
     claims.CLAIMS = {claim: types.SimpleNamespace(id=claim, title=claim, verdict="holds") for claim in CLAIM_KINDS
                      if claim != UNKNOWN_CLAIM}
-    render.claim_latex = lambda claim: rf"\textbf{{Statement of {claim.replace('_', ' ')}.}} $\varepsilon > 0$."
+    render.PREAMBLE = "\\documentclass{article}\n\\usepackage{lmodern,amsmath,graphicx,hyperref}\n"
+    render.claim_latex = lambda claim: (rf"\section{{{claim.replace('_', ' ')}}}\label{{claim:{claim}}}"
+                                        rf"\texttt{{{claim.replace('_', '-')}}} \textbf{{Statement.}} $x > 0$.")
     oracles.dropout_variance_bias = lambda p, d, var, mean: p * (d - 1) / (d * (1 - p)) * (var + mean**2)
     return {"proofs.claims": claims, "proofs.render": render, "proofs.oracles": oracles}
 
@@ -165,7 +167,8 @@ def test_a_derivation_that_fails_to_render_is_a_note_not_a_lost_report(proofs_ap
 
     monkeypatch.setattr(proofs.render, "claim_latex", broken)
     note = derivation_latex("ln.forward")
-    assert note.startswith(r"\emph{The derivation of") and "could not be rendered" in note and "KeyError" in note
+    assert note.startswith(r"\section{ln.\allowbreak{}forward}\label{claim:ln.forward}")
+    assert r"\emph{The derivation of" in note and "could not be rendered" in note and "KeyError" in note
 
 
 def test_nothing_overflows_the_page(built):
@@ -188,8 +191,8 @@ def test_text_with_latex_specials_is_printed_literally(built):
 
 def test_figures_are_vector_pdfs_included_in_the_report(built):
     figures = sorted(p.name for p in (built.out / "figures").glob("*.pdf"))
-    assert figures == ["dropout-variance-bias-dropout.pdf", "ln-forward-ratio.pdf", "ln-spectral-norm-spectral.pdf",
-                       "rms-forward-ratio.pdf"]
+    assert figures == ["dropout-variance-bias-dropout.pdf", "ln-forward-ratio.pdf", "rms-forward-ratio.pdf",
+                       "rms-spectral-norm-spectral.pdf"]
     text = "\n".join(built.pages)
     for label in ("condition number", "row variance", "drop probability"):
         assert label in text, f"no figure with the axis label {label!r} in the PDF"

@@ -22,23 +22,25 @@ def theory_verdicts() -> dict[str, str]:
 
 
 def derivation_latex(claim: str) -> str:
-    """The claim's statement and conditions exactly as ``normverify derive`` typesets them.
+    """The claim's section as ``normverify derive`` typesets it (``proofs.render.claim_latex``: heading,
+    label, statement, conditions, verified steps, verdict).
 
-    A claim proofs does not know, or whose rendering fails, gets a visible note instead, so one bad
-    claim never costs the report.
+    A claim proofs does not know, or whose rendering fails, gets a heading and a visible note
+    instead, so one bad claim never costs the report.
     """
     from proofs import claims, render
 
     if claim not in claims.CLAIMS:
-        return _note(f"{claim} is not a claim of proofs.claims: the results name a claim the derivations do not know.")
+        return _unrendered(claim, f"{claim} is not a claim of proofs.claims: the results name a claim the "
+                                  "derivations do not know.")
     try:
         return render.claim_latex(claim) + "\n"
     except Exception as error:
-        return _note(f"The derivation of {claim} could not be rendered: {type(error).__name__}: {error}")
+        return _unrendered(claim, f"The derivation of {claim} could not be rendered: {type(error).__name__}: {error}")
 
 
-def _note(text: str) -> str:
-    return rf"\emph{{{escape(text)}}}" + "\n"
+def _unrendered(claim: str, note: str) -> str:
+    return rf"\section{{{escape(claim)}}}\label{{{label_of(claim)}}}" + "\n" + rf"\emph{{{escape(note)}}}" + "\n"
 
 
 def _listing(values: list, limit: int = MAX_LISTED_WIDTHS) -> str:
@@ -102,9 +104,8 @@ def figure(path: Path, caption: str, out_dir: Path) -> str:
 
 
 def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -> str:
-    """The section of ``claim``: derivation, evidence per kernel column, figures."""
-    parts = [rf"\section{{{escape(claim)}}}\label{{{label_of(claim)}}}", derivation_latex(claim),
-             r"\subsection*{Evidence}"]
+    """The section of ``claim``: its derivation, then the evidence of every kernel column and the figures."""
+    parts = [derivation_latex(claim), r"\subsection*{Evidence}"]
     rows, series = [], []
     for index, column in enumerate(report.columns):
         cell = report.cell(claim, index)

@@ -14,18 +14,11 @@ from verify.report.texify import escape
 
 TEX_NAME = "report.tex"
 FIGURE_DIR = "figures"
-PREAMBLE = r"""\documentclass[10pt,a4paper]{article}
-\usepackage[margin=2cm]{geometry}
-\usepackage[T1]{fontenc}
-\usepackage{lmodern}
-\usepackage{amsmath,amssymb}
-\usepackage{array,booktabs,longtable}
-\usepackage{graphicx,float}
+# Packages the report adds to the derivations' preamble (which defines the macros claim_latex uses).
+REPORT_PACKAGES = r"""\usepackage{array,booktabs,longtable}
+\usepackage{float}
 \usepackage{fancyvrb}
 \usepackage[dvipsnames]{xcolor}
-\usepackage[hidelinks]{hyperref}
-\setlength{\parindent}{0pt}
-\setlength{\parskip}{4pt}
 \setlength{\emergencystretch}{3em}
 """
 
@@ -51,7 +44,9 @@ def render(report: Report, out_dir: Path, figure_dir: Path) -> str:
     """The whole LaTeX document of ``report``; figures are written into ``figure_dir``."""
     kernels = ", ".join(column.label for column in report.columns) or "no kernel"
     incomplete = [column.label for column in report.columns if not column.complete]
-    parts = [PREAMBLE, rf"\title{{normverify conformance report: {escape(kernels)}}}",
+    from proofs.render import PREAMBLE
+
+    parts = [PREAMBLE + REPORT_PACKAGES, rf"\title{{normverify conformance report: {escape(kernels)}}}",
              r"\date{}", r"\begin{document}", r"\maketitle", r"\section*{Runs}", runs_table(report)]
     if incomplete:
         parts.append(rf"\textbf{{Incomplete:}} the run of {escape(', '.join(incomplete))} was interrupted; "
