@@ -277,6 +277,38 @@ def test_backward_bug_breaks_exactly_its_gradients(attr_path):
     assert all(errors[name] < AGREES for name in errors.keys() - wrong), errors
 
 
+BFLOAT16_UNIT_ROUNDOFF = 2.0**-8
+
+
+def worst_bfloat16_dx_error(k: Kernel, d: int, seeds: int = 20) -> float:
+    """max |dx - float64 dx| / max(rstd |gamma dy|) over bf16 examples: the error relative to the size of the
+    terms dx is the nearly cancelling sum of (a correct kernel: about the bf16 rounding of dx, <= u)."""
+    worst = 0.0
+    for seed in range(seeds):
+        x = rows(4, d, seed=seed).bfloat16()
+        weight, bias = parameters(d, seed=seed + 100, dtype=torch.bfloat16)
+        dy = rows(4, d, seed=seed + 200).bfloat16()
+        error = gradient_errors(k, x, weight, bias, 1e-5, dy)["x"]
+        centred = x.double() - x.double().mean(-1, keepdim=True)
+        rstd = 1.0 / (centred.square().mean(-1, keepdim=True) + 1e-5).sqrt()
+        worst = max(worst, error / float((rstd * (dy.double() * weight.double()).abs()).max()))
+    return worst
+
+
+@pytest.mark.parametrize("attr_path", ["statistics.py:LN_TEXTBOOK", "fused.py:LN_FUSED", "correct.py:LN_WELFORD",
+                                       "correct.py:LN_TWO_PASS_FLOAT64"])
+def test_correct_kernels_keep_bfloat16_gradients_accurate(attr_path):
+    for d in (2, 13):
+        assert worst_bfloat16_dx_error(corpus_kernel(attr_path), d) <= 2 * BFLOAT16_UNIT_ROUNDOFF, d
+
+
+def test_casting_at_each_use_loses_bfloat16_gradient_accuracy_only():
+    k = corpus_kernel("statistics.py:LN_CAST_AT_EACH_USE")
+    assert worst_bfloat16_dx_error(k, 2) > 20 * BFLOAT16_UNIT_ROUNDOFF
+    assert max(gradient_errors(k, *TYPICAL, DY).values()) < AGREES  # float32: the casts are exact
+    assert forward_error(k, rows(4, D).bfloat16(), None, None) < 2 * BFLOAT16_UNIT_ROUNDOFF * 4
+
+
 def test_xhat_from_output_is_right_for_nonzero_gamma_and_breaks_at_gamma_zero():
     k = corpus_kernel("fused.py:LN_BWD_XHAT_FROM_OUTPUT")
     assert max(gradient_errors(k, *TYPICAL, DY).values()) < AGREES

@@ -4,7 +4,7 @@ pass every one of them on every applicable claim (the manifest's ``expect`` is e
     LN_TWO_PASS_FLOAT64   two-pass mean and variance in float64, cast back to the input dtype
     RMS_TWO_PASS_FLOAT64  mean of squares in float64, cast back
     LN_WELFORD            float32 Welford over column chunks (at most 16, of 128 or more), merged with Chan's formula
-    RMS_LLAMA             Hugging Face's LlamaRMSNorm: x.float(), normalize, .to(dtype), then * weight
+    RMS_LLAMA             fp32-then-cast as Llama's RMSNorm: x.float(), normalize and scale, .to(dtype)
     RMS_GEMMA             Gemma's RMSNorm: float32 throughout, scale (1 + weight), declared weight_offset = 1
 
 The textbook autograd-only versions (statistics.py: LN_TEXTBOOK, RMS_TEXTBOOK), the fused autograd.Function
@@ -76,13 +76,13 @@ def layernorm_welford(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.
 
 
 def rmsnorm_llama(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """Hugging Face's LlamaRMSNorm.forward: normalize in float32, cast to the input dtype, then multiply by
-    the weight in the weight's dtype (two roundings for fp16: after the normalization and after the scale)."""
-    input_dtype = x.dtype
+    """fp32-then-cast, as Llama's RMSNorm: ``x.to(float32)``, x * rsqrt(mean(x^2) + eps) * weight, ``.to(dtype)``.
+    (Hugging Face's LlamaRMSNorm multiplies by the weight after the cast, rounding twice; that one is a
+    third-party built-in, not a corpus kernel.)"""
     hidden = x.to(torch.float32)
     variance = hidden.pow(2).mean(-1, keepdim=True)
     hidden = hidden * torch.rsqrt(variance + eps)
-    return hidden.to(input_dtype) if weight is None else weight * hidden.to(input_dtype)
+    return _affine(hidden, weight, None).to(x.dtype)
 
 
 def rmsnorm_gemma(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:

@@ -1,19 +1,26 @@
-"""pytest plugin of the corpus run (tests/test_corpus.py): which conformance tests each corpus kernel runs.
+"""pytest plugin of the corpus run (tests/test_corpus.py): which conformance tests each corpus kernel runs,
+and no shrinking.
 
 A broken kernel runs only the tests of the claims in its ``expect`` set (it must fail those; what else it
 fails is not the corpus's business, and running every claim on 35 broken kernels would take many
-minutes); a correct kernel, and any kernel not in the manifest, runs every test. Loaded with
-``-p corpus.selection`` and ``tests/`` on PYTHONPATH.
+minutes); a correct kernel, and any kernel not in the manifest, runs every test.
+
+The loaded Hypothesis profile (ci) is kept except for its shrink (and explain) phases: the derandomized
+examples are generated exactly as under ci, so every verdict and the worst ratio over them are the same,
+but a failing test stops after generating instead of spending most of the run minimizing a
+counterexample nobody reads here. Loaded with ``-p corpus.selection`` and ``tests/`` on PYTHONPATH.
 """
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import Phase, settings
 
 from corpus import CORPUS
 from verify.registry import Kernel
 
 EXPECTED_FAILURES = {entry.spec: entry.expect for entry in CORPUS if not entry.correct}
+WITHOUT_SHRINKING = tuple(phase for phase in Phase if phase not in (Phase.shrink, Phase.explain))
 
 
 def _kernel(item: pytest.Item) -> Kernel | None:
@@ -32,6 +39,12 @@ def selected(item: pytest.Item) -> bool:
     if kernel is None or kernel.spec not in EXPECTED_FAILURES:
         return True
     return bool(_claims(item) & EXPECTED_FAILURES[kernel.spec])
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """After the profile is loaded (pytest_configure), before the tests are collected (their settings made)."""
+    settings.register_profile("corpus", settings(settings.default, phases=WITHOUT_SHRINKING))
+    settings.load_profile("corpus")
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,11 +1,13 @@
 """Broken LayerNorm/RMSNorm kernels whose bug is in the row statistics (the mean and the scale rstd).
 
-Every kernel here is :func:`_normalize`, a plain autograd implementation that computes in float32 and
-casts back to the input dtype,
+Every kernel here is :func:`_normalize`, a plain autograd implementation that casts x to float32 once,
+computes in float32 and casts back to the input dtype,
 
     y = (x - mean) * rstd * weight + bias,
 
-with one statistics rule ``(x, eps) -> (mean, rstd)`` replaced by a bug. The correct rules are
+with one statistics rule ``(x in float32, eps, storage dtype) -> (mean, rstd)`` replaced by a bug. (Casting
+once matters: with two ``x.float()`` nodes, autograd rounds each partial gradient to the storage dtype
+before adding them, and dx, a difference of nearly equal terms, loses all accuracy in bfloat16.) The correct rules are
 :func:`_layernorm_statistics` (mean, 1/sqrt(sigma^2 + eps), population variance, eps inside the root)
 and :func:`_rmsnorm_statistics` (0, 1/sqrt(mean(x^2) + eps)); ``LN_TEXTBOOK`` and ``RMS_TEXTBOOK`` use
 those: they are the textbook autograd-only implementations and the controls showing that the skeleton
@@ -24,14 +26,16 @@ from verify.registry import Kernel
 
 SPEC = "tests/corpus/statistics.py:"
 
-Statistics = Callable[[torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+Moments = tuple[torch.Tensor, torch.Tensor]  # (mean, rstd), float32, broadcastable against x
+Statistics = Callable[[torch.Tensor, float, torch.dtype], Moments]
 
 
 def _normalize(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
                statistics: Statistics) -> torch.Tensor:
-    """(x - mean) * rstd * weight + bias in float32, cast back to x.dtype; (mean, rstd) = statistics(x, eps)."""
-    mean, rstd = statistics(x, eps)
-    y = (x.float() - mean) * rstd
+    """(x - mean) * rstd * weight + bias in float32, cast back to x.dtype; (mean, rstd) = statistics(x, eps, dtype)."""
+    x32 = x.float()
+    mean, rstd = statistics(x32, eps, x.dtype)
+    y = (x32 - mean) * rstd
     if weight is not None:
         y = y * weight.float()
     if bias is not None:
@@ -39,73 +43,66 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return y.to(x.dtype)
 
 
-def _layernorm_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _layernorm_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Correct LayerNorm statistics: two-pass mean and population variance in float32, eps inside the root."""
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    variance = (xf - mean).square().mean(-1, keepdim=True)
+    mean = x.mean(-1, keepdim=True)
+    variance = (x - mean).square().mean(-1, keepdim=True)
     return mean, torch.rsqrt(variance + eps)
 
 
-def _rmsnorm_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rmsnorm_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Correct RMSNorm statistics: no centring, mean of squares in float32, eps inside the root."""
-    xf = x.float()
-    return torch.zeros_like(xf[..., :1]), torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    return torch.zeros_like(x[..., :1]), torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
 
 
 # --- LayerNorm statistics bugs ----------------------------------------------------------------------------------
 
 
-def _one_pass_variance(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _one_pass_variance(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """One-pass variance E[x^2] - E[x]^2 in float32 (clamped at 0, as such kernels do): it cancels
     catastrophically, relative error ~ u (|mean|/std)^2. Must fail ln.forward and ln.special_inputs
     (|mean|/std up to 1e4 in fp32), by a wide margin."""
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    variance = (xf.square().mean(-1, keepdim=True) - mean.square()).clamp_min(0.0)
+    mean = x.mean(-1, keepdim=True)
+    variance = (x.square().mean(-1, keepdim=True) - mean.square()).clamp_min(0.0)
     return mean, torch.rsqrt(variance + eps)
 
 
-def _eps_outside_root(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _eps_outside_root(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """eps outside the square root: rstd = 1/(sigma + eps) instead of 1/sqrt(sigma^2 + eps); wrong by a
     factor ~ 1/sqrt(eps) at sigma -> 0. Must fail ln.forward, ln.variance_insensitivity, ln.spectral_norm."""
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    variance = (xf - mean).square().mean(-1, keepdim=True)
+    mean = x.mean(-1, keepdim=True)
+    variance = (x - mean).square().mean(-1, keepdim=True)
     return mean, 1.0 / (variance.sqrt() + eps)
 
 
-def _unbiased_variance(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _unbiased_variance(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Unbiased variance (divides by d - 1, torch.var's default) instead of the population variance: output
-    scaled by sqrt((d-1)/d), NaN at d = 1. Must fail ln.forward and ln.special_inputs (d = 1, 2, 3)."""
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    variance = (xf - mean).square().sum(-1, keepdim=True) / (x.shape[-1] - 1)
+    scaled by sqrt((d-1)/d), NaN at d = 1. Must fail ln.forward, ln.special_inputs (d = 1, 2, 3) and ln.seed_example."""
+    mean = x.mean(-1, keepdim=True)
+    variance = (x - mean).square().sum(-1, keepdim=True) / (x.shape[-1] - 1)
     return mean, torch.rsqrt(variance + eps)
 
 
-def _no_eps(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _no_eps(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """No eps at all: rstd = 1/sigma, NaN (0 * inf) on constant rows, unbounded Jacobian as sigma -> 0.
     Must fail ln.forward (eps = 1e-2), ln.special_inputs (constant rows), ln.spectral_norm."""
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    variance = (xf - mean).square().mean(-1, keepdim=True)
+    mean = x.mean(-1, keepdim=True)
+    variance = (x - mean).square().mean(-1, keepdim=True)
     return mean, torch.rsqrt(variance)
 
 
-def _max_variance_eps(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _max_variance_eps(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """max(sigma^2, eps) instead of sigma^2 + eps: right only where one term dwarfs the other; Var(xhat) = 1
     for sigma^2 > eps. Must fail ln.forward (eps = 1e-2) and ln.variance_insensitivity."""
-    xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    variance = (xf - mean).square().mean(-1, keepdim=True)
+    mean = x.mean(-1, keepdim=True)
+    variance = (x - mean).square().mean(-1, keepdim=True)
     return mean, torch.rsqrt(variance.clamp_min(eps))
 
 
-def _eps_ignored(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _eps_ignored(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """The eps argument is ignored (1e-5 hard-coded). Must fail ln.forward (eps = 1e-2, 1e-12) and ln.affine
     (LN_eps(a x + b) = sign(a) LN_{eps/a^2}(x) needs the kernel to honour eps/a^2)."""
-    return _layernorm_statistics(x, 1e-5)
+    return _layernorm_statistics(x, 1e-5, storage)
 
 
 ACCUMULATOR_LANES = 64
@@ -125,74 +122,77 @@ def _sum_accumulated_in_storage_dtype(t: torch.Tensor, dtype: torch.dtype) -> to
     return total.float()
 
 
-def _storage_dtype_accumulation(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _storage_dtype_accumulation(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Sums accumulated in the storage dtype (an fp16 accumulator for fp16 inputs) instead of float32: the
     mean is off by ~ d u_fp16 |mean|, so the output by ~ d u_fp16 |mean|/std. Must fail ln.forward (fp16)
     by a wide margin."""
     d = x.shape[-1]
-    mean = _sum_accumulated_in_storage_dtype(x.float(), x.dtype) / d
-    variance = _sum_accumulated_in_storage_dtype((x.float() - mean).square(), x.dtype) / d
+    mean = _sum_accumulated_in_storage_dtype(x, storage) / d
+    variance = _sum_accumulated_in_storage_dtype((x - mean).square(), storage) / d
     return mean, torch.rsqrt(variance + eps)
 
 
-def _whole_tensor_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _whole_tensor_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Mean and variance over the whole tensor instead of each row (a batch-norm-like reduction): right only
     for a single row. Must fail ln.row_independence and ln.special_inputs (a NaN row poisons every row)."""
-    xf = x.float()
-    mean = xf.mean()
-    variance = (xf - mean).square().mean()
+    mean = x.mean()
+    variance = (x - mean).square().mean()
     return mean, torch.rsqrt(variance + eps)
 
 
 ROWS_PER_PROGRAM = 4
 
 
-def _statistics_over_row_blocks(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _statistics_over_row_blocks(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """A kernel handling 4 rows per program reduces over the whole [4, d] block (axis=None instead of
     axis=1): rows of one block share their statistics. Must fail ln.row_independence."""
-    xf = x.float().reshape(-1, x.shape[-1])
-    block = torch.arange(xf.shape[0], device=x.device) // ROWS_PER_PROGRAM
-    elements = torch.bincount(block).unsqueeze(-1) * xf.shape[-1]
-    mean = xf.new_zeros(elements.shape).index_add(0, block, xf.sum(-1, keepdim=True)) / elements
-    centred = xf - mean[block]
-    variance = xf.new_zeros(elements.shape).index_add(0, block, centred.square().sum(-1, keepdim=True)) / elements
+    rows = x.reshape(-1, x.shape[-1])
+    block = torch.arange(rows.shape[0], device=x.device) // ROWS_PER_PROGRAM
+    elements = torch.bincount(block).unsqueeze(-1) * rows.shape[-1]
+    mean = rows.new_zeros(elements.shape).index_add(0, block, rows.sum(-1, keepdim=True)) / elements
+    centred = rows - mean[block]
+    variance = rows.new_zeros(elements.shape).index_add(0, block, centred.square().sum(-1, keepdim=True)) / elements
     shape = (*x.shape[:-1], 1)
     return mean[block].reshape(shape), torch.rsqrt(variance + eps)[block].reshape(shape)
+
+
+def _statistics_of_a_second_cast(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
+    """x cast to float32 at each use (``x.float()`` in the statistics and again in the normalization) instead of
+    once: the forward is exact, but autograd rounds each partial gradient to the storage dtype before adding
+    them, and dx, their nearly cancelling sum, loses its accuracy in bfloat16/float16. Must fail ln.jacobian."""
+    return _layernorm_statistics(x.to(storage).float(), eps, storage)
 
 
 # --- RMSNorm statistics bugs ------------------------------------------------------------------------------------
 
 
-def _rms_centres(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_centres(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """An RMSNorm that centres: subtracts the row mean and divides by the standard deviation (LayerNorm
     statistics). Must fail rms.forward."""
-    return _layernorm_statistics(x, eps)
+    return _layernorm_statistics(x, eps, storage)
 
 
-def _rms_sum_of_squares(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_sum_of_squares(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Sum instead of mean of squares: output too small by sqrt(d) (right only at d = 1). Must fail
     rms.forward and rms.spectral_norm."""
-    xf = x.float()
-    return torch.zeros_like(xf[..., :1]), torch.rsqrt(xf.square().sum(-1, keepdim=True) + eps)
+    return torch.zeros_like(x[..., :1]), torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
-def _rms_eps_ignored(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_eps_ignored(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """The eps argument is ignored (1e-6 hard-coded, Llama's default). Must fail rms.forward and rms.affine."""
-    return _rmsnorm_statistics(x, 1e-6)
+    return _rmsnorm_statistics(x, 1e-6, storage)
 
 
-def _rms_no_eps(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_no_eps(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """No eps: rstd = 1/rms(x), NaN (0 * inf) on zero rows. Must fail rms.forward (eps = 1e-2) and
     rms.special_inputs (zero rows)."""
-    xf = x.float()
-    return torch.zeros_like(xf[..., :1]), torch.rsqrt(xf.square().mean(-1, keepdim=True))
+    return torch.zeros_like(x[..., :1]), torch.rsqrt(x.square().mean(-1, keepdim=True))
 
 
-def _rms_whole_tensor_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_whole_tensor_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Mean of squares over the whole tensor instead of each row. Must fail rms.row_independence and
     rms.special_inputs (a NaN row poisons every row)."""
-    xf = x.float()
-    return torch.zeros(()), torch.rsqrt(xf.square().mean() + eps)
+    return torch.zeros(()), torch.rsqrt(x.square().mean() + eps)
 
 
 # --- kernels ----------------------------------------------------------------------------------------------------
@@ -230,6 +230,7 @@ LN_EPS_IGNORED = _layernorm("ln_eps_ignored", _eps_ignored)
 LN_STORAGE_DTYPE_ACCUMULATION = _layernorm("ln_storage_dtype_accumulation", _storage_dtype_accumulation)
 LN_WHOLE_TENSOR_STATISTICS = _layernorm("ln_whole_tensor_statistics", _whole_tensor_statistics)
 LN_ROW_BLOCK_STATISTICS = _layernorm("ln_row_block_statistics", _statistics_over_row_blocks)
+LN_CAST_AT_EACH_USE = _layernorm("ln_cast_at_each_use", _statistics_of_a_second_cast)
 
 RMS_CENTRES = _rmsnorm("rms_centres", _rms_centres)
 RMS_SUM_OF_SQUARES = _rmsnorm("rms_sum_of_squares", _rms_sum_of_squares)
