@@ -65,9 +65,9 @@ def claim_latex(claim_id: str) -> str:
     parts = [f"\\section{{{escape_text(claim.title)}}}\\label{{claim:{claim.id}}}",
              f"\\textbf{{Claim}} \\texttt{{{escape_text(claim.id)}}}"
              + (f" \\quad \\textbf{{Seed}} {escape_text(claim.seed)}" if claim.seed else "") + "\n"]
-    if claim.seed_statement:
-        parts.append(f"\\textbf{{Seed statement}} (translated):\n\\begin{{quote}}\\itshape "
-                     f"{escape_text(claim.seed_statement)}\\end{{quote}}\n")
+    if claim.seed_statement and (claim.seed or claim.verdict != "contract"):
+        label = r"\textbf{Seed statement} (translated):" if claim.seed else r"\textbf{Origin}:"
+        parts.append(f"{label}\n\\begin{{quote}}\\itshape {escape_text(claim.seed_statement)}\\end{{quote}}\n")
     parts.append(f"\\textbf{{Statement.}} {claim.statement}\n")
     if claim.conditions:
         items = "\n".join(f"  \\item {condition}" for condition in claim.conditions)

@@ -61,6 +61,13 @@ def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[floa
     return worst
 
 
+def _first_order_bound() -> sp.Expr:
+    """|gamma_i| (|xhat_i| ((d+1)(E_x + kappa) + (d+5)/2 + C_RSQRT + 3 + C_WEIGHT) + (d+1) E_x)."""
+    m = error_model
+    return m.g * (m.xhat * ((m.n + 1) * (m.mean_abs + m.kappa) + (m.n + 5) / sp.Integer(2) + m.C_RSQRT + 3
+                            + m.C_WEIGHT) + (m.n + 1) * m.mean_abs)
+
+
 def _error_model() -> Derivation:
     centred_sum = row_sum((x[k] - (mu + e)) ** 2)
     kappa2 = (mu**2 + var) / (var + eps)
@@ -68,7 +75,7 @@ def _error_model() -> Derivation:
     drho = sp.diff((1 - rho) ** sp.Rational(-1, 2) + (1 + rho) ** sp.Rational(-1, 2), rho)
     return Derivation((
         Fact(r"|\mathrm{fl}(\textstyle\sum_k x_k) - \sum_k x_k| \le \gamma_{d-1}\sum_k|x_k|,\ "
-             r"\gamma_m = \frac{mu}{1-mu}, \text{ any order}",
+             r"\gamma_m = \frac{m u}{1-m u}, \text{ any order}",
              "Higham (2002) Lemma 3.1 and eq. (4.4); checked on float32 sequential and pairwise sums",
              _sum_order_bound_holds),
         Equal(centred_sum, d * var + d * e**2,
@@ -86,6 +93,14 @@ def _error_model() -> Derivation:
               r"relative to $s^2 = \sigma^2+\epsilon$ that is $\kappa^2\delta_2$, $\kappa^2 = "
               r"\frac{\mu^2+\sigma^2}{\sigma^2+\epsilon}$: a factor $\kappa$ beyond the two-pass/Welford "
               r"$(2\kappa+1)\gamma_{d+5}$"),
+        Equal(sp.diff(error_model.forward_terms("ln")["product"], error_model.u).subs({error_model.u: 0,
+                                                                                       error_model.eta: 0}),
+              _first_order_bound(),
+              r"the bound to first order in $u$ (coefficient of $u$ before the storage rounding): linear in $d$, "
+              r"in $\kappa$ and in $E_x = \mathrm{mean}|x|/s \le \kappa$"),
+        Equal(error_model.forward_terms("ln")["bound"].subs({error_model.u: 0, error_model.eta: 0}),
+              error_model.w * error_model.y + error_model.eta_out,
+              r"with exact arithmetic only the rounding of the output remains: $u_{out}|y_i|$ (+ underflow)"),
         Fact(r"\max |y_{\text{two-pass}} - y| / B \le 1 \text{ (float32, float16 out; sequential, pairwise, Welford)}",
              "simulated in numpy on rows |mean|/std up to 1e4, d up to 1024, eps 1e-12..1e-2",
              lambda: all(worst_ratios(method, (3, 64, 1024), (0.0, 1e2, 1e4), dtype) <= 1
@@ -101,6 +116,9 @@ FORWARD_STATEMENT = (r"$|y^{\text{kernel}}_i - y_i| \le B_i$ with $y$ the float6
                      r"and "
                      r"$B_i$ the bound of \texttt{proofs.error\_model.forward\_bound} (derivation below).")
 
+FORWARD_ORIGIN = ("(added by normverify) a kernel is compared with the float64 oracle on the exact inputs it received, "
+                  "within a bound derived from the dtypes, the width and the row's condition number.")
+
 CLAIMS = (
     Claim("numerics.error_model", "Rounding-error bound of two-pass / Welford LayerNorm and RMSNorm", "",
           "(added by normverify) tolerances are derived from the dtype, the width and the conditioning of the row.",
@@ -114,8 +132,8 @@ CLAIMS = (
            r"the Welford term $2\gamma_{d+1}\kappa$ is a first-order model, checked numerically"),
           "holds", r"The bound holds for two-pass, pairwise and Welford float32 simulations on adversarial rows; "
           r"a one-pass variance exceeds it by $>10\times$ at $\kappa \approx 10^4$.", _error_model),
-    Claim("ln.forward", "LayerNorm kernel output within the error-model bound", "", "(property) ", FORWARD_STATEMENT,
+    Claim("ln.forward", "LayerNorm kernel output within the error-model bound", "", FORWARD_ORIGIN, FORWARD_STATEMENT,
           (r"$\sigma^2 + \epsilon > 0$",), "holds", r"See numerics.error\_model.", _error_model),
-    Claim("rms.forward", "RMSNorm kernel output within the error-model bound", "", "(property) ", FORWARD_STATEMENT,
+    Claim("rms.forward", "RMSNorm kernel output within the error-model bound", "", FORWARD_ORIGIN, FORWARD_STATEMENT,
           (r"$q + \epsilon > 0$",), "holds", r"See numerics.error\_model.", _error_model),
 )
