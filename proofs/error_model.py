@@ -215,7 +215,6 @@ def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out):
         normalized = np.abs(q["normalized"])
         xi_j = xi_of(*row_args, normalized)
         g_prime = scale * dy
-        mean = lambda a: np.mean(a, axis=-1, keepdims=True)  # noqa: E731
         first, second = mean(g_prime), mean(g_prime * q["normalized"])
         exact_dx = (g_prime - (first if kind == "ln" else 0) - q["normalized"] * second) * np.sqrt(q["inv_s2"])
         dx = dx_of(width, u_acc, u_out, _underflow(u_out), q["inv_s2"], np.abs(g_prime), normalized, xi_j,
@@ -233,6 +232,11 @@ def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out):
         dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_out + _underflow(u_out)
         rho_t = rho_of(*row_args)
     return dx, dweight, dbias, rho_t
+
+
+def mean(values: np.ndarray) -> np.ndarray:
+    """Row mean, the row axis kept."""
+    return np.mean(values, axis=-1, keepdims=True)
 
 
 def _gamma(m: int, u_value: float) -> float:

@@ -19,6 +19,7 @@ from proofs.algebra import (
     MS_DEF,
     RMS_AGGREGATES,
     VAR_DEF,
+    K,
     beta,
     c,
     d,
@@ -134,8 +135,6 @@ def eigenvalues(kind: str) -> dict[str, sp.Expr]:
 
 def _perp_keys() -> tuple[sp.Expr, sp.Expr]:
     """sum_k v_k and sum_k x_k v_k, in the canonical dummy: both 0 for v perpendicular to 1 and x."""
-    from proofs.algebra import K
-
     return v[K], x[K] * v[K]
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def _sum(values: np.ndarray, order: str) -> np.ndarray:
+def summed(values: np.ndarray, order: str) -> np.ndarray:
+    """The row sum (last axis) in the dtype of ``values``, in the given order."""
     dtype = values.dtype.type
     if order == "sequential":
         return np.add.accumulate(values, axis=-1, dtype=dtype)[..., -1]
@@ -42,9 +43,9 @@ def layernorm_two_pass(x: np.ndarray, eps: float, acc=np.float32, out=np.float32
     if order == "welford":
         mean, var = _welford(row)
     else:
-        mean = (_sum(row, order) / width).astype(acc)
+        mean = (summed(row, order) / width).astype(acc)
         centred = (row - mean[..., None]).astype(acc)
-        var = (_sum((centred * centred).astype(acc), order) / width).astype(acc)
+        var = (summed((centred * centred).astype(acc), order) / width).astype(acc)
     rstd = (acc(1) / np.sqrt((var + acc(eps)).astype(acc))).astype(acc)
     return ((row - mean[..., None]).astype(acc) * rstd[..., None]).astype(out)
 
@@ -53,8 +54,8 @@ def layernorm_one_pass(x: np.ndarray, eps: float, acc=np.float32, out=np.float32
     """One-pass LN: var = E[x^2] - E[x]^2 (clamped at 0), the cancellation-prone variant."""
     row = np.asarray(x).astype(acc)
     width = acc(row.shape[-1])
-    mean = (_sum(row, order) / width).astype(acc)
-    mean_square = (_sum((row * row).astype(acc), order) / width).astype(acc)
+    mean = (summed(row, order) / width).astype(acc)
+    mean_square = (summed((row * row).astype(acc), order) / width).astype(acc)
     var = np.maximum((mean_square - mean * mean).astype(acc), acc(0))
     rstd = (acc(1) / np.sqrt((var + acc(eps)).astype(acc))).astype(acc)
     return ((row - mean[..., None]).astype(acc) * rstd[..., None]).astype(out)
@@ -63,7 +64,7 @@ def layernorm_one_pass(x: np.ndarray, eps: float, acc=np.float32, out=np.float32
 def rmsnorm_reference(x: np.ndarray, eps: float, acc=np.float32, out=np.float32, order: str = "sequential"):
     """RMSNorm (gamma = 1): the mean of squares, then rsqrt."""
     row = np.asarray(x).astype(acc)
-    mean_square = (_sum((row * row).astype(acc), order) / acc(row.shape[-1])).astype(acc)
+    mean_square = (summed((row * row).astype(acc), order) / acc(row.shape[-1])).astype(acc)
     rstd = (acc(1) / np.sqrt((mean_square + acc(eps)).astype(acc))).astype(acc)
     return (row * rstd[..., None]).astype(out)
 

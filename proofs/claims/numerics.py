@@ -27,7 +27,7 @@ def _sum_order_bound_holds() -> bool:
         exact = rows.astype(np.float64).sum(axis=-1)
         bound = (width - 1) * u / (1 - (width - 1) * u) * np.abs(rows.astype(np.float64)).sum(axis=-1)
         for order in ("sequential", "pairwise"):
-            if np.any(np.abs(simulate._sum(rows, order).astype(np.float64) - exact) > bound):
+            if np.any(np.abs(simulate.summed(rows, order).astype(np.float64) - exact) > bound):
                 return False
     return True
 
