@@ -111,12 +111,12 @@ def _norm_backward_input(
     stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row,
     n_rows, n_cols,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-    FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr, BLOCK: tl.constexpr,
+    FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr, BLOCK: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):
     """dx, row by row; each program takes rows program, program + n_programs, ...
 
-    With FUSE_DW / FUSE_DB (only when a row fits in one block) the program also accumulates its rows'
-    dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
+    A row that fits one block (SINGLE_BLOCK) is read once. Then, with FUSE_DW / FUSE_DB, the program also
+    accumulates its rows' dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
     """
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -135,6 +135,11 @@ def _norm_backward_input(
         # Pass 1: the row's sums of g * xhat and of g, with g = gamma * dy.
         sum_g_xhat = 0.0
         sum_g = 0.0
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        dy = tl.zeros([BLOCK], dtype=tl.float32)
+        g = tl.zeros([BLOCK], dtype=tl.float32)
+        xhat = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < n_cols
@@ -147,16 +152,19 @@ def _norm_backward_input(
             c_one = sum_g / n_cols
 
         # Pass 2: dx = rstd * (g - xhat * c_xhat - c_one).
-        for start in range(0, n_cols, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            mask = cols < n_cols
-            dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT)
-            dx = (g - (xhat * c_xhat + c_one)) * rstd
-            tl.store(dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        if SINGLE_BLOCK:  # the row's only block is still in registers
+            tl.store(dx_row + cols, ((g - (xhat * c_xhat + c_one)) * rstd).to(DX.dtype.element_ty), mask=mask)
             if FUSE_DW:
                 dw_acc += dy * xhat
             if FUSE_DB:
                 db_acc += dy
+        else:
+            for start in range(0, n_cols, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < n_cols
+                dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd,
+                                          HAS_WEIGHT)
+                tl.store(dx_row + cols, ((g - (xhat * c_xhat + c_one)) * rstd).to(DX.dtype.element_ty), mask=mask)
 
     if FUSE_DW:
         tl.store(DW_partial + program * n_cols + param_cols, dw_acc, mask=param_cols < n_cols)
@@ -264,7 +272,7 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
         x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
         n_rows, n_cols,
         IS_RMS=rms, HAS_WEIGHT=weight is not None, FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
-        BLOCK=block, num_warps=rows.num_warps(block),
+        BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
     )
     if not fuse and (need_dw or need_db):
         _norm_backward_params[(col_blocks, partial_rows)](
