@@ -23,7 +23,12 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    numpy in the argument's dtype.
 3. A ``@triton.jit`` helper decorated without ``TRITON_INTERPRET`` is a compiled ``JITFunction``,
    which cannot be called from interpreted code ("Cannot call @triton.jit'd outside of the scope of
-   a kernel"); during an interpreted launch such helpers are replaced by interpreted twins.
+   a kernel"). That includes ``tl.sum``, ``tl.max``, ``tl.cdiv`` ...: ``triton.language.standard`` is
+   itself compiled when triton is imported without ``TRITON_INTERPRET``. During an interpreted launch
+   such helpers (in the kernel's module, in their own modules, in ``triton.language``) are replaced by
+   interpreted twins, and ``triton.language`` is patched once for the launch and restored after it
+   (the interpreter's own nested calls re-patch it on every call and leave patched builtins behind,
+   which would break later compiled launches in the same process).
 4. Loop variables: compiled Triton makes the variable of ``for i in range(...)`` / ``tl.range(...)`` a
    tensor (int32, int64 when a bound is), the interpreter a Python int, so ``i.to(tl.int64)`` raises
    AttributeError. During an interpreted launch ``range`` in the kernels' modules and ``tl.range`` yield
