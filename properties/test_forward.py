@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from properties import evidence, norms, outcome, profiles, tolerance
-from properties.strategies import norm_examples
+from properties.strategies import norm_examples, widths
 from verify.capabilities import dtype_name
 
 
@@ -29,3 +29,12 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> Non
 @given(data=st.data())
 def test_forward_matches_the_oracle(norm_kernel, data):
     evidence.check(check_forward, norm_kernel, data.draw(norm_examples(norm_kernel), label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_forward_when_ill_conditioned(norm_kernel, data):
+    """|mean|/std as large as the error model covers at the drawn width (strategies.valid_offset_ratio)."""
+    example = norm_examples(norm_kernel, d=widths(max_width=512), offset_ratio=st.sampled_from([1e4, -1e4]))
+    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
