@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import random
@@ -93,44 +92,11 @@ def results_document(spec: str, broken: bool = False, seed: int = 0) -> dict:
             "kernels": kernels, "results": results}
 
 
-def _stand_in_proofs() -> dict[str, types.ModuleType]:
-    """proofs.claims / render / oracles for the claim ids above, until the proofs part provides them."""
-    claims, render, oracles = (types.ModuleType(f"proofs.{name}") for name in ("claims", "render", "oracles"))
-    claims.CLAIMS = {claim: types.SimpleNamespace(id=claim, title=claim, verdict="holds") for claim in CLAIM_KINDS
-                     if claim != UNKNOWN_CLAIM}
-    render.PREAMBLE = "\\documentclass{article}\n\\usepackage{lmodern,amsmath,graphicx,hyperref}\n"
-    render.claim_latex = lambda claim: (rf"\section{{{claim.replace('_', ' ')}}}\label{{claim:{claim}}}"
-                                        rf"\texttt{{{claim.replace('_', '-')}}} \textbf{{Statement.}} $x > 0$.")
-    oracles.dropout_variance_bias = lambda p, d, var, mean: p * (d - 1) / (d * (1 - p)) * (var + mean**2)
-    return {"proofs.claims": claims, "proofs.render": render, "proofs.oracles": oracles}
-
-
-def _provided(name: str, attribute: str) -> bool:
-    try:
-        return hasattr(importlib.import_module(name), attribute)
-    except ImportError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def proofs_api():
-    """The real proofs API where it exists, the stand-in for the parts that do not yet."""
-    import proofs
-
-    with pytest.MonkeyPatch.context() as patch:
-        for name, module in _stand_in_proofs().items():
-            attribute = next(a for a in vars(module) if not a.startswith("__"))
-            if not _provided(name, attribute):
-                patch.setitem(sys.modules, name, module)
-                patch.setattr(proofs, name.rpartition(".")[2], module, raising=False)
-        yield
-
-
 SPECS = ["torch", TRICKY_SPEC, "triton", "liger", "hf_llama", "torch_compiled"]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, proofs_api):
+def built(tmp_path_factory):
     """One PDF of six kernels side by side (one of them failing), with its text per page and its LaTeX log."""
     out = tmp_path_factory.mktemp("report")
     documents = [results_document(spec, broken=spec == TRICKY_SPEC, seed=n) for n, spec in enumerate(SPECS)]
@@ -159,7 +125,7 @@ def test_pdf_pages_name_every_claim_in_the_summary_and_a_section_each(built):
     assert squeeze(f"{UNKNOWN_CLAIM} is not a claim of proofs.claims") in sections
 
 
-def test_a_derivation_that_fails_to_render_is_a_note_not_a_lost_report(proofs_api, monkeypatch):
+def test_a_derivation_that_fails_to_render_is_a_note_not_a_lost_report(monkeypatch):
     import proofs.render
 
     def broken(claim):
@@ -216,7 +182,7 @@ def write_json(path, document) -> str:
     return str(path)
 
 
-def test_report_command_puts_several_results_side_by_side(tmp_path, proofs_api, capsys):
+def test_report_command_puts_several_results_side_by_side(tmp_path, capsys):
     first = write_json(tmp_path / "torch.json", results_document("torch"))
     second = write_json(tmp_path / "broken.json", results_document(TRICKY_SPEC, broken=True))
     third = write_json(tmp_path / "again.json", results_document("torch", seed=3))
@@ -258,23 +224,22 @@ def layernorm(x, weight, bias, eps):
 '''
 
 
-def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(tmp_path, proofs_api, capsys):
-    """End to end: a broken kernel file, a ci-profile conformance run of ln.forward, the report, the replay."""
+def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(tmp_path, capsys):
+    """End to end: a broken kernel file, `normverify run` of ln.forward writing the PDF report, then the replay."""
     kernel = tmp_path / "uncentered_ln.py"
     kernel.write_text(UNCENTERED_LAYERNORM)
-    results = tmp_path / "run" / "results.json"
+    report = tmp_path / "report"
     run = subprocess.run([sys.executable, "-m", "verify", "run", "--kernel", f"{kernel}:layernorm", "--claims",
-                          "ln.forward", "--profile", "ci", "-n", "0", "--quiet", "--json", str(results)],
+                          "ln.forward", "--profile", "ci", "-n", "0", "--quiet", "--report", str(report), "--pdf"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
-    document = json.loads(results.read_text())
+    document = json.loads((report / "results.json").read_text())
     failed = [r for r in document["results"] if r["status"] == "failed"]
-    assert [r["claim"] for r in failed] == ["ln.forward"]
+    assert failed and {r["claim"] for r in failed} == {"ln.forward"}
     counterexample = failed[0]["counterexample"]
     assert Path(counterexample["file"]).is_file()
-
-    pdf = write_report(document, tmp_path / "report", pdf=True)
-    text = squeeze(subprocess.run(["pdftotext", pdf, "-"], capture_output=True, text=True, check=True).stdout)
+    text = squeeze(subprocess.run(["pdftotext", report / "report.pdf", "-"], capture_output=True, text=True,
+                                  check=True).stdout)
     assert "Minimalcounterexample" in text and squeeze(counterexample["replay"]) in text
 
     replay = shlex.split(counterexample["replay"])
