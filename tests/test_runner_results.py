@@ -213,6 +213,7 @@ def test_xdist_workers_give_the_same_records_and_a_crashed_worker_is_an_error(pl
     assert {name: r["status"] for name, r in by_test(document).items()} == expected
     assert document["progress"] == {"done": 8, "total": 8}
     assert "crashed" in by_test(document)["test_zz_crash[mine:good]"]["message"]
+    assert all(k["capabilities"]["device"] == "cpu" for k in document["kernels"])  # probed in the worker
     assert by_test(document)["test_forward[mine:wide]"]["counterexample"]["text"] == "d = 10"
 
 
