@@ -6,6 +6,11 @@ kernels.interpret) and checks its result against torch.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import triton
@@ -15,6 +20,8 @@ from triton.language.extra.cuda.libdevice import tanh as cuda_tanh
 from triton.runtime.jit import JITFunction
 
 from kernels import interpret
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @triton.jit
@@ -136,3 +143,21 @@ def test_enable_disable_and_context_manager():
 def test_libdevice_symbols_map_to_numpy(symbol, expected):
     assert expected in interpret._libdevice_base_name(symbol)
     assert expected in interpret.LIBDEVICE_MATH
+
+
+def test_kernels_decorated_under_triton_interpret_get_the_same_fixes():
+    """With TRITON_INTERPRET=1 at import, @triton.jit gives InterpretedFunctions; the gaps are closed for them too."""
+    script = (
+        "import torch, test_interpret as t\n"
+        "from triton.runtime.interpreter import InterpretedFunction\n"
+        "assert isinstance(t._axpb, InterpretedFunction)\n"
+        "t.test_float_scalar_arguments_are_fp32_scalars()\n"
+        "t.test_libdevice_functions_compute()\n"
+        "t.test_compiled_helper_and_reductions_in_a_2d_grid()\n"
+        "t.test_loop_variables_are_tensors()\n"
+        "t.test_bfloat16_is_refused_in_one_line()\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
