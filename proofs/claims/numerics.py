@@ -7,8 +7,8 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, oracles, simulate
-from proofs.algebra import d, k, mu, row_sum, var, x
+from proofs import error_model, expressions, oracles, simulate
+from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
 
@@ -112,6 +112,36 @@ def _error_model() -> Derivation:
     ))
 
 
+def _conventions(kind: str) -> Derivation:
+    """What the oracle becomes under the other conventions kernels use (claims ln.forward, rms.forward)."""
+    offset = sp.IndexedBase("w", real=True)
+    definition = expressions.LN_DEFINITION if kind == "ln" else expressions.RMS_DEFINITION
+    gemma = definition.replace(lambda z: isinstance(z, sp.Indexed) and z.base == gamma,
+                               lambda z: 1 + offset[z.indices[0]])
+    by_gamma = sp.Derivative(definition, gamma[j]).doit().subs(gamma[i], 1 + offset[i])
+    steps = [Equal(sp.Derivative(gemma, offset[j]), by_gamma,
+                   r"Gemma's weight $1 + w$: the oracle takes $\gamma = 1 + w$ (one more rounding, $C_{weight}$), "
+                   r"and $\partial y/\partial w = \partial y/\partial\gamma$",
+                   aggregates=expressions.LN_AGGREGATES if kind == "ln" else RMS_AGGREGATES)]
+    if kind == "ln":
+        centred, scale = x[i] - mu, sp.sqrt(var + eps)
+        unbiased = centred / sp.sqrt(d * var / (d - 1) + eps)
+        steps += [
+            Equal(unbiased, sp.sqrt((d - 1) / d) * centred / sp.sqrt(var + eps * (d - 1) / d),
+                  r"unbiased variance ($\frac{d}{d-1}\sigma^2$): $\sqrt{\frac{d-1}{d}}\,"
+                  r"\mathrm{LN}_{\epsilon(d-1)/d}(x)$, off by $\approx \frac{1}{2d}$ relative: far beyond the bound"),
+            Equal(centred / (sp.sqrt(var) + eps), centred / scale * (scale / (sp.sqrt(var) + eps)),
+                  r"$\epsilon$ outside the root: $\mathrm{LN}_\epsilon(x)\cdot\frac{\sqrt{\sigma^2+\epsilon}}"
+                  r"{\sigma+\epsilon}$, a relative change $\approx \frac{\epsilon}{2\sigma^2} - \frac{\epsilon}"
+                  r"{\sigma}$ for $\sigma^2 \gg \epsilon$"),
+        ]
+    else:
+        steps.append(Equal(x[i] / sp.sqrt(ms) , x[i] / sp.sqrt(ms + eps) * sp.sqrt(ms + eps) / sp.sqrt(ms),
+                           r"no $\epsilon$ (or $\epsilon$ outside the root): $\mathrm{RMS}_\epsilon$ times "
+                           r"$\sqrt{(q+\epsilon)/q}$", aggregates=RMS_AGGREGATES))
+    return Derivation(tuple(steps), notes=(r"The bound itself is derived in claim numerics.error\_model.",))
+
+
 FORWARD_STATEMENT = (r"$|y^{\text{kernel}}_i - y_i| \le B_i$ with $y$ the float64 oracle on the same rounded inputs "
                      r"and "
                      r"$B_i$ the bound of \texttt{proofs.error\_model.forward\_bound} (derivation below).")
@@ -133,7 +163,12 @@ CLAIMS = (
           "holds", r"The bound holds for two-pass, pairwise and Welford float32 simulations on adversarial rows; "
           r"a one-pass variance exceeds it by $>10\times$ at $\kappa \approx 10^4$.", _error_model),
     Claim("ln.forward", "LayerNorm kernel output within the error-model bound", "", FORWARD_ORIGIN, FORWARD_STATEMENT,
-          (r"$\sigma^2 + \epsilon > 0$",), "holds", r"See numerics.error\_model.", _error_model),
+          (r"$\sigma^2 + \epsilon > 0$", r"the kernel's convention: population variance, $\epsilon$ inside the "
+           r"root, effective weight $\text{offset} + w$"), "holds",
+          r"Other conventions are different functions (derived below); the tolerance is numerics.error\_model's.",
+          lambda: _conventions("ln")),
     Claim("rms.forward", "RMSNorm kernel output within the error-model bound", "", FORWARD_ORIGIN, FORWARD_STATEMENT,
-          (r"$q + \epsilon > 0$",), "holds", r"See numerics.error\_model.", _error_model),
+          (r"$q + \epsilon > 0$", r"$\epsilon$ inside the root, effective weight $\text{offset} + w$"), "holds",
+          r"Other conventions are different functions (derived below); the tolerance is numerics.error\_model's.",
+          lambda: _conventions("rms")),
 )
