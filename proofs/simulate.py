@@ -73,3 +73,18 @@ def adversarial_rows(rng: np.random.Generator, rows: int, width: int, mean_over_
     """Rows mean + N(0, 1) with |mean|/std = mean_over_std, rounded to dtype, returned as float64."""
     values = rng.standard_normal((rows, width)) + mean_over_std * rng.choice([-1.0, 1.0])
     return values.astype(dtype).astype(np.float64)
+
+
+def layernorm_backward(x: np.ndarray, dy: np.ndarray, eps: float, acc=np.float32, order: str = "sequential"):
+    """dx of LN (gamma = 1) as kernels compute it: r (g - mean(g) - xhat mean(g xhat)), two-pass statistics."""
+    row, upstream = np.asarray(x).astype(acc), np.asarray(dy).astype(acc)
+    width = acc(row.shape[-1])
+    mean = (summed(row, order) / width).astype(acc)
+    centred = (row - mean[..., None]).astype(acc)
+    var = (summed((centred * centred).astype(acc), order) / width).astype(acc)
+    rstd = (acc(1) / np.sqrt((var + acc(eps)).astype(acc))).astype(acc)
+    normalized = (centred * rstd[..., None]).astype(acc)
+    first = (summed(upstream, order) / width).astype(acc)
+    second = (summed((upstream * normalized).astype(acc), order) / width).astype(acc)
+    inner = ((upstream - first[..., None]).astype(acc) - (normalized * second[..., None]).astype(acc)).astype(acc)
+    return (inner * rstd[..., None]).astype(acc)

@@ -61,6 +61,22 @@ def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[floa
     return worst
 
 
+def _backward_within_bound() -> bool:
+    rng = np.random.default_rng(3)
+    u = error_model.unit_roundoff("float32")
+    for width in (2, 64, 1024):
+        for shift in (0.0, 1e3):
+            row = simulate.adversarial_rows(rng, 4, width, shift, np.float32)
+            upstream = rng.standard_normal(row.shape).astype(np.float32).astype(np.float64)
+            for order in ("sequential", "pairwise"):
+                got = simulate.layernorm_backward(row, upstream, 1e-5, order=order).astype(np.float64)
+                exact = oracles.layernorm_vjp(row, None, 1e-5, upstream)[0]
+                bound = error_model.backward_bound(row, None, 1e-5, upstream, u, u, "ln")[0]
+                if np.any(np.abs(got - exact) > bound):
+                    return False
+    return True
+
+
 def _first_order_bound() -> sp.Expr:
     """|gamma_i| (|xhat_i| ((d+1)(E_x + kappa) + (d+5)/2 + C_RSQRT + 3 + C_WEIGHT) + (d+1) E_x)."""
     m = error_model
@@ -106,6 +122,10 @@ def _error_model() -> Derivation:
              lambda: all(worst_ratios(method, (3, 64, 1024), (0.0, 1e2, 1e4), dtype) <= 1
                          for method in ("sequential", "pairwise", "welford", "rms") for dtype in ("float32",
                                                                                                  "float16"))),
+        Fact(r"\max |dx_{\text{float32}} - dx| / B_{dx} \le 1",
+             "the backward bound (proofs.error_model.backward_bound) on a float32 simulation of "
+             "r (g - mean g - xhat mean(g xhat)), rows |mean|/std up to 1e3, d up to 1024",
+             _backward_within_bound),
         Fact(r"\max |y_{\text{one-pass}} - y| / B > 10 \text{ at } \kappa \approx 10^4,\ d \le 64",
              "the one-pass variance breaks the bound by a wide margin where kappa exceeds d",
              lambda: worst_ratios("one_pass", (8, 64), (1e4,), "float32") > 10),
