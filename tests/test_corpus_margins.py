@@ -1,6 +1,7 @@
-"""Margins: the suite's own ln.forward check (properties.test_forward.check_forward, its error model and
-bounds) on inputs where each numerical bug of the corpus shows. The bug must fail by a wide margin (worst
-error/bound ratio above corpus.WIDE_MARGIN); the correct kernels, on the same inputs, must pass (ratio < 1).
+"""Margins: the suite's own checks on inputs where a bug of the corpus shows. First ln.forward
+(properties.test_forward.check_forward, its error model and bounds) for each numerical bug: the bug must fail
+by a wide margin (worst error/bound ratio above corpus.WIDE_MARGIN); the correct kernels, on the same inputs,
+must pass (ratio < 1).
 
 How much room a correct kernel has depends on what dominates the bound. Where the accumulation term does
 (float32, |mean|/std = 1e4, or eps comparable to sigma^2) the correct kernels use 1-20% of it (measured:
@@ -19,6 +20,7 @@ import torch
 from corpus import BROKEN, WIDE_MARGIN
 
 from properties import evidence
+from properties.test_dropout import check_variance_bias
 from properties.test_forward import check_forward
 from verify.registry import Kernel, resolve
 
@@ -31,14 +33,18 @@ def kernel(spec: str) -> Kernel:
     return found
 
 
-def forward_ratio(k: Kernel, example: dict) -> float:
-    """The worst error/bound ratio check_forward records for the example (it may also fail: that is the point)."""
+def recorded_ratio(check, k: Kernel, example: dict) -> float:
+    """The worst error/bound ratio ``check`` records for the example (it may also fail: that is the point)."""
     evidence.start()
     with contextlib.suppress(AssertionError):
-        check_forward(k, **example)
+        check(k, **example)
     ratios = [e["ratio"] for e in evidence.take()]
-    assert ratios and ratios[0] is not None, "check_forward recorded no ratio"
+    assert ratios and ratios[0] is not None, f"{check.__name__} recorded no ratio"
     return max(ratios)
+
+
+def forward_ratio(k: Kernel, example: dict) -> float:
+    return recorded_ratio(check_forward, k, example)
 
 
 def example(n: int, d: int, mean: float, std: float, dtype: torch.dtype, eps: float, seed: int = 0) -> dict:
@@ -77,3 +83,18 @@ def test_numerical_bug_fails_ln_forward_by_a_wide_margin(spec):
 def test_correct_kernels_pass_where_the_bugs_show(spec, correct):
     ratio = forward_ratio(kernel(correct), SHOWING[spec])
     assert ratio < CORRECT_MAX_RATIO, f"error/bound {ratio:.3g}"
+
+
+def test_variance_bias_check_catches_the_per_row_mask_only_when_the_mean_is_large():
+    """dropout_mask_per_row changes E[Var(z)] by p/(1-p) (v/d - (d-1)/d mu^2) against i.i.d. masks: nothing at
+    mu = 0 (any mask with the right marginals only moves it by O(v/d) there). The suite's check tells the two
+    apart at |mean|/std = 3 (by a factor ~2, its Hoeffding slack is loose), not at mean 0, where the ci strategy
+    draws its rows: that is why the corpus run does not catch this kernel on dropout.variance_bias."""
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(1, 64, generator=generator)
+    per_row, bernoulli = (kernel(f"tests/corpus/dropout.py:{attr}") for attr in ("DROPOUT_MASK_PER_ROW",
+                                                                                 "DROPOUT_BERNOULLI"))
+    offset = {"x": 3.0 + noise, "p": 0.5, "seed": 1}
+    assert recorded_ratio(check_variance_bias, per_row, offset) > 1.5
+    assert recorded_ratio(check_variance_bias, bernoulli, offset) < 0.5
+    assert recorded_ratio(check_variance_bias, per_row, {"x": noise, "p": 0.5, "seed": 1}) < 1

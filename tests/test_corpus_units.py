@@ -302,11 +302,38 @@ def test_correct_kernels_keep_bfloat16_gradients_accurate(attr_path):
         assert worst_bfloat16_dx_error(corpus_kernel(attr_path), d) <= 2 * BFLOAT16_UNIT_ROUNDOFF, d
 
 
+def worst_bfloat16_dbias_error(k: Kernel, seeds: int = 20) -> float:
+    """max |dbias - sum of dy (float64)| / |sum of dy| over bf16 examples of 4 rows, d = 31, in units of u."""
+    worst = 0.0
+    for seed in range(seeds):
+        x, dy = rows(4, 31, seed=seed).bfloat16(), rows(4, 31, seed=seed + 200).bfloat16()
+        weight, bias = parameters(31, seed=seed + 100, dtype=torch.bfloat16)
+        dbias = gradients(k, x, weight, bias, 1e-5, dy)["bias"].double()
+        exact = dy.double().sum(0)
+        worst = max(worst, float(((dbias - exact).abs() / exact.abs()).max()) / BFLOAT16_UNIT_ROUNDOFF)
+    return worst
+
+
+def test_torch_cpu_layer_norm_backward_rounds_in_half_precision():
+    """Why tests/corpus/known_deviations.txt lists torch: a float32 sum of 4 bf16 values rounded once is within
+    u (relative); torch's CPU layer_norm backward is off by several u."""
+    (torch_layernorm,) = resolve("torch", "layernorm")
+    assert worst_bfloat16_dbias_error(torch_layernorm) > 4
+    assert worst_bfloat16_dbias_error(corpus_kernel("fused.py:LN_FUSED")) <= 1
+
+
 def test_casting_at_each_use_loses_bfloat16_gradient_accuracy_only():
+    """At d = 1 the exact dx is 0 (LayerNorm of one element is beta): casting once gives exactly 0, casting at each
+    use leaves the bf16 rounding error of one partial gradient, about u rstd |gamma dy| with rstd = 1/sqrt(eps)."""
+    x, dy = rows(4, 1).bfloat16(), rows(4, 1, seed=5).bfloat16()
+    weight, bias = parameters(1, dtype=torch.bfloat16)
+    twice = gradients(corpus_kernel("statistics.py:LN_CAST_AT_EACH_USE"), x, weight, bias, 1e-5, dy)["x"]
+    once = gradients(corpus_kernel("statistics.py:LN_TEXTBOOK"), x, weight, bias, 1e-5, dy)["x"]
+    assert float(twice.abs().max()) > 0.01
+    assert float(once.abs().max()) == 0.0
     k = corpus_kernel("statistics.py:LN_CAST_AT_EACH_USE")
-    assert worst_bfloat16_dx_error(k, 2) > 20 * BFLOAT16_UNIT_ROUNDOFF
     assert max(gradient_errors(k, *TYPICAL, DY).values()) < AGREES  # float32: the casts are exact
-    assert forward_error(k, rows(4, D).bfloat16(), None, None) < 2 * BFLOAT16_UNIT_ROUNDOFF * 4
+    assert forward_error(k, rows(4, D).bfloat16(), None, None) < 8 * BFLOAT16_UNIT_ROUNDOFF
 
 
 def test_xhat_from_output_is_right_for_nonzero_gamma_and_breaks_at_gamma_zero():
