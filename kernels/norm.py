@@ -229,13 +229,14 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
         block = block or rows.block_size(n_cols)
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
-        _norm_forward[(n_rows,)](
-            x2, y, weight, bias, mean, rstd,
-            x2.stride(0), x2.stride(1), y.stride(0),
-            n_cols, float(eps),
-            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
-            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
-        )
+        with rows.launch_device(x):
+            _norm_forward[(n_rows,)](
+                x2, y, weight, bias, mean, rstd,
+                x2.stride(0), x2.stride(1), y.stride(0),
+                n_cols, float(eps),
+                IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
+                SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+            )
     return y.view(x.shape), mean, rstd
 
 
@@ -267,21 +268,22 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
         partial_rows = triton.cdiv(n_rows, rows_per_program)
     dw_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_dw else None
     db_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_db else None
-    _norm_backward_input[(programs,)](
-        x2, dy2, dx, weight, mean, rstd, dw_partial, db_partial,
-        x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
-        n_rows, n_cols,
-        IS_RMS=rms, HAS_WEIGHT=weight is not None, FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
-        BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
-    )
-    if not fuse and (need_dw or need_db):
-        _norm_backward_params[(col_blocks, partial_rows)](
-            x2, dy2, mean, rstd, dw_partial, db_partial,
-            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1),
-            n_rows, n_cols, rows_per_program,
-            IS_RMS=rms, COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
-            num_warps=4,
+    with rows.launch_device(x):
+        _norm_backward_input[(programs,)](
+            x2, dy2, dx, weight, mean, rstd, dw_partial, db_partial,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
+            n_rows, n_cols,
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
+            BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
         )
+        if not fuse and (need_dw or need_db):
+            _norm_backward_params[(col_blocks, partial_rows)](
+                x2, dy2, mean, rstd, dw_partial, db_partial,
+                x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1),
+                n_rows, n_cols, rows_per_program,
+                IS_RMS=rms, COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
+                num_warps=4,
+            )
     dweight = dw_partial.sum(0).to(param_dtype) if need_dw else None
     dbias = db_partial.sum(0).to(param_dtype) if need_db else None
     return dx.view(x.shape), dweight, dbias

@@ -7,6 +7,7 @@ column strides of what they read, so sliced and transposed inputs need no copy i
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -46,6 +47,11 @@ def check_param(op: str, name: str, t: torch.Tensor | None, x: torch.Tensor) -> 
     if tuple(t.shape) != (x.shape[-1],):
         raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}, expected ({x.shape[-1]},) for x of shape "
                          f"{tuple(x.shape)}")
+
+
+def launch_device(t: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Triton launches on the current CUDA device: make it t's (a tensor on cuda:1 launches there)."""
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
