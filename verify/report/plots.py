@@ -125,7 +125,8 @@ PLOTS = (
          r"value of each example (crosses) and the derived curve for $\gamma = 1$, $d \ge 3$ (gray)."),
     Plot("ratio", frozenset({"kappa", "ratio"}), _draw_ratio,
          r"Error divided by the derived bound against the row's condition number $\kappa$; "
-         r"a point above the dashed line at 1 is a violation; exact results (ratio 0) are drawn at $10^{-6}$."),
+         r"a point above the dashed line at 1 is a violation; exact results (ratio 0) are drawn at "
+         rf"$10^{{{round(np.log10(TINY_RATIO))}}}$."),
     Plot("dropout", frozenset({"p", "d", "measured", "var", "mean"}), _draw_dropout,
          r"Dropout's measured variance bias per unit of second moment $v+\mu^2$ (circles) against $p$, "
          r"with the derived $p(d-1)/(d(1-p))$ (lines)."),
