@@ -197,3 +197,17 @@ def test_float16_input_with_float32_parameters(kind):
     """Mixed precision (AMP): the output and dx in x's dtype, dweight/dbias in the parameters' dtype."""
     x, weight, bias, dy = make((4, 50), torch.float16, seed=11)
     check(kind, x, weight.float(), bias.float(), 1e-5, dy)
+
+
+def test_these_tolerances_reject_a_one_pass_variance():
+    """The check used above fails a float32 E[x^2] - E[x]^2 LayerNorm on rows with |mean|/std = 1e3 (so it can fail)."""
+    g = torch.Generator().manual_seed(9)
+    x = (1e3 + torch.randn(4, 512, generator=g)).float()
+    mean = x.mean(-1, keepdim=True)
+    one_pass = (x - mean) * ((x * x).mean(-1, keepdim=True) - mean * mean + 1e-5).clamp_min(1e-5).rsqrt()
+    ref, _, _, _ = reference("layernorm", x, None, None, 1e-5, torch.zeros_like(x))
+    scale = scales("layernorm", x, None, None, 1e-5, torch.zeros_like(x))["y"]
+    with pytest.raises(AssertionError, match="error/bound"):
+        assert_close(one_pass, ref, torch.float32, scale, "y")
+    ours, _, _ = norm.forward(x, None, None, 1e-5, rms=False)
+    assert_close(ours, ref, torch.float32, scale, "y")
