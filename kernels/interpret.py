@@ -37,10 +37,12 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    (and fp32 -> bf16 conversion truncates instead of rounding). An interpreted launch with a bf16
    tensor argument raises :class:`InterpreterUnsupported` with one clear line instead.
 
+6. ``triton.autotune`` benchmarks its configurations with the GPU's benchmarker, which fails without
+   one (and interpreter timings would mean nothing): on CPU tensors the first configuration is used.
+
 Also: numpy's floating-point warnings are silenced during a launch (a GPU raises none for NaN/inf).
 
-Not covered: ``inline_asm``, autotuning (``triton.autotune`` benchmarks configurations, which needs
-a GPU), tensor descriptors beyond what the interpreter already supports.
+Not covered: ``inline_asm``, tensor descriptors beyond what the interpreter already supports.
 
 The interpreter is one global machine (grid index, patched ``triton.language``), so interpreted
 launches are serialized by a lock.
@@ -59,6 +61,7 @@ import numpy as np
 import torch
 import triton.language as tl
 from triton.runtime import interpreter
+from triton.runtime.autotuner import Autotuner
 from triton.runtime.interpreter import InterpretedFunction, TensorHandle, interpreter_semantic
 from triton.runtime.jit import JITFunction, mangle_type
 
@@ -272,6 +275,11 @@ def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
+def _all_on_cpu(args: tuple, kwargs: dict) -> bool:
+    tensors = _tensors(args, kwargs)
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
+
+
 def _refuse_bfloat16(kernel_name: str, args: tuple, kwargs: dict) -> None:
     if any(t.dtype == torch.bfloat16 for t in _tensors(args, kwargs)):
         raise InterpreterUnsupported(f"{kernel_name}: Triton's interpreter cannot compute in bfloat16 (it holds "
@@ -305,11 +313,23 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
 
 def _jit_run(self: JITFunction, *args, grid, warmup, **kwargs):
     """``JITFunction.run``: compiled on CUDA tensors (unchanged), interpreted when every tensor is on the CPU."""
-    tensors = _tensors(args, kwargs)
-    if tensors and all(t.device.type == "cpu" for t in tensors):
+    if _all_on_cpu(args, kwargs):
         return interpreted_twin(self).run(*args, grid=grid, warmup=warmup, **kwargs)
     return _original_jit_run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
+
+def _autotuner_run(self: Autotuner, *args, **kwargs):
+    """``Autotuner.run``: on CPU tensors, no benchmarking: the first configuration (see gap 6)."""
+    if len(self.configs) <= 1 or not _all_on_cpu(args, kwargs):
+        return _original_autotuner_run(self, *args, **kwargs)
+    configs, self.configs = self.configs, self.configs[:1]
+    try:
+        return _original_autotuner_run(self, *args, **kwargs)
+    finally:
+        self.configs = configs
+
+
+_original_autotuner_run = Autotuner.run
 
 _PATCHES: tuple[tuple[object, str, object], ...] = (
     (interpreter, "_implicit_cvt", _implicit_cvt),
@@ -317,6 +337,7 @@ _PATCHES: tuple[tuple[object, str, object], ...] = (
     (interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise),
     (InterpretedFunction, "run", _interpreted_run),
     (JITFunction, "run", _jit_run),
+    (Autotuner, "run", _autotuner_run),
 )
 _ORIGINALS = tuple(getattr(owner, name) for owner, name, _ in _PATCHES)
 

@@ -68,6 +68,21 @@ def _blocked_row_sum(X, Y, n_cols, BLOCK: tl.constexpr):
     tl.store(Y, acc)
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def _autotuned_copy(X, Y, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offsets, tl.load(X + offsets, mask=offsets < n), mask=offsets < n)
+
+
+def test_autotuned_kernels_take_their_first_config():
+    x = torch.randn(100)
+    y = torch.empty_like(x)
+    _autotuned_copy[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
+    assert torch.equal(y, x)
+    assert len(_autotuned_copy.configs) == 2
+
+
 def test_float_scalar_arguments_are_fp32_scalars():
     x = torch.randn(100)
     y = torch.empty_like(x)
