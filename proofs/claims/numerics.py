@@ -123,8 +123,8 @@ def _error_model() -> Derivation:
                          for method in ("sequential", "pairwise", "welford", "rms") for dtype in ("float32",
                                                                                                  "float16"))),
         Fact(r"\max |dx_{\text{float32}} - dx| / B_{dx} \le 1",
-             "the backward bound (proofs.error_model.backward_bound) on a float32 simulation of "
-             "r (g - mean g - xhat mean(g xhat)), rows |mean|/std up to 1e3, d up to 1024",
+             r"the backward bound (\texttt{backward\_bound}) on a float32 simulation of "
+             r"$r(g - \bar g - \hat{x}\,\overline{g\hat{x}})$, rows $|\mu|/\sigma$ up to $10^3$, $d \le 1024$",
              _backward_within_bound),
         Fact(r"\max |y_{\text{one-pass}} - y| / B > 10 \text{ at } \kappa \approx 10^4,\ d \le 64",
              "the one-pass variance breaks the bound by a wide margin where kappa exceeds d",
