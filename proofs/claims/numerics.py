@@ -185,10 +185,12 @@ CLAIMS = (
     Claim("ln.forward", "LayerNorm kernel output within the error-model bound", "", FORWARD_ORIGIN, FORWARD_STATEMENT,
           (r"$\sigma^2 + \epsilon > 0$", r"the kernel's convention: population variance, $\epsilon$ inside the "
            r"root, effective weight $\text{offset} + w$"), "holds",
-          r"Other conventions are different functions (derived below); the tolerance is numerics.error\_model's.",
+          r"Other conventions are different functions (derived below); the tolerance is the bound "
+          r"of claim \texttt{numerics.error\_model}.",
           lambda: _conventions("ln")),
     Claim("rms.forward", "RMSNorm kernel output within the error-model bound", "", FORWARD_ORIGIN, FORWARD_STATEMENT,
           (r"$q + \epsilon > 0$", r"$\epsilon$ inside the root, effective weight $\text{offset} + w$"), "holds",
-          r"Other conventions are different functions (derived below); the tolerance is numerics.error\_model's.",
+          r"Other conventions are different functions (derived below); the tolerance is the bound "
+          r"of claim \texttt{numerics.error\_model}.",
           lambda: _conventions("rms")),
 )
