@@ -17,6 +17,7 @@ import pytest
 from verify.cli import main
 from verify.report import write_report
 from verify.report.claims import derivation_latex
+from verify.report.model import NO_KERNEL, arrange
 from verify.report.texify import escape, verbatim_block
 
 TRICKY_SPEC = "my_broken&50%#$kernel$.py:ln"
@@ -194,11 +195,22 @@ def test_report_command_puts_several_results_side_by_side(tmp_path, capsys):
     assert r"\textbf{Incomplete:}" in tex, "an interrupted run should be flagged"
 
 
+def test_results_are_arranged_claim_by_kernel_with_the_worst_status_and_ratio():
+    document = results_document("torch")
+    document["results"] += [{**result("ln.forward", "torch", "failed", 3.5), "test": "second"},
+                            {"claim": "ln.forward", "kernel": None, "status": "error", "message": "no kernel"}]
+    report = arrange([document])
+    assert [c.label for c in report.columns] == ["torch", NO_KERNEL]
+    cell = report.cell("ln.forward", 0)
+    assert cell.status == "failed" and cell.worst_ratio == 3.5 and cell.examples == 40
+    assert report.cell("ln.forward", 1).status == "error" and report.cell("rms.forward", 1) is None
+
+
 @pytest.mark.parametrize(("content", "says"), [
     (None, "no such results file"),
     ('{"schema": "normverify.results/1", "results": [', "not valid JSON"),
     ('{"schema": "something/else"}', "not a normverify results document"),
-    ('{"schema": "normverify.results/1", "kernels": [], "results": [{"status": "passed"}]}', "no claim or kernel"),
+    ('{"schema": "normverify.results/1", "kernels": [], "results": [{"status": "passed"}]}', "names no claim"),
 ])
 def test_bad_results_files_are_one_line_errors(tmp_path, capsys, content, says):
     path = tmp_path / "results.json"

@@ -18,6 +18,7 @@ from verify.errors import UsageError
 from verify.runner import SummaryRow
 
 SCHEMA = "normverify.results/1"
+NO_KERNEL = "(no kernel)"  # the column of results whose test had no kernel parameter
 
 
 @dataclass
@@ -67,8 +68,8 @@ def check_results(document: object, source: str = "results") -> None:
         if not isinstance(document.get(key, []), kind):
             raise UsageError(f"{source}: {key!r} must be a list")
     for number, result in enumerate(document.get("results", []), 1):
-        if not isinstance(result, dict) or not result.get("claim") or not result.get("kernel"):
-            raise UsageError(f"{source}: result {number} has no claim or kernel")
+        if not isinstance(result, dict) or not result.get("claim"):
+            raise UsageError(f"{source}: result {number} names no claim")
 
 
 def claim_order() -> list[str]:
@@ -88,7 +89,8 @@ def arrange(documents: Sequence[dict]) -> Report:
         spec_of = {k.get("name"): k.get("spec") or k.get("name") for k in document.get("kernels", [])}
         first_column = len(columns)
         for result in document.get("results", []):
-            spec = result.get("spec") or spec_of.get(result["kernel"], result["kernel"])
+            kernel = result.get("kernel") or NO_KERNEL
+            spec = result.get("spec") or spec_of.get(kernel, kernel)
             index = _column_index(columns, first_column, spec, document)
             cells.setdefault((result["claim"], index), SummaryRow(result["claim"], spec, [])).results.append(result)
         for kernel in document.get("kernels", []):
