@@ -14,8 +14,6 @@ eigenspace; |a| itself is off by at most the 2-norm of its element bounds.
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 import torch
@@ -85,16 +83,10 @@ def _power_iteration(kernel, x: torch.Tensor, eps: float, start: torch.Tensor) -
 
 def check_matrix_free_spectral_norm(kernel, x: torch.Tensor, eps: float, start: torch.Tensor) -> None:
     """The power-iteration estimate of ||J_kernel||_2 (gamma = 1) is the derived value within its certified slack."""
-    box = {}
-
-    def estimate() -> torch.Tensor:
-        box["values"], box["a"], box["v"] = _power_iteration(kernel, x, eps, start)
-        return box["values"]
-
-    guard.call(types.SimpleNamespace(name=kernel.name, fn=estimate))
-    norm_a, theta, residual, _ = (float(t) for t in box["values"].double())
-    rounding = float(np.linalg.norm(tolerance.backward(kernel, x, None, eps, box["v"].detach())["x"]))
-    rounding_b = float(np.linalg.norm(tolerance.backward(kernel, x, None, eps, box["a"].detach())["x"]))
+    values, a, v = guard.limited(kernel, lambda: _power_iteration(kernel, x, eps, start))
+    norm_a, theta, residual, _ = (float(t) for t in values.double())
+    rounding = float(np.linalg.norm(tolerance.backward(kernel, x, None, eps, v.detach())["x"]))
+    rounding_b = float(np.linalg.norm(tolerance.backward(kernel, x, None, eps, a.detach())["x"]))
     slack = rounding + (residual + rounding_b) / max(np.sqrt(theta), np.finfo(float).tiny)
     derived = float(norms.reference_spectral_norm(kernel, x, eps)[0])
     bound = float(tolerance.spectral_norm_bound(kernel, None, eps))
