@@ -31,19 +31,28 @@ def _definition_and_stats(kind: str, width: int):
     return expressions.RMS_DEFINITION, stats, stats[ms] + eps
 
 
+FULL_CHECK_UP_TO = 4  # every entry for d <= 4; beyond, the diagonal and one off-diagonal entry
+
+
 @cache
 def jacobian_matches_for_width(kind: str, width: int) -> bool:
-    """The derived J_ij equals d y_i / d x_j of the written-out row of this width, on the diagonal (1, 1) and
-    off it (1, 2); every other entry is one of these two after a permutation of the features, under which
-    the definitions are invariant (gamma, beta permuted alike)."""
+    """The derived J_ij equals d y_i / d x_j of the written-out row of this width, exactly.
+
+    Every entry for width <= FULL_CHECK_UP_TO; for wider rows the entries (1, 1) and (1, 2), every other
+    entry being one of these after a permutation of the features, under which the definitions are
+    invariant (gamma, beta permuted alike).
+    """
     definition, stats, radicand = _definition_and_stats(kind, width)
-    output = concrete(definition.subs(i, 1), width)
     row = concrete_row(width)
     derived = expressions.jacobian(kind)
-    for b in range(min(width, 2)):
-        entry = derived.subs({i: 1, j: b + 1, d: width}).subs(stats)
-        if not zero_with_root(sp.diff(output, row[b]) - entry, radicand):
-            return False
+    rows = range(width) if width <= FULL_CHECK_UP_TO else range(1)
+    columns = range(width) if width <= FULL_CHECK_UP_TO else range(min(width, 2))
+    for a in rows:
+        output = concrete(definition.subs(i, a + 1), width)
+        for b in columns:
+            entry = derived.subs({i: a + 1, j: b + 1, d: width}).subs(stats)
+            if not zero_with_root(sp.diff(output, row[b]) - entry, radicand):
+                return False
     return True
 
 
