@@ -460,6 +460,7 @@ class ResultsWriter:
             return
         self.done += 1
         parts = self.pending.pop(nodeid)
+        duration = self.durations.pop(nodeid)
         if report.when == "???":  # pytest-xdist: the worker died while running this test
             message = f"{report.longrepr} (did the kernel crash the process?)"
             if parts:
@@ -467,10 +468,10 @@ class ResultsWriter:
             else:
                 self.errors.append({"test": nodeid, "message": message})
         if parts:
-            self.results.append(self._record(nodeid, parts))
+            self.results.append(self._record(nodeid, parts, duration))
         self.write(complete=False)
 
-    def _record(self, nodeid: str, parts: list[dict]) -> dict:
+    def _record(self, nodeid: str, parts: list[dict], duration: float) -> dict:
         first = parts[0]
         for part in parts:
             if "about_kernel" in part:
@@ -485,7 +486,7 @@ class ResultsWriter:
             "worst_case": call.get("worst_case"), "points": call.get("points", []),
             "counterexample": call.get("counterexample"),
             "message": "\n".join(p["message"] for p in parts if p.get("message")),
-            "duration_s": round(self.durations.pop(nodeid, 0.0), 3),
+            "duration_s": round(duration, 3),
         }
 
     def _note_kernel(self, about: dict) -> None:
