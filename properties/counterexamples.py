@@ -43,6 +43,7 @@ from verify.guard import KernelFault
 from verify.registry import Kernel, resolve
 
 SCHEMA = "normverify.counterexample/1"
+MAX_STEM = 60
 _EXPECTED_GOT = re.compile(r"expected\b[\s:=]*(?P<expected>.+?)[\s,;]+(?:but\s+)?got\b[\s:=]*(?P<got>[^;\n]+)",
                            re.IGNORECASE | re.DOTALL)
 
@@ -100,7 +101,8 @@ def _layout(tensor: torch.Tensor) -> dict:
 def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: Path) -> Path:
     """Write the failing ``example`` of ``check`` on ``kernel`` into ``directory``; return the file's path.
 
-    The name is ``CLAIM-KERNEL-DIGEST.pt``: the same counterexample saved twice is one file.
+    The name is ``CLAIM-KERNEL-DIGEST.pt`` (KERNEL without a file's directories, the stem cut at
+    MAX_STEM characters): the same counterexample saved twice is one file.
     """
     spec = getattr(kernel, "spec", "") or getattr(kernel, "name", "")
     if not spec or not getattr(kernel, "kind", None):
@@ -113,7 +115,8 @@ def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: 
     buffer = io.BytesIO()
     torch.save(document, buffer)
     data = buffer.getvalue()
-    stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{claim}-{document['kernel']}")
+    kernel_name = Path(document["kernel"]).name  # a kernel file's name without its directories
+    stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{claim}-{kernel_name}")[:MAX_STEM]
     path = Path(directory) / f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

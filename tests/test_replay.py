@@ -87,6 +87,7 @@ def test_saved_file_keeps_dtype_strides_and_a_portable_spec(broken, checks, tmp_
     assert document["spec"] == f"{tmp_path / 'bessel_ln.py'}:layernorm"
     assert document["check"] == f"{checks.__name__}:check_layernorm" and document["claim"] == "ln.forward"
     assert saved(broken, checks, tmp_path) == path, "the same counterexample should be one file"
+    assert path.name.startswith("ln.forward-bessel_ln.py_layernorm-"), "the file's name omits the kernel's directories"
 
 
 def test_load_recreates_a_recorded_layout_that_came_back_otherwise(broken, checks, tmp_path):

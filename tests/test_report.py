@@ -18,7 +18,7 @@ from verify.cli import main
 from verify.report import write_report
 from verify.report.claims import derivation_latex
 from verify.report.model import NO_KERNEL, arrange
-from verify.report.texify import escape, verbatim_block
+from verify.report.texify import command_block, escape, verbatim_block
 
 TRICKY_SPEC = "my_broken&50%#$kernel$.py:ln"
 TRICKY_MESSAGE = r"kernel raised RuntimeError: path C:\tmp\x_1 {y} ~ ^ 50% & $x$ σ² ≤ ε"
@@ -110,7 +110,8 @@ def built(tmp_path_factory):
 
 
 def squeeze(text: str) -> str:
-    return re.sub(r"\s+", "", text)
+    """``text`` without whitespace and shell line continuations, to find what the PDF wraps across lines."""
+    return re.sub(r"\\?\s+", "", text)
 
 
 def test_pdf_pages_name_every_claim_in_the_summary_and_a_section_each(built):
@@ -173,6 +174,14 @@ def test_escape_and_verbatim_keep_structure_characters_out():
     assert len(body) == 3 and all(len(line) <= 50 for line in body) and body[-1] == "... (3 more lines)"
     block = verbatim_block("\\end{Verbatim} σ² \x1b[31mred\x1b[0m \x07 ok")
     assert block.splitlines()[1] == "\\end {Verbatim} sigma^2 red ? ok" and block.isascii()
+
+
+@pytest.mark.parametrize("path", ["/very/long/path/" * 3, "/very/long/path/" * 12])
+def test_a_long_replay_command_wraps_into_lines_a_shell_still_runs(path):
+    command = f"python -m pytest {path}test_forward.py::test[x] --kernel torch --profile ci"
+    lines = command_block(command, width=60).splitlines()[1:-1]
+    assert len(lines) > 2 and all(len(line) <= 60 and line.endswith("\\") for line in lines[:-1])
+    assert shlex.split("\n".join(lines).replace("\\\n", "")) == shlex.split(command)
 
 
 def write_json(path, document) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from verify.report import plots
 from verify.report.model import Report
 from verify.report.tables import label_of, longtable, verdict_word
-from verify.report.texify import escape, number, verbatim_block
+from verify.report.texify import command_block, escape, number, verbatim_block
 
 MAX_LISTED_WIDTHS = 12
 NOT_PASSING = ("failed", "error", "xpassed")
@@ -93,7 +93,7 @@ def failure_details(label: str, record: dict) -> str:
     if counterexample:
         parts += ["Minimal counterexample:", verbatim_block(counterexample.get("text", ""), max_lines=30)]
         if counterexample.get("replay"):
-            parts += ["Replay it with:", verbatim_block(counterexample["replay"], max_lines=4)]
+            parts += ["Replay it with:", command_block(counterexample["replay"])]
     return "\n".join(parts) + "\n"
 
 

@@ -79,6 +79,29 @@ def verbatim_block(text: str, width: int = 92, max_lines: int = 40) -> str:
                                    break_on_hyphens=False) or [""])
     if len(lines) > max_lines:
         lines = [*lines[: max_lines - 1], f"... ({len(lines) - max_lines + 1} more lines)"]
+    return _verbatim(lines)
+
+
+def command_block(command: str, width: int = 100) -> str:
+    """A shell command as a verbatim block that still runs when copied: lines continue with a backslash
+    between words, and a word too long for a line (a path) continues on the next line's first column
+    (a backslash-newline inside an unquoted word is removed by the shell)."""
+    lines = [""]
+    for word in ascii_text(command).split(" "):
+        if lines[-1].strip() and len(lines[-1]) + 1 + len(word) > width - 2:
+            lines[-1] += " \\"
+            lines.append("  ")
+        separator = " " if lines[-1].strip() else ""
+        while len(lines[-1]) + len(separator) + len(word) > width - 1 and not set("'\"") & set(word):
+            room = width - 1 - len(lines[-1]) - len(separator)
+            lines[-1] += separator + word[:room] + "\\"
+            lines.append("")
+            word, separator = word[room:], ""
+        lines[-1] += separator + word
+    return _verbatim(lines)
+
+
+def _verbatim(lines: list[str]) -> str:
     body = "\n".join(line.replace(r"\end{Verbatim}", r"\end {Verbatim}") for line in lines)
     return "\\begin{Verbatim}[fontsize=\\footnotesize,frame=single]\n" + body + "\n\\end{Verbatim}\n"
 
