@@ -102,9 +102,9 @@ def unit_roundoff(name: str) -> float:
 def condition_number(x: np.ndarray, eps: float | np.ndarray) -> np.ndarray:
     """kappa = sqrt((mu^2 + sigma^2)/(sigma^2 + eps)) per row (last axis); inf where sigma^2 + eps = 0."""
     row = np.asarray(x, dtype=np.float64)
-    mu = row.mean(axis=-1)
-    var = np.mean((row - mu[..., None]) ** 2, axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mu = row.mean(axis=-1)
+        var = np.mean((row - mu[..., None]) ** 2, axis=-1)
         out = np.sqrt((mu**2 + var) / (var + np.asarray(eps, dtype=np.float64)))
     return np.where(var + np.asarray(eps) == 0, np.inf, out)
 
@@ -113,9 +113,9 @@ def _row_quantities(row: np.ndarray, eps: float | np.ndarray, kind: str) -> dict
     """Per-row s (or r), mean|x|/s, kappa, 1/s^2 (trailing axis kept) and the normalized row, in float64."""
     eps = np.asarray(eps, dtype=np.float64)
     eps = eps[..., None] if eps.ndim else eps
-    centred = row - row.mean(axis=-1, keepdims=True) if kind == "ln" else row
-    s2 = np.mean(centred**2, axis=-1, keepdims=True) + eps
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf/NaN rows give NaN bounds
+        centred = row - row.mean(axis=-1, keepdims=True) if kind == "ln" else row
+        s2 = np.mean(centred**2, axis=-1, keepdims=True) + eps
         s = np.sqrt(s2)
         return {"normalized": centred / s, "mean_abs": np.mean(np.abs(row), axis=-1, keepdims=True) / s,
                 "kappa": np.sqrt(np.mean(row**2, axis=-1, keepdims=True)) / s, "inv_s2": 1.0 / s2, "s": s}

@@ -77,14 +77,15 @@ def _environment(kind: str, x_: ArrayLike, eps_: ArrayLike, dy_: ArrayLike | Non
     env = {"x": row, "epsilon": np.asarray(eps_, dtype=np.float64), "d": row.shape[-1]}
     env.update({name: np.asarray(value, dtype=np.float64) for name, value in rows.items() if value is not None})
     mean, mean_square = _row_statistics()
-    if kind == "ln":
-        env["mu"] = mean(env)
-        env["c"] = row - env["mu"][..., None]
-        env["sigma^2"] = np.mean(env["c"] ** 2, axis=-1)  # the two-pass variance: MEAN_DEF of c^2
-        scale2 = env["sigma^2"] + env["epsilon"]
-    else:
-        env["q"] = mean_square(env)
-        scale2 = env["q"] + env["epsilon"]
+    with np.errstate(invalid="ignore", over="ignore"):  # rows holding inf or NaN give NaN rows
+        if kind == "ln":
+            env["mu"] = mean(env)
+            env["c"] = row - env["mu"][..., None]
+            env["sigma^2"] = np.mean(env["c"] ** 2, axis=-1)  # the two-pass variance: MEAN_DEF of c^2
+            scale2 = env["sigma^2"] + env["epsilon"]
+        else:
+            env["q"] = mean_square(env)
+            scale2 = env["q"] + env["epsilon"]
     return env, np.asarray(scale2 == 0)
 
 
