@@ -42,10 +42,10 @@ def write_report(results: dict | Sequence[dict], out_dir: Path, pdf: bool = Fals
 
 def render(report: Report, out_dir: Path, figure_dir: Path) -> str:
     """The whole LaTeX document of ``report``; figures are written into ``figure_dir``."""
+    from proofs.render import PREAMBLE  # imported when a report is made: it brings SymPy
+
     kernels = ", ".join(column.label for column in report.columns) or "no kernel"
     incomplete = [column.label for column in report.columns if not column.complete]
-    from proofs.render import PREAMBLE
-
     parts = [PREAMBLE + REPORT_PACKAGES, rf"\title{{normverify conformance report: {escape(kernels)}}}",
              r"\date{}", r"\begin{document}", r"\maketitle", r"\section*{Runs}", runs_table(report)]
     if incomplete:

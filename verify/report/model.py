@@ -34,6 +34,8 @@ class Column:
 
 @dataclass
 class Report:
+    """Kernel columns, claim rows (in proofs' order, unknown ids last) and the cells between them."""
+
     columns: list[Column]
     claims: list[str]
     cells: dict[tuple[str, int], SummaryRow]
@@ -72,15 +74,6 @@ def check_results(document: object, source: str = "results") -> None:
             raise UsageError(f"{source}: result {number} names no claim")
 
 
-def claim_order() -> list[str]:
-    """Claim ids in the order proofs lists them (empty when proofs has none yet)."""
-    try:
-        from proofs.claims import CLAIMS
-    except ImportError:
-        return []
-    return list(CLAIMS)
-
-
 def arrange(documents: Sequence[dict]) -> Report:
     """The claim x SPEC grid of ``documents`` (each already checked)."""
     columns: list[Column] = []
@@ -96,7 +89,9 @@ def arrange(documents: Sequence[dict]) -> Report:
         for kernel in document.get("kernels", []):
             _column_index(columns, first_column, kernel.get("spec") or kernel.get("name"), document)
     _label_columns(columns)
-    known = claim_order()
+    from proofs.claims import CLAIMS  # imported when a report is made: it brings SymPy
+
+    known = list(CLAIMS)
     present = {claim for claim, _ in cells}
     claims = [c for c in known if c in present] + sorted(present - set(known))
     return Report(columns, claims, cells)
