@@ -24,6 +24,11 @@ from kernels import interpret
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    torch.manual_seed(0)  # every example is the same on every run
+
+
 @triton.jit
 def _axpb(X, Y, n, alpha, beta, BLOCK: tl.constexpr):
     """y = alpha * x + beta, with float scalars cast the way GPU kernels do (Liger: eps.to(tl.float32))."""
@@ -108,7 +113,8 @@ def test_loop_variables_are_tensors():
     x = torch.randn(1000)
     y = torch.empty(1)
     _blocked_row_sum[(1,)](x, y, 1000, BLOCK=128)
-    torch.testing.assert_close(y[0], x.sum())
+    # float32 sum of 1000 terms: within 1000 u sum|x| of the exact (float64) sum
+    assert abs(y[0].item() - x.double().sum().item()) <= 1000 * 2.0**-24 * x.abs().sum().item()
 
 
 def test_bfloat16_is_refused_in_one_line():

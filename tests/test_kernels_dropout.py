@@ -10,6 +10,11 @@ import torch
 import kernels
 
 
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    torch.manual_seed(0)  # every example is the same on every run
+
+
 def kept_fraction_within_binomial_bounds(kept: int, n: int, p: float, sigmas: float = 5.0) -> bool:
     """Kept count of n Bernoulli(1 - p) draws within `sigmas` standard deviations of n (1 - p)."""
     return abs(kept - n * (1 - p)) <= sigmas * math.sqrt(n * p * (1 - p))
