@@ -70,8 +70,9 @@ FAILED = result("ln.jacobian", "failed", worst_ratio=288.0,
                 message="AssertionError: dx: expected 1.2e-05, got 1.2e-03\nmore",
                 counterexample={"text": "x: float16 (1, 2) = [[1.5, -0.29]]\nweight = None", "file": "ce.pt",
                                 "replay": "normverify replay ce.pt"})
-DOCUMENT = {"schema": "normverify.results/1", "complete": True, "environment": {}, "progress": {"done": 2, "total": 2},
-            "kernels": [], "results": [result("ln.forward", "passed"), FAILED], "errors": []}
+SKIPPED = result("ln.spectral_norm", "skipped", examples=0, worst_ratio=None, message="no backward: autograd raised")
+DOCUMENT = {"schema": "normverify.results/1", "complete": True, "environment": {}, "progress": {"done": 4, "total": 4},
+            "kernels": [], "results": [result("ln.forward", "passed"), FAILED, SKIPPED, SKIPPED], "errors": []}
 
 
 PASSING = {**DOCUMENT, "results": [result("ln.forward", "passed")]}
@@ -108,13 +109,14 @@ def test_summary_table_failure_lines_and_exit_1(finished_run, capsys, tmp_path):
     assert "FAILED ln.jacobian torch:layernorm: AssertionError: dx: expected 1.2e-05, got 1.2e-03" in out
     assert "counterexample: x: float16 (1, 2) = [[1.5, -0.29]] (+1 lines)" in out
     assert "replay: normverify replay ce.pt" in out
-    assert "1 failed, 1 passed in 3s" in out
+    assert "1 failed, 1 passed, 2 skipped in 3s" in out
+    assert out.count("SKIPPED ln.spectral_norm torch:layernorm: no backward: autograd raised") == 1
 
 
 def test_quiet_prints_no_table(finished_run, capsys, tmp_path):
     assert cli.main(["run", "--kernel", "torch", "--quiet", "--json", str(tmp_path / "r.json")]) == 1
     out = capsys.readouterr().out
-    assert "│" not in out and "FAILED ln.jacobian" in out
+    assert "│" not in out and "FAILED ln.jacobian" in out and "SKIPPED" not in out
 
 
 def test_report_gets_the_results(finished_run, monkeypatch, tmp_path):

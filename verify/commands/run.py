@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return _no_results(console, outcome)
     if not args.quiet:
         console.print(summary_table(document))
+        print_skips(console, document)
     print_failures(console, document)
     print_totals(console, document, outcome, json_path)
     if code == 0 and not document.get("results"):
@@ -143,6 +144,20 @@ def summary_table(document: dict) -> Table:
         table.add_row(row.claim, row.kernel, Text(row.status, style=STYLE.get(row.status, "")), str(len(row.results)),
                       str(row.examples), _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
     return table
+
+
+def print_skips(console: Console, document: dict) -> None:
+    """Why claims did not apply: one line per claim x kernel x reason (a skip is never a pass)."""
+    seen = set()
+    for result in document.get("results", []):
+        if result.get("status") != "skipped":
+            continue
+        reason = (result.get("message") or "no reason given").strip().splitlines()[0]
+        key = (result.get("claim"), result.get("kernel"), reason)
+        if key not in seen:
+            seen.add(key)
+            console.print(Text.assemble(("SKIPPED ", STYLE["skipped"]), f"{key[0]} {key[1]}: {reason}"),
+                          soft_wrap=True)
 
 
 def print_failures(console: Console, document: dict) -> None:
