@@ -37,7 +37,9 @@ def is_zero(expr: sp.Expr) -> bool:
 
 
 def evaluated(expr: sp.Expr) -> sp.Expr:
-    """expr with its unevaluated derivatives carried out (the sums stay symbolic)."""
+    """expr with its unevaluated derivatives and deferred operations (e.g. an expectation over masks)
+    carried out; the row sums stay symbolic."""
+    expr = expr.replace(lambda e: hasattr(e, "deferred"), lambda e: e.deferred())
     return expr.replace(lambda e: isinstance(e, sp.Derivative), lambda e: e.doit(deep=False))
 
 

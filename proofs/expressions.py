@@ -159,6 +159,18 @@ def dropout_variance_bias() -> sp.Expr:
     return sp.factor(sp.simplify(reduce_sums(expected) - var))
 
 
+class MaskExpectation(sp.Function):
+    """E_m[expr] over iid Bernoulli(1-p) masks, shown unevaluated; ``deferred()`` takes the expectation."""
+
+    nargs = 1
+
+    def deferred(self) -> sp.Expr:
+        return expectation_over_masks(self.args[0])
+
+    def _latex(self, printer) -> str:
+        return r"\mathbb{E}_m\left[" + printer._print(self.args[0]) + r"\right]"
+
+
 def expectation_over_masks(expr: sp.Expr) -> sp.Expr:
     """E over iid Bernoulli(1-p) masks of an expression in which each term has at most two mask factors.
 

@@ -7,13 +7,14 @@ import itertools
 import sympy as sp
 
 from proofs import expressions
-from proofs.algebra import concrete_row, d, k, l, m, mu, p, reduce_sums, row_mean, row_sum, var, x
+from proofs.algebra import concrete_row, d, k, l, m, mu, p, row_mean, row_sum, var, x
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
 
 SEED_BIAS = ("After inverted dropout, the expected mean of the vector passed to LN equals the original mean mu_x, but "
              "its expected variance is systematically overestimated; the bias is p(d-1)/(d(1-p)) (v_x + mu_x^2).")
 z_k = x[k] * m[k] / (1 - p)
+E = expressions.MaskExpectation
 
 
 def _population_variance(values: list) -> sp.Expr:
@@ -43,13 +44,13 @@ def _variance_bias() -> Derivation:
     bias = p * (d - 1) / (d * (1 - p)) * (var + mu**2)
     mean_z_sq = row_sum(row_sum(x[k] * x[l] * m[k] * m[l] / (1 - p) ** 2, l), k) / d**2
     return Derivation((
-        Equal(expressions.expectation_over_masks(row_mean(z_k)), mu,
+        Equal(E(row_mean(z_k)), mu,
               r"$E[m_k] = 1-p$: the expected mean of $z$ is $\mu$ (seed: correct)"),
-        Equal(expressions.expectation_over_masks(row_mean(z_k**2)), (var + mu**2) / (1 - p),
+        Equal(E(row_mean(z_k**2)), (var + mu**2) / (1 - p),
               r"$m_k^2 = m_k$: $E[\frac1d\sum z_k^2] = \frac{\sigma^2+\mu^2}{1-p}$"),
-        Equal(expressions.expectation_over_masks(mean_z_sq), mu**2 + p * (var + mu**2) / (d * (1 - p)),
+        Equal(E(mean_z_sq), mu**2 + p * (var + mu**2) / (d * (1 - p)),
               r"$E[m_k m_l] = (1-p)^2 + p(1-p)\delta_{kl}$: $E[\bar z^2]$"),
-        Equal(reduce_sums(expressions.expectation_over_masks(row_mean(z_k**2) - mean_z_sq)) - var, bias,
+        Equal(E(row_mean(z_k**2) - mean_z_sq) - var, bias,
               r"$E[\mathrm{Var}(z)] - \mathrm{Var}(x)$ with population variances: the seed's formula"),
         Fact(r"\text{all } 2^d \text{ masks, exact: } d = 1, 2, 3, 4",
              "enumeration with symbolic x and p agrees with the formula",
@@ -83,8 +84,8 @@ def _keep_rate() -> Derivation:
     kept = row_mean(m[k])
     kept_sq = row_sum(row_sum(m[k] * m[l], l), k) / d**2
     return Derivation((
-        Equal(expressions.expectation_over_masks(kept), 1 - p, r"the expected kept fraction is $1-p$"),
-        Equal(reduce_sums(expressions.expectation_over_masks(kept_sq)) - (1 - p) ** 2, p * (1 - p) / d,
+        Equal(E(kept), 1 - p, r"the expected kept fraction is $1-p$"),
+        Equal(E(kept_sq) - (1 - p) ** 2, p * (1 - p) / d,
               r"its variance is $p(1-p)/d$: the count kept is Binomial$(d, 1-p)$"),
     ))
 
