@@ -19,6 +19,7 @@ suite could not be collected, or the run did not complete; 2 bad usage; 130 inte
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import os
@@ -95,7 +96,9 @@ def check_request(request: RunRequest) -> list[Kernel]:
         for pattern in request.claims:
             matching = [c for c in claims if fnmatch.fnmatchcase(c, pattern)]
             if not matching:
-                raise UsageError(f"--claims: {pattern!r} matches no claim id (normverify derive --list shows them)")
+                close = difflib.get_close_matches(pattern, claims, n=3)
+                hint = f"did you mean {', '.join(close)}?" if close else f"claim ids: {', '.join(claims)}"
+                raise UsageError(f"--claims: {pattern!r} matches no claim id; {hint}")
             if not any(c.split(".")[0] in prefixes for c in matching):
                 kinds = ", ".join(sorted({k.kind for k in kernels}))
                 raise UsageError(f"--claims: {pattern!r} matches no claim of the kernels' kinds ({kinds})")
