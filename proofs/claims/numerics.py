@@ -176,7 +176,10 @@ CLAIMS = (
           r"$|\hat{y}_i - y_i| \le |\gamma_i|(|\hat{x}_i|\epsilon_1 + E(1+\epsilon_1)) + (|y_i| + \ldots)"
           r"((1+u)(1+u_{out})-1)$, $E = \gamma_{d+1}\,\mathrm{mean}|x|/s$, $\epsilon_1$ from "
           r"$\rho_t = (1+E)^2(1+\gamma_{d+5}) - 1 + 2\gamma_{d+1}\kappa$ and 4 ulps for the rsqrt. "
-          r"The one-pass variance errs by $\kappa^2 d u$ relative to $s^2$: a factor $\sim\kappa$ beyond the bound.",
+          r"The one-pass variance errs by $\kappa^2 d u$ relative to $s^2$: a factor $\sim\kappa$ beyond the bound. "
+          r"The backward bound composes the same pieces for $dx = r(g' - \bar{g'} - \hat{x}\,\overline{g'\hat{x}})$, "
+          r"$g' = \gamma\odot g$ (4 roundings to combine the terms), and $\gamma_{\text{rows}}$ for the sums of "
+          r"$d\gamma$, $d\beta$ over rows.",
           (r"inputs already rounded, exactly representable in the accumulation dtype",
            r"$\rho_t < 1$ and $(d+9)u < 1$ (else the bound is $\infty$)",
            r"the Welford term $2\gamma_{d+1}\kappa$ is a first-order model, checked numerically"),
