@@ -136,10 +136,16 @@ def rounded(values: torch.Tensor, dtype: torch.dtype, device: str = "cpu") -> to
     return values.to(dtype).to(device)
 
 
+WEIGHT_FORMS = ("none", "constant", "random", "zeros_and_negatives")
+PRESENT_WEIGHT_FORMS = ("random", "zeros_and_negatives")
+BIAS_FORMS = ("none", "zeros", "random")
+PRESENT_BIAS_FORMS = ("random",)
+
+
 @st.composite
-def effective_weights(draw, d: int) -> torch.Tensor | None:
+def effective_weights(draw, d: int, forms: tuple[str, ...] = WEIGHT_FORMS) -> torch.Tensor | None:
     """gamma, the effective scale: None, a constant, random, or random with zeros and negative entries."""
-    form = draw(st.sampled_from(["none", "constant", "random", "zeros_and_negatives"]))
+    form = draw(st.sampled_from(forms))
     if form == "none":
         return None
     if form == "constant":
@@ -151,9 +157,9 @@ def effective_weights(draw, d: int) -> torch.Tensor | None:
 
 
 @st.composite
-def biases(draw, d: int) -> torch.Tensor | None:
+def biases(draw, d: int, forms: tuple[str, ...] = BIAS_FORMS) -> torch.Tensor | None:
     """beta: None, zeros, or random."""
-    form = draw(st.sampled_from(["none", "zeros", "random"]))
+    form = draw(st.sampled_from(forms))
     if form == "none":
         return None
     if form == "zeros":
@@ -165,10 +171,11 @@ def biases(draw, d: int) -> torch.Tensor | None:
 def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None,
                   dtypes: tuple[torch.dtype, ...] | None = None, weights: bool = True,
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
-                  eps: st.SearchStrategy[float] | None = None) -> dict:
+                  eps: st.SearchStrategy[float] | None = None, every_input: bool = False) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
+    ``every_input``: weight and bias are always present and random (for claims about every argument).
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
@@ -177,12 +184,12 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     ratio = max(-valid_offset_ratio(d, dtype), min(ratio, valid_offset_ratio(d, dtype)))
     x = rows(d, offset=ratio, scale=scales(dtype))
     example = {"x": rounded(draw(x), dtype, caps.device)}
-    gamma = draw(effective_weights(d)) if weights else None
+    gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64)
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
     if kernel.kind == "layernorm":
-        beta = draw(biases(d)) if weights else None
+        beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS)) if weights else None
         example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
     example["eps"] = draw(eps if eps is not None else epsilons())
     if upstream:

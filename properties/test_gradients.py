@@ -5,6 +5,7 @@ With c = x - mean(x) (LayerNorm) or c = x (RMSNorm), s^2 = mean(c^2) + eps and d
 P = I - 11^T/d - xhat xhat^T/d (LayerNorm) or I - xhat xhat^T/d (RMSNorm), xhat = c/s:
     LayerNorm:  sum_i dx_i = 0 (for any gamma, since 1^T P = 0)
     both:       c . dx = (eps / s^2) * c . (gamma * dy) / s
+    both:       dgamma = sum over rows of dy * xhat (from x, not from the output)
     LayerNorm:  dbeta = sum over rows of dy
 """
 
@@ -32,7 +33,8 @@ def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bia
 
 
 def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
-    """sum(dx) = 0 (LayerNorm), c . dx = (eps/s^2) c . (gamma dy)/s, dbeta = sum of dy: each within its bound."""
+    """sum(dx) = 0 (LayerNorm), c . dx = (eps/s^2) c . (gamma dy)/s, dgamma = sum of dy xhat, dbeta = sum of dy:
+    each within its bound."""
     got = norms.vjp(kernel, x, weight, bias, eps, dy)
     bounds = tolerance.backward(kernel, x, weight, eps, dy)
     x64, dy64 = norms.as_float64(x), norms.as_float64(dy)
@@ -44,11 +46,15 @@ def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: t
     comparisons = [outcome.compare(np.sum(centred * dx, -1),
                                    eps / s**2 * np.sum(centred * scaled_dy, -1) / s,
                                    tolerance.of_sum(bounds["x"], centred), "c . dx")]
+    rows = dy64.reshape(-1, dy64.shape[-1])
+    if "weight" in got:
+        xhat = (centred / s[..., None]).reshape(rows.shape)
+        comparisons.append(outcome.compare(got["weight"], (rows * xhat).sum(0), bounds["weight"],
+                                           "dgamma - sum of dy xhat"))
     if kernel.kind == "layernorm":
         comparisons.append(outcome.compare(dx.sum(-1), 0.0, tolerance.of_sum(bounds["x"]), "sum of dx"))
         if "bias" in got:
-            comparisons.append(outcome.compare(got["bias"], dy64.reshape(-1, dy64.shape[-1]).sum(0), bounds["bias"],
-                                               "dbias - sum of dy"))
+            comparisons.append(outcome.compare(got["bias"], rows.sum(0), bounds["bias"], "dbias - sum of dy"))
     outcome.conclude(comparisons, "a gradient identity of the derivation does not hold for the kernel's backward",
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 

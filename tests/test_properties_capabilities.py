@@ -36,6 +36,20 @@ def _first_order_only(x, weight, eps):
     return _FirstOrderOnly.apply(x)
 
 
+class _UpstreamOverwritten(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.mul_(2)
+
+
+def _upstream_overwritten(x, weight, eps):
+    return _UpstreamOverwritten.apply(x)
+
+
 def test_torch_kernels_compute_in_every_float_dtype_with_a_differentiable_backward():
     for kernel in resolve("torch"):
         caps = capabilities.discover(kernel)
@@ -69,3 +83,8 @@ def test_declared_dtypes_and_device_win_and_discovery_is_cached():
     caps = capabilities.discover(kernel)
     assert caps.dtypes == (torch.float16,) and caps.device == "cpu"
     assert capabilities.discover(kernel) is caps
+
+
+def test_a_backward_that_writes_into_the_upstream_gradient_still_has_a_backward_to_check():
+    caps = capabilities.discover(Kernel("writes-dy", "rmsnorm", _upstream_overwritten))
+    assert caps.backward, caps.backward_reason

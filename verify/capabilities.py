@@ -90,21 +90,26 @@ def _first_line(error: BaseException) -> str:
 
 
 def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str]:
-    """Why autograd gives no gradient through the kernel, and why no second derivative ('' when it does)."""
-    x = _probe_input(dtype, device).requires_grad_(True)
+    """Why autograd gives no gradient through the kernel, and why no second derivative ('' when it does).
 
-    def first_derivative() -> tuple[torch.Tensor, torch.Tensor]:
+    The first derivative is probed with a plain upstream gradient, as a training step passes it: a kernel
+    that writes into it (a bug of its own, ``inputs_unmodified``) still has a backward to check.
+    """
+
+    def derivative(create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        x = _probe_input(dtype, device).requires_grad_(True)
         y = kernel.fn(*probe_arguments(kernel, x))
-        upstream = torch.ones_like(y, requires_grad=True)
-        return upstream, torch.autograd.grad(y, x, upstream, create_graph=True)[0]
+        upstream = torch.ones_like(y, requires_grad=create_graph)
+        return upstream, torch.autograd.grad(y, x, upstream, create_graph=create_graph)[0]
 
     try:  # under the kernel's time limit: a hung backward must not hang the run
-        upstream, dx = guard.limited(kernel, first_derivative, timeout=_PROBE_TIMEOUT_S)
+        _, dx = guard.limited(kernel, lambda: derivative(False), timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
         return f"no backward: autograd through {kernel.name} failed: {fault}", "no backward"
     if dx is None or not bool(torch.isfinite(dx).all()):
         return f"no backward: autograd through {kernel.name} gave no finite gradient", "no backward"
     try:
+        upstream, dx = guard.limited(kernel, lambda: derivative(True), timeout=_PROBE_TIMEOUT_S)
         (second,) = torch.autograd.grad(dx, upstream, torch.ones_like(dx), allow_unused=True)
     except Exception as error:
         return "", f"backward not differentiable: {_first_line(error)}"
