@@ -134,6 +134,19 @@ def test_liger_rmsnorm_default_backward_writes_into_the_upstream_gradient():
     assert not torch.equal(upstream, dy)
 
 
+def test_liger_rmsnorm_with_in_place_false_leaves_the_upstream_gradient_alone():
+    """The contrast docs/findings.md [C] draws: the write into dy is Liger's default, not its only mode."""
+    pytest.importorskip("liger_kernel", reason="needs liger_kernel (pip install 'normverify[thirdparty]')")
+    kernels_of("liger-rmsnorm-llama")  # the interpreter layer, as the built-in enables it
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    x, weight, _, dy = example(torch.float32)
+    x.requires_grad_()
+    upstream = dy.clone()
+    LigerRMSNormFunction.apply(x, weight, 1e-5, 0.0, "llama", False).backward(upstream)
+    assert torch.equal(upstream, dy)
+
+
 def test_liger_runs_on_cpu_tensors_through_the_interpreter_and_refuses_bfloat16():
     kernel = kernel_for("liger-rmsnorm-gemma")
     x = torch.randn(2, 8, dtype=torch.bfloat16)
