@@ -91,18 +91,16 @@ class ModuleKernel:
             return runner(x, params)
 
 
-def _size_and_eps_parameters(cls: type, label: str) -> tuple[str | None, str | None]:
-    """(name of the normalized-size parameter, name of the eps parameter or None) of ``cls.__init__``."""
+def _eps_parameter(cls: type, label: str) -> str | None:
+    """The name of the eps parameter of ``cls.__init__`` (None if it has none); UsageError when it takes no size."""
     try:
         parameters = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):
         raise UsageError(f"kernel {label!r}: cannot read the constructor signature of {cls.__name__}") from None
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if not positional:
+    if not any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters):
         raise UsageError(f"kernel {label!r}: {cls.__name__}() takes no positional argument for the normalized size "
                          "(expected e.g. __init__(self, normalized_shape, eps=1e-5))")
-    eps = next((p.name for p in parameters if p.name in EPS_NAMES), None)
-    return positional[0].name, eps
+    return next((p.name for p in parameters if p.name in EPS_NAMES), None)
 
 
 def _find_parameter(module: torch.nn.Module, names: tuple[str, ...]) -> str | None:
@@ -118,7 +116,7 @@ def kernel_from_module_class(cls: type[torch.nn.Module], spec: str, kind: str | 
     parameter of a known name, or its parameters do not fit ``kind``.
     """
     label = name or spec
-    _, eps_arg = _size_and_eps_parameters(cls, label)
+    eps_arg = _eps_parameter(cls, label)
     try:
         probe = cls(_PROBE_SIZE, **({eps_arg: _PROBE_EPS} if eps_arg else {}))
     except Exception as error:
