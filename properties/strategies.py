@@ -200,11 +200,12 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
 
 @st.composite
 def dropout_examples(draw, kernel: Kernel, n: int = 1, d: int | st.SearchStrategy[int] | None = None) -> dict:
-    """x (no zero entries, so a kept value is never 0), p in {0.1, 0.25, 0.5, 0.75}, and a seed."""
+    """x = scale (offset + z) with no zero entries (a kept value is never 0), offset in {0, 1, 3} (rows with
+    a mean: dropout's variance bias depends on it), p in {0.1, 0.25, 0.5, 0.75}, and a seed."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
     d = draw(widths(max_width=4096)) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
-    z = standard_values((n, d), "normal", draw(seeds()))
-    x = torch.where(z.abs() < 0.05, torch.full_like(z, 0.5), z) * draw(st.sampled_from([1.0, 3.0, 0.01]))
+    x = draw(st.sampled_from([0.0, 1.0, 3.0])) + standard_values((n, d), "normal", draw(seeds()))
+    x = torch.where(x.abs() < 0.05, torch.full_like(x, 0.5), x) * draw(st.sampled_from([1.0, 3.0, 0.01]))
     return {"x": rounded(x, dtype, caps.device), "p": draw(st.sampled_from([0.1, 0.25, 0.5, 0.75])),
             "seed": draw(seeds())}
