@@ -13,7 +13,8 @@ KERNEL, optional, a glob restricting the entry to kernels whose name or SPEC mat
 test (an item with a ``claim`` marker) that an entry matches gets a ``skip`` / ``xfail`` marker
 with the reason and the file position. Expected failures are not strict: a test that passes
 anyway shows as XPASS, the sign that the entry is stale. Entries that matched no test are
-listed in the terminal summary.
+listed in the terminal summary (of a run without pytest-xdist: with workers, collection and hence
+this list happen in the workers, whose terminal output pytest does not show).
 """
 
 from __future__ import annotations
