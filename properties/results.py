@@ -136,9 +136,7 @@ def phase_record(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
                     "test": item.nodeid, "when": report.when, "status": phase_status(call, report)}
     record["message"] = phase_message(call, report)
     if report.when == "setup" and kernel is not None:
-        record["about_kernel"] = {"spec": kernel.spec, "name": kernel.name, "kind": kernel.kind,
-                                  "weight_offset": kernel.weight_offset, "description": kernel.description,
-                                  "capabilities": capabilities_of(kernel)}
+        record["about_kernel"] = {**kernel.as_json(), "capabilities": capabilities_of(kernel)}
     if report.when == "call":
         record.update(summarize_examples(item.stash.get(_examples_key, [])))
         if record["status"] in FAILING and call.excinfo is not None:
@@ -434,8 +432,7 @@ class ResultsWriter:
                 found = resolve(spec, self.config.getoption("--kind", None))
             except UsageError:
                 continue
-            kernels += [{"spec": k.spec or spec, "name": k.name, "kind": k.kind, "weight_offset": k.weight_offset,
-                         "description": k.description, "capabilities": None} for k in found]
+            kernels += [{**k.as_json(), "spec": k.spec or spec, "capabilities": None} for k in found]
         return kernels
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

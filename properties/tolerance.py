@@ -6,7 +6,8 @@ inputs the kernel received, with
 
 - ``u_out``: the unit roundoff of the storage dtype (the output is rounded to it once);
 - ``u_acc``: the unit roundoff of the accumulation dtype: float32 for float16/bfloat16 storage
-  (what every mixed-precision norm kernel does), the storage dtype otherwise;
+  (what every mixed-precision norm kernel does), the storage dtype otherwise, and for the backward
+  of a kernel that declares ``backward_precision="storage"``;
 - the width d and the row's condition number (:func:`condition_number`), both inside the bound.
 
 Quantities derived from a kernel's elements are bounded from the element bounds by the triangle
@@ -27,7 +28,8 @@ from properties.norms import as_float64, effective_weight
 from verify.capabilities import dtype_name
 from verify.registry import Kernel
 
-# float16/bfloat16 data is accumulated in float32 (a kernel's own declaration would win, were there one).
+# float16/bfloat16 data is accumulated in float32; a kernel that declares backward_precision="storage"
+# (verify.registry.Kernel) has its backward checked with u_acc = u_storage instead.
 _ACCUMULATION = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
@@ -62,6 +64,8 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)};
     no "weight" entry without a weight."""
     u_acc, u_out = unit_roundoffs(x.dtype)
+    if kernel.backward_precision == "storage":
+        u_acc = u_out
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                         u_acc, u_out, kernel.kind)
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))

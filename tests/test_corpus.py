@@ -5,8 +5,7 @@ The suite runs ONCE, in one subprocess, over the whole corpus, exactly as a user
 
     NORMVERIFY_PROFILE=ci python -m pytest properties --kernel SPEC ... --json OUT -p no:cacheprovider -q -n 2
 
-plus ``--xfails-file tests/corpus/known_deviations.txt`` (verified faults of correct kernels: torch's CPU
-half-precision LayerNorm backward) and ``-p corpus.selection``, which runs each broken kernel on the claims of
+plus ``-p corpus.selection``, which runs each broken kernel on the claims of
 its ``expect`` set only (each correct kernel runs every claim of its kind) and skips Hypothesis' shrinking
 (same examples, same verdicts). The tests below read the Results JSON it writes. Under pytest-xdist the run
 is shared by the workers (a file lock in the session's base temp directory).
@@ -34,24 +33,6 @@ from properties.results import worst
 ROOT = Path(__file__).resolve().parents[1]
 # The suite over the corpus takes ~150 s on an unloaded 2-core machine; this only stops a hung run.
 RUN_TIMEOUT_S = 1800
-KNOWN_DEVIATIONS = ROOT / "tests" / "corpus" / "known_deviations.txt"
-
-# Gaps of the suite found by the corpus: the bug is real (tests/test_corpus_units.py and test_corpus_margins.py
-# show it) but the property does not catch it yet. Strict xfails: once the suite catches the bug, the test
-# fails until its entry here is removed.
-SUITE_GAPS = {
-    "tests/corpus/fused.py:LN_UPSTREAM_OVERWRITTEN":
-        "verify.capabilities probes the backward with an upstream gradient that requires grad (for the double "
-        "backward); scaling dy in place raises there, so the kernel is taken to have no backward and the "
-        "backward half of ln.inputs_unmodified (and every backward claim) is skipped",
-    "tests/corpus/fused.py:LN_DGAMMA_FROM_OUTPUT":
-        "ln.gradient_identities checks c . dx, sum(dx) and dbias, not dgamma = sum over rows of dy * xhat",
-    "tests/corpus/dropout.py:DROPOUT_MASK_PER_ROW":
-        "dropout.variance_bias draws rows of mean ~0, where a correlated mask with the right marginals cannot "
-        "be told apart; it needs |mean|/std >= 2 (test_corpus_margins.py)",
-}
-UNCAUGHT_CLAIMS = {"dropout.variance_bias"}  # caught only by DROPOUT_MASK_PER_ROW, a gap above
-
 
 @dataclass
 class CorpusRun:
@@ -79,7 +60,7 @@ class CorpusRun:
 
 def corpus_command(json_path: Path) -> list[str]:
     return [sys.executable, "-m", "pytest", "properties", "-p", "corpus.selection",
-            *(f"--kernel={entry.spec}" for entry in CORPUS), "--xfails-file", str(KNOWN_DEVIATIONS),
+            *(f"--kernel={entry.spec}" for entry in CORPUS),
             "--json", str(json_path), "-p", "no:cacheprovider", "-q", "-n", "2"]
 
 
@@ -137,17 +118,12 @@ def test_every_corpus_kernel_was_loaded(corpus: CorpusRun, entry: Entry):
     assert corpus.kernel_names(entry), f"{entry.spec} is not among the run's kernels"
 
 
-def _with_gaps(entries: tuple[Entry, ...]) -> list:
-    return [pytest.param(entry, marks=pytest.mark.xfail(strict=True, reason=SUITE_GAPS[entry.spec]))
-            if entry.spec in SUITE_GAPS else entry for entry in entries]
-
-
 def _statuses(results: list[dict]) -> str:
     return "; ".join(f"{r['claim']}: {r['status']} ({r['message'].splitlines()[0][:160] if r['message'] else ''})"
                      for r in results) or "no results"
 
 
-@pytest.mark.parametrize("entry", _with_gaps(BROKEN), ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
+@pytest.mark.parametrize("entry", BROKEN, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
 def test_broken_kernel_fails_every_claim_meant_to_catch_it(corpus: CorpusRun, entry: Entry):
     """Every claim of ``expect`` ran on the kernel and FAILED (not error, not skipped)."""
     (name,) = corpus.kernel_names(entry)
@@ -159,15 +135,12 @@ def test_broken_kernel_fails_every_claim_meant_to_catch_it(corpus: CorpusRun, en
 def acceptable_for_a_correct_kernel(result: dict) -> bool:
     if result["status"] == "skipped":
         return bool(result["message"])
-    if result["status"] in ("xfailed", "xpassed"):  # xpassed: one of a claim's tests does not show the fault
-        return f"({KNOWN_DEVIATIONS.name}:" in result["message"]
     return result["status"] == "passed"
 
 
 @pytest.mark.parametrize("entry", CORRECT, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
 def test_correct_kernel_passes_every_claim_of_its_kind(corpus: CorpusRun, entry: Entry):
-    """Passed, skipped with a stated reason, or xfailed by a known deviation; and it went through every claim the
-    run checked for its kind."""
+    """Passed or skipped with a stated reason; and it went through every claim the run checked for its kind."""
     for name in corpus.kernel_names(entry):
         results = corpus.results(name)
         bad = [r for r in results if not acceptable_for_a_correct_kernel(r)]
@@ -183,4 +156,4 @@ def test_every_claim_the_suite_checks_catches_a_corpus_kernel(corpus: CorpusRun)
     catching = {r["claim"] for r in corpus.document["results"]
                 if r["kernel"] in broken_names and r["status"] == "failed"}
     uncaught = corpus.claims_run() - catching
-    assert uncaught == UNCAUGHT_CLAIMS, f"claims that catch no corpus kernel: {sorted(uncaught)}"
+    assert not uncaught, f"claims that catch no corpus kernel: {sorted(uncaught)}"

@@ -37,6 +37,7 @@ from verify.errors import UsageError
 KINDS = ("layernorm", "rmsnorm", "dropout")
 # Claim ids are prefixed by the kind's short name (proofs.claims).
 KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout"}
+BACKWARD_PRECISIONS = ("float32", "storage")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class Kernel:
     ``weight_offset + weight`` (0 for torch/Llama, 1 for Gemma's ``(1 + w)``), and is checked
     against the derivation with that effective weight. ``device``/``dtypes`` are declarations;
     ``None`` means "discover by probing" (:mod:`verify.capabilities`).
+
+    ``backward_precision`` declares what the backward accumulates in for float16/bfloat16 data:
+    ``"float32"`` (the default, what mixed-precision kernels do) or ``"storage"`` (statistics or
+    partial sums kept in the storage dtype, as torch's CPU ``layer_norm`` keeps mean and rstd);
+    the backward is then checked against the error model with u_acc = u_storage. The declaration
+    is shown in every result and report, so a weaker contract is never silent.
     """
 
     name: str
@@ -57,10 +64,19 @@ class Kernel:
     device: str | None = None
     dtypes: tuple[torch.dtype, ...] | None = None
     description: str = ""
+    backward_precision: str = "float32"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"kernel {self.name!r}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.backward_precision not in BACKWARD_PRECISIONS:
+            raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
+                             f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
+
+    def as_json(self) -> dict:
+        """The kernel's identity and declarations, as the results JSON records them."""
+        return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
+                "backward_precision": self.backward_precision, "description": self.description}
 
     @property
     def prefix(self) -> str:

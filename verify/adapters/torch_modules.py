@@ -12,12 +12,14 @@ several VJPs of one output; it changes memory use, not the numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import torch
 import torch._functorch.config as functorch_config
 
 from verify.adapters.modules import kernel_from_module_class
+from verify.adapters.torch_native import layer_norm_backward_precision
 from verify.registry import Builtin, Kernel
 
 
@@ -26,8 +28,12 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
         functorch_config.donated_buffer = False
     how = "torch.compile(nn.{})" if compile else "nn.{}"
     return [
-        kernel_from_module_class(torch.nn.LayerNorm, spec, "layernorm", name=f"{spec}:layernorm", compile=compile,
-                                 description=how.format("LayerNorm")),
+        dataclasses.replace(
+            kernel_from_module_class(torch.nn.LayerNorm, spec, "layernorm", name=f"{spec}:layernorm",
+                                     compile=compile, description=how.format("LayerNorm")),
+            # eager nn.LayerNorm is aten.native_layer_norm; Inductor's decomposition (torch/_refs) casts mean and
+            # rstd to the input dtype on the CPU too (docs/findings.md [F])
+            backward_precision=layer_norm_backward_precision()),
         kernel_from_module_class(torch.nn.RMSNorm, spec, "rmsnorm", name=f"{spec}:rmsnorm", compile=compile,
                                  description=how.format("RMSNorm")),
     ]

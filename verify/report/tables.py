@@ -30,6 +30,8 @@ def _kernels(column: Column) -> str:
             text += f" ({kernel.get('name')})"
         if kernel.get("weight_offset"):
             text += f", weight offset {kernel['weight_offset']:g}"
+        if kernel.get("backward_precision") == "storage":
+            text += ", backward declared in the storage precision"
         if (kernel.get("capabilities") or {}).get("backward") is False:
             text += ", no backward"
         described.append(text)
