@@ -32,6 +32,8 @@ def no_pytest(monkeypatch):
     (["--kernel", "torch", "--kind", "dropout", "--claims", "ln.*"], "no claim of the kernels' kinds (dropout)"),
     (["--kernel", "torch", "--timeout", "0"], "--timeout must be positive"),
     (["--kernel", "torch", "--pdf"], "--pdf needs --report DIR"),
+    (["--kernel", "torch", "--xfails-file", "/nowhere/x.txt"], "--xfails-file: no such file /nowhere/x.txt"),
+    (["--kernel", "torch", "--skips-file", "/nowhere/s.txt"], "--skips-file: no such file /nowhere/s.txt"),
 ])
 def test_bad_requests_are_one_line_and_exit_2(capsys, argv, words):
     assert cli.main(["run", *argv]) == 2

@@ -144,3 +144,21 @@ def test_summary_rows_join_the_tests_of_a_claim_and_kernel():
     rows = runner.summary_rows(document)
     assert [(r.kernel, r.status, r.examples, r.worst_ratio) for r in rows] == [
         ("k", "failed", 7, 7.0), ("j", "skipped", 0, None)]
+
+
+def test_known_deviations_and_skips_files_reach_the_suite(tmp_path):
+    """--xfails-file turns a kernel's recorded deviation into xfailed, --skips-file a claim into skipped, both with
+    their reasons, and the run then exits 0."""
+    kernels = tmp_path / "kernels.py"
+    kernels.write_text(textwrap.dedent(MISBEHAVING))
+    (tmp_path / "xfails.txt").write_text("ln.forward *:nan  # returns NaN, recorded as a known deviation\n")
+    (tmp_path / "skips.txt").write_text("ln.forward *:wrong_shape  # flattens its output, not checked here\n")
+    out = tmp_path / "results.json"
+    command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
+               "--profile", "ci", "-n", "0", "--timeout", "5", "--json", str(out), "--quiet",
+               "--kernel", f"{kernels}:nan", "--kernel", f"{kernels}:wrong_shape",
+               "--xfails-file", "xfails.txt", "--skips-file", "skips.txt"]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    statuses = {(r["kernel"].rsplit(":", 1)[1], r["status"]) for r in json.loads(out.read_text())["results"]}
+    assert statuses == {("nan", "xfailed"), ("wrong_shape", "skipped")}, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr

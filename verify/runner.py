@@ -52,6 +52,8 @@ class RunRequest:
     profile: str | None = None
     workers: str = "auto"
     timeout: float = 120.0
+    skips_file: Path | None = None  # properties/expectations.py: claim ids (and kernels) to skip, with reasons
+    xfails_file: Path | None = None  # ... and the known deviations to run as expected failures
 
     @property
     def log_path(self) -> Path:
@@ -90,6 +92,9 @@ def check_request(request: RunRequest) -> list[Kernel]:
     kernels = [kernel for spec in split_specs(request.specs) for kernel in resolve(spec, request.kind)]
     if request.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {request.timeout:g}")
+    for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{option}: no such file {path}")
     claims = known_claims()
     if request.claims and claims is not None:
         prefixes = {kernel.prefix for kernel in kernels}
@@ -121,6 +126,9 @@ def pytest_command(request: RunRequest) -> list[str]:
         command += ["--hypothesis-profile", request.profile]
     if request.workers not in ("0", "1"):
         command += ["-n", request.workers]
+    for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):
+        if path is not None:
+            command += [option, str(path.resolve())]  # the child may run elsewhere
     return command
 
 

@@ -53,6 +53,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"results file (default: DIR/results.json with --report, else {DEFAULT_JSON})")
     parser.add_argument("--report", type=Path, metavar="DIR", help="write the conformance report (LaTeX) to DIR")
     parser.add_argument("--pdf", action="store_true", help="with --report: compile the report to PDF (pdflatex)")
+    parser.add_argument("--skips-file", type=Path, metavar="FILE",
+                        help="claims to skip: one 'CLAIM [KERNEL]  # reason' per line, globs allowed")
+    parser.add_argument("--xfails-file", type=Path, metavar="FILE",
+                        help="known deviations, run as expected failures: one 'CLAIM [KERNEL]  # reason' per line")
     parser.add_argument("--quiet", action="store_true", help="no progress and no table: failures and totals only")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="time limit of one kernel call in seconds (default 120); a test gets "
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     json_path = (args.json or (args.report / "results.json" if args.report else DEFAULT_JSON)).resolve()
     request = runner.RunRequest(specs=args.kernel, json_path=json_path, kind=args.kind,
                                 claims=claim_patterns(args.claims), profile=args.profile, workers=args.workers,
-                                timeout=args.timeout)
+                                timeout=args.timeout, skips_file=args.skips_file, xfails_file=args.xfails_file)
     kernels = runner.check_request(request)
     console = make_console()
     if not args.quiet:
