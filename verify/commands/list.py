@@ -41,18 +41,20 @@ def _kernels(builtin: Builtin) -> tuple[list[Kernel], str | None]:
 
 def table(only_available: bool = False) -> Table:
     result = Table(title="built-in kernels (use as --kernel SPEC)", title_justify="left")
-    for header in ("SPEC", "kernel", "kind", "weight", "description", "here"):
+    for header in ("SPEC", "kernel", "kind", "weight", "backward in", "description", "here"):
         result.add_column(header, overflow="fold")
     for name, builtin in sorted(builtins().items()):
         kernels, reason = _kernels(builtin)
         if reason:
             if not only_available:
-                result.add_row(name, "", "", "", builtin.description, Text(f"unavailable: {reason}", style="red"))
+                result.add_row(name, "", "", "", "", builtin.description, Text(f"unavailable: {reason}", style="red"))
             continue
         for index, kernel in enumerate(kernels):
             weight = "w" if kernel.weight_offset == 0 else f"{kernel.weight_offset:g} + w"
-            result.add_row(name if index == 0 else "", kernel.name, kernel.kind,
-                           weight if kernel.kind != "dropout" else "", kernel.description or builtin.description,
+            norm = kernel.kind != "dropout"
+            backward = "storage dtype" if kernel.backward_precision == "storage" else "fp32"
+            result.add_row(name if index == 0 else "", kernel.name, kernel.kind, weight if norm else "",
+                           backward if norm else "", kernel.description or builtin.description,
                            Text(_device(kernel), style="green"))
         result.add_section()
     return result
