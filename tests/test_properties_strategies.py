@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties import strategies, tolerance
-from verify.registry import Kernel
+from properties import norms, strategies, tolerance
+from verify.registry import Kernel, resolve
 
 LN = Kernel("torch-ln", "layernorm", lambda x, weight, bias, eps: torch.nn.functional.layer_norm(
     x, (x.shape[-1],), weight, bias, eps), dtypes=(torch.float32, torch.float16))
@@ -91,3 +91,15 @@ def test_valid_offset_ratio_keeps_the_forward_bound_finite():
             ratio = strategies.valid_offset_ratio(d, dtype)
             x = (ratio + torch.randn(2, d, generator=torch.Generator().manual_seed(d), dtype=torch.float64)).to(dtype)
             assert np.isfinite(tolerance.forward(LN, x, None, None, 1e-12)).all()
+
+
+def test_gradients_beyond_the_storage_range_are_not_representable():
+    """A zero row with eps = 1e-12 has Jacobian entries ~ 1/sqrt(eps) = 1e6: inf is float16's correct rounding of
+    them, so the gradient strategies must leave the example out; float32 holds them."""
+    (kernel,) = resolve("torch", "layernorm")
+    zero_row = torch.zeros(1, 2, dtype=torch.float16)
+    jacobian = norms.reference_jacobian(kernel, zero_row, None, 1e-12)
+    assert np.abs(jacobian).max() > torch.finfo(torch.float16).max
+    assert not norms.representable(jacobian, torch.float16)
+    assert norms.representable(jacobian, torch.float32)
+    assert norms.representable(norms.reference_jacobian(kernel, zero_row, None, 1e-5), torch.float16)
