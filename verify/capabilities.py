@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from verify import guard
+from verify.errors import one_line
 from verify.registry import Kernel
 
 PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -84,11 +85,6 @@ def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
     return ""
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
-
-
 def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str]:
     """Why autograd gives no gradient through the kernel, and why no second derivative ('' when it does).
 
@@ -112,7 +108,7 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
         upstream, dx = guard.limited(kernel, lambda: derivative(True), timeout=_PROBE_TIMEOUT_S)
         (second,) = torch.autograd.grad(dx, upstream, torch.ones_like(dx), allow_unused=True)
     except Exception as error:
-        return "", f"backward not differentiable: {_first_line(error)}"
+        return "", f"backward not differentiable: {one_line(error)}"
     if second is None:
         return "", "backward not differentiable: its gradient does not depend on the upstream gradient in autograd"
     return "", ""

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from verify.errors import one_line
+
 DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 
 # Reasons that mean "the kernel gave a wrong answer" (the claim fails); all others mean "the claim
@@ -54,11 +56,6 @@ class KernelFault(Exception):
     def status(self) -> str:
         """The test status this fault gives its claim: ``failed`` (a wrong answer) or ``error``."""
         return "failed" if self.reason in WRONG_ANSWER_REASONS else "error"
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def _synchronize(value) -> None:
@@ -104,7 +101,7 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
         error = box["error"]
         if isinstance(error, (KeyboardInterrupt, KernelFault)):  # a fault found by a nested guarded call stays as is
             raise error
-        raise KernelFault(name, "raised", f"raised {_first_line(error)}") from error
+        raise KernelFault(name, "raised", f"raised {one_line(error)}") from error
     return box["value"]
 
 
