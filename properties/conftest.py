@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import platform
-
 import pytest
 
 from properties import profiles
@@ -115,21 +113,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    import hypothesis
-    import torch
-
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
-    cpu = f"cpu ({platform.processor() or platform.machine()})"
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu
+    # the plugin module, as pytest registered it (importing it here first would defeat its assert rewriting)
+    env = config.pluginmanager.get_plugin("properties.results").environment(config)  # what the JSON records
     return [
         f"normverify kernel: {', '.join(kernel_specs(config))}"
         + (f" (kind {config.getoption('--kind')})" if config.getoption("--kind") else ""),
-        f"normverify profile: {config._normverify_profile}",
-        f"versions: torch {torch.__version__}, triton {triton_version}, hypothesis {hypothesis.__version__}",
-        f"device: {device}",
+        f"normverify profile: {env['profile']}",
+        f"versions: torch {env['torch']}, triton {env['triton'] or 'not installed'}, "
+        f"hypothesis {env['hypothesis']}",
+        f"device: {env['device']}",
     ]

@@ -43,7 +43,11 @@ import numpy as np
 import pytest
 import torch
 
-from properties import evidence
+from properties import counterexamples, evidence
+from verify.capabilities import discover
+from verify.errors import UsageError, one_line
+from verify.guard import KernelFault
+from verify.registry import Kernel, resolve
 
 SCHEMA = "normverify.results/1"
 # Worst first: a test (and a claim x kernel cell) shows the first of these among its parts.
@@ -121,8 +125,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def kernel_of(item: pytest.Item):
     """The :class:`verify.registry.Kernel` the test is parametrized with (None for a test without one)."""
-    from verify.registry import Kernel
-
     callspec = getattr(item, "callspec", None)
     candidates = [*(callspec.params.values() if callspec else ()), *getattr(item, "funcargs", {}).values()]
     return next((value for value in candidates if isinstance(value, Kernel)), None)
@@ -166,8 +168,6 @@ def _test_timed_out(call: pytest.CallInfo) -> bool:
 
 
 def _kernel_fault(error: BaseException):
-    from verify.guard import KernelFault
-
     for part in _exception_parts(error):
         if isinstance(part, KernelFault):
             return part
@@ -202,13 +202,9 @@ def phase_message(call: pytest.CallInfo, report: pytest.TestReport) -> str:
     prefix = "" if report.when == "call" else f"in {report.when}: "
     members = getattr(error, "exceptions", None)
     if members:
-        lines = [f"{len(members)} distinct failures"] + [f"  {_first_line(m)}" for m in members]
+        lines = [f"{len(members)} distinct failures"] + [f"  {one_line(m)}" for m in members]
         return prefix + "\n".join(lines)[:MAX_MESSAGE]
     return prefix + _without_notes(error)[:MAX_MESSAGE]
-
-
-def _first_line(error: BaseException) -> str:
-    return _without_notes(error).splitlines()[0]
 
 
 def _without_notes(error: BaseException) -> str:
@@ -219,8 +215,6 @@ def _without_notes(error: BaseException) -> str:
 def capabilities_of(kernel) -> dict:
     """``verify.capabilities.discover(kernel)`` as JSON (cached per process), or what went wrong."""
     try:
-        from verify.capabilities import discover
-
         return discover(kernel).as_json()
     except Exception as error:
         return {"error": f"{type(error).__name__}: {error}"}
@@ -286,7 +280,7 @@ def counterexample(item: pytest.Item, error: BaseException, claim: str, kernel) 
     saved, save_problem = save_counterexample(item, claim, kernel, last)
     rerun = rerun_command(item)
     return {"text": describe_example(last) or hypothesis_text or _without_notes(error)[:MAX_MESSAGE],
-            "file": saved, "replay": replay_command(saved) if saved else rerun, "rerun": rerun,
+            "file": saved, "replay": counterexamples.replay_command(Path(saved)) if saved else rerun, "rerun": rerun,
             "hypothesis": hypothesis_text, "reproduce": blob, "seed": seed,
             **({"save_problem": save_problem} if save_problem else {})}
 
@@ -295,17 +289,7 @@ def describe_example(last) -> str:
     """The inputs of the last example run (the minimal failing one, after a failure), compactly."""
     if last is None:
         return ""
-    try:
-        from properties.counterexamples import describe
-    except ImportError:
-        return ""
-    return describe(last[2])
-
-
-def replay_command(saved: str) -> str:
-    from properties.counterexamples import replay_command
-
-    return replay_command(Path(saved))
+    return counterexamples.describe(last[2])
 
 
 def save_counterexample(item: pytest.Item, claim: str, kernel, last) -> tuple[str | None, str | None]:
@@ -316,14 +300,10 @@ def save_counterexample(item: pytest.Item, claim: str, kernel, last) -> tuple[st
     path = item.config.getoption("normverify_json")
     if last is None or kernel is None or not path:
         return None, None
-    try:
-        from properties.counterexamples import save
-    except ImportError:
-        return None, None
     check, _, example = last
     try:
-        saved = save(claim=claim, check=check, kernel=kernel, example=example,
-                     directory=Path(path).resolve().parent / "counterexamples")
+        saved = counterexamples.save(claim=claim, check=check, kernel=kernel, example=example,
+                                     directory=Path(path).resolve().parent / "counterexamples")
     except Exception as error:
         return None, f"not saved: {type(error).__name__}: {error}"
     return str(saved), None
@@ -422,9 +402,6 @@ class ResultsWriter:
         self.write(complete=False)
 
     def _kernels(self) -> list[dict]:
-        from verify.errors import UsageError
-        from verify.registry import resolve
-
         specs = [s for given in self.config.getoption("--kernel", None) or [] for s in given.split(",") if s]
         kernels = []
         for spec in specs:
