@@ -9,7 +9,8 @@ so importing this module costs only numpy.
 
 Undefined points: where sigma^2 + eps = 0 (LN: a constant row with eps = 0) or q + eps = 0
 (RMSNorm: a zero row with eps = 0) the function is 0/0, and every output of that row is NaN, never a
-finite value (the gradients and the spectral norm too). No warning is emitted for them.
+finite value (the gradients and the spectral norm too), however the row's mean rounds: a constant row
+is detected exactly (all elements equal) and centred to exact zeros. No warning is emitted for them.
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def _environment(kind: str, x_: ArrayLike, eps_: ArrayLike, dy_: ArrayLike | Non
     mean, mean_square = _row_statistics()
     with np.errstate(invalid="ignore", over="ignore"):  # rows holding inf or NaN give NaN rows
         if kind == "ln":
-            env["mu"] = mean(env)
+            # A constant row has mu = x_1 exactly; the float64 mean of e.g. (3.7, 3.7, 3.7) is not, and its
+            # residue would turn the 0/0 of sigma^2 + eps = 0 into +-1 (and the spectral norm into ~1e15).
+            constant = np.all(row == row[..., :1], axis=-1)
+            env["mu"] = np.where(constant, row[..., 0], mean(env))
             env["c"] = row - env["mu"][..., None]
             env["sigma^2"] = np.mean(env["c"] ** 2, axis=-1)  # the two-pass variance: MEAN_DEF of c^2
             scale2 = env["sigma^2"] + env["epsilon"]

@@ -126,6 +126,17 @@ def test_undefined_rows_are_nan_and_stay_in_their_row():
     assert np.allclose(oracles.layernorm(batch[:1], None, np.arange(3.0), 1e-5), np.arange(3.0))
 
 
+@pytest.mark.parametrize("width", [3, 7, 10, 4096])
+@pytest.mark.parametrize("value", [3.7, 0.1, -1e4 / 3])
+def test_constant_rows_are_undefined_however_their_mean_rounds(width, value):
+    """sigma^2 + eps = 0 on a constant row with eps = 0, although the float64 mean of (3.7,)*3 is not 3.7."""
+    row = np.full(width, value)
+    assert np.isnan(oracles.layernorm(row, None, None, 0.0)).all()
+    assert np.isnan(oracles.layernorm_spectral_norm(row, 0.0))
+    assert np.isnan(oracles.layernorm_vjp(row, None, 0.0, np.ones(width))[0]).all()
+    assert (oracles.layernorm(row, None, np.arange(width, dtype=float), 1e-5) == np.arange(width)).all()
+
+
 def test_broadcasting_over_leading_axes_and_per_row_eps():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, 3, 8))
