@@ -1,30 +1,37 @@
-# The two commands of README.md. Both do the set-up first; a set-up venv is reused (the stamp is
-# only rebuilt when pyproject.toml or the bootstrap script change), so re-runs start in seconds.
+# The two commands of README.md. Both do the set-up first: the venv is reused (the stamp is only rebuilt when
+# pyproject.toml or the bootstrap script change), and the system packages (pdflatex, poppler) are looked up on every
+# run, installed when missing and possible, else named in one line with the command that installs them.
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.normverify-installed
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k spectral"
 PYTEST_ARGS ?=
 
-.PHONY: setup verify test lint clean
+.PHONY: setup system-packages verify test lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) system-packages
+
+system-packages:
+	@bash scripts/system-packages.sh
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	VENV=$(VENV) bash scripts/bootstrap.sh
 	touch $@
 
 # The main job: every claim on the built-in kernels (torch and ours in Triton, all kinds), ci profile,
-# summary on the terminal, results JSON and report in reports/ (PDF when pdflatex is installed).
-PDF_FLAG := $(if $(shell command -v pdflatex),--pdf,)
-verify: $(STAMP)
-	$(VENV)/bin/normverify run --kernel torch --kernel triton --profile ci -n auto --report reports $(PDF_FLAG)
+# summary on the terminal, results JSON and report in reports/ (the PDF when pdflatex is there after the set-up;
+# otherwise one line says why not).
+verify: setup
+	@pdf=--pdf; why=$$(bash scripts/system-packages.sh --check pdflatex lmodern.sty booktabs.sty) || \
+	  { pdf=; echo "make verify: no PDF report: $$why"; }; \
+	run="$(VENV)/bin/normverify run --kernel torch --kernel triton --profile ci -n auto --report reports $$pdf"; \
+	echo "$$run"; $$run
 
-test: $(STAMP)
+test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: setup
 	$(PY) -m ruff check .
 
 clean:
