@@ -1,14 +1,16 @@
 """Hypothesis profiles of the conformance run.
 
-dev       quick local feedback (random, small).
-ci        derandomized (the same examples every run), no deadline (Triton's JIT and its CPU
+ci        the default: derandomized (the same examples every run), no deadline (Triton's JIT and its CPU
           interpreter make first calls slow), fixed example counts, no example database, prints
-          the @reproduce_failure blob of every failure.
+          the @reproduce_failure blob of every failure. A documented command gives the same verdict
+          on every run and every machine.
+dev       opt-in: quick and random (small), with Hypothesis' example database in .hypothesis/ (failures
+          found once are replayed first).
 thorough  many examples, the example database kept under .hypothesis/ so failures replay first.
 
-Selected by ``--hypothesis-profile NAME``, else ``NORMVERIFY_PROFILE``, else ``ci`` when the
-``CI`` environment variable is set and ``dev`` otherwise. Hypothesis loads its own ``ci``
-profile when CI is set; :func:`load` registers ours under the same name and loads it explicitly.
+Selected by ``--hypothesis-profile NAME`` (``normverify run --profile NAME``), else
+``NORMVERIFY_PROFILE``, else ``ci``. Hypothesis loads its own ``ci`` profile when the ``CI``
+environment variable is set; :func:`load` registers ours under the same name and loads it explicitly.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import os
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-PROFILES = ("dev", "ci", "thorough")
+PROFILES = ("ci", "dev", "thorough")
+DEFAULT = "ci"
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.differing_executors]
 
 
@@ -33,8 +36,8 @@ def register() -> None:
 
 
 def chosen(option: str | None = None) -> str:
-    """The profile to use: the explicit option, else NORMVERIFY_PROFILE, else ci under CI, else dev."""
-    name = option or os.environ.get("NORMVERIFY_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    """The profile to use: the explicit option, else NORMVERIFY_PROFILE, else ci (derandomized)."""
+    name = option or os.environ.get("NORMVERIFY_PROFILE") or DEFAULT
     if name not in PROFILES:
         raise ValueError(f"unknown Hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
     return name
