@@ -42,6 +42,8 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
+from proofs import probabilistic
+
 C_RSQRT = 4
 C_WEIGHT = 1
 C_COMBINE = 4
@@ -54,6 +56,9 @@ _UNDERFLOW = {2.0**-53: 2.0**-1075, 2.0**-24: 2.0**-150, 2.0**-11: 2.0**-25, 2.0
 n, u, w = sp.symbols("d u u_out", positive=True)  # row width, accumulation and storage unit roundoffs
 eta, eta_out = sp.symbols("eta eta_out", nonnegative=True)  # underflow
 mean_abs, kappa, inv_s2 = sp.symbols("E_x kappa s^{-2}", nonnegative=True)  # mean|x|/s, kappa, 1/s^2
+# relative error factors of the statistics: |mu_hat - mu| <= phi_mu mean|x|, the variance (or mean square) sum
+# and what follows it off by phi_v relative (worst case: gamma_{d+1}, gamma_{d+5}; see FACTORS)
+phi_mu, phi_v = sp.symbols(r"\phi_\mu \phi_v", nonnegative=True)
 xhat, g, y = sp.symbols(r"|\hat{x}_i| |\gamma_i| |y_i|", nonnegative=True)
 
 
@@ -71,12 +76,12 @@ def composed(*relative: sp.Expr) -> sp.Expr:
 def forward_terms(kind: str) -> dict[str, sp.Expr]:
     """The named pieces of the forward bound, in the order they are derived."""
     if kind == "ln":
-        mean_error = gamma_n(n + 1) * mean_abs  # |mu_hat - mu| / s
-        rho_t = composed(2 * mean_error + mean_error**2, gamma_n(n + 5)) + 2 * gamma_n(n + 1) * kappa
+        mean_error = phi_mu * mean_abs  # |mu_hat - mu| / s
+        rho_t = composed(2 * mean_error + mean_error**2, phi_v) + 2 * phi_mu * kappa
         rho_t += (n + 5) * eta * inv_s2
     else:
         mean_error = sp.S.Zero
-        rho_t = gamma_n(n + 3) + (n + 3) * eta * inv_s2
+        rho_t = phi_v + (n + 3) * eta * inv_s2
     eps_r = (1 + gamma_n(C_RSQRT)) / sp.sqrt(1 - rho_t) - 1
     eps_1 = composed(eps_r, gamma_n(2 + C_WEIGHT + (1 if kind == "ln" else 0)))
     product = g * (xhat * eps_1 + mean_error * (1 + eps_1))
@@ -85,9 +90,18 @@ def forward_terms(kind: str) -> dict[str, sp.Expr]:
             "bound": stored}
 
 
+BOUNDS = ("probabilistic", "worst-case")
+DEFAULT_BOUND = "probabilistic"
+# the statistic factors of the worst-case analysis: mean (d - 1 additions, 1/d, product), variance (subtract,
+# square, d - 1 additions, 1/d, product, + eps) or mean square (square, d - 1 additions, 1/d, product, + eps)
+_WORST_ROUNDINGS = {"ln": (1, 5), "rms": (None, 3)}  # gamma_{d + k} of phi_mu, phi_v (None: no mean)
+WORST_CASE_FACTORS = {kind: {phi_mu: sp.S.Zero if mean_k is None else gamma_n(n + mean_k), phi_v: gamma_n(n + var_k)}
+                      for kind, (mean_k, var_k) in _WORST_ROUNDINGS.items()}
+
+
 @cache
 def _forward_function(kind: str):
-    return sp.lambdify((n, u, w, eta, eta_out, mean_abs, kappa, inv_s2, xhat, g, y),
+    return sp.lambdify((n, u, w, eta, eta_out, phi_mu, phi_v, mean_abs, kappa, inv_s2, xhat, g, y),
                        forward_terms(kind)["bound"], modules="numpy")
 
 
@@ -132,32 +146,83 @@ def _underflow(u_value: float) -> float:
     return _UNDERFLOW.get(float(u_value), 0.0)
 
 
-def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: float, u_out: float) -> np.ndarray:
+def _check_model(model: str) -> str:
+    if model not in BOUNDS:
+        raise ValueError(f"unknown bound {model!r}: expected one of {', '.join(BOUNDS)}")
+    return model
+
+
+def _lam(model: str, events: int) -> float | None:
+    """lambda of the probabilistic model for ``events`` sums in one evaluation; None for the worst case."""
+    return probabilistic.lam(events) if _check_model(model) == "probabilistic" else None
+
+
+def _at_most(worst: np.ndarray, *relative: np.ndarray) -> np.ndarray:
+    """min(worst, prod(1 + e) - 1): a composed probabilistic factor never exceeds the worst case it refines."""
+    product = 1.0
+    for e in relative:
+        product = product * (1 + np.asarray(e))
+    return np.minimum(worst, product - 1)
+
+
+def statistic_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, row: np.ndarray) -> tuple:
+    """(phi_mu, phi_v) per row, axis kept: the worst case WORST_CASE_FACTORS, or with the probabilistic sum factor
+    (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies."""
+    width, g = row.shape[-1], probabilistic.gamma
+    mean_k, var_k = _WORST_ROUNDINGS[kind]
+    shape = (*row.shape[:-1], 1)
+    phi_mean = np.zeros(shape) if mean_k is None else np.full(shape, g(width + mean_k, u_acc))
+    phi_var = np.full(shape, g(width + var_k, u_acc))
+    if lam_value is None:
+        return phi_mean, phi_var
+    if kind == "ln":
+        phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value), g(2, u_acc))
+        square_error = g(3, u_acc)
+    else:
+        square_error = g(1, u_acc)
+    squares = np.square(q["normalized"])
+    phi_var = _at_most(phi_var, square_error, probabilistic.sum_factor(squares, u_acc, lam_value), g(3, u_acc))
+    return phi_mean, phi_var
+
+
+def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: float, u_out: float,
+                      factors: tuple) -> np.ndarray:
     from proofs import oracles
 
     scale = np.ones(row.shape[-1]) if weight is None else np.abs(np.asarray(weight, dtype=np.float64))
     exact = oracles.layernorm(row, weight, bias, q["eps"]) if kind == "ln" else oracles.rmsnorm(row, weight, q["eps"])
     function = _forward_function(kind)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return function(row.shape[-1], u_acc, u_out, _underflow(u_acc), _underflow(u_out), q["mean_abs"],
+        return function(row.shape[-1], u_acc, u_out, _underflow(u_acc), _underflow(u_out), *factors, q["mean_abs"],
                         q["kappa"], q["inv_s2"], np.abs(q["normalized"]), scale, np.abs(exact))
 
 
+@cache
+def _rho_function(kind: str):
+    return sp.lambdify((n, u, eta, phi_mu, phi_v, mean_abs, kappa, inv_s2), forward_terms(kind)["rho_t"],
+                       modules="numpy")
+
+
 def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
-                  u_acc: float, u_out: float, kind: str) -> np.ndarray:
+                  u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND) -> np.ndarray:
     """Per-element bound B with |y_kernel - y_oracle| <= B (module docstring), shape of x.
 
+    ``model``: "probabilistic" (default: the sums' factors of proofs.probabilistic, exceeded by a correct kernel
+    with probability at most probabilistic.FALSE_ALARM per call) or "worst-case" (always holds).
     Includes the float64 oracle's own error. inf where the model does not apply (d u_acc too large,
-    rho_t > 0.6) and NaN where the function is undefined (sigma^2 + eps = 0).
+    rho_t >= 1) and NaN where the function is undefined (sigma^2 + eps = 0).
     """
     kind = _check_kind(kind)
     row = np.asarray(x, dtype=np.float64)
     q = {**_row_quantities(row, eps, kind), "eps": eps}
-    kernel = _forward_bound_at(kind, row, q, weight, bias, u_acc, u_out)
-    oracle = _forward_bound_at(kind, row, q, weight, bias, 2.0**-53, 2.0**-53)
-    rho = sp.lambdify((n, u, eta, mean_abs, kappa, inv_s2), forward_terms(kind)["rho_t"], modules="numpy")
+    rows = int(np.prod(row.shape[:-1]))
+    factors = statistic_factors(kind, q, u_acc, _lam(model, rows * (2 if kind == "ln" else 1)), row)
+    kernel = _forward_bound_at(kind, row, q, weight, bias, u_acc, u_out, factors)
+    oracle = _forward_bound_at(kind, row, q, weight, bias, 2.0**-53, 2.0**-53,
+                               statistic_factors(kind, q, 2.0**-53, None, row))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        rho_t = rho(row.shape[-1], u_acc, _underflow(u_acc), q["mean_abs"], q["kappa"], q["inv_s2"])
+        rho_t = _rho_function(kind)(row.shape[-1], u_acc, _underflow(u_acc), *factors, q["mean_abs"], q["kappa"],
+                                    q["inv_s2"])
     return _where_valid(kernel + oracle, row.shape[-1], u_acc, rho_t, q["inv_s2"])
 
 
@@ -171,8 +236,13 @@ def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray,
 # --- backward --------------------------------------------------------------------------------
 # Per element j of a row: gp = |gamma_j dy_j|, the normalized element xhat_j and its computed error Xi_j;
 # per row: A1 = mean|g'|, A2 = mean(|g'| (|xhat| + Xi)), A3 = mean(|g'| Xi), c1 = |mean g'|,
-# c2 = |mean(g' xhat)|, the exact |dx_j| and eps_r.
+# c2 = |mean(g' xhat)|, the exact |dx_j| and eps_r; phi_1, phi_2 the relative error factors of c1 and c2
+# (worst case gamma_{d+2+C_WEIGHT}, gamma_{d+3+C_WEIGHT}: the product g', d - 1 additions, 1/d, product).
 gp, xi, a1, a2, a3, c1, c2, dx_abs, er = sp.symbols("g'_j Xi_j A_1 A_2 A_3 c_1 c_2 |dx_j| epsilon_r", nonnegative=True)
+phi_1, phi_2 = sp.symbols(r"\phi_1 \phi_2", nonnegative=True)
+_WORST_GRADIENT_ROUNDINGS = (2 + C_WEIGHT, 3 + C_WEIGHT)
+WORST_CASE_BACKWARD_FACTORS = {phi: gamma_n(n + k) for phi, k in zip((phi_1, phi_2), _WORST_GRADIENT_ROUNDINGS,
+                                                                      strict=True)}
 
 
 @cache
@@ -183,9 +253,9 @@ def backward_terms(kind: str) -> dict[str, sp.Expr]:
     eps_xhat = composed(terms["eps_r"], gamma_n(2 if kind == "ln" else 1))
     xi_expr = xhat * eps_xhat + terms["mean_error"] * (1 + eps_xhat)
     g_error = gamma_n(1 + C_WEIGHT)  # g' = (offset + gamma) dy
-    dc1 = gamma_n(n + 2 + C_WEIGHT) * a1 if kind == "ln" else sp.S.Zero
+    dc1 = phi_1 * a1 if kind == "ln" else sp.S.Zero
     c1_term = c1 if kind == "ln" else sp.S.Zero
-    dc2 = gamma_n(n + 3 + C_WEIGHT) * a2 + a3
+    dc2 = phi_2 * a2 + a3
     magnitude = gp * (1 + g_error) + c1_term + dc1 + (xhat + xi) * (c2 + dc2)
     dt = g_error * gp + dc1 + xhat * dc2 + xi * (c2 + dc2) + gamma_n(C_COMBINE) * magnitude
     scale = (1 + er) * (1 + u) * (1 + w)
@@ -196,42 +266,76 @@ def backward_terms(kind: str) -> dict[str, sp.Expr]:
 @cache
 def _backward_functions(kind: str):
     forward = forward_terms(kind)
-    row_args = (n, u, eta, mean_abs, kappa, inv_s2)
+    row_args = (n, u, eta, phi_mu, phi_v, mean_abs, kappa, inv_s2)
     return (
         sp.lambdify((*row_args, xhat), backward_terms(kind)["Xi"], modules="numpy"),
         sp.lambdify(row_args, forward["eps_r"], modules="numpy"),
-        sp.lambdify(row_args, forward["rho_t"], modules="numpy"),
-        sp.lambdify((n, u, w, eta_out, inv_s2, gp, xhat, xi, a1, a2, a3, c1, c2, dx_abs, er),
+        sp.lambdify((n, u, w, eta_out, inv_s2, gp, xhat, xi, a1, a2, a3, c1, c2, dx_abs, er, phi_1, phi_2),
                     backward_terms(kind)["bound"], modules="numpy"),
     )
 
 
-def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out):
-    xi_of, eps_r_of, rho_of, dx_of = _backward_functions(kind)
+def _gradient_factors(width: int, u_acc: float, lam_value: float | None, g_prime: np.ndarray,
+                      c2_terms: np.ndarray) -> tuple:
+    """(phi_1, phi_2) per row: WORST_CASE_BACKWARD_FACTORS, refined by the probabilistic sum factor."""
+    g = probabilistic.gamma
+    shape = (*g_prime.shape[:-1], 1)
+    first, second = (np.full(shape, g(width + k, u_acc)) for k in _WORST_GRADIENT_ROUNDINGS)
+    if lam_value is None:
+        return first, second
+    first = _at_most(first, g(1 + C_WEIGHT, u_acc), probabilistic.sum_factor(g_prime, u_acc, lam_value),
+                     g(2, u_acc))
+    second = _at_most(second, g(2 + C_WEIGHT, u_acc), probabilistic.sum_factor(c2_terms, u_acc, lam_value),
+                      g(2, u_acc))
+    return first, second
+
+
+def _column_factor(terms: np.ndarray, u_acc: float, lam_value: float | None, pattern: np.ndarray) -> np.ndarray:
+    """The factor of the sums over rows (axis 0 of [rows, d] terms), shape [d]: gamma_{rows-1} or the probabilistic
+    one where the column's ``pattern`` (the signed terms) has independent roundings."""
+    worst = probabilistic.gamma(terms.shape[0] - 1, u_acc) * np.ones(terms.shape[1])
+    if lam_value is None or terms.shape[0] < 2:
+        return worst
+    chance = lam_value * u_acc * (1 + worst) * probabilistic.tree_factor(terms, axis=0)[0]
+    return np.where(probabilistic.independent(pattern, axis=0)[0] & (chance < worst), chance, worst)
+
+
+def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value):
+    xi_of, eps_r_of, dx_of = _backward_functions(kind)
     width = row.shape[-1]
     scale = np.ones(width) if weight is None else np.asarray(weight, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        row_args = (width, u_acc, _underflow(u_acc), q["mean_abs"], q["kappa"], q["inv_s2"])
+        factors = statistic_factors(kind, q, u_acc, lam_value, row)
+        row_args = (width, u_acc, _underflow(u_acc), *factors, q["mean_abs"], q["kappa"], q["inv_s2"])
         normalized = np.abs(q["normalized"])
         xi_j = xi_of(*row_args, normalized)
         g_prime = scale * dy
         first, second = mean(g_prime), mean(g_prime * q["normalized"])
         exact_dx = (g_prime - (first if kind == "ln" else 0) - q["normalized"] * second) * np.sqrt(q["inv_s2"])
+        magnitudes = np.abs(g_prime) * (normalized + xi_j)
+        phi_first, phi_second = _gradient_factors(width, u_acc, lam_value, g_prime, magnitudes)
         dx = dx_of(width, u_acc, u_out, _underflow(u_out), q["inv_s2"], np.abs(g_prime), normalized, xi_j,
-                   mean(np.abs(g_prime)), mean(np.abs(g_prime) * (normalized + xi_j)), mean(np.abs(g_prime) * xi_j),
-                   np.abs(first), np.abs(second), np.abs(exact_dx), eps_r_of(*row_args))
-        rows = int(np.prod(row.shape[:-1]))
+                   mean(np.abs(g_prime)), mean(magnitudes), mean(np.abs(g_prime) * xi_j),
+                   np.abs(first), np.abs(second), np.abs(exact_dx), eps_r_of(*row_args), phi_first, phi_second)
+        flat = (-1, width)
         lead = tuple(range(row.ndim - 1))
         dweight = None
         if weight is not None:
-            terms = np.abs(dy) * (normalized + xi_j)
+            terms = (np.abs(dy) * (normalized + xi_j)).reshape(flat)
             exact = np.abs((dy * q["normalized"]).sum(axis=lead))
-            dweight = (np.abs(dy) * xi_j).sum(axis=lead) + _gamma(rows, u_acc) * terms.sum(axis=lead)
+            factor = _column_factor(terms, u_acc, lam_value, (dy * q["normalized"]).reshape(flat))
+            dweight = (np.abs(dy) * xi_j).sum(axis=lead) + _composed_with_product(factor, u_acc) * terms.sum(axis=0)
             dweight = dweight + (exact + dweight) * u_out + _underflow(u_out)
-        dbias = _gamma(rows - 1, u_acc) * np.abs(dy).sum(axis=lead)
+        upstream = dy.reshape(flat)
+        dbias = _column_factor(upstream, u_acc, lam_value, upstream) * np.abs(dy).sum(axis=lead)
         dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_out + _underflow(u_out)
-        rho_t = rho_of(*row_args)
+        rho_t = _rho_function(kind)(*row_args)
     return dx, dweight, dbias, rho_t
+
+
+def _composed_with_product(factor: np.ndarray, u_acc: float) -> np.ndarray:
+    """A sum's factor composed with the rounding of its terms' product dy xhat: (1 + f)(1 + u) - 1."""
+    return (1 + factor) * (1 + u_acc) - 1
 
 
 def mean(values: np.ndarray) -> np.ndarray:
@@ -239,23 +343,22 @@ def mean(values: np.ndarray) -> np.ndarray:
     return np.mean(values, axis=-1, keepdims=True)
 
 
-def _gamma(m: int, u_value: float) -> float:
-    return float(gamma_n(sp.Integer(m)).subs(u, u_value)) if m > 0 else 0.0
-
-
 def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray,
-                   u_acc: float, u_out: float, kind: str) -> tuple:
+                   u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND) -> tuple:
     """Per-element bounds of the backward: (B_dx, B_dweight, B_dbias) for LN, (B_dx, B_dweight) for RMSNorm.
 
     B_dx has the shape of x; B_dweight and B_dbias the shape [d] (the gradients summed over the
-    leading axes, in any order: gamma_{rows} for the cross-row sums); B_dweight is None without weight.
+    leading axes, in any order: gamma_{rows} for the cross-row sums, or the probabilistic factor);
+    B_dweight is None without weight. ``model`` as in :func:`forward_bound`.
     Includes the float64 oracle's own error; inf where the model does not apply, NaN on undefined rows.
     """
     kind = _check_kind(kind)
     row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
     q = _row_quantities(row, eps, kind)
-    kernel = _backward_at(kind, row, q, weight, upstream, u_acc, u_out)
-    oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53)
+    rows = int(np.prod(row.shape[:-1]))
+    lam_value = _lam(model, rows * 4 + 2 * row.shape[-1])
+    kernel = _backward_at(kind, row, q, weight, upstream, u_acc, u_out, lam_value)
+    oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
     dx = _where_valid(kernel[0] + oracle[0], row.shape[-1], u_acc, kernel[3], q["inv_s2"])
     lead = tuple(range(row.ndim - 1))
     any_invalid = ~np.isfinite(dx).all(axis=lead)

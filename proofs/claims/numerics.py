@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, expressions, oracles, simulate
+from proofs import error_model, expressions, oracles, probabilistic, simulate
 from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
@@ -33,8 +34,9 @@ def _sum_order_bound_holds() -> bool:
 
 
 @cache
-def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[float, ...], dtype: str) -> float:
-    """max |y_sim - y_oracle| / forward_bound over adversarial rows, eps in 1e-12..1e-2, for one method."""
+def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[float, ...], dtype: str,
+                 model: str = error_model.DEFAULT_BOUND) -> float:
+    """max |y_sim - y_oracle| / forward_bound (``model``) over adversarial rows, eps 1e-12..1e-2, for one method."""
     rng = np.random.default_rng(1)
     storage = {"float32": np.float32, "float16": np.float16}[dtype]
     u_out = error_model.unit_roundoff(dtype)
@@ -53,7 +55,7 @@ def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[floa
                 exact = oracles.rmsnorm(row, None, epsilon) if kind == "rms" else oracles.layernorm(row, None, None,
                                                                                                    epsilon)
                 bound = error_model.forward_bound(row, None, None, epsilon, error_model.unit_roundoff("float32"),
-                                                  u_out, kind)
+                                                  u_out, kind, model)
                 finite = np.isfinite(bound)
                 if finite.any():
                     ratio = np.abs(got.astype(np.float64) - exact)[finite] / bound[finite]
@@ -64,17 +66,134 @@ def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[floa
 def _backward_within_bound() -> bool:
     rng = np.random.default_rng(3)
     u = error_model.unit_roundoff("float32")
-    for width in (2, 64, 1024):
+    for width, model in itertools.product((2, 64, 1024), error_model.BOUNDS):
         for shift in (0.0, 1e3):
             row = simulate.adversarial_rows(rng, 4, width, shift, np.float32)
             upstream = rng.standard_normal(row.shape).astype(np.float32).astype(np.float64)
             for order in ("sequential", "pairwise"):
                 got = simulate.layernorm_backward(row, upstream, 1e-5, order=order).astype(np.float64)
                 exact = oracles.layernorm_vjp(row, None, 1e-5, upstream)[0]
-                bound = error_model.backward_bound(row, None, 1e-5, upstream, u, u, "ln")[0]
+                bound = error_model.backward_bound(row, None, 1e-5, upstream, u, u, "ln", model)[0]
                 if np.any(np.abs(got - exact) > bound):
                     return False
     return True
+
+
+def _rounded_tree(leaves: list, order: str) -> tuple[sp.Expr, sp.Expr]:
+    """(fl(sum) - sum, sum_v delta_v t_v) for a symbolic sum of ``leaves`` (sequential or pairwise),
+    t_v the exact sum of node v's two computed children."""
+    deltas = iter(sp.symbols("delta_1:8", real=True))
+    nodes = []
+
+    def add(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+        delta = next(deltas)
+        nodes.append(delta * (a + b))
+        return (a + b) * (1 + delta)
+
+    values = list(leaves)
+    if order == "sequential":
+        total = values[0]
+        for value in values[1:]:
+            total = add(total, value)
+    else:
+        while len(values) > 1:
+            values = [add(values[k], values[k + 1]) for k in range(0, len(values), 2)]
+        total = values[0]
+    return total - sum(leaves), sp.Add(*nodes)
+
+
+def _node_sums(weights: tuple[float, ...]) -> list[float]:
+    """sum_v A_v^2 of every full binary tree over the leaves ``weights`` (A_v the sum of the leaves under v)."""
+    @cache
+    def of(subset: frozenset[int]) -> tuple[float, ...]:
+        if len(subset) == 1:
+            return (0.0,)
+        first, *others = sorted(subset)
+        total = sum(weights[k] for k in subset) ** 2
+        found = []
+        for size in range(len(others)):
+            for chosen in itertools.combinations(others, size):
+                left = frozenset((first, *chosen))
+                found += [a + b + total for a in of(left) for b in of(subset - left)]
+        return tuple(found)
+
+    return list(of(frozenset(range(len(weights)))))
+
+
+def _decreasing_sequential_is_the_worst_tree() -> bool:
+    """max over trees of sum_v A_v^2 = sum_{k=2}^m T_k^2 (T_k: sum of the k largest weights), m = 2..6."""
+    rng = np.random.default_rng(7)
+    for m in range(2, 7):
+        for weights in (rng.exponential(size=m), np.ones(m), rng.integers(0, 3, m).astype(float)):
+            ordered = np.cumsum(np.sort(weights)[::-1])
+            bound = float(np.sum(ordered[1:] ** 2))
+            if not np.isclose(max(_node_sums(tuple(weights))), bound, rtol=1e-12):
+                return False
+    return True
+
+
+def _float32_sums_within_the_probabilistic_factor() -> bool:
+    """Sequential, pairwise and blocked (256, sequential across blocks) float32 sums of the suite's row
+    distributions stay within sum_factor * sum|x|; a sequential sum of a constant row breaks the sqrt bound by
+    more than 2x, and probabilistic.independent rejects that row (the fallback to the worst case)."""
+    rng = np.random.default_rng(11)
+    u = error_model.unit_roundoff("float32")
+    lam = probabilistic.lam(1)
+    for width, offset in itertools.product((100, 1000, 8192), (0.0, 10.0, 1e3)):
+        for values in (rng.standard_normal((20, width)), rng.uniform(-1, 1, (20, width)),
+                       rng.standard_normal((20, width)) * (rng.uniform(size=(20, width)) < 0.2),
+                       rng.integers(-8, 9, (20, width)).astype(float)):
+            rows = (offset + values).astype(np.float32)
+            exact = rows.astype(np.float64)
+            bound = probabilistic.sum_factor(exact, u, lam)[..., 0] * np.abs(exact).sum(-1)
+            blocked = simulate.summed(np.stack([simulate.summed(b, "pairwise") for b in
+                                                np.array_split(rows, -(-width // 256), axis=-1)], -1), "sequential")
+            for got in (simulate.summed(rows, "sequential"), simulate.summed(rows, "pairwise"), blocked):
+                if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > bound):
+                    return False
+    constant = np.full((1, 65536), 0.1, np.float32)
+    error = abs(float(simulate.summed(constant, "sequential")[0]) - float(constant.astype(np.float64).sum()))
+    sqrt_bound = lam * u * float(probabilistic.tree_factor(constant)[0, 0]) * float(np.abs(constant).sum())
+    return error > 2 * sqrt_bound and not probabilistic.independent(constant)[0, 0]
+
+
+_lam, _events, _false_alarm, _q, _c = sp.symbols(r"\lambda N p Q c", positive=True)
+
+
+def _probabilistic_steps() -> tuple:
+    """The default (probabilistic) factor of a sum in any order: proofs.probabilistic, steps 1-5."""
+    sequential = _rounded_tree(list(sp.symbols("x_1:5", real=True)), "sequential")
+    pairwise = _rounded_tree(list(sp.symbols("x_1:5", real=True)), "pairwise")
+    azuma_t = _lam * _c * sp.sqrt(_q)
+    return (
+        Equal(sequential[0], sequential[1],
+              r"any summation tree: $\mathrm{fl}(\sum) - \sum = \sum_v \delta_v t_v$, $t_v$ the exact sum of the "
+              r"computed children (sequential, 4 terms; no expansion in $\delta$: exact)", aggregates={}),
+        Equal(pairwise[0], pairwise[1], r"the same for the pairwise tree of 4 terms", aggregates={}),
+        Fact(r"\max_{\text{trees}} \sum_v A_v^2 = \sum_{k=2}^m T_k^2,\ T_k = \text{sum of the } k "
+             r"\text{ largest } |x_i|",
+             r"order-agnostic: the sequential sum in decreasing order is the worst tree (proof: the $j$-th largest "
+             r"node has at most $m-j+1$ leaves); checked on every tree of $m \le 6$ leaves",
+             _decreasing_sequential_is_the_worst_tree),
+        Equal(sp.exp(-azuma_t**2 / (2 * _c**2 * _q)), sp.exp(-_lam**2 / 2),
+              r"Azuma--Hoeffding (assumed theorem: martingale differences $|\delta_v t_v| \le c\,A_v$, "
+              r"$c = u(1+\gamma_{m-1})$, $Q = \sum_v A_v^2$): $P(|\sum_v\delta_v t_v| \ge \lambda c\sqrt{Q}) "
+              r"\le 2e^{-t^2/(2c^2Q)}$ at $t = \lambda c\sqrt{Q}$ is $2e^{-\lambda^2/2}$"),
+        Equal(_events * 2 * sp.exp(-sp.sqrt(2 * sp.log(2 * _events / _false_alarm)) ** 2 / 2), _false_alarm,
+              r"$\lambda = \sqrt{2\ln(2N/p)}$: a union bound over the $N$ sums of one bound evaluation gives false "
+              r"alarm $p$ per evaluation (\texttt{probabilistic.FALSE\_ALARM} $= 10^{-13}$), $K p$ per run of $K$"),
+        Fact(r"|\mathrm{fl}_{32}(\textstyle\sum x) - \sum x| \le \min(\gamma_{m-1}, P_m)\sum|x| \text{ on the suite's "
+             r"rows; not on a constant row}",
+             r"float32 sequential, pairwise and blocked sums, normal/uniform/sparse/integer rows, offsets to $10^3$, "
+             r"$m$ to 8192; a constant row (0.1, $m = 65536$) summed sequentially breaks $P_m$: "
+             r"\texttt{probabilistic.independent} sends such rows to the worst case",
+             _float32_sums_within_the_probabilistic_factor),
+    )
+
+
+def _worst_case(term: str) -> sp.Expr:
+    """A piece of the LayerNorm forward bound with the worst-case statistic factors gamma_{d+1}, gamma_{d+5}."""
+    return error_model.forward_terms("ln")[term].subs(error_model.WORST_CASE_FACTORS["ln"])
 
 
 def _first_order_bound() -> sp.Expr:
@@ -90,6 +209,7 @@ def _error_model() -> Derivation:
     one_pass_error = (var + mu**2) * (1 + d2) - mu**2 * (1 + d1) ** 2 - var
     drho = sp.diff((1 - rho) ** sp.Rational(-1, 2) + (1 + rho) ** sp.Rational(-1, 2), rho)
     return Derivation((
+        *_probabilistic_steps(),
         Fact(r"|\mathrm{fl}(\textstyle\sum_k x_k) - \sum_k x_k| \le \gamma_{d-1}\sum_k|x_k|,\ "
              r"\gamma_m = \frac{m u}{1-m u}, \text{ any order}",
              "Higham (2002) Lemma 3.1 and eq. (4.4); checked on float32 sequential and pairwise sums",
@@ -109,19 +229,18 @@ def _error_model() -> Derivation:
               r"relative to $s^2 = \sigma^2+\epsilon$ that is $\kappa^2\delta_2$, $\kappa^2 = "
               r"\frac{\mu^2+\sigma^2}{\sigma^2+\epsilon}$: a factor $\kappa$ beyond the two-pass/Welford "
               r"$(2\kappa+1)\gamma_{d+5}$"),
-        Equal(sp.diff(error_model.forward_terms("ln")["product"], error_model.u).subs({error_model.u: 0,
-                                                                                       error_model.eta: 0}),
+        Equal(sp.diff(_worst_case("product"), error_model.u).subs({error_model.u: 0, error_model.eta: 0}),
               _first_order_bound(),
               r"the bound to first order in $u$ (coefficient of $u$ before the storage rounding): linear in $d$, "
               r"in $\kappa$ and in $E_x = \mathrm{mean}|x|/s \le \kappa$"),
-        Equal(error_model.forward_terms("ln")["bound"].subs({error_model.u: 0, error_model.eta: 0}),
+        Equal(_worst_case("bound").subs({error_model.u: 0, error_model.eta: 0}),
               error_model.w * error_model.y + error_model.eta_out,
               r"with exact arithmetic only the rounding of the output remains: $u_{out}|y_i|$ (+ underflow)"),
         Fact(r"\max |y_{\text{two-pass}} - y| / B \le 1 \text{ (float32, float16 out; sequential, pairwise, Welford)}",
              "simulated in numpy on rows |mean|/std up to 1e4, d up to 1024, eps 1e-12..1e-2",
-             lambda: all(worst_ratios(method, (3, 64, 1024), (0.0, 1e2, 1e4), dtype) <= 1
-                         for method in ("sequential", "pairwise", "welford", "rms") for dtype in ("float32",
-                                                                                                 "float16"))),
+             lambda: all(worst_ratios(method, (3, 64, 1024), (0.0, 1e2, 1e4), dtype, model) <= 1
+                         for method in ("sequential", "pairwise", "welford", "rms") for dtype in ("float32", "float16")
+                         for model in error_model.BOUNDS)),
         Fact(r"\max |dx_{\text{float32}} - dx| / B_{dx} \le 1",
              r"the backward bound (\texttt{backward\_bound}) on a float32 simulation of "
              r"$r(g - \bar g - \hat{x}\,\overline{g\hat{x}})$, rows $|\mu|/\sigma$ up to $10^3$, $d \le 1024$",
@@ -179,8 +298,15 @@ CLAIMS = (
           r"The one-pass variance errs by $\kappa^2 d u$ relative to $s^2$: a factor $\sim\kappa$ beyond the bound. "
           r"The backward bound composes the same pieces for $dx = r(g' - \bar{g'} - \hat{x}\,\overline{g'\hat{x}})$, "
           r"$g' = \gamma\odot g$ (4 roundings to combine the terms), and $\gamma_{\text{rows}}$ for the sums of "
-          r"$d\gamma$, $d\beta$ over rows.",
+          r"$d\gamma$, $d\beta$ over rows. That is the worst case (\texttt{--bound worst-case}); the default "
+          r"(probabilistic) bound replaces each sum's $\gamma_{m-1}$ by $\min(\gamma_{m-1}, P_m)$, "
+          r"$P_m = \lambda u (1+\gamma_{m-1})\sqrt{\sum_{k=2}^m T_k^2}/T_m \le \lambda u(1+\gamma_{m-1})\sqrt{m-1}$ "
+          r"for a sum in any order, $\lambda = \sqrt{2\ln(2N/p)}$ for $N$ sums per evaluation and false-alarm "
+          r"probability $p = 10^{-13}$ per evaluation.",
           (r"inputs already rounded, exactly representable in the accumulation dtype",
+           r"probabilistic bound: the roundings of a sum are mean independent (Higham and Mary 2019; Hallman and "
+           r"Ipsen 2023) -- assumed, used only for sums whose terms are not dominated by one repeated value "
+           r"(\texttt{probabilistic.independent}); elsewhere the worst case",
            r"$\rho_t < 1$ and $(d+9)u < 1$ (else the bound is $\infty$)",
            r"the Welford term $2\gamma_{d+1}\kappa$ is a first-order model, checked numerically"),
           "holds", r"The bound holds for two-pass, pairwise and Welford float32 simulations on adversarial rows; "

@@ -1,0 +1,94 @@
+"""A probabilistic bound on the rounding error of a sum computed in ANY order (the default tolerance model).
+
+Model (Higham & Mary, SIAM J. Sci. Comput. 41(5) A2815, 2019; Hallman & Ipsen, "Precision-aware
+deterministic and probabilistic error bounds for floating point summation", Numer. Math. 2023,
+arXiv 2107.01604): every addition of a summation tree returns fl(a + b) = (a + b)(1 + delta_v),
+|delta_v| <= u, and the deltas are *mean independent*: E[delta_v | the roundings before it] = 0.
+This is an assumption about round-to-nearest, stated, not proved; it fails on structured data
+(constant rows, few repeated values: the same rounding recurs), so :func:`independent` detects such
+sums and the tolerance falls back to the worst case there.
+
+Derivation (each step checked in claim numerics.error_model):
+1. For any tree with internal nodes v (m - 1 of them for m terms), fl(sum) - sum = sum_v delta_v t_v,
+   t_v = a_v + b_v the exact sum of the two *computed* children: node errors add with coefficient 1.
+2. |t_v| <= (1 + gamma_{m-1}) A_v, A_v = sum of |x_i| under v (a deterministic, predictable bound).
+3. Azuma-Hoeffding on the martingale sum_v delta_v t_v with differences bounded by u |t_v|:
+   P(|fl(sum) - sum| >= lambda u (1 + gamma_{m-1}) sqrt(sum_v A_v^2)) <= 2 exp(-lambda^2 / 2).
+4. Order-agnostic: sort the nodes by A_v (ancestors first on ties); the j-th has at most m - j + 1 leaves,
+   so A_(j) <= T_{m-j+1}, T_k the sum of the k largest |x_i|, and sum_v A_v^2 <= sum_{k=2}^m T_k^2
+   (the sequential sum of the terms in decreasing order attains it). Hence with probability >= 1 - 2 exp(-lambda^2/2)
+       |fl(sum) - sum| <= P_m sum|x_i|,  P_m = lambda u (1 + gamma_{m-1}) sqrt(sum_{k=2}^m T_k^2) / T_m
+   and P_m <= lambda u (1 + gamma_{m-1}) sqrt(m - 1) (equality for equal magnitudes). The worst case
+   gamma_{m-1} always holds, so the factor used is min(gamma_{m-1}, P_m).
+5. False alarms: one bound evaluation (a call of forward_bound/backward_bound) uses N sums; with
+   lambda = sqrt(2 ln(2 N / p)) the union bound makes the probability that any of them exceeds its
+   bound at most N 2 exp(-lambda^2/2) = p, p = FALSE_ALARM per evaluation. A run of K evaluations
+   has at most K p (union bound again; it also covers Hypothesis' search steering towards large
+   ratios, since every input it tried is among the K).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Probability that one bound evaluation (all sums of one call) is exceeded by a correct kernel under the model.
+FALSE_ALARM = 1e-13
+# A sum is treated as having independent roundings only when no nonzero term value recurs in more than this
+# share of its nonzero terms (constant rows, a few repeated values, tiled rows fall back to the worst case).
+REPEATED_SHARE = 1 / 8
+MIN_TERMS = 8
+
+
+def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
+    """lambda with events * 2 exp(-lambda^2 / 2) = false_alarm (step 5)."""
+    return math.sqrt(2.0 * math.log(2.0 * max(int(events), 1) / false_alarm))
+
+
+def gamma(m: np.ndarray | int, u: float) -> np.ndarray:
+    """gamma_m = m u / (1 - m u), inf where m u >= 1."""
+    m = np.asarray(m, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.where(m * u < 1, m * u / (1 - m * u), np.inf)
+
+
+def tree_factor(terms: np.ndarray, axis: int = -1) -> np.ndarray:
+    """sqrt(sum_{k=2}^m T_k^2) / T_m, T_k the sum of the k largest |terms| along ``axis`` (kept); 0 for zero sums.
+
+    At most sqrt(m - 1): the order-agnostic bound on sqrt(sum_v A_v^2) / sum|x| over every summation tree (step 4).
+    """
+    a = np.moveaxis(np.abs(np.asarray(terms, dtype=np.float64)), axis, -1)
+    partial = np.cumsum(-np.sort(-a, axis=-1), axis=-1)
+    total = partial[..., -1:]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        factor = np.sqrt(np.sum((partial[..., 1:] / np.where(total > 0, total, 1.0)) ** 2, axis=-1, keepdims=True))
+    return np.moveaxis(np.where(np.isfinite(total), factor, np.inf), -1, axis)
+
+
+def independent(terms: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Whether a sum's roundings may be modelled as independent: at least MIN_TERMS nonzero terms, and no nonzero
+    value repeated in more than REPEATED_SHARE of them (axis kept). Zeros add exactly and do not count."""
+    a = np.sort(np.moveaxis(np.asarray(terms, dtype=np.float64), axis, -1), axis=-1)
+    index = np.broadcast_to(np.arange(a.shape[-1]), a.shape)
+    starts = np.concatenate([np.ones_like(a[..., :1], dtype=bool), a[..., 1:] != a[..., :-1]], axis=-1)
+    run = index - np.maximum.accumulate(np.where(starts, index, 0), axis=-1) + 1
+    longest = np.max(np.where(a != 0, run, 0), axis=-1, initial=0)
+    nonzero = np.count_nonzero(a, axis=-1)
+    result = (nonzero >= MIN_TERMS) & (longest <= REPEATED_SHARE * nonzero) & np.isfinite(a).all(axis=-1)
+    return np.moveaxis(result[..., None], -1, axis)
+
+
+def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1) -> np.ndarray:
+    """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
+    min(gamma_{m-1}, P_m) where the roundings may be modelled as independent, gamma_{m-1} elsewhere or when
+    ``lam_value`` is None (the worst case)."""
+    m = np.shape(terms)[axis]
+    worst = gamma(m - 1, u)
+    shape = list(np.shape(terms))
+    shape[axis] = 1
+    if lam_value is None or m < 2:
+        return np.broadcast_to(worst, shape).copy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        chance = lam_value * u * (1 + worst) * tree_factor(terms, axis)
+    return np.where(independent(terms, axis) & (chance < worst), chance, worst)
