@@ -1,0 +1,171 @@
+"""The record of a mechanism and what its float64 evaluators return.
+
+A :class:`Case` is one example as a kernel received it (float64 copies of the already-rounded inputs, the
+effective weight gamma = offset + weight, the storage and accumulation dtypes). A mechanism's evaluator
+returns :class:`Prediction` s, one per variant (e.g. each candidate constant of ``fixed_eps``): per quantity a
+center and a per-element bound, with the claim that a kernel following the mechanism satisfies
+``|kernel - center| <= bound`` elementwise. Quantities: ``"y"`` (forward), ``"x"``, ``"weight"``, ``"bias"``
+(the gradients; weight and bias summed over rows). An infinite bound explains nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from proofs import error_model, oracles
+from proofs.derivation import Derivation
+
+# The largest finite value of each storage dtype (a sum beyond it overflows to inf).
+FLOAT_MAX = {"float64": 1.7976931348623157e308, "float32": 3.4028234663852886e38, "float16": 65504.0,
+             "bfloat16": 3.3895313892515355e38}
+# Significand bits (with the implicit one) and the smallest normal exponent of bfloat16 (numpy has none).
+_BFLOAT16 = (8, -126)
+
+
+def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to ``dtype`` (nearest, ties to even) and back to float64: R(v), monotone in v."""
+    values = np.asarray(values, dtype=np.float64)
+    if dtype in ("float64", "float32", "float16"):
+        with np.errstate(over="ignore"):
+            return values.astype(dtype).astype(np.float64)
+    if dtype != "bfloat16":
+        raise ValueError(f"unknown dtype {dtype!r}")
+    bits, min_exponent = _BFLOAT16
+    with np.errstate(invalid="ignore", over="ignore"):
+        _, exponent = np.frexp(values)
+        quantum = np.ldexp(1.0, np.maximum(exponent, min_exponent + 1) - bits)
+        rounded = np.rint(values / quantum) * quantum
+    return np.where(np.abs(rounded) > FLOAT_MAX["bfloat16"], np.copysign(np.inf, values), rounded)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One example: float64 values of what the kernel received, and its dtypes (names such as "float16")."""
+
+    kind: str  # "ln" or "rms"
+    x: np.ndarray
+    gamma: np.ndarray | None  # effective weight offset + weight; None: scale 1
+    beta: np.ndarray | None  # LayerNorm's shift; None: 0
+    eps: float
+    storage: str
+    accumulation: str
+    dy: np.ndarray | None = None  # upstream gradient (backward)
+
+    @property
+    def u_acc(self) -> float:
+        return error_model.unit_roundoff(self.accumulation)
+
+    @property
+    def u_out(self) -> float:
+        return error_model.unit_roundoff(self.storage)
+
+    def with_(self, **changes) -> Case:
+        return Case(**{**self.__dict__, **changes})
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Per quantity a center and a per-element bound; ``detail`` names the variant ("eps = 1e-05")."""
+
+    values: dict[str, np.ndarray]
+    bounds: dict[str, np.ndarray]
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A derived alternative model of a kernel, with a stable id.
+
+    ``title`` says what the kernel does instead, one line, ``{storage}`` standing for the storage dtype;
+    ``derive()`` returns the checked steps showing how the model differs from the correct one;
+    ``forward``/``backward`` evaluate it on a case (an empty list: not applicable to this case).
+    ``convention``: real libraries follow it deliberately, so a kernel may declare it
+    (``Kernel(..., conventions=(id,))``) and is then checked against this model.
+    """
+
+    id: str
+    title: str
+    kinds: frozenset[str]
+    derive: Callable[[], Derivation] = field(repr=False, compare=False)
+    forward: Callable[[Case], list[Prediction]] | None = field(default=None, repr=False, compare=False)
+    backward: Callable[[Case], list[Prediction]] | None = field(default=None, repr=False, compare=False)
+    convention: bool = False
+
+    def describe(self, storage: str, detail: str = "") -> str:
+        """``title`` for this storage dtype, with the variant's detail."""
+        text = self.title.format(storage=storage)
+        return f"{text} ({detail})" if detail else text
+
+
+# --- the correct model, and the same computation at other parameters ---------------------------------------------
+
+
+def normalized(case: Case, gamma=None, beta=None, eps=None, kind: str | None = None) -> Prediction:
+    """The correct forward model at (possibly other) parameters: the oracle and the error-model bound.
+
+    Every value mechanism of :mod:`proofs.mechanisms.formulas` is this at transformed parameters (derived there),
+    so its bound is the error model's bound of that computation.
+    """
+    kind = kind or case.kind
+    gamma = case.gamma if gamma is None else gamma
+    beta = case.beta if beta is None else beta
+    eps = case.eps if eps is None else eps
+    y = oracles.layernorm(case.x, gamma, beta, eps) if kind == "ln" else oracles.rmsnorm(case.x, gamma, eps)
+    bound = error_model.forward_bound(case.x, gamma, beta if kind == "ln" else None, eps, case.u_acc, case.u_out,
+                                      kind)
+    return Prediction({"y": y}, {"y": np.broadcast_to(bound, np.shape(y))})
+
+
+def correct_forward(case: Case) -> Prediction:
+    return normalized(case)
+
+
+def gradients(case: Case, gamma=None, dy=None, u_acc: float | None = None) -> Prediction:
+    """The correct backward model (oracle VJPs and the error-model bounds), optionally at another weight,
+    upstream gradient or accumulation roundoff."""
+    gamma = case.gamma if gamma is None else gamma
+    dy = case.dy if dy is None else dy
+    vjp = oracles.layernorm_vjp if case.kind == "ln" else oracles.rmsnorm_vjp
+    names = ("x", "weight", "bias")
+    values = dict(zip(names, vjp(case.x, gamma, case.eps, dy), strict=False))
+    bounds = dict(zip(names, error_model.backward_bound(case.x, gamma, case.eps, dy,
+                                                        case.u_acc if u_acc is None else u_acc, case.u_out,
+                                                        case.kind), strict=False))
+    present = [name for name, value in values.items() if value is not None]
+    return Prediction({n: values[n] for n in present}, {n: bounds[n] for n in present})
+
+
+def correct_backward(case: Case) -> Prediction:
+    return gradients(case)
+
+
+def replaced(base: Prediction, detail: str = "", **quantities: tuple[np.ndarray, np.ndarray]) -> Prediction:
+    """``base`` with some quantities' (center, bound) replaced."""
+    values, bounds = dict(base.values), dict(base.bounds)
+    for name, (value, bound) in quantities.items():
+        if name in values:
+            values[name], bounds[name] = value, bound
+    return Prediction(values, bounds, detail or base.detail)
+
+
+def interval(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(center, half-width) of the elementwise interval [min(lo, hi), max(lo, hi)]."""
+    low, high = np.minimum(lo, hi), np.maximum(lo, hi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (low + high) / 2, (high - low) / 2
+
+
+def union(*predictions: Prediction) -> Prediction:
+    """The elementwise union of the predictions' intervals, quantity by quantity (every quantity of the first)."""
+    first = predictions[0]
+    values, bounds = {}, {}
+    for name in first.values:
+        parts = [p for p in predictions if name in p.values]
+        with np.errstate(invalid="ignore", over="ignore"):
+            lo = np.min([p.values[name] - p.bounds[name] for p in parts], axis=0)
+            hi = np.max([p.values[name] + p.bounds[name] for p in parts], axis=0)
+        values[name], bounds[name] = interval(lo, hi)
+    return Prediction(values, bounds, "; ".join(p.detail for p in predictions if p.detail))

@@ -1,0 +1,279 @@
+"""Mechanisms that compute another function: each is the correct normalization at transformed parameters.
+
+Every bug formula here is shown (by a checked step) to equal the correct LN/RMSNorm output at another
+gamma', beta', eps' or kind, so its float64 value is the oracle's at those parameters and its bound is the
+error model's bound of that computation (:func:`proofs.mechanisms.base.normalized`):
+
+    eps_outside_root   gamma (x - mu)/(sigma + eps) + beta      = LN at eps' = 2 sigma eps + eps^2
+    unbiased_variance  sigma^2 d/(d - 1)                         = LN at gamma sqrt((d-1)/d), eps (d-1)/d
+    fixed_eps          a constant c instead of the eps argument  = LN at eps' = c (c = 0: no eps)
+    max_variance_eps   1/sqrt(max(sigma^2, eps))                 = LN at eps' = max(eps - sigma^2, 0)
+    weight_offset      scale w where 1 + w is declared, or back  = LN at gamma' = gamma -+ 1
+    sum_not_mean       1/sqrt(sum x^2 + eps) (RMSNorm)           = RMS at gamma/sqrt(d), eps/d
+    extra_centering    an RMSNorm that subtracts the mean        = LN without shift
+    no_centering       a LayerNorm that does not                 = RMS + beta (one more addition)
+    padded_lanes       a power-of-two block's padded lanes counted as zeros in the statistics
+                                                                 = LN at eps' = v' + eps - sigma^2, beta' (below)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from proofs import expressions
+from proofs.algebra import (
+    LN_AGGREGATES,
+    MEAN_DEF,
+    MS_DEF,
+    RMS_AGGREGATES,
+    beta,
+    d,
+    eps,
+    gamma,
+    i,
+    k,
+    ms,
+    mu,
+    row_sum,
+    var,
+    x,
+)
+from proofs.derivation import Derivation, Equal
+from proofs.mechanisms.base import Case, Mechanism, Prediction, normalized
+
+LN, RMS, BOTH = frozenset({"ln"}), frozenset({"rms"}), frozenset({"ln", "rms"})
+FIXED_EPS_CANDIDATES = (0.0, 1e-5, 1e-6, 1e-8, 1e-12)  # the defaults kernels hard-code (0: no eps at all)
+
+sigma = sp.Symbol("sigma", nonnegative=True)  # sqrt(sigma^2), or sqrt(q) for RMSNorm
+c = sp.Symbol("c", nonnegative=True)  # a constant eps
+block = sp.Symbol("B", integer=True, positive=True)  # the power-of-two block width, B >= d
+
+
+def _output(kind: str) -> sp.Expr:
+    return expressions.output(kind)
+
+
+def _row_statistics(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, sigma^2) per row for LN, (0, q = mean(x^2)) for RMSNorm; leading axes only."""
+    if case.kind == "rms":
+        return np.zeros(case.x.shape[:-1]), np.mean(case.x**2, axis=-1)
+    mean = case.x.mean(axis=-1)
+    return mean, np.mean((case.x - mean[..., None]) ** 2, axis=-1)
+
+
+def _ones(case: Case) -> np.ndarray:
+    return np.ones(case.x.shape[-1]) if case.gamma is None else case.gamma
+
+
+# --- eps outside the root ---------------------------------------------------------------------------------------
+
+
+def _eps_outside_root_derivation() -> Derivation:
+    eps_prime = 2 * sigma * eps + eps**2
+    bug = {"ln": gamma[i] * (x[i] - mu) / (sigma + eps) + beta[i], "rms": gamma[i] * x[i] / (sigma + eps)}
+    scale = {"ln": var, "rms": ms}
+    return Derivation((
+        Equal((sigma + eps) ** 2, sigma**2 + eps_prime, r"$(\sigma + \epsilon)^2 = \sigma^2 + \epsilon'$, "
+              r"$\epsilon' = 2\sigma\epsilon + \epsilon^2$ ($\sigma = \sqrt{\sigma^2}$, or $\sqrt{q}$ for RMSNorm)"),
+        *(Equal(bug[kind], _output(kind).subs(scale[kind] + eps, sp.factor(sigma**2 + eps_prime)),
+                rf"{kind}: with both roots nonnegative the kernel computes the correct function at $\epsilon'$, "
+                r"off by $\approx \epsilon/\sigma$ relative for $\sigma^2 \gg \epsilon$",
+                given={scale[kind]: sigma**2})
+          for kind in ("ln", "rms")),
+    ))
+
+
+def _eps_outside_root(case: Case) -> list[Prediction]:
+    _, spread = _row_statistics(case)
+    root = np.sqrt(spread)
+    return [normalized(case, eps=2 * root * case.eps + case.eps**2)]
+
+
+# --- unbiased variance ------------------------------------------------------------------------------------------
+
+
+def _unbiased_derivation() -> Derivation:
+    n = sp.Symbol("n", integer=True, positive=True)  # d = n + 1 >= 2
+    bug = gamma[i] * (x[i] - mu) / sp.sqrt(d * var / (d - 1) + eps) + beta[i]
+    scaled = _output("ln").subs({gamma[i]: gamma[i] * sp.sqrt((d - 1) / d), eps: eps * (d - 1) / d})
+    return Derivation((
+        Equal(row_sum((x[k] - mu) ** 2) / (d - 1), d * var / (d - 1), r"the sample variance divides $d\sigma^2$ "
+              r"by $d - 1$", aggregates=LN_AGGREGATES),
+        Equal(bug.subs(d, n + 1), scaled.subs(d, n + 1),
+              r"$d \ge 2$: the output is $\mathrm{LN}$ at $\gamma\sqrt{(d-1)/d}$ and $\epsilon(d-1)/d$: off by "
+              r"$\approx 1/(2d)$ relative"),
+    ))
+
+
+def _unbiased_variance(case: Case) -> list[Prediction]:
+    width = case.x.shape[-1]
+    if width < 2:
+        return []
+    shrink = (width - 1) / width
+    return [normalized(case, gamma=_ones(case) * np.sqrt(shrink), eps=case.eps * shrink)]
+
+
+# --- fixed eps --------------------------------------------------------------------------------------------------
+
+
+def _fixed_eps_derivation() -> Derivation:
+    return Derivation(tuple(
+        Equal(sp.diff(_output(kind), eps), -(_output(kind) - (beta[i] if kind == "ln" else 0)) / (2 * (
+            (var if kind == "ln" else ms) + eps)),
+              rf"{kind}: a kernel using a constant $c$ computes the function at $\epsilon = c$; to first order its "
+              r"output moves by $-\frac{\gamma\hat{x}}{2 s^2}(c - \epsilon)$, beyond the bound where "
+              r"$|c - \epsilon|$ is comparable to $s^2 u$")
+        for kind in ("ln", "rms")))
+
+
+def _fixed_eps(case: Case) -> list[Prediction]:
+    return [Prediction(**{**normalized(case, eps=constant).__dict__, "detail": f"eps = {constant:g} used instead "
+                          f"of {case.eps:g}"}) for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
+
+
+# --- max(sigma^2, eps) ------------------------------------------------------------------------------------------
+
+
+def _max_variance_derivation() -> Derivation:
+    t = sp.Symbol("t", nonnegative=True)
+    eps_prime = sp.Max(eps - var, 0)
+    return Derivation((
+        Equal(sp.Max(var, eps).subs(eps, var + t), (var + eps_prime).subs(eps, var + t),
+              r"$\epsilon = \sigma^2 + t \ge \sigma^2$: $\max(\sigma^2, \epsilon) = \sigma^2 + \epsilon'$, "
+              r"$\epsilon' = \max(\epsilon - \sigma^2, 0)$"),
+        Equal(sp.Max(var, eps).subs(var, eps + t), (var + eps_prime).subs(var, eps + t),
+              r"$\sigma^2 = \epsilon + t \ge \epsilon$: the same; so the kernel computes the function at "
+              r"$\epsilon'$, right only where one term dwarfs the other"),
+    ))
+
+
+def _max_variance_eps(case: Case) -> list[Prediction]:
+    _, spread = _row_statistics(case)
+    return [normalized(case, eps=np.maximum(case.eps - spread, 0.0))]
+
+
+# --- weight offset ----------------------------------------------------------------------------------------------
+
+
+def _weight_offset_derivation() -> Derivation:
+    return Derivation(tuple(
+        Equal(_output(kind).subs(gamma[i], gamma[i] + 1) - _output(kind), _output(kind).subs(
+            {gamma[i]: 1, beta[i]: 0}),
+              rf"{kind}: an offset of 1 missing or extra moves the output by $\pm\hat{{x}}_i$, "
+              r"far beyond the bound wherever $\hat{x} \ne 0$")
+        for kind in ("ln", "rms")))
+
+
+def _weight_offset(case: Case) -> list[Prediction]:
+    if case.gamma is None:
+        return []
+    return [Prediction(**{**normalized(case, gamma=case.gamma + shift).__dict__, "detail": detail})
+            for shift, detail in ((-1.0, "the declared 1 + w offset is missing: scales by w"),
+                                  (1.0, "scales by 1 + w, an offset that is not declared"))]
+
+
+# --- sum instead of mean of squares -----------------------------------------------------------------------------
+
+
+def _sum_not_mean_derivation() -> Derivation:
+    bug = gamma[i] * x[i] / sp.sqrt(row_sum(x[k] ** 2) + eps)
+    return Derivation((
+        Equal(bug, _output("rms").subs({gamma[i]: gamma[i] / sp.sqrt(d), eps: eps / d}),
+              r"$\sum_k x_k^2 = d q$: the output is RMS at $\gamma/\sqrt{d}$ and $\epsilon/d$, "
+              r"too small by $\sqrt{d}$", aggregates=RMS_AGGREGATES),
+    ))
+
+
+def _sum_not_mean(case: Case) -> list[Prediction]:
+    width = case.x.shape[-1]
+    if width < 2:
+        return []
+    return [normalized(case, gamma=_ones(case) / np.sqrt(width), eps=case.eps / width)]
+
+
+# --- centring mismatches ----------------------------------------------------------------------------------------
+
+
+def _extra_centering_derivation() -> Derivation:
+    centred = expressions.RMS_DEFINITION.subs(MS_DEF, var).subs(x[i], x[i] - mu)
+    return Derivation((
+        Equal(centred, _output("ln") - beta[i], r"an RMSNorm of the centred row $x - \mu$ (mean square "
+              r"$\sigma^2$) is LayerNorm without shift; it differs from RMSNorm by the mean $\mu$"),
+    ))
+
+
+def _extra_centering(case: Case) -> list[Prediction]:
+    return [normalized(case, kind="ln")]
+
+
+def _no_centering_derivation() -> Derivation:
+    return Derivation((
+        Equal(expressions.LN_DEFINITION.subs(MEAN_DEF, 0), expressions.RMS_DEFINITION + beta[i],
+              r"LayerNorm with the mean taken as 0 is RMSNorm plus $\beta$ (one more rounded addition)",
+              aggregates=RMS_AGGREGATES),
+    ))
+
+
+def _no_centering(case: Case) -> list[Prediction]:
+    rms = normalized(case.with_(kind="rms", beta=None))
+    shift = np.zeros(case.x.shape[-1]) if case.beta is None else case.beta
+    one_more = (1 + case.u_acc) * (1 + case.u_out) - 1  # the addition of beta, rounded, then stored
+    y = rms.values["y"] + shift
+    return [Prediction({"y": y}, {"y": rms.bounds["y"] + one_more * (np.abs(rms.values["y"]) + np.abs(shift))})]
+
+
+# --- padded lanes -----------------------------------------------------------------------------------------------
+
+
+def _padded_derivation() -> Derivation:
+    m_prime = d * mu / block
+    v_prime = (d * var + d * (mu - m_prime) ** 2 + (block - d) * m_prime**2) / block
+    s_prime = sp.sqrt(v_prime + eps)
+    bug = gamma[i] * (x[i] - m_prime) / s_prime + beta[i]
+    return Derivation((
+        Equal(row_sum(x[k]) / block, m_prime, r"the mean over $B$ lanes, $d$ of them data: $\mu' = d\mu/B$",
+              aggregates=LN_AGGREGATES),
+        Equal((row_sum((x[k] - m_prime) ** 2) + (block - d) * m_prime**2) / block, v_prime,
+              r"the padded lanes hold $0 - \mu'$: $v' = (d\sigma^2 + d(\mu - \mu')^2 + (B - d)\mu'^2)/B$",
+              aggregates=LN_AGGREGATES),
+        Equal(bug, _output("ln").subs({eps: v_prime + eps - var, beta[i]: beta[i] + gamma[i] * (mu - m_prime)
+                                      / s_prime}, simultaneous=True),
+              r"the output is LN at $\epsilon' = v' + \epsilon - \sigma^2$ and $\beta' = \beta + \gamma(\mu - \mu')"
+              r"/\sqrt{v' + \epsilon}$; equal to LN when $B = d$"),
+    ))
+
+
+def _padded_lanes(case: Case) -> list[Prediction]:
+    width = case.x.shape[-1]
+    lanes = 1 << (width - 1).bit_length()
+    if lanes == width:
+        return []
+    mean, spread = _row_statistics(case)
+    m_prime = width * mean / lanes
+    v_prime = (width * spread + width * (mean - m_prime) ** 2 + (lanes - width) * m_prime**2) / lanes
+    shift = np.zeros(width) if case.beta is None else case.beta
+    beta_prime = shift + _ones(case) * ((mean - m_prime) / np.sqrt(v_prime + case.eps))[..., None]
+    return [Prediction(**{**normalized(case, beta=beta_prime, eps=v_prime + case.eps - spread).__dict__,
+                          "detail": f"a block of {lanes} lanes for d = {width}"})]
+
+
+MECHANISMS = (
+    Mechanism("eps_outside_root", "eps added outside the square root: 1/(sigma + eps)", BOTH,
+              _eps_outside_root_derivation, _eps_outside_root),
+    Mechanism("unbiased_variance", "the unbiased (d - 1) variance instead of the population variance", LN,
+              _unbiased_derivation, _unbiased_variance),
+    Mechanism("fixed_eps", "the eps argument ignored", BOTH, _fixed_eps_derivation, _fixed_eps),
+    Mechanism("max_variance_eps", "max(sigma^2, eps) instead of sigma^2 + eps", BOTH, _max_variance_derivation,
+              _max_variance_eps),
+    Mechanism("weight_offset", "the weight offset (Gemma's 1 + w) wrong", BOTH, _weight_offset_derivation,
+              _weight_offset),
+    Mechanism("sum_not_mean", "the sum of squares instead of their mean", RMS, _sum_not_mean_derivation,
+              _sum_not_mean),
+    Mechanism("extra_centering", "an RMSNorm that subtracts the row mean (LayerNorm statistics)", RMS,
+              _extra_centering_derivation, _extra_centering),
+    Mechanism("no_centering", "a LayerNorm that does not subtract the row mean (RMSNorm plus bias)", LN,
+              _no_centering_derivation, _no_centering),
+    Mechanism("padded_lanes", "padded lanes of a power-of-two block counted in the statistics", LN,
+              _padded_derivation, _padded_lanes),
+)
