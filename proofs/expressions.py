@@ -159,41 +159,62 @@ def dropout_variance_bias() -> sp.Expr:
     return sp.factor(sp.simplify(reduce_sums(expected) - var))
 
 
+def independent_pair(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """E[m_a m_b] of iid Bernoulli(1-p) mask bits: (1-p)^2 + p(1-p) delta_ab."""
+    return (1 - p) ** 2 + p * (1 - p) * sp.KroneckerDelta(a, b)
+
+
+def fixed_count_pair(a: sp.Expr, b: sp.Expr) -> sp.Expr:
+    """E[m_a m_b] when exactly (1-p) d of the d bits are kept, the kept set uniform (sampling without
+    replacement): (1-p)((1-p) d - 1)/(d - 1) for a != b, 1-p for a = b."""
+    q = 1 - p
+    return q**2 - p * q / (d - 1) + p * q * d / (d - 1) * sp.KroneckerDelta(a, b)
+
+
 class MaskExpectation(sp.Function):
     """E_m[expr] over iid Bernoulli(1-p) masks, shown unevaluated; ``deferred()`` takes the expectation."""
 
     nargs = 1
+    pair = staticmethod(independent_pair)
+    label = "m"
 
     def deferred(self) -> sp.Expr:
-        return expectation_over_masks(self.args[0])
+        return expectation_over_masks(self.args[0], self.pair)
 
     def _latex(self, printer) -> str:
-        return r"\mathbb{E}_m\left[" + printer._print(self.args[0]) + r"\right]"
+        return r"\mathbb{E}_{" + self.label + r"}\left[" + printer._print(self.args[0]) + r"\right]"
 
 
-def expectation_over_masks(expr: sp.Expr) -> sp.Expr:
-    """E over iid Bernoulli(1-p) masks of an expression in which each term has at most two mask factors.
+class FixedCountExpectation(MaskExpectation):
+    """E over masks keeping exactly (1-p) d bits of the row, the kept set uniform (:func:`fixed_count_pair`)."""
 
-    Moments of the mask: m_a^2 = m_a (m_a is 0 or 1), E[m_a] = 1-p, E[m_a m_b] = (1-p)^2 + p(1-p) delta_ab.
+    pair = staticmethod(fixed_count_pair)
+    label = r"m,\ \sum m = (1-p)d"
+
+
+def expectation_over_masks(expr: sp.Expr, pair=independent_pair) -> sp.Expr:
+    """E over masks of an expression in which each term has at most two mask factors.
+
+    Moments of the mask: m_a^2 = m_a (m_a is 0 or 1), E[m_a] = 1-p, E[m_a m_b] = ``pair(a, b)`` (by default
+    iid Bernoulli(1-p) bits: (1-p)^2 + p(1-p) delta_ab).
     """
     if not expr.has(m):
         return expr
     if isinstance(expr, sp.Sum):
-        return sp.Sum(expectation_over_masks(expr.function), *expr.limits)
+        return sp.Sum(expectation_over_masks(expr.function, pair), *expr.limits)
     expr = sp.expand(expr)
     if isinstance(expr, sp.Add):
-        return sp.Add(*[expectation_over_masks(term) for term in expr.args])
+        return sp.Add(*[expectation_over_masks(term, pair) for term in expr.args])
     factors = sp.Mul.make_args(expr)
     mask = [f for f in factors if f.has(m) and not isinstance(f, sp.Sum)]
-    rest = sp.Mul(*[expectation_over_masks(f) for f in factors if f not in mask])
+    rest = sp.Mul(*[expectation_over_masks(f, pair) for f in factors if f not in mask])
     indices = [(f.base if f.is_Pow else f).indices[0] for f in mask]
     if len(mask) == 0:
         return rest
     if len(mask) == 1:
         return rest * (1 - p)
     if len(mask) == 2:
-        first, second = indices
-        return rest * ((1 - p) ** 2 + p * (1 - p) * sp.KroneckerDelta(first, second))
+        return rest * pair(*indices)
     raise ValueError(f"moments beyond the second of the mask in {expr}")
 
 

@@ -1,0 +1,293 @@
+"""Statistical tests of dropout masks: each test's false-alarm probability and its power, derived.
+
+A mask is a 0/1 array (1 = kept). Under the contract (H0) its entries are i.i.d. Bernoulli(q), q = 1 - p, and
+masks of different seeds are independent (proofs.claims.dropout derives the laws used here). Every test
+accepts on an interval whose complement has probability at most ``alpha`` under H0, from the exact null law or
+a bound on it, and ``*_power`` bounds from below its probability of rejecting a named alternative:
+
+* :func:`binomial_acceptance`: K ~ Binomial(n, rate) exactly (scipy.stats.binom), equal tails alpha/2. Used for
+  the kept count of n elements (rate q) and for the number of equal pairs among n independent pairs of mask
+  bits (rate p^2 + q^2: neighbours, rows, seeds). Its power against another rate is exact (:func:`binomial_power`).
+* :func:`dispersion_acceptance`: S = sum_r (K_r - w q)^2 / (w p q) over R groups of w elements, K_r i.i.d.
+  Binomial(w, q) (E S = R). A Chernoff bound with the exact pmf sets both thresholds: P(S >= t) <=
+  exp(R Lambda(l) - l t) for every l > 0, Lambda the log moment generating function of one term, so
+  t = min_l (R Lambda(l) + log(2/alpha)) / l has false alarm <= alpha/2 (any l is valid; the best on a grid is
+  taken). A fixed count per row has S ~ 0; blocks of k elements sharing one draw have E S = k R.
+  :func:`dispersion_power` bounds the miss probability by the same Chernoff bound under the alternative.
+* :class:`VarianceBiasPlan`: the mean over R replicas of Var(z), z = x m / q, for one row x of d <= 16
+  elements. The law of Var(z) under H0 and under each alternative is exact (all 2^d masks enumerated), so its
+  mean mu0, variance s0^2 and range M are known, and Bernstein's inequality P(|mean - mu0| >= t) <=
+  2 exp(-R t^2 / (2 s0^2 + 2 M t / 3)) gives the slack t; R is the least power of two with t <= a quarter of the
+  smallest effect |mu_alt - mu0| of the named alternatives. The same inequality under an alternative, with
+  deviation |mu_alt - mu0| - t >= 3/4 of the effect, bounds its miss probability.
+
+The false-alarm budget is :data:`BUDGET` per claim and kernel per run; a test divides its claim's share among
+its examples (:func:`per_example`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+from scipy import special, stats
+
+RUN_FALSE_ALARM = 1e-10
+"""Per kernel and run, every dropout statistical test together: <= 1e-9 for a run of up to ten kernels."""
+BUDGET = {
+    "dropout.keep_rate": 2e-11,
+    "dropout.mask_distribution": 2e-11,
+    "dropout.independence": 2e-11,
+    "dropout.seeds": 1e-11,
+    "dropout.layout_invariance": 2e-11,
+    "dropout.variance_bias": 1e-11,
+}
+
+
+def per_example(claim: str, examples: int, share: float = 1.0) -> float:
+    """The false alarm one example of a test may spend: ``share`` of the claim's budget over its ``examples``."""
+    return BUDGET[claim] * share / max(1, examples)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Accept when ``low <= statistic <= high``; H0 gives a statistic outside with probability <= ``alpha``."""
+
+    low: float
+    high: float
+    center: float
+    alpha: float
+    what: str
+
+    def rejects(self, statistic: float) -> bool:
+        return not self.low <= statistic <= self.high
+
+    def ratio(self, statistic: float) -> float:
+        """|statistic - center| over the distance from center to the bound on its side: > 1 exactly when rejected."""
+        side = self.high if statistic >= self.center else self.low
+        gap = abs(side - self.center)
+        rejected = self.rejects(statistic)
+        ratio = abs(statistic - self.center) / gap if gap > 0 else (math.inf if rejected else 0.0)
+        return max(ratio, math.nextafter(1.0, 2.0)) if rejected else min(ratio, 1.0)
+
+    def describe(self, statistic: float) -> str:
+        return (f"{self.what}: expected in [{self.low:.6g}, {self.high:.6g}] (false-alarm probability "
+                f"{self.alpha:.3g}), got {statistic:.6g}")
+
+
+# --- exact binomial test ----------------------------------------------------------------------------------------
+
+
+def binomial_acceptance(n: int, rate: float, alpha: float, what: str = "count") -> Acceptance:
+    """[lo, hi] with P(K < lo) <= alpha/2 and P(K > hi) <= alpha/2 for K ~ Binomial(n, rate), 0 < rate < 1."""
+    half = alpha / 2
+    law = stats.binom(n, rate)
+    low = int(law.ppf(half))
+    while low > 0 and law.cdf(low - 1) > half:
+        low -= 1
+    high = int(law.isf(half))
+    while law.sf(high) > half:
+        high += 1
+    while high > 0 and law.sf(high - 1) <= half:
+        high -= 1
+    return Acceptance(low, high, n * rate, alpha, what)
+
+
+def binomial_power(acceptance: Acceptance, n: int, rate: float) -> float:
+    """P(reject) when K ~ Binomial(n, rate): exact."""
+    law = stats.binom(n, rate)
+    return float(law.cdf(acceptance.low - 1) + law.sf(acceptance.high))
+
+
+def agreement_rate(p: float, correlation: float = 0.0) -> float:
+    """P(two mask bits agree) for Bernoulli(1 - p) bits with correlation ``correlation``: p^2 + q^2 + 2 rho p q."""
+    q = 1.0 - p
+    return p * p + q * q + 2.0 * correlation * p * q
+
+
+# --- dispersion of kept counts ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountLaw:
+    """The law of the kept count K of a group of ``width`` elements: values and probabilities."""
+
+    width: int
+    values: np.ndarray
+    probabilities: np.ndarray
+
+    def dispersion_terms(self, p: float) -> tuple[np.ndarray, np.ndarray]:
+        """Values and probabilities of (K - w q)^2 / (w p q)."""
+        q = 1.0 - p
+        return (self.values - self.width * q) ** 2 / (self.width * p * q), self.probabilities
+
+
+def independent_counts(width: int, p: float) -> CountLaw:
+    """H0: K ~ Binomial(w, 1 - p) (scipy.stats.binom.pmf)."""
+    values = np.arange(width + 1)
+    return CountLaw(width, values, stats.binom.pmf(values, width, 1.0 - p))
+
+
+def fixed_counts(width: int, p: float) -> CountLaw:
+    """Sampling without replacement: exactly round(p w) of the w elements dropped."""
+    return CountLaw(width, np.array([width - round(p * width)]), np.array([1.0]))
+
+
+def block_counts(width: int, p: float, k: int) -> CountLaw:
+    """One draw shared by each block of k elements (k divides w): K = k Binomial(w / k, 1 - p)."""
+    if width % k:
+        raise ValueError(f"block size {k} does not divide the width {width}")
+    blocks = independent_counts(width // k, p)
+    return CountLaw(width, k * blocks.values, blocks.probabilities)
+
+
+LAMBDAS = np.geomspace(1e-8, 10.0, 3000)
+"""The Chernoff parameters tried: every one gives a valid bound, the best is taken."""
+
+
+def _log_mgf(values: np.ndarray, probabilities: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """log E[exp(l X)] for each l, X taking ``values`` with ``probabilities``."""
+    with np.errstate(divide="ignore"):
+        log_probabilities = np.log(probabilities)
+    return special.logsumexp(log_probabilities + np.outer(lambdas, values), axis=1)
+
+
+def dispersion_acceptance(width: int, p: float, groups: int, alpha: float,
+                          what: str = "dispersion of kept counts") -> Acceptance:
+    """Chernoff thresholds of S = sum over ``groups`` i.i.d. terms (K - w q)^2 / (w p q), K ~ Binomial(w, q)."""
+    values, probabilities = independent_counts(width, p).dispersion_terms(p)
+    lambdas = LAMBDAS
+    log_two_over_alpha = math.log(2.0 / alpha)
+    high = np.min((groups * _log_mgf(values, probabilities, lambdas) + log_two_over_alpha) / lambdas)
+    low = np.max(-(groups * _log_mgf(values, probabilities, -lambdas) + log_two_over_alpha) / lambdas)
+    return Acceptance(float(low), float(high), float(groups), alpha, f"{what} ({groups} groups of {width})")
+
+
+def dispersion_statistic(counts: np.ndarray, width: int, p: float) -> float:
+    q = 1.0 - p
+    return float(np.sum((np.asarray(counts, dtype=np.float64) - width * q) ** 2) / (width * p * q))
+
+
+def dispersion_power(acceptance: Acceptance, alternative: CountLaw, p: float, groups: int) -> float:
+    """Lower bound on P(reject) when the ``groups`` counts are i.i.d. with the alternative's law (Chernoff)."""
+    values, probabilities = alternative.dispersion_terms(p)
+    lambdas = LAMBDAS
+    below_high = np.min(groups * _log_mgf(values, probabilities, -lambdas) + lambdas * acceptance.high)
+    above_low = np.min(groups * _log_mgf(values, probabilities, lambdas) - lambdas * acceptance.low)
+    return float(max(0.0, 1.0 - math.exp(min(below_high, above_low, 0.0))))
+
+
+# --- variance bias over replicas of one row ---------------------------------------------------------------------
+
+
+def bernstein_deviation(variance: float, spread: float, samples: int, alpha: float) -> float:
+    """t with 2 exp(-n t^2 / (2 s^2 + 2 M t / 3)) = alpha: a mean of n i.i.d. values with variance s^2 and
+    |X - E X| <= M leaves its expectation by t or more with probability at most alpha."""
+    log_term = math.log(2.0 / alpha)
+    linear = spread * log_term / 3.0
+    return (linear + math.sqrt(linear**2 + 2.0 * samples * variance * log_term)) / samples
+
+
+def _bernstein_tail(variance: float, spread: float, samples: int, deviation: float) -> float:
+    if deviation <= 0:
+        return 1.0
+    return min(1.0, 2.0 * math.exp(-samples * deviation**2 / (2.0 * variance + 2.0 * spread * deviation / 3.0)))
+
+
+BLOCK_SIZES = (2, 4)
+MAX_ENUMERATED_WIDTH = 16
+
+
+@dataclass(frozen=True)
+class MaskLaw:
+    """A law over the 2^d masks of one row: its name and a weight per mask."""
+
+    name: str
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class VarianceBiasPlan:
+    """The variance-bias test of one row ``x`` (float64, d <= 16) at drop probability ``p``."""
+
+    x: np.ndarray
+    p: float
+    alpha: float
+    max_replicas: int = 2**16
+    masks: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        d = self.x.shape[-1]
+        if not 2 <= d <= MAX_ENUMERATED_WIDTH or not 0.0 < self.p < 1.0:
+            raise ValueError(f"the variance-bias plan needs 2 <= d <= {MAX_ENUMERATED_WIDTH} and 0 < p < 1")
+        object.__setattr__(self, "masks", ((np.arange(2**d)[:, None] >> np.arange(d)) & 1).astype(bool))
+
+    @cached_property
+    def variances(self) -> np.ndarray:
+        """Var(z) (population) for every mask."""
+        return (self.x / (1.0 - self.p) * self.masks).var(axis=-1)
+
+    def laws(self) -> list[MaskLaw]:
+        """H0 first, then the named alternatives: a fixed count per row, blocks of k = 2, 4 (k | d), a mask per row."""
+        d, p, q = self.x.shape[-1], self.p, 1.0 - self.p
+        kept = self.masks.sum(-1)
+        laws = [MaskLaw("i.i.d. Bernoulli", q**kept * p ** (d - kept)),
+                MaskLaw("fixed count per row", (kept == d - round(p * d)).astype(np.float64))]
+        for k in (*(k for k in BLOCK_SIZES if d % k == 0 and k < d), d):
+            blocks = self.masks.reshape(-1, d // k, k)
+            constant = np.all(blocks == blocks[..., :1], axis=(1, 2))
+            name = "one draw per row" if k == d else f"blocks of {k} elements"
+            laws.append(MaskLaw(name, np.where(constant, q ** (kept / k) * p ** ((d - kept) / k), 0.0)))
+        return laws
+
+    def moments(self, law: MaskLaw) -> tuple[float, float, float]:
+        """Mean, variance and largest |Var(z) - mean| of Var(z) under the law."""
+        weights = law.weights / law.weights.sum()
+        mean = float(weights @ self.variances)
+        support = weights > 0
+        return mean, float(weights @ (self.variances - mean) ** 2), float(np.abs(self.variances[support] - mean).max())
+
+    @cached_property
+    def null(self) -> tuple[float, float, float]:
+        return self.moments(self.laws()[0])
+
+    def effects(self) -> dict[str, float]:
+        """mu_alt - mu0 for each named alternative."""
+        return {law.name: self.moments(law)[0] - self.null[0] for law in self.laws()[1:]}
+
+    def slack(self, replicas: int) -> float:
+        _, variance, spread = self.null
+        return bernstein_deviation(variance, spread, replicas, self.alpha)
+
+    @cached_property
+    def replicas(self) -> int:
+        """The least power of two whose slack is at most a quarter of the smallest effect (max_replicas + 1 if none)."""
+        smallest = min(abs(effect) for effect in self.effects().values())
+        replicas = 1
+        while replicas <= self.max_replicas and self.slack(replicas) > smallest / 4:
+            replicas *= 2
+        return replicas
+
+    @property
+    def feasible(self) -> bool:
+        return self.replicas <= self.max_replicas
+
+    def power(self) -> dict[str, float]:
+        """Lower bound on P(reject) for each alternative at :attr:`replicas` (Bernstein under the alternative)."""
+        slack, mean0 = self.slack(self.replicas), self.null[0]
+        powers = {}
+        for law in self.laws()[1:]:
+            mean, variance, spread = self.moments(law)
+            powers[law.name] = 1.0 - _bernstein_tail(variance, spread, self.replicas, abs(mean - mean0) - slack)
+        return powers
+
+    def acceptance(self) -> Acceptance:
+        mean0, slack = self.null[0], self.slack(self.replicas)
+        return Acceptance(mean0 - slack, mean0 + slack, mean0, self.alpha,
+                          f"mean of Var(z) over {self.replicas} masks")
+
+    def measured(self, masks: np.ndarray) -> float:
+        """Mean over the rows of ``masks`` ([R, d], 0/1) of Var(x m / q)."""
+        return float((self.x / (1.0 - self.p) * masks).var(axis=-1).mean())
