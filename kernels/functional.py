@@ -4,7 +4,7 @@
     rms_norm(x, weight, eps)           over the last dimension; weight: [d] or None
     dropout(x, p, seed)                inverted dropout, deterministic for a seed
 
-These are the contracts of :mod:`verify.registry`. CUDA tensors run compiled Triton, CPU tensors
+These are the contracts of :mod:`core.registry`. CUDA tensors run compiled Triton, CPU tensors
 Triton's interpreter (float32/float16 only there). Gradients flow to x, weight and bias, and the
 norms' backward pass is itself differentiable (second derivatives; see ``_NormBackward``).
 """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import UsageError
+from core.registry import Kernel, resolve
 from properties import profiles
-from verify.errors import UsageError
-from verify.registry import Kernel, resolve
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
 pytest_plugins: list[str] = ["properties.results", "properties.expectations"]

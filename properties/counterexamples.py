@@ -13,7 +13,7 @@ Tensors are saved as given: ``torch.save`` keeps a view's storage, offset and st
 non-contiguous input (and whatever lies in its storage around it) comes back as it was; ``layouts``
 records the layout of each tensor input, and :func:`load` re-creates it should one come back otherwise.
 
-:func:`replay` reloads the kernel by its SPEC (``verify.registry.resolve``), or another SPEC,
+:func:`replay` reloads the kernel by its SPEC (``core.registry.resolve``), or another SPEC,
 re-runs the check and returns a :class:`ReplayResult`: passed or not, the message, expected vs got.
 A check states a violation as ``AssertionError`` whose message says ``expected ... got ...`` (on one
 line or as two lines); an exception with ``expected``/``got`` attributes is read directly.
@@ -24,12 +24,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
-import os
 import pickle
 import re
 import shlex
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from verify.errors import UsageError
-from verify.guard import KernelFault
-from verify.registry import Kernel, resolve
+from core.errors import UsageError
+from core.files import write_atomically
+from core.guard import KernelFault
+from core.registry import Kernel, resolve
 
 SCHEMA = "normverify.counterexample/1"
 MAX_STEM = 60
@@ -118,15 +117,7 @@ def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: 
     kernel_name = Path(document["kernel"]).name  # a kernel file's name without its directories
     stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{claim}-{kernel_name}")[:MAX_STEM]
     path = Path(directory) / f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, data)
     return path
 
 

@@ -1,7 +1,7 @@
 """LayerNorm and RMSNorm kernels behind one interface, and their float64 references.
 
 Each claim family is written once for both kinds: :func:`forward` and :func:`vjp` call the
-kernel (always through :mod:`verify.guard`), :func:`reference` and :func:`reference_vjp` give the
+kernel (always through :mod:`core.guard`), :func:`reference` and :func:`reference_vjp` give the
 float64 oracle of :mod:`proofs.oracles` on the same rounded inputs. The effective scale is
 ``kernel.weight_offset + weight`` (docs/ARCHITECTURE.md, weight conventions); RMSNorm has no bias.
 """
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from core import guard
+from core.capabilities import discover
+from core.registry import Kernel
 from proofs import oracles
-from verify import guard
-from verify.capabilities import discover
-from verify.registry import Kernel
 
 
 def arguments(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,

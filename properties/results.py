@@ -5,7 +5,7 @@ Options: ``--json PATH`` writes the ``normverify.results/1`` document of docs/AR
 of those claims.
 
 Where the data comes from: a conformance test is an item with a ``claim`` marker; its kernel is
-the :class:`verify.registry.Kernel` among its parameters. Around the call phase the plugin calls
+the :class:`core.registry.Kernel` among its parameters. Around the call phase the plugin calls
 ``properties.evidence.start()`` and ``take()``: the recorded examples give the example count, the
 worst error/bound ratio, the dtypes (``dtype``) and widths (``d``) seen, the worst case and the
 plot points. On a failure the Hypothesis notes give the minimal failing example and the
@@ -20,7 +20,7 @@ an interrupted run (Ctrl-C, a worker killed by a crashing kernel) leaves valid J
 was done, and ``progress`` says how far it got.
 
 Status of a test: the worst of its phases, worst first :data:`STATUSES`. A failed setup or
-teardown is an ``error``; so is a :class:`verify.guard.KernelFault` other than a wrong answer
+teardown is an ``error``; so is a :class:`core.guard.KernelFault` other than a wrong answer
 (``KernelFault.status``), because the claim could not be checked.
 """
 
@@ -30,24 +30,23 @@ import datetime
 import fnmatch
 import json
 import math
-import os
 import platform
 import re
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from core.capabilities import discover
+from core.errors import UsageError, one_line
+from core.files import write_atomically
+from core.guard import KernelFault
+from core.registry import Kernel, resolve
 from properties import counterexamples, evidence
-from verify.capabilities import discover
-from verify.errors import UsageError, one_line
-from verify.guard import KernelFault
-from verify.registry import Kernel, resolve
 
 SCHEMA = "normverify.results/1"
 # Worst first: a test (and a claim x kernel cell) shows the first of these among its parts.
@@ -124,7 +123,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def kernel_of(item: pytest.Item):
-    """The :class:`verify.registry.Kernel` the test is parametrized with (None for a test without one)."""
+    """The :class:`core.registry.Kernel` the test is parametrized with (None for a test without one)."""
     callspec = getattr(item, "callspec", None)
     candidates = [*(callspec.params.values() if callspec else ()), *getattr(item, "funcargs", {}).values()]
     return next((value for value in candidates if isinstance(value, Kernel)), None)
@@ -213,7 +212,7 @@ def _without_notes(error: BaseException) -> str:
 
 
 def capabilities_of(kernel) -> dict:
-    """``verify.capabilities.discover(kernel)`` as JSON (cached per process), or what went wrong."""
+    """``core.capabilities.discover(kernel)`` as JSON (cached per process), or what went wrong."""
     try:
         return discover(kernel).as_json()
     except Exception as error:
@@ -361,19 +360,6 @@ def suite_commit() -> str | None:
     if proc.returncode != 0:
         return None
     return proc.stdout.strip() or None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def worst(statuses) -> str:

@@ -19,9 +19,9 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from core.capabilities import discover, dtype_name
+from core.registry import Kernel
 from properties import norms, tolerance
-from verify.capabilities import discover, dtype_name
-from verify.registry import Kernel
 
 SMALL_WIDTHS = (1, 2, 3)
 SMALL_PRIMES = (5, 7, 11, 13, 17, 31, 61, 127)
@@ -64,7 +64,7 @@ def epsilons() -> st.SearchStrategy[float]:
 
 
 def storage_dtypes(kernel: Kernel, among: tuple[torch.dtype, ...] | None = None) -> st.SearchStrategy[torch.dtype]:
-    """The storage dtypes the kernel computes in (verify.capabilities), optionally restricted to ``among``.
+    """The storage dtypes the kernel computes in (core.capabilities), optionally restricted to ``among``.
 
     A kernel that computes in none of them skips the test (with the probe's reasons) when the test asked
     for particular dtypes; otherwise it is tried in float32, so that its fault is reported, not skipped.

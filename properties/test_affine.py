@@ -16,9 +16,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import discover, dtype_name
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import rounded, row_counts, seeds, standard_values, storage_dtypes, widths
-from verify.capabilities import discover, dtype_name
 
 
 def check_affine(kernel, x: torch.Tensor, transformed: torch.Tensor, a: float, eps: float) -> None:

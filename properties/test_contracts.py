@@ -19,9 +19,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import discover, dtype_name
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import norm_examples, rounded, standard_values, widths
-from verify.capabilities import discover, dtype_name
 
 
 def rows_that_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -21,11 +21,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core import guard
+from core.capabilities import dtype_name
 from proofs import oracles
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import dropout_examples
-from verify import guard
-from verify.capabilities import dtype_name
 
 FALSE_ALARM_PER_EXAMPLE = 1e-10
 VARIANCE_REPLICAS = 1024

@@ -8,9 +8,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import dtype_name
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import norm_examples, widths
-from verify.capabilities import dtype_name
 
 
 def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:

@@ -9,10 +9,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import discover
 from properties import evidence
 from properties.strategies import rounded, storage_dtypes
 from properties.test_forward import check_forward
-from verify.capabilities import discover
 
 SEED_ROW = (5.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 

@@ -19,11 +19,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import dtype_name
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import norm_examples, rounded, storage_dtypes
 from properties.test_contracts import rows_that_differ
 from properties.test_forward import check_forward
-from verify.capabilities import dtype_name
 
 
 def check_nonfinite_stays_in_its_row(kernel, x: torch.Tensor, poisoned: torch.Tensor, weight, eps: float,

@@ -20,10 +20,10 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from core import guard
+from core.capabilities import discover, dtype_name
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import norm_examples
-from verify import guard
-from verify.capabilities import discover, dtype_name
 
 SMALL_WIDTHS = (2, 3, 4, 5, 7, 8, 16, 31, 32)
 MATRIX_FREE_WIDTHS = (4096, 65536)

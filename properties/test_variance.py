@@ -19,10 +19,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import discover, dtype_name
 from proofs import oracles
 from properties import evidence, norms, outcome, profiles, tolerance
 from properties.strategies import rounded, row_counts, seeds, standard_values, storage_dtypes
-from verify.capabilities import discover, dtype_name
 
 
 def _variance_and_bound(kernel, x: torch.Tensor, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

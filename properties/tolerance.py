@@ -23,13 +23,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core.capabilities import dtype_name
+from core.registry import Kernel
 from proofs import error_model, oracles
 from properties.norms import as_float64, effective_weight
-from verify.capabilities import dtype_name
-from verify.registry import Kernel
 
 # float16/bfloat16 data is accumulated in float32; a kernel that declares backward_precision="storage"
-# (verify.registry.Kernel) has its backward checked with u_acc = u_storage instead.
+# (core.registry.Kernel) has its backward checked with u_acc = u_storage instead.
 _ACCUMULATION = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 

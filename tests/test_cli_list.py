@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.registry import Builtin, Kernel
 from verify import cli
 from verify.commands import list as list_command
-from verify.registry import Builtin, Kernel
 
 
 def _gemma(x, weight, eps):

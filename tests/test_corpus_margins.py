@@ -19,10 +19,10 @@ import pytest
 import torch
 from corpus import BROKEN, WIDE_MARGIN
 
+from core.registry import Kernel, resolve
 from properties import evidence
 from properties.test_dropout import check_variance_bias
 from properties.test_forward import check_forward
-from verify.registry import Kernel, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRECT_MAX_RATIO = 1.0

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from corpus import BROKEN, CORPUS, CORRECT
 
-from verify.registry import Kernel, resolve
+from core.registry import Kernel, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = ROOT / "tests" / "corpus"
@@ -316,7 +316,7 @@ def worst_bfloat16_dbias_error(k: Kernel, seeds: int = 20) -> float:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the declaration is about torch's CPU layer_norm")
 def test_torch_cpu_layer_norm_backward_rounds_in_half_precision():
-    """Why the torch built-in declares backward_precision="storage" on the CPU (verify/adapters/torch_native.py):
+    """Why the torch built-in declares backward_precision="storage" on the CPU (core/adapters/torch_native.py):
     aten.native_layer_norm keeps mean and rstd in the bf16/fp16 storage dtype, and the backward's dbias over 4
     rows is off by several u, where a float32 sum of 4 bf16 values rounded once is within u (relative)."""
     (torch_layernorm,) = resolve("torch", "layernorm")

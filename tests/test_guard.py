@@ -1,4 +1,4 @@
-"""verify.guard: every way a kernel can misbehave becomes one KernelFault line, and the caller goes on."""
+"""core.guard: every way a kernel can misbehave becomes one KernelFault line, and the caller goes on."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from verify import guard
-from verify.guard import KernelFault
-from verify.registry import Kernel
+from core import guard
+from core.guard import KernelFault
+from core.registry import Kernel
 
 
 def layernorm(x, weight, bias, eps):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kernels
-from verify.registry import resolve
+from core.registry import resolve
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""verify.capabilities: device, dtypes and backward found by probing, declarations winning, cached."""
+"""core.capabilities: device, dtypes and backward found by probing, declarations winning, cached."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from verify import capabilities
-from verify.registry import Kernel, resolve
+from core import capabilities
+from core.registry import Kernel, resolve
 
 
 def _no_half(x, weight, bias, eps):

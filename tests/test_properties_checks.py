@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.registry import Kernel
 from properties import (
     evidence,
     test_affine,
@@ -24,7 +25,6 @@ from properties import (
     test_spectral_norm,
     test_variance,
 )
-from verify.registry import Kernel
 
 
 def _layernorm(x, weight, bias, eps):

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.registry import Kernel, resolve
 from properties import norms, strategies, tolerance
-from verify.registry import Kernel, resolve
 
 LN = Kernel("torch-ln", "layernorm", lambda x, weight, bias, eps: torch.nn.functional.layer_norm(
     x, (x.shape[-1],), weight, bias, eps), dtypes=(torch.float32, torch.float16))

@@ -1,4 +1,4 @@
-"""verify.registry: SPEC strings to kernels, with one-line errors for what cannot be loaded."""
+"""core.registry: SPEC strings to kernels, with one-line errors for what cannot be loaded."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from verify.errors import UsageError
-from verify.registry import Kernel, builtins, infer_kind, resolve
+from core.errors import UsageError
+from core.registry import Kernel, builtins, infer_kind, resolve
 
 
 def test_torch_builtin_gives_one_kernel_per_kind():
@@ -16,7 +16,7 @@ def test_torch_builtin_gives_one_kernel_per_kind():
     assert [k.kind for k in resolve("torch", "rmsnorm")] == ["rmsnorm"]
 
 
-def test_builtins_are_discovered_from_adapters():
+def test_builtins_come_from_the_listed_adapters():
     assert "torch" in builtins()
 
 
@@ -46,7 +46,7 @@ def test_a_file_attribute_loads(tmp_path):
 def test_a_kernel_object_keeps_its_declarations(tmp_path):
     path = tmp_path / "declared.py"
     path.write_text(textwrap.dedent("""
-        from verify.registry import Kernel
+        from core.registry import Kernel
         GEMMA = Kernel("gemma", "rmsnorm", lambda x, w, e: x, weight_offset=1.0)
     """))
     (kernel,) = resolve(f"{path}:GEMMA")
@@ -78,6 +78,6 @@ def test_a_file_that_fails_to_import_is_a_usage_error(tmp_path):
 
 def test_kind_filter_that_leaves_nothing_is_an_error(tmp_path):
     path = tmp_path / "ln.py"
-    path.write_text("from verify.registry import Kernel\nLN = [Kernel('ln', 'layernorm', lambda x, w, b, e: x)]\n")
+    path.write_text("from core.registry import Kernel\nLN = [Kernel('ln', 'layernorm', lambda x, w, b, e: x)]\n")
     with pytest.raises(UsageError, match="provides no dropout"):
         resolve(f"{path}:LN", "dropout")

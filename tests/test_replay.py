@@ -8,9 +8,9 @@ import uuid
 import pytest
 import torch
 
+from core.registry import resolve
 from properties import counterexamples
 from verify.cli import main
-from verify.registry import resolve
 
 BROKEN_KERNEL = '''
 import torch
@@ -30,7 +30,7 @@ def layernorm(x, weight, bias, eps):
 CHECKS = '''
 import torch
 import torch.nn.functional as F
-from verify import guard
+from core import guard
 
 def check_layernorm(kernel, x, weight, bias, eps):
     """Kernel output within 1e-3 of float64 F.layer_norm on the same inputs; expected vs got at the worst element."""

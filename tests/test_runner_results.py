@@ -27,8 +27,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from properties import evidence
-from verify import guard
-from verify.registry import Kernel
+from core import guard
+from core.registry import Kernel
 
 
 def layernorm(x, weight, bias, eps):

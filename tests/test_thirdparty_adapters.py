@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from verify.registry import builtins, resolve
+from core.registry import builtins, resolve
 
 LIGER = ["liger-layernorm", "liger-rmsnorm-llama", "liger-rmsnorm-gemma", "liger-rmsnorm-none"]
 HF = ["hf-llama-rmsnorm", "hf-gemma-rmsnorm", "hf-t5-layernorm"]

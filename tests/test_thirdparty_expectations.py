@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 # Two claims, two kernels; each test fails, so an xfail entry shows as xfailed and a missing one as failed.
 CONFORMANCE_TESTS = """
     import pytest
-    from verify.registry import Kernel
+    from core.registry import Kernel
 
     KERNELS = [Kernel("liger-rmsnorm-llama", "rmsnorm", lambda x, w, e: x, spec="liger-rmsnorm-llama"),
                Kernel("hf-llama-rmsnorm", "rmsnorm", lambda x, w, e: x, spec="hf-llama-rmsnorm")]

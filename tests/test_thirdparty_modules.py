@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from verify.errors import UsageError
-from verify.registry import resolve
+from core.errors import UsageError
+from core.registry import resolve
 
 DATA = Path(__file__).parent / "data"
 SEED001 = f"{DATA / 'seed001_layernorm.py'}:LayerNorm"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.registry import Kernel
 from proofs import error_model
 from properties import norms, outcome, tolerance
-from verify.registry import Kernel
 
 LN = Kernel("simulated-layernorm", "layernorm", lambda x, w, b, eps: x)
 RMS = Kernel("simulated-rmsnorm", "rmsnorm", lambda x, w, eps: x)

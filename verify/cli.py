@@ -9,7 +9,7 @@ Subcommands live one per module in :mod:`verify.commands`; each module defines
 
 and is found by discovery, so a subcommand exists exactly when its module does.
 Exit codes: 0 success, 1 a check failed, 2 bad usage (argparse's convention) or an input that
-cannot be loaded; :class:`verify.errors.UsageError` raised by a command becomes one line on
+cannot be loaded; :class:`core.errors.UsageError` raised by a command becomes one line on
 stderr and exit 2.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import verify
 import verify.commands
-from verify.errors import UsageError
+from core.errors import UsageError
 
 
 def _command_modules() -> list:

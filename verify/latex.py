@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from verify.errors import UsageError
+from core.errors import UsageError
 
 
 class LatexError(RuntimeError):

@@ -9,7 +9,7 @@ test; the command follows it to show progress.
 Everything that can be wrong with the request (a SPEC that does not load, a claim glob that
 matches no claim of the kernels' kinds) is found by :func:`check_request` before pytest starts.
 
-Time limits: every kernel call has ``timeout`` seconds (``verify.guard``, through
+Time limits: every kernel call has ``timeout`` seconds (``core.guard``, through
 ``NORMVERIFY_CALL_TIMEOUT``); each test as a whole has ``TEST_TIMEOUT_FACTOR`` times that
 (pytest-timeout, signal method), a backstop for a hang outside the guarded calls.
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import properties
+from core.errors import UsageError
+from core.registry import Kernel, resolve
 from properties.results import FAILING, worst
-from verify.errors import UsageError
-from verify.registry import Kernel, resolve
 
 SUITE = Path(properties.__file__).resolve().parent
 TEST_TIMEOUT_FACTOR = 10

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from verify.registry import Kernel
+from core.registry import Kernel
 
 SPEC = "tests/corpus/correct.py:"
 

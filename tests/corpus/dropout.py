@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from verify.registry import Kernel
+from core.registry import Kernel
 
 SPEC = "tests/corpus/dropout.py:"
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from verify.registry import Kernel
+from core.registry import Kernel
 
 SPEC = "tests/corpus/fused.py:"
 

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from core.registry import Kernel
 from kernels import interpret
-from verify.registry import Kernel
 
 
 @triton.jit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from verify.registry import Kernel
+from core.registry import Kernel
 
 
 def layernorm_sequence_first_flatten(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase, settings
 
+from core.registry import Kernel
 from corpus import CORPUS
-from verify.registry import Kernel
 
 EXPECTED_FAILURES = {entry.spec: entry.expect for entry in CORPUS if not entry.correct}
 WITHOUT_SHRINKING = tuple(phase for phase in Phase if phase not in (Phase.shrink, Phase.explain))

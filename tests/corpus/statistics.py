@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from verify.registry import Kernel
+from core.registry import Kernel
 
 SPEC = "tests/corpus/statistics.py:"
 

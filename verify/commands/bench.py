@@ -9,7 +9,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from verify.errors import UsageError
+from core.errors import UsageError
 
 NAME = "bench"
 HELP = "GPU benchmark: forward and forward+backward GB/s of ours vs torch (and Liger), table + CSV"

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from verify.errors import UsageError
+from core.errors import UsageError
 
 NAME = "derive"
 HELP = "write the machine-checked derivations of the claims to DIR/derivations.tex (--pdf: and a PDF)"

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from verify.errors import UsageError
-from verify.registry import Builtin, Kernel, builtins
+from core.errors import UsageError
+from core.registry import Builtin, Kernel, builtins
 
 NAME = "list"
 HELP = "list the built-in kernel SPECs: kinds, weight convention, description, availability here"
@@ -20,7 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _device(kernel: Kernel) -> str:
-    """The declared device, or where probing will look (verify.capabilities: CUDA when present, else CPU)."""
+    """The declared device, or where probing will look (core.capabilities: CUDA when present, else CPU)."""
     if kernel.device:
         return kernel.device
     import torch

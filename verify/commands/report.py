@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from verify.errors import UsageError
+from core.errors import UsageError
 from verify.latex import LatexError
 
 NAME = "report"

@@ -20,8 +20,8 @@ from properties.profiles import PROFILES
 from properties.profiles import chosen as chosen_profile
 from properties.results import FAILING, claim_patterns
 from verify import runner
-from verify.errors import UsageError
-from verify.registry import KINDS
+from core.errors import UsageError
+from core.registry import KINDS
 
 NAME = "run"
 HELP = "run the conformance suite on kernels: every claim checked, a summary, the results JSON (and a report)"

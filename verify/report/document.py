@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from properties.results import write_atomically
+from core.files import write_atomically
 from verify.latex import compile_pdf
 from verify.report.claims import claim_section, theory_verdicts
 from verify.report.model import Report, arrange, check_results

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from verify.errors import UsageError
+from core.errors import UsageError
 from verify.runner import SummaryRow
 
 SCHEMA = "normverify.results/1"

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from verify.errors import one_line
+from core.errors import one_line
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 
@@ -145,7 +145,7 @@ def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool 
          timeout: float | None = DEFAULT_TIMEOUT_S, **kwargs) -> torch.Tensor:
     """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have).
 
-    ``kernel`` is a :class:`verify.registry.Kernel` or a plain callable. Non-finite outputs are a
+    ``kernel`` is a :class:`core.registry.Kernel` or a plain callable. Non-finite outputs are a
     fault only when every tensor argument is finite and ``allow_nonfinite`` is false.
     """
     name = _name(kernel)

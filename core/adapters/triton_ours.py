@@ -14,7 +14,7 @@ import importlib.util
 
 import torch
 
-from verify.registry import Builtin, Kernel
+from core.kernel import Builtin, Kernel
 
 
 def _unavailable() -> str | None:

@@ -1,7 +1,7 @@
 """Hugging Face transformers' norm modules as built-ins: hf-llama-rmsnorm, hf-gemma-rmsnorm, hf-t5-layernorm.
 
 Only the modeling modules are imported (no hub access). Each class runs through the generic
-module path (:mod:`verify.adapters.modules`) with the test's weight:
+module path (:mod:`core.adapters.modules`) with the test's weight:
 
     LlamaRMSNorm   y = w * (x_f32 * rsqrt(mean(x_f32^2) + eps)).to(x.dtype)
     GemmaRMSNorm   y = (x_f32 * rsqrt(mean(x_f32^2) + eps) * (1 + w_f32)).to(x.dtype)   weight_offset 1
@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from verify.adapters.modules import kernel_from_module_class
-from verify.registry import Builtin, Kernel
+from core.adapters.modules import kernel_from_module_class
+from core.kernel import Builtin, Kernel
 
 # builtin name -> (module, class, weight_offset, what it computes)
 HF_NORMS = {

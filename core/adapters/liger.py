@@ -22,7 +22,7 @@ import importlib.util
 
 import torch
 
-from verify.registry import Builtin, Kernel
+from core.kernel import Builtin, Kernel
 
 # builtin name -> (offset, casting mode, what it is)
 RMS_MODES = {

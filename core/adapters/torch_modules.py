@@ -1,7 +1,7 @@
 """The ``torch-module`` and ``torch-compile`` built-ins: ``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm`` modules.
 
 ``torch-module`` runs the modules eagerly through the generic module path
-(:mod:`verify.adapters.modules`), ``torch-compile`` the same modules under
+(:mod:`core.adapters.modules`), ``torch-compile`` the same modules under
 ``torch.compile(dynamic=True)`` (TorchInductor; on a CPU it generates C++ and needs a C++
 compiler). A compilation that would exceed Dynamo's recompile limit raises instead of
 silently falling back to eager, so a pass is always a pass of the compiled code. Buffer donation
@@ -18,9 +18,9 @@ import shutil
 import torch
 import torch._functorch.config as functorch_config
 
-from verify.adapters.modules import kernel_from_module_class
-from verify.adapters.torch_native import layer_norm_backward_precision
-from verify.registry import Builtin, Kernel
+from core.adapters.modules import kernel_from_module_class
+from core.adapters.torch_native import layer_norm_backward_precision
+from core.kernel import Builtin, Kernel
 
 
 def _load(spec: str, compile: bool) -> list[Kernel]:

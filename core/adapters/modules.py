@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 from torch.func import functional_call
 
-from verify.errors import UsageError
-from verify.registry import Kernel
+from core.errors import UsageError
+from core.kernel import Kernel
 
 WEIGHT_NAMES = ("weight", "gamma", "scale", "g", "w")
 BIAS_NAMES = ("bias", "beta", "shift", "b")

@@ -1,6 +1,6 @@
 """What a kernel under test can do, found by probing it on a tiny input.
 
-Discovered once per kernel (cached), unless declared on the :class:`~verify.registry.Kernel`:
+Discovered once per kernel (cached), unless declared on the :class:`~core.registry.Kernel`:
 
 - ``device``: CUDA when it is available and the kernel computes there, else CPU
   (a declared ``Kernel.device`` wins);
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from verify import guard
-from verify.errors import one_line
-from verify.registry import Kernel
+from core import guard
+from core.errors import one_line
+from core.kernel import Kernel
 
 PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _PROBE_SHAPE = (2, 8)

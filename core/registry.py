@@ -1,12 +1,6 @@
-"""Kernels under test: what they are, and how a SPEC string names them.
+"""How a SPEC string names kernels under test.
 
-A kernel is a plain callable with one of three contracts, normalizing over the last dimension:
-
-    layernorm: fn(x, weight, bias, eps) -> y      weight, bias: shape [d] or None
-    rmsnorm:   fn(x, weight, eps) -> y            weight: shape [d] or None
-    dropout:   fn(x, p, seed) -> y                inverted dropout, deterministic for a seed
-
-Gradients are taken through autograd when the callable is differentiable.
+The kernel record and its contracts are :mod:`core.kernel`; here a SPEC string becomes records.
 
 SPEC forms accepted by :func:`resolve`:
 
@@ -16,95 +10,39 @@ SPEC forms accepted by :func:`resolve`:
 
 ATTR is a function (its kind given by ``--kind``, a ``normverify_kind`` attribute, or its
 parameter names), a :class:`Kernel`, or a list of them. Built-ins come from the modules of
-:mod:`verify.adapters`, each of which exports ``BUILTINS: list[Builtin]``.
+:mod:`core.adapters` (listed there), each of which exports ``BUILTINS: list[Builtin]``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
-import pkgutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from core import adapters
+from core.errors import UsageError
+from core.kernel import BACKWARD_PRECISIONS, KIND_PREFIX, KINDS, Builtin, Kernel
 
-from verify.errors import UsageError
-
-KINDS = ("layernorm", "rmsnorm", "dropout")
-# Claim ids are prefixed by the kind's short name (proofs.claims).
-KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout"}
-BACKWARD_PRECISIONS = ("float32", "storage")
+__all__ = ["BACKWARD_PRECISIONS", "KINDS", "KIND_PREFIX", "Builtin", "Kernel", "builtins", "infer_kind", "resolve"]
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel under test.
-
-    ``weight_offset`` declares the weight convention: the kernel scales by
-    ``weight_offset + weight`` (0 for torch/Llama, 1 for Gemma's ``(1 + w)``), and is checked
-    against the derivation with that effective weight. ``device``/``dtypes`` are declarations;
-    ``None`` means "discover by probing" (:mod:`verify.capabilities`).
-
-    ``backward_precision`` declares what the backward accumulates in for float16/bfloat16 data:
-    ``"float32"`` (the default, what mixed-precision kernels do) or ``"storage"`` (statistics or
-    partial sums kept in the storage dtype, as torch's CPU ``layer_norm`` keeps mean and rstd);
-    the backward is then checked against the error model with u_acc = u_storage. The declaration
-    is shown in every result and report, so a weaker contract is never silent.
-    """
-
-    name: str
-    kind: str
-    fn: Callable
-    spec: str = ""
-    weight_offset: float = 0.0
-    device: str | None = None
-    dtypes: tuple[torch.dtype, ...] | None = None
-    description: str = ""
-    backward_precision: str = "float32"
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise UsageError(f"kernel {self.name!r}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
-        if self.backward_precision not in BACKWARD_PRECISIONS:
-            raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
-                             f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
-
-    def as_json(self) -> dict:
-        """The kernel's identity and declarations, as the results JSON records them."""
-        return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
-                "backward_precision": self.backward_precision, "description": self.description}
-
-    @property
-    def prefix(self) -> str:
-        return KIND_PREFIX[self.kind]
-
-
-@dataclass(frozen=True)
-class Builtin:
-    """A named SPEC shipped with normverify. ``unavailable()`` returns why it cannot run here, or None."""
-
-    name: str
-    description: str
-    load: Callable[[], list[Kernel]]
-    unavailable: Callable[[], str | None] = lambda: None
+@functools.cache
+def _builtin_table() -> dict[str, Builtin]:
+    found: dict[str, Builtin] = {}
+    for name in adapters.MODULES:
+        module = importlib.import_module(f"{adapters.__name__}.{name}")
+        for builtin in module.BUILTINS:
+            found[builtin.name] = builtin
+    return found
 
 
 def builtins() -> dict[str, Builtin]:
-    """All built-in SPECs, from every module of :mod:`verify.adapters`."""
-    import verify.adapters
-
-    found: dict[str, Builtin] = {}
-    for info in pkgutil.iter_modules(verify.adapters.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"verify.adapters.{info.name}")
-        for builtin in getattr(module, "BUILTINS", []):
-            found[builtin.name] = builtin
-    return found
+    """All built-in SPECs, from the adapter modules :data:`core.adapters.MODULES` names (imported once)."""
+    return dict(_builtin_table())
 
 
 def resolve(spec: str, kind: str | None = None) -> list[Kernel]:
@@ -169,10 +107,12 @@ def _as_kernels(obj, spec: str, kind: str | None) -> list[Kernel]:
         return [obj]
     if isinstance(obj, (list, tuple)) and obj and all(isinstance(k, Kernel) for k in obj):
         return list(obj)
-    if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
-        from verify.adapters import modules
+    import torch
 
-        return [modules.kernel_from_module_class(obj, spec, kind)]
+    if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
+        from core.adapters.modules import kernel_from_module_class
+
+        return [kernel_from_module_class(obj, spec, kind)]
     if callable(obj):
         kind = kind or getattr(obj, "normverify_kind", None) or infer_kind(obj)
         if kind is None:

@@ -1,0 +1,80 @@
+"""The kernel record: one kernel under test, its kind and declarations, and a named built-in SPEC.
+
+A kernel is a plain callable with one of three contracts, normalizing over the last dimension:
+
+    layernorm: fn(x, weight, bias, eps) -> y      weight, bias: shape [d] or None
+    rmsnorm:   fn(x, weight, eps) -> y            weight: shape [d] or None
+    dropout:   fn(x, p, seed) -> y                inverted dropout, deterministic for a seed
+
+This module imports no torch (``dtypes`` holds torch dtypes, but only a kernel's maker needs torch),
+so the record can be read by the command's listing and the reports without loading it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from core.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+KINDS = ("layernorm", "rmsnorm", "dropout")
+# Claim ids are prefixed by the kind's short name (proofs.claims).
+KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout"}
+BACKWARD_PRECISIONS = ("float32", "storage")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel under test.
+
+    ``weight_offset`` declares the weight convention: the kernel scales by
+    ``weight_offset + weight`` (0 for torch/Llama, 1 for Gemma's ``(1 + w)``), and is checked
+    against the derivation with that effective weight. ``device``/``dtypes`` are declarations;
+    ``None`` means "discover by probing" (:mod:`core.capabilities`).
+
+    ``backward_precision`` declares what the backward accumulates in for float16/bfloat16 data:
+    ``"float32"`` (the default, what mixed-precision kernels do) or ``"storage"`` (statistics or
+    partial sums kept in the storage dtype, as torch's CPU ``layer_norm`` keeps mean and rstd);
+    the backward is then checked against the error model with u_acc = u_storage. The declaration
+    is shown in every result and report, so a weaker contract is never silent.
+    """
+
+    name: str
+    kind: str
+    fn: Callable
+    spec: str = ""
+    weight_offset: float = 0.0
+    device: str | None = None
+    dtypes: tuple[torch.dtype, ...] | None = None
+    description: str = ""
+    backward_precision: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"kernel {self.name!r}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.backward_precision not in BACKWARD_PRECISIONS:
+            raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
+                             f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
+
+    def as_json(self) -> dict:
+        """The kernel's identity and declarations, as the results JSON records them."""
+        return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
+                "backward_precision": self.backward_precision, "description": self.description}
+
+    @property
+    def prefix(self) -> str:
+        return KIND_PREFIX[self.kind]
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A named SPEC shipped with normverify. ``unavailable()`` returns why it cannot run here, or None."""
+
+    name: str
+    description: str
+    load: Callable[[], list[Kernel]]
+    unavailable: Callable[[], str | None] = lambda: None

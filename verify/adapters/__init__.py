@@ -1,1 +1,0 @@
-"""Built-in kernels. Each module exports ``BUILTINS: list[verify.registry.Builtin]``."""
