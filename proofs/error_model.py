@@ -10,7 +10,7 @@ tree) has |error| <= gamma_{n-1} sum |terms|, gamma_m = m u / (1 - m u) (Higham 
 LN forward, two-pass (or Welford) in any order, with s = sqrt(sigma^2 + eps):
     mean:       |mu_hat - mu| <= gamma_{d+1} mean|x| =: E s                  (d-1 additions, 1/d, product)
     variance:   sum_k (x_k - mu_hat)^2 = d sigma^2 + d (mu_hat - mu)^2        (the cross term is 0)
-    t = fl(var + eps): |t/s^2 - 1| <= rho_t = (1 + E)^2 (1 + gamma_{d+5}) - 1 + 2 gamma_{d+1} kappa + (d+5) eta/s^2
+    t = fl(var + eps): |t/s^2 - 1| <= rho_t = (1 + E^2)(1 + gamma_{d+5}) - 1 + 2 gamma_{d+1} kappa + (d+5) eta/s^2
     rsqrt:      r = t^(-1/2)(1 + delta_r), |delta_r| <= C_RSQRT u
                 |r s - 1| <= eps_r = (1 + gamma_C)/sqrt(1 - rho_t) - 1
     y_i = fl(fl(fl(fl(x_i - mu_hat) r) gamma_i) + beta_i), stored:
@@ -77,7 +77,7 @@ def forward_terms(kind: str) -> dict[str, sp.Expr]:
     """The named pieces of the forward bound, in the order they are derived."""
     if kind == "ln":
         mean_error = phi_mu * mean_abs  # |mu_hat - mu| / s
-        rho_t = composed(2 * mean_error + mean_error**2, phi_v) + 2 * phi_mu * kappa
+        rho_t = composed(mean_error**2, phi_v) + 2 * phi_mu * kappa
         rho_t += (n + 5) * eta * inv_s2
     else:
         mean_error = sp.S.Zero

@@ -197,10 +197,11 @@ def _worst_case(term: str) -> sp.Expr:
 
 
 def _first_order_bound() -> sp.Expr:
-    """|gamma_i| (|xhat_i| ((d+1)(E_x + kappa) + (d+5)/2 + C_RSQRT + 3 + C_WEIGHT) + (d+1) E_x)."""
+    """|gamma_i| (|xhat_i| ((d+1) kappa + (d+5)/2 + C_RSQRT + 3 + C_WEIGHT) + (d+1) E_x): the mean's error enters
+    the variance only squared (second order), the output linearly."""
     m = error_model
-    return m.g * (m.xhat * ((m.n + 1) * (m.mean_abs + m.kappa) + (m.n + 5) / sp.Integer(2) + m.C_RSQRT + 3
-                            + m.C_WEIGHT) + (m.n + 1) * m.mean_abs)
+    return m.g * (m.xhat * ((m.n + 1) * m.kappa + (m.n + 5) / sp.Integer(2) + m.C_RSQRT + 3 + m.C_WEIGHT)
+                  + (m.n + 1) * m.mean_abs)
 
 
 def _error_model() -> Derivation:
@@ -294,7 +295,7 @@ CLAIMS = (
           r"For accumulation with unit roundoff $u$ and storage with $u_{out}$, summation in any order, "
           r"$|\hat{y}_i - y_i| \le |\gamma_i|(|\hat{x}_i|\epsilon_1 + E(1+\epsilon_1)) + (|y_i| + \ldots)"
           r"((1+u)(1+u_{out})-1)$, $E = \gamma_{d+1}\,\mathrm{mean}|x|/s$, $\epsilon_1$ from "
-          r"$\rho_t = (1+E)^2(1+\gamma_{d+5}) - 1 + 2\gamma_{d+1}\kappa$ and 4 ulps for the rsqrt. "
+          r"$\rho_t = (1+E^2)(1+\gamma_{d+5}) - 1 + 2\gamma_{d+1}\kappa$ and 4 ulps for the rsqrt. "
           r"The one-pass variance errs by $\kappa^2 d u$ relative to $s^2$: a factor $\sim\kappa$ beyond the bound. "
           r"The backward bound composes the same pieces for $dx = r(g' - \bar{g'} - \hat{x}\,\overline{g'\hat{x}})$, "
           r"$g' = \gamma\odot g$ (4 roundings to combine the terms), and $\gamma_{\text{rows}}$ for the sums of "
