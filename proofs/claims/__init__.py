@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from proofs.claims import contracts, dropout, layernorm, numerics, rmsnorm
+from proofs.claims import blocks, contracts, dropout, fused, groupnorm, layernorm, numerics, rmsnorm
 from proofs.claims.base import VERDICTS, Claim
 
 CLAIMS: dict[str, Claim] = {
     claim.id: claim
-    for family in (layernorm, rmsnorm, dropout, numerics, contracts)
+    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, blocks)
     for claim in family.CLAIMS
 }
 

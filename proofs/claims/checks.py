@@ -23,7 +23,8 @@ def zero_with_root(expr: sp.Expr, radicand: sp.Expr) -> bool:
     return sp.expand(sp.rem(sp.expand(numerator), _ROOT**2 - target, _ROOT)) == 0
 
 
-def _definition_and_stats(kind: str, width: int):
+def definition_and_stats(kind: str, width: int):
+    """(definition, {statistic: its written-out row sum at this width}, the radicand sigma^2 + eps or q + eps)."""
     if kind == "ln":
         stats = {mu: concrete(MEAN_DEF, width), var: concrete(VAR_DEF, width)}
         return expressions.LN_DEFINITION, stats, stats[var] + eps
@@ -42,7 +43,7 @@ def jacobian_matches_for_width(kind: str, width: int) -> bool:
     entry being one of these after a permutation of the features, under which the definitions are
     invariant (gamma, beta permuted alike).
     """
-    definition, stats, radicand = _definition_and_stats(kind, width)
+    definition, stats, radicand = definition_and_stats(kind, width)
     row = concrete_row(width)
     derived = expressions.jacobian(kind)
     rows = range(width) if width <= FULL_CHECK_UP_TO else range(1)
