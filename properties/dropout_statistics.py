@@ -291,3 +291,76 @@ class VarianceBiasPlan:
     def measured(self, masks: np.ndarray) -> float:
         """Mean over the rows of ``masks`` ([R, d], 0/1) of Var(x m / q)."""
         return float((self.x / (1.0 - self.p) * masks).var(axis=-1).mean())
+
+
+# --- statistics of a batch of masks -----------------------------------------------------------------------------
+
+
+def pair_agreement(first: np.ndarray, second: np.ndarray) -> tuple[int, int]:
+    """(number of equal bits, number of pairs) of two equally shaped 0/1 arrays."""
+    return int(np.count_nonzero(first == second)), int(first.size)
+
+
+def neighbour_agreement(masks: np.ndarray, offset: int) -> tuple[int, int]:
+    """Disjoint pairs of neighbours (offset + 2j, offset + 2j + 1) within each row of ``masks`` [R, d]."""
+    usable = (masks.shape[-1] - offset) // 2 * 2
+    pairs = masks[:, offset:offset + usable].reshape(masks.shape[0], -1, 2)
+    return pair_agreement(pairs[..., 0], pairs[..., 1])
+
+
+def row_agreement(masks: np.ndarray) -> tuple[int, int]:
+    """Disjoint pairs of rows (2r, 2r + 1), column by column."""
+    usable = masks.shape[0] // 2 * 2
+    return pair_agreement(masks[0:usable:2], masks[1:usable:2])
+
+
+def group_counts(masks: np.ndarray, rows: int = 1) -> np.ndarray:
+    """Kept counts of consecutive groups of ``rows`` rows (a partial last group is left out)."""
+    usable = masks.shape[0] // rows * rows
+    return masks[:usable].reshape(-1, rows * masks.shape[-1]).sum(-1)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One test of a batch: its acceptance interval and the statistic the masks gave."""
+
+    acceptance: Acceptance
+    statistic: float
+
+    @property
+    def rejected(self) -> bool:
+        return self.acceptance.rejects(self.statistic)
+
+    @property
+    def ratio(self) -> float:
+        return self.acceptance.ratio(self.statistic)
+
+    def describe(self) -> str:
+        return self.acceptance.describe(self.statistic)
+
+
+def agreement_finding(agreeing: int, pairs: int, p: float, alpha: float, what: str) -> Finding:
+    """Exact binomial test of ``agreeing`` ~ Binomial(pairs, p^2 + q^2)."""
+    return Finding(binomial_acceptance(pairs, agreement_rate(p), alpha, f"{what} ({pairs} pairs)"), agreeing)
+
+
+def dispersion_finding(masks: np.ndarray, p: float, alpha: float, rows: int = 1) -> Finding:
+    """Dispersion of the kept counts of groups of ``rows`` rows of ``masks`` [R, d]."""
+    counts = group_counts(masks, rows)
+    width = rows * masks.shape[-1]
+    what = "dispersion of per-row kept counts" if rows == 1 else f"dispersion of kept counts of {rows} rows"
+    return Finding(dispersion_acceptance(width, p, counts.size, alpha, what), dispersion_statistic(counts, width, p))
+
+
+def independence_findings(masks: np.ndarray, p: float, alpha: float) -> list[Finding]:
+    """Neighbours (pairs at even and at odd offsets), rows (one column of two rows), and the dispersion of
+    two-row counts: alpha / 4 each. Tests without pairs (d = 1, one row) are left out."""
+    findings = []
+    for offset in (0, 1):
+        agreeing, pairs = neighbour_agreement(masks, offset)
+        if pairs:
+            findings.append(agreement_finding(agreeing, pairs, p, alpha / 4, f"neighbours at offset {offset}"))
+    if masks.shape[0] >= 2:
+        findings.append(agreement_finding(*row_agreement(masks), p, alpha / 4, "rows 2r and 2r+1"))
+        findings.append(dispersion_finding(masks, p, alpha / 4, rows=2))
+    return findings

@@ -1,0 +1,138 @@
+"""The dropout tests' stated false-alarm probabilities and powers (properties/dropout_statistics.py), shown by
+simulation with cheap numpy masks: at a measurable alpha a correct mask is rejected no more often than stated,
+and each named alternative is rejected at least as often as its derived power."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from proofs import oracles
+from properties import dropout_statistics as ds
+
+
+def iid_masks(rng: np.random.Generator, rows: int, width: int, p: float) -> np.ndarray:
+    return (rng.random((rows, width)) >= p).astype(np.int8)
+
+
+def fixed_count_masks(rng: np.random.Generator, rows: int, width: int, p: float) -> np.ndarray:
+    """Exactly round(p d) dropped per row, the dropped set uniform (sampling without replacement)."""
+    order = np.argsort(rng.random((rows, width)), axis=-1)
+    return (order >= round(p * width)).astype(np.int8)
+
+
+def block_masks(rng: np.random.Generator, rows: int, width: int, p: float, k: int) -> np.ndarray:
+    return np.repeat(iid_masks(rng, rows, width // k, p), k, axis=-1)
+
+
+def markov_masks(rng: np.random.Generator, rows: int, width: int, p: float, rho: float) -> np.ndarray:
+    """Each bit copies its left neighbour with probability rho, else is a fresh draw: lag-1 correlation rho."""
+    fresh, copy = iid_masks(rng, rows, width, p), rng.random((rows, width)) < rho
+    masks = fresh.copy()
+    for column in range(1, width):
+        masks[:, column] = np.where(copy[:, column], masks[:, column - 1], fresh[:, column])
+    return masks
+
+
+def upper_confidence(hits: int, trials: int) -> float:
+    """A one-sided 1 - 1e-6 Clopper-Pearson upper bound on a simulated rate."""
+    return 1.0 if hits == trials else float(stats.beta.ppf(1 - 1e-6, hits + 1, trials - hits))
+
+
+def lower_confidence(hits: int, trials: int) -> float:
+    return 0.0 if hits == 0 else float(stats.beta.ppf(1e-6, hits, trials - hits + 1))
+
+
+def test_the_budget_is_within_the_run_false_alarm():
+    assert sum(ds.BUDGET.values()) <= ds.RUN_FALSE_ALARM * (1 + 1e-12)
+    assert ds.per_example("dropout.keep_rate", 10, share=0.5) == ds.BUDGET["dropout.keep_rate"] / 20
+
+
+@pytest.mark.parametrize(("n", "rate", "alpha"), [(10, 0.5, 0.05), (4096, 0.9, 1e-12), (2**20, 0.001, 1e-13),
+                                                  (65536, 0.58, 1e-11)])
+def test_binomial_acceptance_is_the_exact_equal_tailed_interval(n, rate, alpha):
+    acceptance = ds.binomial_acceptance(n, rate, alpha)
+    law = stats.binom(n, rate)
+    assert law.cdf(acceptance.low - 1) <= alpha / 2 < law.cdf(acceptance.low)
+    assert law.sf(acceptance.high) <= alpha / 2 < law.sf(acceptance.high - 1)
+    assert ds.binomial_power(acceptance, n, rate) <= alpha
+
+
+@pytest.mark.parametrize(("width", "p"), [(1, 0.3), (8, 0.1), (8, 0.5), (64, 0.9)])
+def test_dispersion_false_alarm_is_at_most_alpha(width, p):
+    """At alpha = 0.05 the Chernoff thresholds reject correct masks at most 5% of the time (conservative)."""
+    rng, alpha, groups, trials = np.random.default_rng(width), 0.05, 200, 1000
+    acceptance = ds.dispersion_acceptance(width, p, groups, alpha)
+    hits = sum(acceptance.rejects(ds.dispersion_statistic(iid_masks(rng, groups, width, p).sum(-1), width, p))
+               for _ in range(trials))
+    assert lower_confidence(hits, trials) <= alpha, (hits, trials)
+
+
+@pytest.mark.parametrize(("width", "p", "k"), [(256, 0.5, 2), (64, 0.3, 2), (32, 0.5, 4)])
+def test_dispersion_power_against_blocks_is_at_least_the_derived_bound(width, p, k):
+    rng, alpha, groups, trials = np.random.default_rng(k), 1e-11, 256, 300
+    acceptance = ds.dispersion_acceptance(width, p, groups, alpha)
+    bound = ds.dispersion_power(acceptance, ds.block_counts(width, p, k), p, groups)
+    hits = sum(acceptance.rejects(ds.dispersion_statistic(block_masks(rng, groups, width, p, k).sum(-1), width, p))
+               for _ in range(trials))
+    assert upper_confidence(hits, trials) >= bound, (hits, trials, bound)
+
+
+def test_a_fixed_count_per_row_is_rejected_with_derived_power_one():
+    rng, width, p, groups = np.random.default_rng(0), 8, 0.3, 8192
+    acceptance = ds.dispersion_acceptance(width, p, groups, 1e-11)
+    assert ds.dispersion_power(acceptance, ds.fixed_counts(width, p), p, groups) == 1.0
+    assert acceptance.rejects(ds.dispersion_statistic(fixed_count_masks(rng, groups, width, p).sum(-1), width, p))
+
+
+def test_correct_masks_pass_every_independence_test_and_blocks_fail_them():
+    rng, p = np.random.default_rng(1), 0.3
+    assert not any(f.rejected for f in ds.independence_findings(iid_masks(rng, 1024, 64, p), p, 1e-11))
+    for k in (2, 4):
+        assert any(f.rejected for f in ds.independence_findings(block_masks(rng, 1024, 64, p, k), p, 1e-11))
+    shared_rows = np.repeat(iid_masks(rng, 1, 64, p), 1024, axis=0)
+    assert any(f.rejected for f in ds.independence_findings(shared_rows, p, 1e-11))
+
+
+def test_neighbour_correlation_power_matches_simulation():
+    """The copy-rho chain: derived power from the pair agreement rate p^2 + q^2 + 2 rho p q."""
+    rng, p, rho, rows, width, trials = np.random.default_rng(2), 0.3, 0.03, 64, 256, 200
+    pairs = rows * width // 2
+    acceptance = ds.binomial_acceptance(pairs, ds.agreement_rate(p), 1e-11)
+    derived = ds.binomial_power(acceptance, pairs, ds.agreement_rate(p, rho))
+    hits = sum(acceptance.rejects(ds.neighbour_agreement(markov_masks(rng, rows, width, p, rho), 0)[0])
+               for _ in range(trials))
+    assert lower_confidence(hits, trials) <= derived <= upper_confidence(hits, trials), (hits, derived)
+
+
+@pytest.mark.parametrize(("p", "offset"), [(0.125, 1.0), (0.25, 3.0), (0.5, -2.0), (0.75, 0.01)])
+def test_variance_bias_plan_is_the_derivation_and_its_slack_a_quarter_of_every_effect(p, offset):
+    """Rows as the conformance test draws them: offset (1 + 0.3 z)."""
+    x = offset * (1 + 0.3 * np.random.default_rng(int(8 * p)).standard_normal(8))
+    plan = ds.VarianceBiasPlan(x, p, 1e-12)
+    mean, var = x.mean(), x.var()
+    assert plan.null[0] - var == pytest.approx(float(oracles.dropout_variance_bias(p, 8, var, mean)), rel=1e-12)
+    effects = plan.effects()
+    assert effects["fixed count per row"] == pytest.approx(p / ((1 - p) * 8) * (mean**2 - var / 7), rel=1e-9)
+    assert plan.feasible and plan.slack(plan.replicas) <= min(abs(e) for e in effects.values()) / 4
+    assert min(plan.power().values()) > 1 - 1e-6
+
+
+def test_variance_bias_by_simulation_accepts_iid_and_rejects_each_alternative():
+    rng, p = np.random.default_rng(3), 0.5
+    plan = ds.VarianceBiasPlan(3.0 + rng.standard_normal(8) * 0.9, p, 1e-12)
+    acceptance, rows = plan.acceptance(), plan.replicas
+    for _ in range(5):
+        assert not acceptance.rejects(plan.measured(iid_masks(rng, rows, 8, p)))
+        assert acceptance.rejects(plan.measured(fixed_count_masks(rng, rows, 8, p)))
+        for k in (2, 4, 8):
+            assert acceptance.rejects(plan.measured(block_masks(rng, rows, 8, p, k)))
+
+
+def test_acceptance_ratio_exceeds_one_exactly_when_rejected():
+    acceptance = ds.Acceptance(10, 20, 14, 1e-3, "count")
+    assert [acceptance.ratio(v) > 1 for v in (9, 10, 14, 20, 21)] == [True, False, False, False, True]
+    assert acceptance.ratio(20) == 1.0 and math.isclose(acceptance.ratio(12), 0.5)
