@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from proofs import render
 from proofs.claims import CLAIMS
 from verify.cli import main
+from verify.latex import missing
 
 SOME = "ln.seed_example,dropout.variance_bias,ln.row_independence"
 
@@ -23,7 +22,7 @@ def test_writes_a_section_per_selected_claim(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.skipif(missing("pdflatex") is not None, reason=str(missing("pdflatex")))
 def test_the_whole_document_compiles_without_overfull_lines(tmp_path):
     assert main(["derive", "--out", str(tmp_path), "--pdf"]) == 0
     tex = (tmp_path / "derivations.tex").read_text()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from verify.cli import main
+from verify.latex import missing
 from verify.report import write_report
 from verify.report.claims import derivation_latex
 from verify.report.model import NO_KERNEL, arrange
@@ -94,11 +95,16 @@ def results_document(spec: str, broken: bool = False, seed: int = 0) -> dict:
 
 
 SPECS = ["torch", TRICKY_SPEC, "triton", "liger", "hf_llama", "torch_compiled"]
+# The PDF tests compile with pdflatex and read the pages back with poppler's pdfinfo/pdftotext.
+NO_PDF_TOOLS = missing("pdflatex", "pdfinfo", "pdftotext")
+needs_pdf_tools = pytest.mark.skipif(NO_PDF_TOOLS is not None, reason=str(NO_PDF_TOOLS))
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """One PDF of six kernels side by side (one of them failing), with its text per page and its LaTeX log."""
+    if NO_PDF_TOOLS:
+        pytest.skip(NO_PDF_TOOLS)
     out = tmp_path_factory.mktemp("report")
     documents = [results_document(spec, broken=spec == TRICKY_SPEC, seed=n) for n, spec in enumerate(SPECS)]
     pdf = write_report(documents, out, pdf=True)
@@ -245,6 +251,7 @@ def layernorm(x, weight, bias, eps):
 '''
 
 
+@needs_pdf_tools
 def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(tmp_path, capsys):
     """End to end: a broken kernel file, `normverify run` of ln.forward writing the PDF report, then the replay."""
     kernel = tmp_path / "uncentered_ln.py"

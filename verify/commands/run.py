@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from pathlib import Path
 
 from rich.console import Console
@@ -16,12 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
+from core.errors import UsageError
+from core.registry import KINDS
 from properties.profiles import PROFILES
 from properties.profiles import chosen as chosen_profile
 from properties.results import FAILING, claim_patterns
 from verify import runner
-from core.errors import UsageError
-from core.registry import KINDS
 
 NAME = "run"
 HELP = "run the conformance suite on kernels: every claim checked, a summary, the results JSON (and a report)"
@@ -46,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                       "also restricts the run to it")
     parser.add_argument("--claims", metavar="IDS", help="only these claims: comma-separated ids or globs, e.g. 'ln.*'")
     parser.add_argument("--profile", choices=PROFILES,
-                        help="Hypothesis profile (default: NORMVERIFY_PROFILE, else ci under CI, else dev)")
+                        help="Hypothesis profile (default: NORMVERIFY_PROFILE, else ci: derandomized)")
     parser.add_argument("-n", dest="workers", type=workers, default="auto", metavar="N|auto",
                         help="worker processes (pytest-xdist; default auto, 0 for one process)")
     parser.add_argument("--json", type=Path, metavar="PATH",
@@ -107,8 +106,11 @@ def _report_writer(args: argparse.Namespace):
         raise UsageError("--pdf needs --report DIR")
     if not args.report:
         return None
-    if args.pdf and shutil.which("pdflatex") is None:
-        raise UsageError("--pdf: pdflatex not found (install texlive-latex-base, or leave out --pdf)")
+    if args.pdf:
+        from verify.latex import missing
+
+        if reason := missing("pdflatex"):
+            raise UsageError(f"--pdf: {reason}; or leave out --pdf")
     try:
         from verify.report import write_report
     except ImportError as error:
