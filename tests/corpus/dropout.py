@@ -40,13 +40,41 @@ def _leave_input(x: torch.Tensor, y: torch.Tensor) -> None:
     """Leaves the input's buffer alone."""
 
 
+def _forward_mask(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
+    """The backward's mask: the forward's."""
+    return mask
+
+
+def _forward_scale(p: float) -> float:
+    """The backward's scale: the forward's, 1/(1 - p)."""
+    return _inverted_scale(p)
+
+
+class _MaskedScale(torch.autograd.Function):
+    """y = x * mask * scale; dL/dx = dL/dy * backward_mask * backward_scale (the same mask and scale when correct)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, mask: torch.Tensor, scale: float, backward_mask: torch.Tensor,
+                backward_scale: float) -> torch.Tensor:
+        ctx.save_for_backward(backward_mask)
+        ctx.backward_scale = backward_scale
+        return x * mask.to(x.dtype) * scale
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        (mask,) = ctx.saved_tensors
+        return dy * mask.to(dy.dtype) * ctx.backward_scale, None, None, None, None
+
+
 def _dropout(x: torch.Tensor, p: float, seed: int, *,
              generator: Callable[[torch.Tensor, int], torch.Generator] = _seeded_generator,
              keep_mask: Callable[[torch.Tensor, float, torch.Generator], torch.Tensor] = _keep_mask,
              scale: Callable[[float], float] = _inverted_scale,
+             backward_mask: Callable[[torch.Tensor, float, int, torch.Tensor], torch.Tensor] = _forward_mask,
+             backward_scale: Callable[[float], float] = _forward_scale,
              after: Callable[[torch.Tensor, torch.Tensor], None] = _leave_input) -> torch.Tensor:
     mask = keep_mask(x, p, generator(x, seed))
-    y = x * mask.to(x.dtype) * scale(p)
+    y = _MaskedScale.apply(x, mask, scale(p), backward_mask(x, p, seed, mask), backward_scale(p))
     after(x, y)
     return y
 
@@ -87,6 +115,100 @@ def _result_written_into_input(x: torch.Tensor, y: torch.Tensor) -> None:
     x.detach().copy_(y.detach())
 
 
+def _identity_below_a_tenth(p: float) -> float:
+    """Returns x unchanged for p < 0.1 (the range used in practice): no element dropped, no rescaling; right
+    for p >= 0.1. Must fail dropout.keep_rate (p below 0.1 is drawn)."""
+    return 1.0 if p < 0.1 else _inverted_scale(p)
+
+
+def _keep_all_below_a_tenth(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """The mask of :func:`_identity_below_a_tenth`: every element kept for p < 0.1."""
+    return torch.ones_like(x, dtype=torch.bool) if p < 0.1 else _keep_mask(x, p, generator)
+
+
+def _float_scale(p: float) -> float:
+    """1/(1 - p) as a float without the p = 1 case: inf at p = 1, so the dropped elements are 0 * inf = NaN.
+    Must fail dropout.edge_probabilities."""
+    return 1.0 / (1.0 - p) if p < 1.0 else float("inf")
+
+
+def _fixed_internal_seed(x: torch.Tensor, seed: int) -> torch.Generator:
+    """A fixed internal seed (1234): the seed argument is ignored, every seed gives the same mask (same seed,
+    same output still holds). Must fail dropout.seeds."""
+    return _seeded_generator(x, 1234)
+
+
+def _seed_parity(x: torch.Tensor, seed: int) -> torch.Generator:
+    """Only seed % 2 reaches the generator: seeds s and s + 2 give the same mask. Must fail dropout.seeds."""
+    return _seeded_generator(x, seed % 2)
+
+
+UNSEEDED_ABOVE = 65536
+
+
+def _unseeded_when_large(x: torch.Tensor, seed: int) -> torch.Generator:
+    """Seeded for small tensors, seeded from the OS above 65 536 elements (a second code path for large
+    inputs that forgot the seed): two calls with the same seed differ. Must fail dropout.determinism (at 2^20)."""
+    return _unseeded_generator(x, seed) if x.numel() > UNSEEDED_ABOVE else _seeded_generator(x, seed)
+
+
+def _fixed_count_per_row(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Exactly round(p d) elements dropped in every row, a uniform random set (sampling without replacement): the
+    keep rate is right, the per-row count is not Binomial(d, 1-p). Must fail dropout.mask_distribution and
+    dropout.variance_bias."""
+    order = torch.rand(x.shape, generator=generator, device=x.device).argsort(dim=-1).argsort(dim=-1)
+    return order >= round(p * x.shape[-1])
+
+
+def _shared_by_blocks(k: int) -> Callable[[torch.Tensor, float, torch.Generator], torch.Tensor]:
+    def keep_mask(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+        draws = torch.rand(-(-x.numel() // k), generator=generator, device=x.device) >= p
+        return draws.repeat_interleave(k)[: x.numel()].view(x.shape)
+
+    keep_mask.__doc__ = (f"One random number shared by each block of {k} consecutive elements (a vectorized kernel "
+                         f"drawing one uniform per {k}-lane vector): the keep rate is right, the bits are not "
+                         "independent. Must fail dropout.mask_distribution, dropout.independence and "
+                         "dropout.variance_bias.")
+    return keep_mask
+
+
+NEIGHBOUR_COPY = 0.25
+
+
+def _neighbour_copies(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Each bit copies its left neighbour with probability 0.25 (a Markov chain along the flattened tensor): keep
+    rate right, lag-1 correlation 0.25. Must fail dropout.independence."""
+    fresh = (torch.rand(x.numel(), generator=generator, device=x.device) >= p).tolist()
+    copy = (torch.rand(x.numel(), generator=generator, device=x.device) < NEIGHBOUR_COPY).tolist()
+    for n in range(1, len(fresh)):
+        if copy[n]:
+            fresh[n] = fresh[n - 1]
+    return torch.tensor(fresh, device=x.device).view(x.shape)
+
+
+def _strided_counters(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Element (i_0, ..., i_last) draws uniform number sum_a i_a stride_a over the leading dimensions plus i_last,
+    assuming the last stride is 1: right for a contiguous x, but on a transposed x (strides (1, n)) row r + 1 is
+    row r shifted by one element. Must fail dropout.layout_invariance."""
+    index = torch.zeros(x.shape, dtype=torch.long, device=x.device)
+    for axis in range(x.dim()):
+        positions = torch.arange(x.shape[axis], device=x.device).view([-1 if a == axis else 1 for a in range(x.dim())])
+        index = index + positions * (x.stride(axis) if axis < x.dim() - 1 else 1)
+    uniforms = torch.rand(int(index.max()) + 1 if index.numel() else 0, generator=generator, device=x.device)
+    return uniforms[index] >= p
+
+
+def _mask_of_the_next_seed(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
+    """The backward draws its mask again, from seed + 1 (a recomputing backward with an off-by-one seed): the
+    gradient is not the forward's mask. Must fail dropout.gradient."""
+    return _keep_mask(x, p, _seeded_generator(x, seed + 1))
+
+
+def _unscaled_backward(p: float) -> float:
+    """The backward forgets 1/(1 - p): dL/dx = dL/dy * mask. Must fail dropout.gradient."""
+    return 1.0
+
+
 # --- kernels ----------------------------------------------------------------------------------------------------
 
 
@@ -105,3 +227,21 @@ DROPOUT_SEED_IGNORED = _kernel("dropout_seed_ignored", _unseeded_generator.__doc
 DROPOUT_MASK_PER_ROW = _kernel("dropout_mask_per_row", _mask_per_row.__doc__, keep_mask=_mask_per_row)
 DROPOUT_INPUT_OVERWRITTEN = _kernel("dropout_input_overwritten", _result_written_into_input.__doc__,
                                     after=_result_written_into_input)
+DROPOUT_IDENTITY_BELOW_A_TENTH = _kernel("dropout_identity_below_a_tenth", _identity_below_a_tenth.__doc__,
+                                         keep_mask=_keep_all_below_a_tenth, scale=_identity_below_a_tenth)
+DROPOUT_NAN_AT_ONE = _kernel("dropout_nan_at_one", _float_scale.__doc__, scale=_float_scale)
+DROPOUT_FIXED_INTERNAL_SEED = _kernel("dropout_fixed_internal_seed", _fixed_internal_seed.__doc__,
+                                      generator=_fixed_internal_seed)
+DROPOUT_SEED_PARITY = _kernel("dropout_seed_parity", _seed_parity.__doc__, generator=_seed_parity)
+DROPOUT_UNSEEDED_WHEN_LARGE = _kernel("dropout_unseeded_when_large", _unseeded_when_large.__doc__,
+                                      generator=_unseeded_when_large)
+DROPOUT_FIXED_COUNT_PER_ROW = _kernel("dropout_fixed_count_per_row", _fixed_count_per_row.__doc__,
+                                      keep_mask=_fixed_count_per_row)
+DROPOUT_BLOCKS_OF_2 = _kernel("dropout_blocks_of_2", _shared_by_blocks(2).__doc__, keep_mask=_shared_by_blocks(2))
+DROPOUT_BLOCKS_OF_4 = _kernel("dropout_blocks_of_4", _shared_by_blocks(4).__doc__, keep_mask=_shared_by_blocks(4))
+DROPOUT_NEIGHBOUR_COPIES = _kernel("dropout_neighbour_copies", _neighbour_copies.__doc__, keep_mask=_neighbour_copies)
+DROPOUT_STRIDED_COUNTERS = _kernel("dropout_strided_counters", _strided_counters.__doc__, keep_mask=_strided_counters)
+DROPOUT_BACKWARD_OTHER_MASK = _kernel("dropout_backward_other_mask", _mask_of_the_next_seed.__doc__,
+                                      backward_mask=_mask_of_the_next_seed)
+DROPOUT_BACKWARD_UNSCALED = _kernel("dropout_backward_unscaled", _unscaled_backward.__doc__,
+                                    backward_scale=_unscaled_backward)

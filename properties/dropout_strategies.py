@@ -1,0 +1,68 @@
+"""Hypothesis strategies of the dropout claims: inputs with no zero (a kept element is never 0, so the mask is
+``y != 0``), drop probabilities, and the sizes at which the statistical tests have their derived power.
+
+The drop probability is drawn from a range with 0, values below 0.1, values not representable in any storage
+dtype (0.1, 0.3, 1/3) and values near 1, plus arbitrary floats; the statistical claims draw from
+:data:`TESTED_PROBABILITIES`, the values at which properties/dropout_statistics.py states their power.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from core.capabilities import discover
+from core.registry import Kernel
+from properties.strategies import rounded, seeds, standard_values, storage_dtypes
+
+EDGE_PROBABILITIES = (0.0, 1e-3, 0.01, 0.05, 0.1, 1 / 3, 0.3, 0.5, 0.7, 0.9, 0.99, 0.999)
+LARGEST_P = 0.999  # below 1: x / (1 - p) stays finite in float16 for |x| <= 65
+TESTED_PROBABILITIES = (0.05, 0.1, 0.3, 0.5, 0.7, 0.9)
+KEEP_RATE_PROBABILITIES = (1e-3, 0.01, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99)
+VARIANCE_BIAS_WIDTH = 8
+VARIANCE_BIAS_PROBABILITIES = tuple(j / VARIANCE_BIAS_WIDTH for j in range(1, 7))  # p d an integer
+SCALES = (1.0, 3.0, 0.01)
+
+
+def drop_probabilities() -> st.SearchStrategy[float]:
+    """p in [0, LARGEST_P]: the edge values and arbitrary floats."""
+    return st.one_of(st.sampled_from(EDGE_PROBABILITIES), st.floats(0.0, LARGEST_P))
+
+
+def nonzero_values(shape: tuple[int, ...], seed: int, offset: float, scale: float) -> torch.Tensor:
+    """float64 scale (offset + z), z standard normal, entries of magnitude below 0.05 replaced by 0.5."""
+    x = offset + standard_values(shape, "normal", seed)
+    return torch.where(x.abs() < 0.05, torch.full_like(x, 0.5), x) * scale
+
+
+@st.composite
+def dropout_inputs(draw, kernel: Kernel, shape: tuple[int, ...], p: st.SearchStrategy[float] | None = None) -> dict:
+    """{"x", "p", "seed"}: x of ``shape`` with no zero, rounded to a storage dtype the kernel computes in."""
+    dtype = draw(storage_dtypes(kernel))
+    values = nonzero_values(shape, draw(seeds()), draw(st.sampled_from([0.0, 1.0, 3.0])), draw(st.sampled_from(SCALES)))
+    probability = draw(p if p is not None else drop_probabilities())
+    return {"x": rounded(values, dtype, discover(kernel).device), "p": probability, "seed": draw(seeds())}
+
+
+def widths_and_rows(elements: int, widths: tuple[int, ...]) -> st.SearchStrategy[tuple[int, int]]:
+    """(rows, d) with rows * d close to ``elements``."""
+    return st.sampled_from(widths).map(lambda d: (max(1, elements // d), d))
+
+
+@st.composite
+def mask_inputs(draw, kernel: Kernel, elements: int, widths: tuple[int, ...],
+                probabilities: tuple[float, ...] = TESTED_PROBABILITIES) -> dict:
+    """An input of about ``elements`` elements, [rows, d] with d from ``widths``, p from ``probabilities``."""
+    shape = draw(widths_and_rows(elements, widths))
+    return draw(dropout_inputs(kernel, shape, st.sampled_from(probabilities)))
+
+
+@st.composite
+def variance_bias_inputs(draw, kernel: Kernel) -> dict:
+    """One row of VARIANCE_BIAS_WIDTH elements offset (1 + 0.3 z): rows with a mean, where the effects of a fixed
+    count per row and of shared blocks on E[Var(z)] are large against Var(z)'s spread (dropout_statistics)."""
+    dtype = draw(storage_dtypes(kernel))
+    offset = draw(st.sampled_from([1.0, -2.0, 3.0])) * draw(st.sampled_from(SCALES))
+    x = nonzero_values((1, VARIANCE_BIAS_WIDTH), draw(seeds()), 1 / 0.3, 0.3 * offset)  # offset (1 + 0.3 z)
+    return {"x": rounded(x, dtype, discover(kernel).device),
+            "p": draw(st.sampled_from(VARIANCE_BIAS_PROBABILITIES)), "seed": draw(seeds())}
