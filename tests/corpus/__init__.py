@@ -4,6 +4,8 @@ Each entry names a SPEC (``tests/corpus/<file>.py:<ATTR>``, relative to the repo
 and ``expect``, the claim ids on which the suite MUST fail that kernel; for a correct kernel ``expect`` is
 empty and the suite must pass it on every claim that applies. ``margin`` names the claim on which a
 numerical bug must be caught by a wide margin (worst error/bound ratio above :data:`WIDE_MARGIN`).
+``mechanism`` is the ``proofs.mechanisms`` id the bug plants, where the library has it: the diagnosis of its
+failed forward/gradient checks must name it (tests/test_diagnosis.py).
 
 The files, by where the bug is:
 
@@ -29,14 +31,15 @@ class Entry:
     spec: str
     expect: frozenset[str] = frozenset()
     margin: str | None = None
+    mechanism: str | None = None  # the proofs.mechanisms id it plants (None: its bug is not in the library)
 
     @property
     def correct(self) -> bool:
         return not self.expect
 
 
-def _broken(spec: str, *claims: str, margin: str | None = None) -> Entry:
-    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin)
+def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str | None = None) -> Entry:
+    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism)
 
 
 def _correct(spec: str) -> Entry:
@@ -46,41 +49,50 @@ def _correct(spec: str) -> Entry:
 
 CORPUS: tuple[Entry, ...] = (
     # statistics.py: LayerNorm
-    _broken("statistics.py:LN_ONE_PASS_VARIANCE", "ln.forward", "ln.special_inputs", margin="ln.forward"),
+    _broken("statistics.py:LN_ONE_PASS_VARIANCE", "ln.forward", "ln.special_inputs", margin="ln.forward",
+            mechanism="one_pass_variance"),
     _broken("statistics.py:LN_EPS_OUTSIDE_ROOT", "ln.forward", "ln.variance_insensitivity", "ln.spectral_norm",
-            margin="ln.forward"),
-    _broken("statistics.py:LN_UNBIASED_VARIANCE", "ln.forward", "ln.special_inputs", "ln.seed_example"),
-    _broken("statistics.py:LN_NO_EPS", "ln.forward", "ln.special_inputs", "ln.spectral_norm"),
-    _broken("statistics.py:LN_MAX_VARIANCE_EPS", "ln.forward", "ln.variance_insensitivity"),
-    _broken("statistics.py:LN_EPS_IGNORED", "ln.forward", "ln.affine"),
-    _broken("statistics.py:LN_STORAGE_DTYPE_ACCUMULATION", "ln.forward", margin="ln.forward"),
+            margin="ln.forward", mechanism="eps_outside_root"),
+    _broken("statistics.py:LN_UNBIASED_VARIANCE", "ln.forward", "ln.special_inputs", "ln.seed_example",
+            mechanism="unbiased_variance"),
+    _broken("statistics.py:LN_NO_EPS", "ln.forward", "ln.special_inputs", "ln.spectral_norm", mechanism="fixed_eps"),
+    _broken("statistics.py:LN_MAX_VARIANCE_EPS", "ln.forward", "ln.variance_insensitivity",
+            mechanism="max_variance_eps"),
+    _broken("statistics.py:LN_EPS_IGNORED", "ln.forward", "ln.affine", mechanism="fixed_eps"),
+    _broken("statistics.py:LN_STORAGE_DTYPE_ACCUMULATION", "ln.forward", margin="ln.forward",
+            mechanism="storage_accumulation"),
     _broken("statistics.py:LN_WHOLE_TENSOR_STATISTICS", "ln.row_independence", "ln.special_inputs"),
     _broken("statistics.py:LN_ROW_BLOCK_STATISTICS", "ln.row_independence"),
-    _broken("statistics.py:LN_CAST_AT_EACH_USE", "ln.jacobian"),
+    _broken("statistics.py:LN_CAST_AT_EACH_USE", "ln.jacobian", mechanism="storage_statistics_backward"),
     # statistics.py: RMSNorm
-    _broken("statistics.py:RMS_CENTRES", "rms.forward"),
-    _broken("statistics.py:RMS_SUM_OF_SQUARES", "rms.forward", "rms.spectral_norm"),
-    _broken("statistics.py:RMS_EPS_IGNORED", "rms.forward", "rms.affine"),
-    _broken("statistics.py:RMS_NO_EPS", "rms.forward", "rms.special_inputs"),
+    _broken("statistics.py:RMS_CENTRES", "rms.forward", mechanism="extra_centering"),
+    _broken("statistics.py:RMS_SUM_OF_SQUARES", "rms.forward", "rms.spectral_norm", mechanism="sum_not_mean"),
+    _broken("statistics.py:RMS_EPS_IGNORED", "rms.forward", "rms.affine", mechanism="fixed_eps"),
+    _broken("statistics.py:RMS_NO_EPS", "rms.forward", "rms.special_inputs", mechanism="fixed_eps"),
     _broken("statistics.py:RMS_WHOLE_TENSOR_STATISTICS", "rms.row_independence", "rms.special_inputs"),
-    _broken("statistics.py:RMS_GEMMA_OFFSET_MISSING", "rms.forward"),
+    _broken("statistics.py:RMS_GEMMA_OFFSET_MISSING", "rms.forward", mechanism="weight_offset"),
     # fused.py
     _broken("fused.py:LN_STRIDES_IGNORED", "ln.layout_invariance"),
     _broken("fused.py:LN_UPSTREAM_STRIDES_IGNORED", "ln.layout_invariance"),
     _broken("fused.py:LN_INPUT_OVERWRITTEN", "ln.inputs_unmodified"),
     _broken("fused.py:LN_UPSTREAM_OVERWRITTEN", "ln.inputs_unmodified"),
-    _broken("fused.py:LN_BWD_NO_GAMMA", "ln.jacobian", "ln.spectral_norm"),
+    _broken("fused.py:LN_BWD_NO_GAMMA", "ln.jacobian", "ln.spectral_norm", mechanism="backward_no_weight"),
     _broken("fused.py:LN_BWD_XHAT_FROM_OUTPUT", "ln.jacobian"),
-    _broken("fused.py:LN_BWD_NO_MEAN_TERM", "ln.jacobian", "ln.gradient_identities"),
-    _broken("fused.py:LN_BWD_NO_VARIANCE_TERM", "ln.jacobian", "ln.gradient_identities"),
-    _broken("fused.py:LN_DGAMMA_FROM_OUTPUT", "ln.jacobian", "ln.gradient_identities"),
-    _broken("fused.py:LN_DGAMMA_MISSING", "ln.jacobian"),
+    _broken("fused.py:LN_BWD_NO_MEAN_TERM", "ln.jacobian", "ln.gradient_identities",
+            mechanism="backward_no_mean_term"),
+    _broken("fused.py:LN_BWD_NO_VARIANCE_TERM", "ln.jacobian", "ln.gradient_identities",
+            mechanism="backward_no_variance_term"),
+    _broken("fused.py:LN_DGAMMA_FROM_OUTPUT", "ln.jacobian", "ln.gradient_identities",
+            mechanism="dgamma_from_output"),
+    _broken("fused.py:LN_DGAMMA_MISSING", "ln.jacobian", mechanism="dgamma_missing"),
     _broken("fused.py:RMS_STRIDES_IGNORED", "rms.layout_invariance"),
     _broken("fused.py:RMS_INPUT_OVERWRITTEN", "rms.inputs_unmodified"),
-    _broken("fused.py:RMS_BWD_NO_VARIANCE_TERM", "rms.jacobian", "rms.gradient_identities"),
+    _broken("fused.py:RMS_BWD_NO_VARIANCE_TERM", "rms.jacobian", "rms.gradient_identities",
+            mechanism="backward_no_variance_term"),
     # rows.py, padded_block.py
     _broken("rows.py:LN_SEQUENCE_FIRST_FLATTEN", "ln.row_independence"),
-    _broken("padded_block.py:LN_PADDED_LANES", "ln.forward", "ln.mean_stability", "ln.shift_invariance"),
+    _broken("padded_block.py:LN_PADDED_LANES", "ln.forward", "ln.mean_stability", "ln.shift_invariance",
+            mechanism="padded_lanes"),
     # dropout.py
     _broken("dropout.py:DROPOUT_NO_RESCALE", "dropout.values"),
     _broken("dropout.py:DROPOUT_KEEP_DROP_SWAPPED", "dropout.keep_rate"),
