@@ -6,7 +6,8 @@ import pytest
 
 from core.errors import UsageError
 from core.registry import Kernel, resolve
-from properties import profiles
+from proofs import error_model
+from properties import profiles, tolerance
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
 pytest_plugins: list[str] = ["properties.results", "properties.expectations"]
@@ -32,6 +33,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "repeatable, comma-separated lists allowed (default: torch)")
     group.addoption("--kind", default=None, choices=["layernorm", "rmsnorm", "dropout"],
                     help="the kernel's kind, where it cannot be inferred; also restricts the run to it")
+    group.addoption("--bound", default=error_model.DEFAULT_BOUND, choices=error_model.BOUNDS,
+                    help="rounding-error bound of the tolerances: probabilistic (default; false-alarm probability "
+                         "1e-13 per bound evaluation) or worst-case (always holds, far looser at large d)")
 
 
 def kernel_specs(config: pytest.Config) -> list[str]:
@@ -54,6 +58,7 @@ def kernels_under_test(config: pytest.Config) -> list[Kernel]:
 def pytest_configure(config: pytest.Config) -> None:
     config._normverify_profile = profiles.load(config.getoption("hypothesis_profile", None))
     config._normverify_kernels = kernels_under_test(config)
+    tolerance.use_bound(config.getoption("--bound", error_model.DEFAULT_BOUND))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -118,7 +123,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"normverify kernel: {', '.join(kernel_specs(config))}"
         + (f" (kind {config.getoption('--kind')})" if config.getoption("--kind") else ""),
-        f"normverify profile: {env['profile']}",
+        f"normverify profile: {env['profile']}, bound: {env['bound']}",
         f"versions: torch {env['torch']}, triton {env['triton'] or 'not installed'}, "
         f"hypothesis {env['hypothesis']}",
         f"device: {env['device']}",

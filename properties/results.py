@@ -327,11 +327,12 @@ def rerun_command(item: pytest.Item) -> str:
 
 
 def environment(config: pytest.Config) -> dict:
-    """Versions, device, Hypothesis profile, the suite's git commit and the date (UTC)."""
+    """Versions, device, Hypothesis profile, the tolerances' error bound, the suite's git commit and the date (UTC)."""
     import hypothesis
     import torch
 
     import verify
+    from properties import tolerance  # the run's bound model (pytest --bound), set at configure
 
     try:
         import triton
@@ -346,7 +347,7 @@ def environment(config: pytest.Config) -> dict:
     profile = getattr(config, "_normverify_profile", None) or config.getoption("hypothesis_profile", None)
     return {"normverify": verify.__version__, "python": platform.python_version(), "torch": torch.__version__,
             "triton": triton_version, "hypothesis": hypothesis.__version__, "device": device,
-            "profile": profile, "commit": suite_commit(),
+            "profile": profile, "bound": tolerance.bound_in_use(), "commit": suite_commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -8,7 +8,11 @@ inputs the kernel received, with
 - ``u_acc``: the unit roundoff of the accumulation dtype: float32 for float16/bfloat16 storage
   (what every mixed-precision norm kernel does), the storage dtype otherwise, and for the backward
   of a kernel that declares ``backward_precision="storage"``;
-- the width d and the row's condition number (:func:`condition_number`), both inside the bound.
+- the width d and the row's condition number (:func:`condition_number`), both inside the bound;
+- the bound model of the run (:func:`use_bound`, pytest ``--bound``): ``probabilistic`` (default: each sum's
+  rounding error as a martingale, exceeded by a correct kernel with probability at most
+  ``proofs.probabilistic.FALSE_ALARM`` per bound evaluation; worst case on structured rows) or
+  ``worst-case`` (Higham's deterministic gamma_n, always holds).
 
 Quantities derived from a kernel's elements are bounded from the element bounds by the triangle
 inequality, never by a fudge factor: a weighted sum ``sum_i a_i y_i`` is off by at most
@@ -33,6 +37,21 @@ from properties.norms import as_float64, effective_weight
 _ACCUMULATION = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
+_model = {"bound": error_model.DEFAULT_BOUND}
+
+
+def use_bound(model: str) -> None:
+    """Select the bound model of this process's checks: one of proofs.error_model.BOUNDS."""
+    if model not in error_model.BOUNDS:
+        raise ValueError(f"unknown bound {model!r}: expected one of {', '.join(error_model.BOUNDS)}")
+    _model["bound"] = model
+
+
+def bound_in_use() -> str:
+    """The bound model the checks use (recorded in the results' environment and on every example)."""
+    return _model["bound"]
+
+
 def accumulation_dtype(storage: torch.dtype) -> torch.dtype:
     """The dtype sums are accumulated in: float32 for 16-bit storage, the storage dtype otherwise."""
     return _ACCUMULATION.get(storage, storage)
@@ -50,24 +69,24 @@ def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:
 
 
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-            eps: float) -> np.ndarray:
-    """Per-element bound on |kernel(x) - oracle(x)|, shape of x."""
+            eps: float, model: str | None = None) -> np.ndarray:
+    """Per-element bound on |kernel(x) - oracle(x)|, shape of x (``model``: the run's, :func:`bound_in_use`)."""
     u_acc, u_out = unit_roundoffs(x.dtype)
     beta = as_float64(bias) if kernel.kind == "layernorm" else None
     bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
-                                      u_acc, u_out, kernel.kind)
+                                      u_acc, u_out, kernel.kind, model or bound_in_use())
     return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
 
 
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
-             dy: torch.Tensor) -> dict[str, np.ndarray]:
+             dy: torch.Tensor, model: str | None = None) -> dict[str, np.ndarray]:
     """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)};
     no "weight" entry without a weight."""
     u_acc, u_out = unit_roundoffs(x.dtype)
     if kernel.backward_precision == "storage":
         u_acc = u_out
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                        u_acc, u_out, kernel.kind)
+                                        u_acc, u_out, kernel.kind, model or bound_in_use())
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 

@@ -50,6 +50,7 @@ class RunRequest:
     kind: str | None = None
     claims: list[str] = field(default_factory=list)
     profile: str | None = None
+    bound: str | None = None  # the tolerances' rounding-error bound (pytest --bound); None: the suite's default
     workers: str = "auto"
     timeout: float = 120.0
     skips_file: Path | None = None  # properties/expectations.py: claim ids (and kernels) to skip, with reasons
@@ -124,6 +125,8 @@ def pytest_command(request: RunRequest) -> list[str]:
         command += ["--claims", ",".join(request.claims)]
     if request.profile:
         command += ["--hypothesis-profile", request.profile]
+    if request.bound:
+        command += ["--bound", request.bound]
     if request.workers not in ("0", "1"):
         command += ["-n", request.workers]
     for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):

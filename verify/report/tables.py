@@ -15,7 +15,8 @@ from verify.runner import SummaryRow
 STATUS_COLORS = {"passed": "ForestGreen", "failed": "BrickRed", "error": "BurntOrange", "xfailed": "NavyBlue",
                  "xpassed": "Plum", "skipped": "Gray"}
 ENVIRONMENT_FIELDS = (  # (label, key of the results' "environment")
-    ("device", "device"), ("profile", "profile"), ("suite commit", "commit"), ("date", "date"),
+    ("device", "device"), ("profile", "profile"), ("error bound", "bound"), ("suite commit", "commit"),
+    ("date", "date"),
     ("normverify", "normverify"), ("python", "python"), ("torch", "torch"), ("triton", "triton"),
     ("hypothesis", "hypothesis"),
 )

@@ -1,0 +1,103 @@
+"""How tight is the forward tolerance? error/bound of the built-in correct kernels, by width, dtype and |mean|/std.
+
+For each built-in LayerNorm/RMSNorm kernel (torch, our Triton kernel: interpreted on CPU) and each cell
+(d, dtype, |mean|/std), rows are drawn from the conformance suite's own row distributions
+(properties.strategies.DISTRIBUTIONS: normal, uniform, sparse, integers, spike; structured ones included),
+shifted to the cell's |mean|/std and rounded to the dtype; each row's ratio is max_i |y_i - oracle_i| / B_i
+with B the forward bound (properties.tolerance.forward) evaluated on groups of 4 rows as the suite does.
+Prints max and median of the per-row ratios for both bounds (``probabilistic``, the default, and
+``worst-case``) as a Markdown table; a ratio above 1 for a correct kernel would be a false alarm.
+
+    .venv/bin/python scripts/tightness.py                      # the table of docs/tightness.md (~10 min)
+    .venv/bin/python scripts/tightness.py --rows 64 --widths 8 64 --kernels torch
+
+Not a test: it measures, it does not assert (tests/test_tightness.py pins the floor and the ceiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+import torch
+
+from core.capabilities import discover
+from core.registry import resolve
+from kernels import interpret
+from proofs import error_model
+from properties import norms, tolerance
+from properties.strategies import DISTRIBUTIONS, MAX_ELEMENTS, standard_values
+
+WIDTHS = (8, 64, 512, 4096, 8192, 65536)
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+MEAN_OVER_STD = (0.0, 10.0, 1e3)
+GROUP = 4  # rows per bound evaluation, as the suite's examples (strategies.row_counts)
+
+
+def cell_rows(d: int, ratio: float, dtype: torch.dtype, rows: int, seed: int) -> torch.Tensor:
+    """``rows`` rows of width d: the suite's distributions in turn, offset ratio * std, rounded to dtype."""
+    parts = []
+    for k in range(rows):
+        z = standard_values((1, d), DISTRIBUTIONS[k % len(DISTRIBUTIONS)], seed + k)
+        std = float(z.std(correction=0)) or 1.0
+        parts.append(ratio * std * (1 if k % 2 else -1) + z)
+    return torch.cat(parts).to(dtype)
+
+
+def row_ratios(kernel, x: torch.Tensor, eps: float, model: str) -> np.ndarray:
+    """max_i error_i / bound_i per row, the bound evaluated on groups of GROUP rows."""
+    got = norms.as_float64(norms.forward(kernel, x, None, None, eps))
+    exact = norms.reference(kernel, x, None, None, eps)
+    bound = np.concatenate([tolerance.forward(kernel, part, None, None, eps, model=model)
+                            for part in x.split(GROUP)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(got == exact, 0.0, np.abs(got - exact) / bound)
+    return np.max(np.where(np.isnan(ratio), np.inf, ratio), axis=-1)
+
+
+def measure(kernels, widths, rows: int, eps: float = 1e-5) -> list[dict]:
+    found = []
+    for kernel, d, (name, dtype), ratio in itertools.product(kernels, widths, DTYPES.items(), MEAN_OVER_STD):
+        if dtype not in discover(kernel).dtypes:
+            continue
+        n = max(GROUP, min(rows, 4 * MAX_ELEMENTS // d))
+        x = cell_rows(d, ratio, dtype, n, seed=d)
+        row = {"kernel": kernel.name, "d": d, "dtype": name, "ratio": ratio, "rows": n}
+        for model in error_model.BOUNDS:
+            values = row_ratios(kernel, x, eps, model)
+            finite = values[np.isfinite(values)]
+            row[model] = (float(np.max(values)), float(np.median(finite)) if finite.size else float("nan"),
+                          int(values.size - finite.size))
+        found.append(row)
+        print(_line(row), flush=True)
+    return found
+
+
+def _line(row: dict) -> str:
+    cells = [f"{row[m][0]:.3g} / {row[m][1]:.3g}" + (f" ({row[m][2]} inf)" if row[m][2] else "")
+             for m in ("worst-case", "probabilistic")]
+    head = f"| {row['kernel']} | {row['d']} | {row['dtype']} | {row['ratio']:g} | {row['rows']} | "
+    return head + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=["torch", "triton"], help="registry specs (default: built-ins)")
+    parser.add_argument("--widths", nargs="+", type=int, default=list(WIDTHS))
+    parser.add_argument("--rows", type=int, default=200, help="rows per cell (fewer at large d: 64k elements)")
+    args = parser.parse_args(argv)
+    interpret.enable()
+    kernels = [k for spec in args.kernels for k in resolve(spec) if k.kind in ("layernorm", "rmsnorm")]
+    print("| kernel | d | dtype | abs(mean)/std | rows | worst case: max / median | probabilistic: max / median |")
+    print("|---|---|---|---|---|---|---|")
+    start = time.monotonic()
+    found = measure(kernels, args.widths, args.rows)
+    worst = max(r["probabilistic"][0] for r in found)
+    print(f"\n{len(found)} cells in {time.monotonic() - start:.0f} s; largest probabilistic ratio {worst:.3g}")
+    return 0 if worst <= 1 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
