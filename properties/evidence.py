@@ -7,8 +7,8 @@ Every property test runs its concrete example through :func:`check`::
     def test_forward(layernorm_kernel, example):
         evidence.check(check_forward, layernorm_kernel, example)
 
-where ``check_forward(kernel, **example)`` is a module-level function that raises AssertionError
-(expected vs got) on a violation and calls :func:`record` once per example: ``ratio`` is the
+where ``check_forward(kernel, **example)``, a module-level function of :mod:`properties.checks.forward`,
+raises AssertionError (expected vs got) on a violation and calls :func:`record` once per example: ``ratio`` is the
 worst error/bound ratio of the example (> 1 is a failure) or None where the check is exact; the
 other keyword arguments are plot data and description (docs/ARCHITECTURE.md, "points").
 

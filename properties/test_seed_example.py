@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from core.capabilities import discover
 from properties import evidence
+from properties.checks.forward import check_forward
 from properties.strategies import rounded, storage_dtypes
-from properties.test_forward import check_forward
 
 SEED_ROW = (5.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 

@@ -1,5 +1,5 @@
 """Margins: the suite's own checks on inputs where a bug of the corpus shows. First ln.forward
-(properties.test_forward.check_forward, its error model and bounds) for each numerical bug: the bug must fail
+(properties.checks.forward.check_forward, its error model and bounds) for each numerical bug: the bug must fail
 by a wide margin (worst error/bound ratio above corpus.WIDE_MARGIN); the correct kernels, on the same inputs,
 must pass (ratio < 1).
 
@@ -21,8 +21,8 @@ from corpus import BROKEN, WIDE_MARGIN
 
 from core.registry import Kernel, resolve
 from properties import evidence
-from properties.test_dropout import check_variance_bias
-from properties.test_forward import check_forward
+from properties.checks.dropout import check_variance_bias
+from properties.checks.forward import check_forward
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRECT_MAX_RATIO = 1.0

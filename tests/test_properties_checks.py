@@ -13,17 +13,17 @@ import torch
 import torch.nn.functional as F
 
 from core.registry import Kernel
-from properties import (
-    evidence,
-    test_affine,
-    test_contracts,
-    test_dropout,
-    test_forward,
-    test_gradients,
-    test_mean_stability,
-    test_special_inputs,
-    test_spectral_norm,
-    test_variance,
+from properties import evidence
+from properties.checks import (
+    affine,
+    contracts,
+    dropout,
+    forward,
+    gradients,
+    mean_stability,
+    special_inputs,
+    spectral_norm,
+    variance,
 )
 
 
@@ -37,8 +37,8 @@ def _rmsnorm(x, weight, eps):
 
 def _one_pass_variance(x, weight, bias, eps):
     mean = x.mean(-1, keepdim=True)
-    variance = (x * x).mean(-1, keepdim=True) - mean * mean
-    return (x - mean) / torch.sqrt(variance.clamp_min(0) + eps)
+    var = (x * x).mean(-1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(var.clamp_min(0) + eps)
 
 
 def _eps_outside_root(x, weight, bias, eps):
@@ -161,51 +161,51 @@ def _passes_and_fails(check, broken: Kernel, example: dict, correct: Kernel = CO
 
 
 def test_forward_check_catches_one_pass_variance_by_a_wide_margin():
-    message = _passes_and_fails(test_forward.check_forward, kernel(_one_pass_variance), _ln_example(offset=1e4))
+    message = _passes_and_fails(forward.check_forward, kernel(_one_pass_variance), _ln_example(offset=1e4))
     assert float(message.rsplit("error/bound = ", 1)[1].split(")")[0]) > 10
 
 
 def test_jacobian_and_identity_checks_catch_a_backward_without_the_variance_term():
     example = {**_ln_example(), "dy": _row(seed=1)}
-    assert "dx" in _passes_and_fails(test_gradients.check_vjp, kernel(_no_variance_term), example)
-    assert "c . dx" in _passes_and_fails(test_gradients.check_gradient_identities, kernel(_no_variance_term), example)
+    assert "dx" in _passes_and_fails(gradients.check_vjp, kernel(_no_variance_term), example)
+    assert "c . dx" in _passes_and_fails(gradients.check_gradient_identities, kernel(_no_variance_term), example)
 
 
 def test_spectral_norm_checks_catch_a_doubled_jacobian():
     broken = kernel(_wrong_scale_backward)
-    _passes_and_fails(test_spectral_norm.check_spectral_norm, broken, _ln_example(d=8, n=1))
+    _passes_and_fails(spectral_norm.check_spectral_norm, broken, _ln_example(d=8, n=1))
     example = {"x": _row(d=4096, n=1), "eps": 1e-5, "start": _row(d=4096, n=1, seed=2)}
-    _passes_and_fails(test_spectral_norm.check_matrix_free_spectral_norm, broken, example)
+    _passes_and_fails(spectral_norm.check_matrix_free_spectral_norm, broken, example)
 
 
 def test_mean_and_shift_checks_catch_an_output_that_follows_the_mean():
     example = _ln_example()
-    _passes_and_fails(test_mean_stability.check_mean_stability, kernel(_shifted_mean), example)
+    _passes_and_fails(mean_stability.check_mean_stability, kernel(_shifted_mean), example)
     example["shifted"] = example["x"] + 10
-    _passes_and_fails(test_mean_stability.check_shift_invariance, kernel(_shifted_mean), example)
+    _passes_and_fails(mean_stability.check_shift_invariance, kernel(_shifted_mean), example)
 
 
 def test_variance_checks_catch_eps_outside_the_root():
     x = _row(d=64) * math.sqrt(1e-2)
     broken = kernel(_eps_outside_root)
-    _passes_and_fails(test_variance.check_normalized_variance, broken, {"x": x, "eps": 1e-2})
-    _passes_and_fails(test_variance.check_variance_sensitivity, broken, {"x": x, "scaled": 1.5 * x, "eps": 1e-2})
+    _passes_and_fails(variance.check_normalized_variance, broken, {"x": x, "eps": 1e-2})
+    _passes_and_fails(variance.check_variance_sensitivity, broken, {"x": x, "scaled": 1.5 * x, "eps": 1e-2})
 
 
 def test_affine_check_catches_an_ignored_eps():
     x = _row() * math.sqrt(1e-2)
     example = {"x": x, "transformed": 2 * x + 1, "a": 2.0, "eps": 1e-2}
-    _passes_and_fails(test_affine.check_affine, kernel(_eps_ignored), example)
+    _passes_and_fails(affine.check_affine, kernel(_eps_ignored), example)
 
 
 def test_contract_checks_catch_mixed_rows_ignored_strides_and_written_inputs():
     example = _ln_example()
     changed = example["x"].clone()
     changed[0] += 1
-    _passes_and_fails(test_contracts.check_changing_one_row, kernel(_rows_mixed), {**example, "changed": changed})
-    strided = test_contracts.strided(example["x"], "every other column")
-    _passes_and_fails(test_contracts.check_noncontiguous_x, kernel(_strides_ignored), {**example, "x": strided})
-    _passes_and_fails(test_contracts.check_inputs_unmodified, kernel(_input_overwritten),
+    _passes_and_fails(contracts.check_changing_one_row, kernel(_rows_mixed), {**example, "changed": changed})
+    strided = contracts.strided(example["x"], "every other column")
+    _passes_and_fails(contracts.check_noncontiguous_x, kernel(_strides_ignored), {**example, "x": strided})
+    _passes_and_fails(contracts.check_inputs_unmodified, kernel(_input_overwritten),
                       {**example, "dy": _row(seed=3)})
 
 
@@ -213,15 +213,15 @@ def test_nonfinite_check_catches_a_nan_that_leaves_its_row():
     example = _ln_example()
     poisoned = example["x"].clone()
     poisoned[0, 0] = math.nan
-    _passes_and_fails(test_special_inputs.check_nonfinite_stays_in_its_row, kernel(_nan_spreads),
+    _passes_and_fails(special_inputs.check_nonfinite_stays_in_its_row, kernel(_nan_spreads),
                       {**example, "poisoned": poisoned})
 
 
 @pytest.mark.parametrize(("check", "broken", "n", "d", "offset", "p"), [
-    (test_dropout.check_values, _no_rescale, 4, 64, 3.0, 0.5),
-    (test_dropout.check_keep_rate, _keep_and_drop_swapped, 16, 1024, 3.0, 0.25),
-    (test_dropout.check_variance_bias, _one_mask_for_all_rows, 1, 64, 0.0, 0.5),
-    (test_dropout.check_determinism, _seed_ignored, 4, 64, 3.0, 0.5),
+    (dropout.check_values, _no_rescale, 4, 64, 3.0, 0.5),
+    (dropout.check_keep_rate, _keep_and_drop_swapped, 16, 1024, 3.0, 0.25),
+    (dropout.check_variance_bias, _one_mask_for_all_rows, 1, 64, 0.0, 0.5),
+    (dropout.check_determinism, _seed_ignored, 4, 64, 3.0, 0.5),
 ])
 def test_dropout_checks_catch_their_bug(check, broken, n, d, offset, p):
     example = {"x": _row(n=n, d=d, offset=offset), "p": p, "seed": 7}
@@ -230,5 +230,5 @@ def test_dropout_checks_catch_their_bug(check, broken, n, d, offset, p):
 
 def test_dropout_input_check_catches_a_written_input():
     example = {"x": _row(n=2, d=8) + 3, "p": 0.5, "seed": 1}
-    _passes_and_fails(test_dropout.check_inputs_unmodified, kernel(_dropout_in_place, "dropout"), example,
+    _passes_and_fails(dropout.check_inputs_unmodified, kernel(_dropout_in_place, "dropout"), example,
                       correct=CORRECT_DROPOUT)

@@ -151,3 +151,16 @@ def test_expected_and_got_are_read_from_the_message_forms_the_suite_uses():
     assert counterexamples.expected_and_got(AssertionError("mean\nexpected: 0\ngot: 3e-2")) == ("0", "3e-2")
     assert counterexamples.expected_and_got(AssertionError("rows differ")) == (None, None)
 
+
+
+def test_a_suite_check_is_saved_by_its_checks_module_and_old_test_module_names_still_replay(broken, tmp_path):
+    from properties.checks.forward import check_forward
+
+    example = {"x": non_contiguous_rows(torch.float32), "weight": None, "bias": None, "eps": 1e-5}
+    path = counterexamples.save("ln.forward", broken, check_forward, example, tmp_path)
+    document = torch.load(path, weights_only=True)
+    assert document["check"] == "properties.checks.forward:check_forward"
+    document["check"] = "properties.test_forward:check_forward"  # as saved before the checks left the tests
+    torch.save(document, path)
+    result = counterexamples.replay(path)
+    assert result.outcome == "failed" and result.check == "properties.test_forward:check_forward"

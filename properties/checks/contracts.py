@@ -1,0 +1,90 @@
+"""Contracts of LayerNorm/RMSNorm kernels: {ln,rms}.row_independence, {ln,rms}.layout_invariance,
+{ln,rms}.inputs_unmodified.
+
+These are self-consistency claims: accuracy against the oracle (and NaN/inf for finite inputs) is the
+business of the forward and Jacobian claims, so a kernel's inaccuracy is not reported here a second time.
+Row independence: changing one row leaves every other output row bit-for-bit unchanged (same shapes,
+so the same computation); a [B, S, H] input gives the [B*S, H] result within twice the forward bound
+(two computations of one value, each within one bound of it).
+Layout: a non-contiguous x (or upstream gradient) gives the contiguous call's result within twice the
+bound.
+Inputs unmodified: x, weight, bias and the upstream gradient are bit-for-bit the same after a forward
+and backward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.capabilities import discover, dtype_name
+from properties import norms, outcome, tolerance
+
+
+def rows_that_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows where a and b differ bit for bit (NaN equals NaN)."""
+    differ = (a != b) & ~(torch.isnan(a) & torch.isnan(b))
+    return differ.reshape(differ.shape[0], -1).any(dim=-1).nonzero().flatten()
+
+
+def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """``changed`` differs from x in row 0 only: every other output row is identical."""
+    before = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    after = norms.forward(kernel, changed, weight, bias, eps, allow_nonfinite=True)
+    moved = rows_that_differ(before[1:], after[1:]) + 1
+    outcome.exact(moved.numel() == 0, f"changing row 0 changed output rows {moved.tolist()[:8]}",
+                  "the statistics mix rows", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_three_dimensional(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """kernel(x[B, S, H]) is kernel(x.reshape(B*S, H)) within twice the forward bound."""
+    got = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    flat = norms.forward(kernel, x.reshape(-1, x.shape[-1]), weight, bias, eps, allow_nonfinite=True).reshape(x.shape)
+    bound = tolerance.forward(kernel, x, weight, bias, eps)
+    outcome.conclude(outcome.compare(got, flat, 2 * bound, "[B, S, H] vs [B*S, H] output"),
+                     "a 3-D input is not normalized row by row over its last dimension",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_noncontiguous_x(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """x is a strided view; its output is the contiguous call's within twice the forward bound."""
+    assert not x.is_contiguous(), "the example must be a non-contiguous view"
+    got = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    bound = tolerance.forward(kernel, x, weight, bias, eps)
+    contiguous = norms.forward(kernel, x.contiguous(), weight, bias, eps, allow_nonfinite=True)
+    outcome.conclude(outcome.compare(got, contiguous, 2 * bound, "strided vs contiguous x: output"),
+                     "the kernel reads x as if it were contiguous (strides ignored)",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_noncontiguous_upstream(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+    """dy is a strided view: the gradients are the contiguous call's within twice the backward bound."""
+    assert not dy.is_contiguous(), "the example's upstream gradient must be a non-contiguous view"
+    got = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True)
+    contiguous = norms.vjp(kernel, x, weight, bias, eps, dy.contiguous(), allow_nonfinite=True)
+    bounds = tolerance.backward(kernel, x, weight, eps, dy)
+    comparisons = [outcome.compare(got[name], contiguous[name], 2 * bounds[name], f"d{name}: strided vs contiguous dy")
+                   for name in got]
+    outcome.conclude(comparisons, "the backward reads the upstream gradient as if it were contiguous",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+    """x, weight, bias and dy are the same, bit for bit, after the forward and (when there is one) the backward."""
+    inputs = {"x": x, "weight": weight, "bias": bias, "upstream gradient": dy}
+    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    if discover(kernel).backward:
+        norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True)
+    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only",
+                  d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values as t [n, d] (d >= 2) as a non-contiguous view: every other column of a twice-wide
+    buffer, or the transpose of a column-major copy."""
+    if layout == "transposed":
+        return t.t().contiguous().t() if t.shape[0] > 1 else strided(t, "every other column")
+    wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
+    wide[..., ::2] = t
+    return wide[..., ::2]

@@ -1,0 +1,55 @@
+"""ln.jacobian / rms.jacobian: the kernel's VJPs for x, gamma (and beta) against the derived Jacobian;
+ln.gradient_identities / rms.gradient_identities: the identities every correct backward satisfies.
+
+With c = x - mean(x) (LayerNorm) or c = x (RMSNorm), s^2 = mean(c^2) + eps and dx = (1/s) P (gamma * dy),
+P = I - 11^T/d - xhat xhat^T/d (LayerNorm) or I - xhat xhat^T/d (RMSNorm), xhat = c/s:
+    LayerNorm:  sum_i dx_i = 0 (for any gamma, since 1^T P = 0)
+    both:       c . dx = (eps / s^2) * c . (gamma * dy) / s
+    both:       dgamma = sum over rows of dy * xhat (from x, not from the output)
+    LayerNorm:  dbeta = sum over rows of dy
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from core.capabilities import dtype_name
+from properties import norms, outcome, tolerance
+
+
+def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+    """Each gradient the kernel returns is the oracle's, within the backward bound, elementwise."""
+    got = norms.vjp(kernel, x, weight, bias, eps, dy)
+    expected = norms.reference_vjp(kernel, x, weight, eps, dy)
+    bounds = tolerance.backward(kernel, x, weight, eps, dy)
+    comparisons = [outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got]
+    outcome.conclude(comparisons, "the backward is not the derivative of the normalization",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+    """sum(dx) = 0 (LayerNorm), c . dx = (eps/s^2) c . (gamma dy)/s, dgamma = sum of dy xhat, dbeta = sum of dy:
+    each within its bound."""
+    got = norms.vjp(kernel, x, weight, bias, eps, dy)
+    bounds = tolerance.backward(kernel, x, weight, eps, dy)
+    x64, dy64 = norms.as_float64(x), norms.as_float64(dy)
+    gamma = norms.effective_weight(kernel, weight)
+    centred = x64 - x64.mean(-1, keepdims=True) if kernel.kind == "layernorm" else x64
+    s = np.sqrt(np.mean(centred**2, axis=-1) + eps)
+    scaled_dy = dy64 if gamma is None else gamma * dy64
+    dx = norms.as_float64(got["x"])
+    comparisons = [outcome.compare(np.sum(centred * dx, -1),
+                                   eps / s**2 * np.sum(centred * scaled_dy, -1) / s,
+                                   tolerance.of_sum(bounds["x"], centred), "c . dx")]
+    rows = dy64.reshape(-1, dy64.shape[-1])
+    if "weight" in got:
+        xhat = (centred / s[..., None]).reshape(rows.shape)
+        comparisons.append(outcome.compare(got["weight"], (rows * xhat).sum(0), bounds["weight"],
+                                           "dgamma - sum of dy xhat"))
+    if kernel.kind == "layernorm":
+        comparisons.append(outcome.compare(dx.sum(-1), 0.0, tolerance.of_sum(bounds["x"]), "sum of dx"))
+        if "bias" in got:
+            comparisons.append(outcome.compare(got["bias"], rows.sum(0), bounds["bias"], "dbias - sum of dy"))
+    outcome.conclude(comparisons, "a gradient identity of the derivation does not hold for the kernel's backward",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))

@@ -1,0 +1,29 @@
+"""{ln,rms}.special_inputs: inputs at the edges of the derivation's conditions.
+
+d = 1, 2, 3; constant rows (LayerNorm: output beta, finite; RMSNorm: gamma c / sqrt(c^2 + eps)); zero
+rows; eps = 1e-12 with float16 data; |mean|/std up to 1e4 with float32 data; very large and very small
+magnitudes; NaN/inf in one row. The numerical ones are the forward claim's check (kernel vs oracle on
+the rounded inputs, within the error-model bound) on these inputs; NaN/inf is a contract: the other
+rows' outputs are exactly those of the same call without the non-finite value.
+
+"Very large" is bounded by the condition of the error model that the sum of squares of a row is
+representable in the accumulation dtype: |x| <= sqrt(max / d) / 4.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.capabilities import dtype_name
+from properties import norms, outcome
+from properties.checks.contracts import rows_that_differ
+
+
+def check_nonfinite_stays_in_its_row(kernel, x: torch.Tensor, poisoned: torch.Tensor, weight, eps: float,
+                                     bias=None) -> None:
+    """``poisoned`` is x with a NaN/inf in row 0: rows 1.. of the output are exactly those of kernel(x)."""
+    clean = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    dirty = norms.forward(kernel, poisoned, weight, bias, eps, allow_nonfinite=True)
+    moved = rows_that_differ(clean[1:], dirty[1:]) + 1
+    outcome.exact(moved.numel() == 0, f"a non-finite value in row 0 changed output rows {moved.tolist()[:8]}",
+                  "NaN/inf must stay within their row", d=x.shape[-1], dtype=dtype_name(x.dtype))
