@@ -28,7 +28,7 @@ its examples (:func:`per_example`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -112,27 +112,28 @@ def agreement_rate(p: float, correlation: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class CountLaw:
-    """The law of the kept count K of a group of ``width`` elements: values and probabilities."""
+    """The law of the kept count K of a group of ``width`` elements: values and their log-probabilities (logs, so
+    that no tail probability underflows to 0: the moment generating function needs every term)."""
 
     width: int
     values: np.ndarray
-    probabilities: np.ndarray
+    log_probabilities: np.ndarray
 
     def dispersion_terms(self, p: float) -> tuple[np.ndarray, np.ndarray]:
-        """Values and probabilities of (K - w q)^2 / (w p q)."""
+        """Values and log-probabilities of (K - w q)^2 / (w p q)."""
         q = 1.0 - p
-        return (self.values - self.width * q) ** 2 / (self.width * p * q), self.probabilities
+        return (self.values - self.width * q) ** 2 / (self.width * p * q), self.log_probabilities
 
 
 def independent_counts(width: int, p: float) -> CountLaw:
-    """H0: K ~ Binomial(w, 1 - p) (scipy.stats.binom.pmf)."""
+    """H0: K ~ Binomial(w, 1 - p) (scipy.stats.binom.logpmf)."""
     values = np.arange(width + 1)
-    return CountLaw(width, values, stats.binom.pmf(values, width, 1.0 - p))
+    return CountLaw(width, values, stats.binom.logpmf(values, width, 1.0 - p))
 
 
 def fixed_counts(width: int, p: float) -> CountLaw:
     """Sampling without replacement: exactly round(p w) of the w elements dropped."""
-    return CountLaw(width, np.array([width - round(p * width)]), np.array([1.0]))
+    return CountLaw(width, np.array([width - round(p * width)]), np.array([0.0]))
 
 
 def block_counts(width: int, p: float, k: int) -> CountLaw:
@@ -140,28 +141,26 @@ def block_counts(width: int, p: float, k: int) -> CountLaw:
     if width % k:
         raise ValueError(f"block size {k} does not divide the width {width}")
     blocks = independent_counts(width // k, p)
-    return CountLaw(width, k * blocks.values, blocks.probabilities)
+    return CountLaw(width, k * blocks.values, blocks.log_probabilities)
 
 
-LAMBDAS = np.geomspace(1e-8, 10.0, 3000)
+LAMBDAS = np.geomspace(1e-8, 10.0, 800)
 """The Chernoff parameters tried: every one gives a valid bound, the best is taken."""
 
 
-def _log_mgf(values: np.ndarray, probabilities: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
-    """log E[exp(l X)] for each l, X taking ``values`` with ``probabilities``."""
-    with np.errstate(divide="ignore"):
-        log_probabilities = np.log(probabilities)
-    return special.logsumexp(log_probabilities + np.outer(lambdas, values), axis=1)
+def _log_mgf(values: np.ndarray, log_probabilities: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """log E[exp(l X)] for each l, X taking ``values`` with probabilities exp(``log_probabilities``)."""
+    support = np.isfinite(log_probabilities)
+    return special.logsumexp(log_probabilities[support] + np.outer(lambdas, values[support]), axis=1)
 
 
 def dispersion_acceptance(width: int, p: float, groups: int, alpha: float,
                           what: str = "dispersion of kept counts") -> Acceptance:
     """Chernoff thresholds of S = sum over ``groups`` i.i.d. terms (K - w q)^2 / (w p q), K ~ Binomial(w, q)."""
-    values, probabilities = independent_counts(width, p).dispersion_terms(p)
-    lambdas = LAMBDAS
+    values, log_probabilities = independent_counts(width, p).dispersion_terms(p)
     log_two_over_alpha = math.log(2.0 / alpha)
-    high = np.min((groups * _log_mgf(values, probabilities, lambdas) + log_two_over_alpha) / lambdas)
-    low = np.max(-(groups * _log_mgf(values, probabilities, -lambdas) + log_two_over_alpha) / lambdas)
+    high = np.min((groups * _log_mgf(values, log_probabilities, LAMBDAS) + log_two_over_alpha) / LAMBDAS)
+    low = np.max(-(groups * _log_mgf(values, log_probabilities, -LAMBDAS) + log_two_over_alpha) / LAMBDAS)
     return Acceptance(float(low), float(high), float(groups), alpha, f"{what} ({groups} groups of {width})")
 
 
@@ -172,10 +171,9 @@ def dispersion_statistic(counts: np.ndarray, width: int, p: float) -> float:
 
 def dispersion_power(acceptance: Acceptance, alternative: CountLaw, p: float, groups: int) -> float:
     """Lower bound on P(reject) when the ``groups`` counts are i.i.d. with the alternative's law (Chernoff)."""
-    values, probabilities = alternative.dispersion_terms(p)
-    lambdas = LAMBDAS
-    below_high = np.min(groups * _log_mgf(values, probabilities, -lambdas) + lambdas * acceptance.high)
-    above_low = np.min(groups * _log_mgf(values, probabilities, lambdas) - lambdas * acceptance.low)
+    values, log_probabilities = alternative.dispersion_terms(p)
+    below_high = np.min(groups * _log_mgf(values, log_probabilities, -LAMBDAS) + LAMBDAS * acceptance.high)
+    above_low = np.min(groups * _log_mgf(values, log_probabilities, LAMBDAS) - LAMBDAS * acceptance.low)
     return float(max(0.0, 1.0 - math.exp(min(below_high, above_low, 0.0))))
 
 
@@ -337,6 +335,10 @@ class Finding:
 
     def describe(self) -> str:
         return self.acceptance.describe(self.statistic)
+
+    def named(self, where: str) -> Finding:
+        """The same finding, its description prefixed with ``where`` (e.g. the input's layout)."""
+        return Finding(replace(self.acceptance, what=f"{where}: {self.acceptance.what}"), self.statistic)
 
 
 def agreement_finding(agreeing: int, pairs: int, p: float, alpha: float, what: str) -> Finding:
