@@ -29,7 +29,7 @@ from kernels import rows
 
 
 @triton.jit
-def _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+def store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
     """Y[cols] = (x - mean) * rstd * gamma + beta, computed in float32, rounded once to Y's dtype."""
     y = (x - mean) * rstd
     if HAS_WEIGHT:
@@ -37,6 +37,26 @@ def _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT: tl.constex
     if HAS_BIAS:
         y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS: tl.constexpr, BLOCK: tl.constexpr):
+    """(count, mean, m2) of a row so far merged with the block x = row[start:start + BLOCK] (float32, zeros where
+    masked off). RMSNorm: m2 += sum(x^2), mean stays 0. LayerNorm: the block two-pass (its mean, then its squared
+    deviations), merged by Chan et al.'s pairwise update."""
+    if IS_RMS:
+        m2 += tl.sum(x * x, axis=0)
+    else:
+        block_count = tl.minimum(n_cols - start, BLOCK).to(tl.float32)
+        block_mean = tl.sum(x, axis=0) / block_count
+        deviation = tl.where(mask, x - block_mean, 0.0)
+        block_m2 = tl.sum(deviation * deviation, axis=0)
+        total = count + block_count
+        delta = block_mean - mean
+        mean += delta * (block_count / total)
+        m2 += block_m2 + delta * delta * (count * block_count / total)
+        count = total
+    return count, mean, m2
 
 
 @triton.jit
@@ -64,19 +84,7 @@ def _norm_forward(
         cols = start + tl.arange(0, BLOCK)
         mask = cols < n_cols
         x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
-        if IS_RMS:
-            m2 += tl.sum(x * x, axis=0)
-        else:
-            block_count = tl.minimum(n_cols - start, BLOCK).to(tl.float32)
-            block_mean = tl.sum(x, axis=0) / block_count
-            deviation = tl.where(mask, x - block_mean, 0.0)
-            block_m2 = tl.sum(deviation * deviation, axis=0)
-            # Chan et al.: merge (count, mean, m2) with the block's (block_count, block_mean, block_m2).
-            total = count + block_count
-            delta = block_mean - mean
-            mean += delta * (block_count / total)
-            m2 += block_m2 + delta * delta * (count * block_count / total)
-            count = total
+        count, mean, m2 = merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS, BLOCK)
     rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
     if not IS_RMS:
         tl.store(Mean + row, mean)
@@ -84,13 +92,13 @@ def _norm_forward(
 
     # Pass 2: y = (x - mean) * rstd * gamma + beta.
     if SINGLE_BLOCK:
-        _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+        store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
     else:
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < n_cols
             x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
-            _store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+            store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
 
 
 @triton.jit
@@ -106,14 +114,27 @@ def _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean,
 
 
 @triton.jit
+def _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd,
+                      HAS_DRES: tl.constexpr):
+    """dx[cols] = rstd (g - xhat c_xhat - c_one) (+ dres[cols]), in float32, rounded once to dx's dtype."""
+    dx = (g - (xhat * c_xhat + c_one)) * rstd
+    if HAS_DRES:
+        dx += tl.load(dres_row + cols * stride_dres_col, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dx_row + cols, dx.to(dx_row.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _norm_backward_input(
-    X, DY, DX, W, Mean, Rstd, DW_partial, DB_partial,  # W, Mean, partials may be None
-    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row,
+    X, DY, DX, W, Mean, Rstd, DW_partial, DB_partial, DRES,  # W, Mean, partials, DRES may be None
+    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row, stride_dres_row, stride_dres_col,
     n_rows, n_cols,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DRES: tl.constexpr,
     FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr, BLOCK: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):
     """dx, row by row; each program takes rows program, program + n_programs, ...
+
+    With HAS_DRES, dx = J^T dy + dres: the gradient reaching the input of a fused residual add, whose sum
+    h = x + residual is both normalized and returned (dres = dL/dh), added before the one rounding to DX.
 
     A row that fits one block (SINGLE_BLOCK) is read once. Then, with FUSE_DW / FUSE_DB, the program also
     accumulates its rows' dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
@@ -129,6 +150,9 @@ def _norm_backward_input(
         x_row = X + row.to(tl.int64) * stride_x_row
         dy_row = DY + row.to(tl.int64) * stride_dy_row
         dx_row = DX + row.to(tl.int64) * stride_dx_row
+        dres_row = DRES
+        if HAS_DRES:
+            dres_row = DRES + row.to(tl.int64) * stride_dres_row
         mean = 0.0 if IS_RMS else tl.load(Mean + row)
         rstd = tl.load(Rstd + row)
 
@@ -153,7 +177,7 @@ def _norm_backward_input(
 
         # Pass 2: dx = rstd * (g - xhat * c_xhat - c_one).
         if SINGLE_BLOCK:  # the row's only block is still in registers
-            tl.store(dx_row + cols, ((g - (xhat * c_xhat + c_one)) * rstd).to(DX.dtype.element_ty), mask=mask)
+            _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
             if FUSE_DW:
                 dw_acc += dy * xhat
             if FUSE_DB:
@@ -164,7 +188,7 @@ def _norm_backward_input(
                 mask = cols < n_cols
                 dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd,
                                           HAS_WEIGHT)
-                tl.store(dx_row + cols, ((g - (xhat * c_xhat + c_one)) * rstd).to(DX.dtype.element_ty), mask=mask)
+                _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
 
     if FUSE_DW:
         tl.store(DW_partial + program * n_cols + param_cols, dw_acc, mask=param_cols < n_cols)
@@ -242,14 +266,18 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
 
 def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
              rstd: torch.Tensor, *, rms: bool, need_dw: bool, need_db: bool, block: int | None = None,
+             dresidual: torch.Tensor | None = None, dx_dtype: torch.dtype | None = None,
              ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``(dx, dweight, dbias)`` from the forward's saved ``mean``/``rstd``; None for what is not needed.
 
     ``dweight``/``dbias`` are summed in float32 and returned in the weight's dtype (x's without a weight).
+    ``dresidual`` (x's shape): a gradient added to dx before it is rounded (the fused residual add's dL/dh);
+    ``dx_dtype``: dx's dtype (default x's).
     """
     x2, dy2 = rows.as_rows(x), rows.as_rows(dy)
+    dres2 = None if dresidual is None else rows.as_rows(dresidual)
     n_rows, n_cols = x2.shape
-    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    dx = torch.empty((n_rows, n_cols), dtype=dx_dtype or x.dtype, device=x.device)
     param_dtype = weight.dtype if weight is not None else x.dtype
     if dx.numel() == 0:
         zeros = torch.zeros(n_cols, dtype=param_dtype, device=x.device)
@@ -270,10 +298,12 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
     db_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_db else None
     with rows.launch_device(x):
         _norm_backward_input[(programs,)](
-            x2, dy2, dx, weight, mean, rstd, dw_partial, db_partial,
+            x2, dy2, dx, weight, mean, rstd, dw_partial, db_partial, dres2,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
+            *((0, 0) if dres2 is None else dres2.stride()),
             n_rows, n_cols,
-            IS_RMS=rms, HAS_WEIGHT=weight is not None, FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
+            FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
             BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
         )
         if not fuse and (need_dw or need_db):

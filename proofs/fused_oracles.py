@@ -1,9 +1,9 @@
 """Float64 references of the fused kinds, composed from the derived oracles (proofs.oracles) as the claims derive.
 
     add_norm(x, residual, weight, bias, eps, kind) -> (y, h)          h = x + residual, y = N(h)
-    add_norm_vjp(x, residual, weight, eps, dy, dh, kind)
-        -> (dx, dresidual, dweight[, dbias])                           claim add_{ln,rms}.jacobian:
-                                                                       dx = dresidual = J_N(h)^T dy + dh
+    add_norm_vjp(h, weight, eps, dy, dh, kind)
+        -> (d, dweight[, dbias])                                       claim add_{ln,rms}.jacobian:
+                                                                       dx = dresidual = d = J_N(h)^T dy + dh
     groupnorm(x, num_groups, weight, bias, eps) -> y                   claim gn.jacobian: LN over each group's
     groupnorm_vjp(x, num_groups, weight, eps, dy) -> (dx, dweight, dbias)   (C/G) x spatial elements,
                                                                        per-channel gamma, beta
@@ -40,18 +40,15 @@ def add_norm(x, residual, weight, bias, eps, kind: str) -> tuple[np.ndarray, np.
     return oracles.layernorm(h, weight, bias, eps), h
 
 
-def add_norm_vjp(x, residual, weight, eps, dy, dh, kind: str) -> tuple:
-    """(dx, dresidual, dweight[, dbias]) for upstream gradients dy = dL/dy and dh = dL/d(residual_out).
-
-    dx and dresidual are the same array values (the claim: both are J_N(h)^T dy + dh); dh may be None (0).
-    """
-    h = np.asarray(x, dtype=np.float64) + np.asarray(residual, dtype=np.float64)
+def add_norm_vjp(h, weight, eps, dy, dh, kind: str) -> tuple:
+    """(d, dweight[, dbias]) at the residual stream h = x + residual the norm was applied to, for upstream
+    gradients dy = dL/dy and dh = dL/d(residual_out) (None: 0): d = J_N(h)^T dy + dh is both dL/dx and
+    dL/dresidual (claim add_ln.jacobian); dweight (and dbias, LayerNorm) are the norm's at h."""
     if _kind(kind) == "rms":
         dn, *parameters = oracles.rmsnorm_vjp(h, weight, eps, dy)
     else:
         dn, *parameters = oracles.layernorm_vjp(h, weight, eps, dy)
-    through = dn if dh is None else dn + np.asarray(dh, dtype=np.float64)
-    return (through, through.copy(), *parameters)
+    return (dn if dh is None else dn + np.asarray(dh, dtype=np.float64), *parameters)
 
 
 def _grouped(x, num_groups: int) -> tuple[np.ndarray, tuple[int, ...]]:

@@ -1,0 +1,178 @@
+"""Fused residual add + LayerNorm/RMSNorm in Triton, with optional dropout on the branch: forward and backward.
+
+Over one row (the last dimension), for a branch x and the residual stream r:
+
+    h = r + x                      (dropout: h = r + x * m / (1 - p), m_i = [rand(seed, i) >= p])
+    residual_out = h, rounded once to the residual dtype (r's dtype, or float32 with residual_in_fp32)
+    y = N(residual_out)            N = LayerNorm or RMSNorm of kernels/norm.py, over the stored h
+
+so y normalizes exactly the residual stream the next layer receives. h is summed in float32 and rounded once;
+the statistics are accumulated in float32 as in kernels/norm.py (two-pass blocks merged pairwise). The mask
+index i is the element's row-major index in x's shape, as in kernels/dropout_kernel.py, so the same seed
+gives the same mask there.
+
+Backward, for upstream gradients dy = dL/dy and dh = dL/d(residual_out) (claim add_ln.jacobian):
+
+    dresidual = J_N(h)^T dy + dh   (the norm's backward kernel with dh added before its one rounding)
+    dx = dresidual                 (dropout: dx = m / (1 - p) * dresidual, the same mask)
+    dweight, dbias                 the norm's, at h
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import norm, rows
+from kernels.dropout_kernel import SEED_MODULUS
+from kernels.dropout_kernel import dropout as dropout_kernel
+
+
+@triton.jit
+def _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, scale, seed,
+                    HAS_DROPOUT: tl.constexpr):
+    """h = r + x (or r + x m/(1-p)) for one block, in float32, stored rounded to H's dtype; returns the stored
+    values in float32 (zeros where masked off)."""
+    x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+    if HAS_DROPOUT:
+        keep = tl.rand(seed, first + cols) >= p
+        x = tl.where(keep, x * scale, 0.0)
+    h = (x + tl.load(R + cols * stride_r_col, mask=mask, other=0.0).to(tl.float32)).to(H.dtype.element_ty)
+    tl.store(H + cols, h, mask=mask)
+    return tl.where(mask, h.to(tl.float32), 0.0)
+
+
+@triton.jit
+def _add_norm_forward(
+    X, R, H, Y, W, B, Mean, Rstd,  # W, B may be None; Mean is None for RMSNorm
+    stride_x_row, stride_x_col, stride_r_row, stride_r_col, stride_h_row, stride_y_row,
+    n_cols, eps, p, scale, seed,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    BLOCK: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+):
+    """One program per row: h block by block (stored, statistics merged), then y from the stored h."""
+    row = tl.program_id(0).to(tl.int64)
+    X += row * stride_x_row
+    R += row * stride_r_row
+    H += row * stride_h_row
+    Y += row * stride_y_row
+    first = row * n_cols  # row-major index of the row's first element: the dropout mask's counter
+
+    count = 0.0
+    mean = 0.0
+    m2 = 0.0
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    h = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        h = _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, scale, seed, HAS_DROPOUT)
+        count, mean, m2 = norm.merge_block(count, mean, m2, h, mask, start, n_cols, IS_RMS, BLOCK)
+    rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
+    if not IS_RMS:
+        tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+
+    if SINGLE_BLOCK:  # the row's h is still in registers
+        norm.store_normalized(Y, W, B, cols, mask, h, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+    else:
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            h = tl.load(H + cols, mask=mask, other=0.0).to(tl.float32)
+            norm.store_normalized(Y, W, B, cols, mask, h, mean, rstd, HAS_WEIGHT, HAS_BIAS)
+
+
+def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+            eps: float, *, rms: bool, residual_dtype: torch.dtype, p: float = 0.0, seed: int = 0,
+            block: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(y, residual_out, mean, rstd)``: y in x's dtype, residual_out in ``residual_dtype``, both x's shape;
+    mean (None for RMSNorm) and rstd float32 per row. ``p`` > 0 drops out x with the mask of ``seed``."""
+    x2, r2 = rows.as_rows(x), rows.as_rows(residual)
+    n_rows, n_cols = x2.shape
+    h = torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x.device)
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    if y.numel():
+        block = block or rows.block_size(n_cols)
+        weight = None if weight is None else weight.contiguous()
+        bias = None if bias is None else bias.contiguous()
+        scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
+        with rows.launch_device(x):
+            _add_norm_forward[(n_rows,)](
+                x2, r2, h, y, weight, bias, mean, rstd,
+                x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
+                n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
+                IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
+                BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+            )
+    return y.view(x.shape), h.view(x.shape), mean, rstd
+
+
+class _AddNormFunction(torch.autograd.Function):
+    """(y, residual_out) = (N(h), h), h = residual + x (dropped out with p > 0); backward as in the module doc."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                bias: torch.Tensor | None, eps: float, rms: bool, residual_in_fp32: bool, p: float, seed: int):
+        residual_dtype = torch.float32 if residual_in_fp32 else residual.dtype
+        y, h, mean, rstd = forward(x, residual, weight, bias, eps, rms=rms, residual_dtype=residual_dtype,
+                                   p=p, seed=seed)
+        ctx.save_for_backward(h, weight, mean, rstd)
+        ctx.rms, ctx.p, ctx.seed = rms, p, seed
+        ctx.dtypes = (x.dtype, residual.dtype)
+        return y, h
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor, dh: torch.Tensor):
+        h, weight, mean, rstd = ctx.saved_tensors
+        x_dtype, residual_dtype = ctx.dtypes
+        # one rounding of J^T dy + dh to each input's dtype: in float32 when the two differ or dropout follows
+        total_dtype = x_dtype if x_dtype == residual_dtype and ctx.p == 0.0 else torch.float32
+        total, dweight, dbias = norm.backward(dy, h, weight, mean, rstd, rms=ctx.rms,
+                                              need_dw=ctx.needs_input_grad[2], need_db=ctx.needs_input_grad[3],
+                                              dresidual=dh, dx_dtype=total_dtype)
+        dx = dropout_kernel(total, ctx.p, ctx.seed) if ctx.p > 0.0 else total
+        return (dx.to(x_dtype), total.to(residual_dtype), dweight, dbias, None, None, None, None, None)
+
+
+def _check_inputs(op: str, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                  bias: torch.Tensor | None) -> None:
+    rows.check_tensor(op, "x", x)
+    rows.check_tensor(op, "residual", residual, like=x)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension")
+    if residual.shape != x.shape:
+        raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, x {tuple(x.shape)}; they must match")
+    rows.check_param(op, "weight", weight, x)
+    rows.check_param(op, "bias", bias, x)
+
+
+def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                   bias: torch.Tensor | None, eps: float = 1e-5, residual_in_fp32: bool = False,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(LayerNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
+    _check_inputs("add_layer_norm", x, residual, weight, bias)
+    return _AddNormFunction.apply(x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
+                 residual_in_fp32: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
+    _check_inputs("add_rms_norm", x, residual, weight, None)
+    return _AddNormFunction.apply(x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
+
+
+def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                           bias: torch.Tensor | None, eps: float, p: float, seed: int,
+                           residual_in_fp32: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(LayerNorm(h), h) with h = residual + dropout(x, p, seed) (inverted dropout, kernels.dropout's mask)."""
+    _check_inputs("dropout_add_layer_norm", x, residual, weight, bias)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_add_layer_norm: p must be in [0, 1), got {p}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"dropout_add_layer_norm: seed must be an int, not {type(seed).__name__}")
+    return _AddNormFunction.apply(x, residual, weight, bias, eps, False, residual_in_fp32, float(p), seed)

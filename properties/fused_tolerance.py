@@ -1,0 +1,83 @@
+"""Derived bounds of the fused residual add + norm kinds, composed from proofs.error_model as properties.tolerance.
+
+A fused kernel returns residual_out = h = x + residual (rounded once to the residual dtype) and y = N(h), the
+norm of the stored h (the contract, docs/validate-your-kernel.md). So:
+
+- residual_out: h is one addition of two rounded inputs. In float32 (declared ``residual_dtype="float32"``, or
+  float32 storage) it is the correctly rounded float32 sum, which IEEE float32 addition of the (exactly
+  converted) inputs gives: bound 0, bit for bit. In a 16-bit storage dtype it may be rounded once from the exact
+  sum or once more from the float32 sum: |h_kernel - (x + r)| <= ((1 + u_acc)(1 + u_out) - 1) |x + r|.
+- y: the error-model forward bound of N at the stored h (u_out of y's dtype, u_acc float32 for 16-bit data).
+- the gradients: d = J_N(h)^T dy + dh is formed in the accumulation dtype and rounded once to each input's dtype.
+  With the error model's bound B on the accumulated J^T dy (u_out = u_acc: no rounding to storage before the
+  add) and t = J^T dy + dh exact:
+      |fl_o(fl_acc(a_hat + dh)) - t| <= B (1 + u_acc)(1 + u_o) + ((1 + u_acc)(1 + u_o) - 1) |t|.
+  Dropout multiplies d by fl_acc(1/(1 - p)) once more (one rounding of the scale, one of the product):
+      |dx - m t/(1 - p)| <= s B' (1 + u_acc)^2 (1 + u_o) + ((1 + u_acc)^2 (1 + u_o) - 1) s |t|, s = 1/(1 - p),
+  with B' the bound of d before its rounding to the output dtype. Every bound adds the float64 oracle's own
+  error (2^-53 relative, of the same sums).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from proofs import error_model
+from properties.norms import as_float64
+from properties.tolerance import bound_in_use, unit_roundoffs
+
+U64 = 2.0**-53
+
+
+def residual_out(x: torch.Tensor, residual: torch.Tensor, residual_dtype: torch.dtype
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(expected h in float64, per-element bound on |h_kernel - expected|) for a residual_out of ``residual_dtype``.
+
+    float32: the IEEE float32 sum of the inputs converted exactly to float32 (bound 0). 16-bit: the exact sum,
+    within one storage rounding after one float32 rounding.
+    """
+    if residual_dtype == torch.float32 or residual_dtype == torch.float64:
+        wide = torch.float64 if residual_dtype == torch.float64 else torch.float32
+        expected = as_float64(x.to("cpu", wide) + residual.to("cpu", wide))
+        return expected, np.zeros_like(expected)
+    exact = as_float64(x) + as_float64(residual)
+    u_acc, u_out = unit_roundoffs(residual_dtype)
+    return exact, ((1 + u_acc) * (1 + u_out) - 1) * np.abs(exact)
+
+
+def forward(h: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, kind: str,
+            out_dtype: torch.dtype) -> np.ndarray:
+    """Per-element bound on |y - N(h)| for y stored in ``out_dtype`` (proofs.error_model.forward_bound)."""
+    u_acc, u_out = unit_roundoffs(out_dtype)
+    return np.asarray(error_model.forward_bound(h, gamma, beta, eps, u_acc, u_out, kind, bound_in_use()))
+
+
+def backward(h: np.ndarray, gamma: np.ndarray | None, eps: float, dy: np.ndarray, through: np.ndarray,
+             kind: str, dtypes: dict[str, torch.dtype], dropout_scale: float | None = None) -> dict[str, np.ndarray]:
+    """Per-element bounds on the gradients named in ``dtypes`` ("x", "residual", "weight", "bias": each gradient's
+    dtype): ``through`` is the exact d = J^T dy + dh; ``dropout_scale`` = 1/(1 - p) when x was dropped out."""
+    storage = dtypes.get("x", torch.float32)
+    u_acc, u_storage = unit_roundoffs(storage)
+    model = bound_in_use()
+    accumulated = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_acc, kind, model)[0]
+    parameters = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_storage, kind, model)[1:]
+    magnitude = np.abs(through)
+    before_rounding = accumulated * (1 + u_acc) + u_acc * magnitude  # fl_acc(a_hat + dh), before its storage cast
+    bounds = {}
+    for name in ("x", "residual"):
+        if name not in dtypes:
+            continue
+        u_o = unit_roundoffs(dtypes[name])[1]
+        if name == "x" and dropout_scale is not None:
+            scale = dropout_scale
+            bound = (scale * before_rounding * (1 + u_acc) ** 2 * (1 + u_o)
+                     + ((1 + u_acc) ** 2 * (1 + u_o) - 1) * scale * magnitude
+                     + U64 * scale * magnitude)
+        else:
+            bound = before_rounding * (1 + u_o) + u_o * magnitude + U64 * magnitude
+        bounds[name] = bound
+    for name, bound in zip(("weight", "bias"), parameters, strict=False):
+        if name in dtypes and bound is not None:
+            bounds[name] = np.asarray(bound, dtype=np.float64)
+    return bounds
