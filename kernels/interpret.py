@@ -25,7 +25,8 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    which cannot be called from interpreted code ("Cannot call @triton.jit'd outside of the scope of
    a kernel"). That includes ``tl.sum``, ``tl.max``, ``tl.cdiv`` ...: ``triton.language.standard`` is
    itself compiled when triton is imported without ``TRITON_INTERPRET``. During an interpreted launch
-   such helpers (in the kernel's module, in their own modules, in ``triton.language``) are replaced by
+   such helpers (in the kernel's module, in their own modules, behind a module alias such as
+   ``tle.program_id``, in ``triton.language``) are replaced by
    interpreted twins, and ``triton.language`` is patched once for the launch and restored after it
    (the interpreter's own nested calls re-patch it on every call and leave patched builtins behind,
    which would break later compiled launches in the same process).
@@ -39,6 +40,16 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
 
 6. ``triton.autotune`` benchmarks its configurations with the GPU's benchmarker, which fails without
    one (and interpreter timings would mean nothing): on CPU tensors the first configuration is used.
+
+7. ``and`` / ``or`` / ``not`` on block tensors: compiled Triton computes them elementwise, the interpreter
+   as Python, where a block tensor is always true (``mask_a and mask_b`` is ``mask_b``, silently). Kernel
+   sources are rewritten to the compiled semantics (:mod:`kernels.interpret_logic`); any other Python truth
+   test of a block tensor (``if mask:``) raises :class:`~kernels.interpret_logic.LogicOnBlockTensor` naming
+   the file and line.
+
+8. Host code of GPU kernels queries the CUDA device (SM count, current device, ``torch.cuda.device``
+   context, ``triton.runtime.driver.active``), which raises without CUDA, often at import. Without CUDA,
+   :mod:`kernels.cuda_stand_ins` answers for one small stand-in device (4 SMs, so per-SM grids stay small).
 
 Also: numpy's floating-point warnings are silenced during a launch (a GPU raises none for NaN/inf).
 
@@ -62,12 +73,18 @@ import torch
 import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.autotuner import Autotuner
+from triton.runtime.errors import InterpreterError
 from triton.runtime.interpreter import InterpretedFunction, TensorHandle, interpreter_semantic
 from triton.runtime.jit import JITFunction, mangle_type
+
+from kernels import cuda_stand_ins, interpret_logic
 
 from triton.language.extra import libdevice as libdevice_stubs  # isort: skip
 from triton.language.extra.cuda import libdevice as cuda_libdevice  # isort: skip
 from triton.language.extra.hip import libdevice as hip_libdevice  # isort: skip
+
+
+LogicOnBlockTensor = interpret_logic.LogicOnBlockTensor
 
 
 class InterpreterUnsupported(TypeError):
@@ -143,6 +160,15 @@ def _patch_lang_core(lang, scope) -> None:
 _original_patch_lang_core = interpreter._patch_lang_core
 
 
+def _patch_lang_tensor(tensor, scope) -> None:
+    """The interpreter's own ``tl.tensor`` patches, then ``__bool__`` as :func:`interpret_logic.strict_bool`."""
+    _original_patch_lang_tensor(tensor, scope)
+    scope.set_attr(tensor, "__bool__", interpret_logic.strict_bool)
+
+
+_original_patch_lang_tensor = interpreter._patch_lang_tensor
+
+
 def _implicit_cvt(arg):
     """Kernel argument conversion that also turns a Python float into an fp32 scalar, as the compiler does."""
     if isinstance(arg, float):
@@ -207,16 +233,22 @@ def _patch_libdevice_modules(patches: _Patches) -> None:
             patches.setattr(libdevice_stubs, name, backend)
 
 
+def _defines_jit_functions(module: ModuleType) -> bool:
+    """A module reached through an alias (``tle.program_id``, ``helpers.rsqrt``) whose helpers a kernel may call."""
+    return any(isinstance(value, (JITFunction, InterpretedFunction)) for value in vars(module).values())
+
+
 def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: set[int]) -> None:
     """Interpreter-ready replacements for the libdevice names and compiled ``@triton.jit`` functions reachable from a
-    kernel's module namespace: directly, through other ``@triton.jit`` functions' modules, or through
-    ``triton.language`` modules (``tl.sum`` is itself a ``@triton.jit`` function)."""
+    kernel's module namespace: directly, through other ``@triton.jit`` functions' modules, through a module
+    alias that defines ``@triton.jit`` functions, or through ``triton.language`` modules (``tl.sum`` is
+    itself a ``@triton.jit`` function)."""
     if id(namespace) in seen:
         return
     seen.add(id(namespace))
     for name, value in list(namespace.items()):
         if isinstance(value, ModuleType):
-            if value.__name__.startswith("triton.language"):
+            if value.__name__.startswith("triton.language") or _defines_jit_functions(value):
                 _replacements(vars(value), found, seen)
         elif isinstance(value, JITFunction):
             found.append((namespace, name, _device_function(value)))
@@ -266,6 +298,7 @@ def _patch_language():
 def _device_function(kernel: JITFunction) -> _DeviceFunction:
     if kernel not in _device_functions:
         _device_functions[kernel] = _DeviceFunction(kernel)
+    _device_functions[kernel]._twin.rewrite()  # before the launch patches anything, as in interpreted_twin
     return _device_functions[kernel]
 
 
@@ -276,8 +309,11 @@ def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
 
 
 def _all_on_cpu(args: tuple, kwargs: dict) -> bool:
+    """Every tensor argument is on the CPU; a launch without tensors counts when there is no CUDA."""
     tensors = _tensors(args, kwargs)
-    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
+    if not tensors:
+        return not torch.cuda.is_available()
+    return all(t.device.type == "cpu" for t in tensors)
 
 
 def _refuse_bfloat16(kernel_name: str, args: tuple, kwargs: dict) -> None:
@@ -307,6 +343,10 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
                 patches.setitem(namespace, "range", _loop_range)
             with np.errstate(all="ignore"):  # NaN/inf in, NaN/inf out, silently: GPUs raise no FP exceptions
                 return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        except InterpreterError as error:
+            if isinstance(error.__cause__, LogicOnBlockTensor):
+                raise error.__cause__ from None  # its one line names the kernel's file and line
+            raise
         finally:
             patches.restore()
 
@@ -334,12 +374,15 @@ _original_autotuner_run = Autotuner.run
 _PATCHES: tuple[tuple[object, str, object], ...] = (
     (interpreter, "_implicit_cvt", _implicit_cvt),
     (interpreter, "_patch_lang_core", _patch_lang_core),
+    (interpreter, "_patch_lang_tensor", _patch_lang_tensor),
+    (interpreter.FunctionRewriter, "ast_transformer", interpret_logic.LogicalTransformer()),
+    *((interpreter, name, helper) for name, helper in interpret_logic.HELPERS.items()),
     (interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise),
     (InterpretedFunction, "run", _interpreted_run),
     (JITFunction, "run", _jit_run),
     (Autotuner, "run", _autotuner_run),
 )
-_ORIGINALS = tuple(getattr(owner, name) for owner, name, _ in _PATCHES)
+_ORIGINALS = tuple(getattr(owner, name, None) for owner, name, _ in _PATCHES)
 
 
 def is_enabled() -> bool:
@@ -351,14 +394,22 @@ def enable() -> None:
     # Argument specialization imports triton.experimental.gluon on first use, and that import asserts that
     # tl.standard's functions are JITFunctions: let it happen now, before any launch swaps them for twins.
     mangle_type(1)
+    if not is_enabled():
+        InterpretedFunction.rewritten_fn.clear()  # sources rewritten before: again, with and/or/not
     for owner, name, value in _PATCHES:
         setattr(owner, name, value)
+    cuda_stand_ins.install()
 
 
 def disable() -> None:
     """Undo :func:`enable`."""
     for (owner, name, _), original in zip(_PATCHES, _ORIGINALS, strict=True):
-        setattr(owner, name, original)
+        if original is None:
+            delattr(owner, name)  # a name the rewritten sources need, which the interpreter did not have
+        else:
+            setattr(owner, name, original)
+    InterpretedFunction.rewritten_fn.clear()
+    cuda_stand_ins.uninstall()
 
 
 @contextlib.contextmanager
@@ -373,5 +424,5 @@ def enabled() -> Iterator[None]:
             disable()
 
 
-__all__ = ["LIBDEVICE_MATH", "InterpreterUnsupported", "disable", "enable", "enabled", "interpreted_twin",
-           "is_enabled"]
+__all__ = ["LIBDEVICE_MATH", "InterpreterUnsupported", "LogicOnBlockTensor", "disable", "enable", "enabled",
+           "interpreted_twin", "is_enabled"]

@@ -6,9 +6,11 @@ kernels.interpret) and checks its result against torch.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,46 @@ def _blocked_row_sum(X, Y, n_cols, BLOCK: tl.constexpr):
     tl.store(Y, acc)
 
 
+@triton.jit
+def _program_id_i64(axis: tl.constexpr):
+    return tl.program_id(axis).to(tl.int64)
+
+
+#: A module of device functions, called through its alias as FlagGems' kernels call ``tle.program_id``.
+tle = types.ModuleType("tests_tle")
+tle.program_id = _program_id_i64
+
+
+@triton.jit
+def _copy_through_alias(X, Y, n, BLOCK: tl.constexpr):
+    offsets = tle.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offsets, tl.load(X + offsets, mask=offsets < n), mask=offsets < n)
+
+
+@triton.jit
+def _python_logic_on_masks(X, AND, OR, NOT, n, lo, HAS_LO: tl.constexpr, BLOCK: tl.constexpr):
+    """Masks combined with Python and/or/not, as FlagGems' backward does (compiled Triton: elementwise)."""
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(X + offsets, mask=offsets < n, other=0.0)
+    in_range = offsets < n and offsets >= lo if HAS_LO else offsets < n  # constexpr and block operands
+    positive = x > 0
+    tl.store(AND + offsets, (in_range and positive).to(tl.int8))
+    tl.store(OR + offsets, (in_range or positive).to(tl.int8))
+    tl.store(NOT + offsets, (not positive).to(tl.int8))
+    if n > 0 and lo < n:  # scalars: a scalar condition, as compiled
+        tl.store(X + offsets, x * 2, mask=(above := offsets > lo) and in_range if HAS_LO else in_range)
+        if HAS_LO:
+            tl.store(X + offsets, x * 2, mask=above and in_range)  # bound by the assignment expression
+
+
+@triton.jit
+def _python_if_on_a_block(X, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    if mask:
+        tl.store(X + offsets, 1.0, mask=mask)
+
+
 @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
 @triton.jit
 def _autotuned_copy(X, Y, n, BLOCK: tl.constexpr):
@@ -115,6 +157,65 @@ def test_loop_variables_are_tensors():
     _blocked_row_sum[(1,)](x, y, 1000, BLOCK=128)
     # float32 sum of 1000 terms: within 1000 u sum|x| of the exact (float64) sum
     assert abs(y[0].item() - x.double().sum().item()) <= 1000 * 2.0**-24 * x.abs().sum().item()
+
+
+def test_helpers_reached_through_a_module_alias():
+    x = torch.randn(40)
+    y = torch.empty_like(x)
+    _copy_through_alias[(3,)](x, y, 40, BLOCK=16)
+    assert torch.equal(y, x)
+    assert isinstance(tle.program_id, JITFunction)  # restored after the launch
+
+
+@pytest.mark.parametrize("has_lo", [True, False])
+def test_and_or_not_on_block_tensors_are_elementwise(has_lo):
+    n, lo, block = 13, 4, 16
+    x = torch.randn(n)
+    x_before = x.clone()
+    results = [torch.empty(block, dtype=torch.int8) for _ in range(3)]
+    _python_logic_on_masks[(1,)](x, *results, n, lo, HAS_LO=has_lo, BLOCK=block)
+    offsets = torch.arange(block)
+    in_range = (offsets < n) & (offsets >= lo) if has_lo else offsets < n
+    positive = torch.cat([x_before, torch.zeros(block - n)]) > 0
+    assert [r.bool().tolist() for r in results] == [(in_range & positive).tolist(), (in_range | positive).tolist(),
+                                                     (~positive).tolist()]
+    doubled = in_range[:n] & (offsets[:n] > lo) if has_lo else in_range[:n]
+    assert torch.equal(x, torch.where(doubled, 2 * x_before, x_before))  # stored twice with HAS_LO: the same
+
+
+def test_truth_value_of_a_block_is_an_error_naming_the_line():
+    lines, first = inspect.getsourcelines(_python_if_on_a_block.fn)
+    line = first + next(i for i, text in enumerate(lines) if "if mask:" in text)
+    with pytest.raises(interpret.LogicOnBlockTensor, match=rf"test_interpret\.py:{line}: the truth value of a block"):
+        _python_if_on_a_block[(1,)](torch.zeros(8), 5, BLOCK=8)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-ins exist only without CUDA")
+def test_cuda_host_queries_have_small_stand_ins():
+    """A launcher written for a GPU: one program per SM, the device's context, Triton's driver queries."""
+    x = torch.randn(50)
+    y = torch.empty_like(x)
+    programs = torch.cuda.get_device_properties(x.device).multi_processor_count
+    with torch.cuda.device(x.device.index):
+        _copy_through_alias[(programs,)](x, y, 50, BLOCK=16)
+    assert torch.equal(y[: programs * 16], x[: programs * 16]) and programs == 4
+    driver = triton.runtime.driver.active
+    assert driver.get_current_device() == torch.cuda.current_device() == 0
+    assert driver.utils.get_device_properties(0)["multiprocessor_count"] == 4
+    assert torch.empty(1, device=driver.get_active_torch_device()).device.type == "cpu"
+    assert not torch.cuda.is_available()  # nothing claims a GPU
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-ins exist only without CUDA")
+def test_cuda_stand_ins_leave_with_disable():
+    try:
+        interpret.disable()
+        with pytest.raises(AssertionError, match="not compiled with CUDA"):
+            torch.cuda.get_device_properties(0)
+        with pytest.raises(RuntimeError, match="active drivers"):
+            triton.runtime.driver.active  # noqa: B018
+    finally:
+        interpret.enable()
 
 
 def test_bfloat16_is_refused_in_one_line():
@@ -177,6 +278,8 @@ def test_kernels_decorated_under_triton_interpret_get_the_same_fixes():
         "t.test_compiled_helper_and_reductions_in_a_2d_grid()\n"
         "t.test_loop_variables_are_tensors()\n"
         "t.test_bfloat16_is_refused_in_one_line()\n"
+        "t.test_and_or_not_on_block_tensors_are_elementwise(True)\n"
+        "t.test_truth_value_of_a_block_is_an_error_naming_the_line()\n"
     )
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
