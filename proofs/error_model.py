@@ -215,15 +215,31 @@ def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | N
     kind = _check_kind(kind)
     row = np.asarray(x, dtype=np.float64)
     q = {**_row_quantities(row, eps, kind), "eps": eps}
-    rows = int(np.prod(row.shape[:-1]))
-    factors = statistic_factors(kind, q, u_acc, _lam(model, rows * (2 if kind == "ln" else 1)), row)
+    factors, rho_t = _forward_rho(kind, row, q, u_acc, model)
     kernel = _forward_bound_at(kind, row, q, weight, bias, u_acc, u_out, factors)
     oracle = _forward_bound_at(kind, row, q, weight, bias, 2.0**-53, 2.0**-53,
                                statistic_factors(kind, q, 2.0**-53, None, row))
+    return _where_valid(kernel + oracle, row.shape[-1], u_acc, rho_t, q["inv_s2"])
+
+
+def _forward_rho(kind: str, row: np.ndarray, q: dict, u_acc: float, model: str) -> tuple:
+    """The statistic factors of the model and rho_t, per row."""
+    rows = int(np.prod(row.shape[:-1]))
+    factors = statistic_factors(kind, q, u_acc, _lam(model, rows * (2 if kind == "ln" else 1)), row)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         rho_t = _rho_function(kind)(row.shape[-1], u_acc, _underflow(u_acc), *factors, q["mean_abs"], q["kappa"],
                                     q["inv_s2"])
-    return _where_valid(kernel + oracle, row.shape[-1], u_acc, rho_t, q["inv_s2"])
+    return factors, rho_t
+
+
+def forward_bound_finite(x: np.ndarray, eps: float, u_acc: float, kind: str, model: str = DEFAULT_BOUND) -> bool:
+    """Whether :func:`forward_bound` is finite on every row of x (rho_t < 1, (d + 9) u_acc < 1, sigma^2 + eps > 0),
+    without evaluating it."""
+    kind = _check_kind(kind)
+    row = np.asarray(x, dtype=np.float64)
+    q = _row_quantities(row, eps, kind)
+    rho_t = _forward_rho(kind, row, q, u_acc, model)[1]
+    return bool(np.all(np.isfinite(_where_valid(np.zeros_like(rho_t), row.shape[-1], u_acc, rho_t, q["inv_s2"]))))
 
 
 def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray, inv_s2: np.ndarray) -> np.ndarray:

@@ -78,6 +78,12 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
     return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
 
 
+def covered(kernel: Kernel, x: torch.Tensor, eps: float) -> bool:
+    """Whether the forward bound is finite on every row of x (the error model applies: rho_t < 1)."""
+    return error_model.forward_bound_finite(as_float64(x), eps, unit_roundoffs(x.dtype)[0], kernel.kind,
+                                            bound_in_use())
+
+
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
              dy: torch.Tensor, model: str | None = None) -> dict[str, np.ndarray]:
     """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)};
