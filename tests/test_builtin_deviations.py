@@ -1,0 +1,70 @@
+"""The built-ins' declared deviations (properties.expectations.BUILTIN_DEVIATIONS) are facts, and only they are excused.
+
+torch's CPU layer_norm keeps rstd in float16; for var + eps < 2.3e-10 it is inf and the backward gives NaN. If torch
+ever stops doing so, the first test fails and the declaration goes; the others show that nothing beyond the
+declared failure, on the declared inputs, is turned into an expected failure.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.guard import KernelFault
+from core.registry import resolve
+from properties.checks.gradients import check_gradient_identities, check_vjp
+from properties.expectations import BUILTIN_DEVIATIONS, float16_rstd_overflows
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the deviation is torch's CPU layer_norm's")
+(TORCH_LN_NAN,) = BUILTIN_DEVIATIONS
+# Hypothesis' "several distinct failures" (the backport's on Python 3.10)
+GROUP = getattr(builtins, "ExceptionGroup", None) or __import__("exceptiongroup").ExceptionGroup
+
+
+def example(dtype: torch.dtype, eps: float, row=(1.5,)) -> dict:
+    x = torch.tensor([row], dtype=dtype)
+    return {"x": x, "weight": None, "eps": eps, "dy": torch.ones_like(x)}
+
+
+def torch_layernorm():
+    return next(k for k in resolve("torch") if k.kind == "layernorm")
+
+
+@pytest.mark.parametrize("row", [(1.5,), (3.0, 3.0, 3.0)])
+def test_torch_cpu_layer_norm_backward_is_nan_where_its_float16_rstd_overflows(row):
+    x = torch.tensor([row], dtype=torch.float16, requires_grad=True)
+    _, _, rstd = torch.ops.aten.native_layer_norm(x.detach(), (len(row),), None, None, 1e-12)
+    assert rstd.dtype == torch.float16 and torch.isinf(rstd).all()
+    (dx,) = torch.autograd.grad(F.layer_norm(x, (len(row),), eps=1e-12), x, torch.ones_like(x))
+    assert torch.isnan(dx).all()
+    assert float16_rstd_overflows(example(torch.float16, 1e-12, row))
+
+
+@pytest.mark.parametrize(("dtype", "eps"), [(torch.float16, 1e-5), (torch.float16, 1e-9), (torch.bfloat16, 1e-12),
+                                            (torch.float32, 1e-12)])
+def test_outside_the_declared_domain_the_gradient_is_finite_and_the_deviation_does_not_apply(dtype, eps):
+    x = torch.tensor([[1.5]], dtype=dtype, requires_grad=True)
+    (dx,) = torch.autograd.grad(F.layer_norm(x, (1,), eps=eps), x, torch.ones_like(x))
+    assert torch.isfinite(dx).all()
+    assert not float16_rstd_overflows(example(dtype, eps))
+
+
+@pytest.mark.parametrize("check", [check_gradient_identities, check_vjp])
+def test_the_checks_fail_with_the_declared_fault_and_the_declaration_explains_exactly_that(check):
+    kernel = torch_layernorm()
+    assert kernel.backward_precision == "storage"
+    inside = example(torch.float16, 1e-12)
+    with pytest.raises(KernelFault) as fault:
+        check(kernel, **inside)
+    claim = "ln.jacobian" if check is check_vjp else "ln.gradient_identities"
+    assert TORCH_LN_NAN.explains(kernel, claim, fault.value, inside)
+    # not another claim family, another failure, a group of failures, another example or another kernel
+    assert not TORCH_LN_NAN.explains(kernel, "rms.jacobian", fault.value, inside)
+    assert not TORCH_LN_NAN.explains(kernel, claim, AssertionError("dx: error/bound = 3"), inside)
+    assert not TORCH_LN_NAN.explains(kernel, claim, GROUP("2 distinct failures", [fault.value]), inside)
+    assert not TORCH_LN_NAN.explains(kernel, claim, fault.value, example(torch.float32, 1e-12))
+    triton = next(k for k in resolve("triton") if k.kind == "layernorm")
+    assert not TORCH_LN_NAN.explains(triton, claim, fault.value, inside)
