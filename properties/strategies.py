@@ -70,6 +70,8 @@ def storage_dtypes(kernel: Kernel, among: tuple[torch.dtype, ...] | None = None)
 
     A kernel that computes in none of them skips the test (with the probe's reasons) when the test asked
     for particular dtypes; otherwise it is tried in float32, so that its fault is reported, not skipped.
+    A dtype whose probe faulted (core.capabilities: wrong dtype, shape, NaN/inf...) fails the test with that
+    fault at once: the claim is ``error`` (``failed`` for NaN/inf), never a pass over the other dtypes.
     """
     caps = discover(kernel)
     dtypes = [d for d in caps.dtypes if among is None or d in among]
@@ -77,6 +79,7 @@ def storage_dtypes(kernel: Kernel, among: tuple[torch.dtype, ...] | None = None)
         names = ", ".join(dtype_name(d) for d in among)
         reasons = "; ".join(caps.dtype_reasons.values()) or "not among its declared dtypes"
         pytest.skip(f"{kernel.name} does not compute in {names}: {reasons}")
+    caps.raise_fault(dtypes)
     return st.sampled_from(dtypes or [torch.float32])
 
 
@@ -179,11 +182,13 @@ def biases(draw, d: int, forms: tuple[str, ...] = BIAS_FORMS) -> torch.Tensor | 
 def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None,
                   dtypes: tuple[torch.dtype, ...] | None = None, weights: bool = True,
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
-                  eps: st.SearchStrategy[float] | None = None, every_input: bool = False) -> dict:
+                  eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
+                  n: st.SearchStrategy[int] | None = None) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
     ``every_input``: weight and bias are always present and random (for claims about every argument).
+    ``n``: the number of rows (default :func:`row_counts`, at most 4).
     With ``upstream``, examples whose exact gradients overflow the storage dtype are left out
     (:func:`properties.norms.representable`).
     """
@@ -192,11 +197,12 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     d = draw(widths()) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
     ratio = draw(offset_ratio if offset_ratio is not None else offset_ratios(dtype))
     epsilon = draw(eps if eps is not None else epsilons())
+    count = draw(n if n is not None else row_counts(d))
     # rows whose sums fall back to the worst case (structured, proofs.probabilistic.independent) are drawn again
     # within its range: an example whose bound is not finite is never checked (it would pass unseen)
     for model in (None, "worst-case"):
         cap = valid_offset_ratio(d, dtype, model)
-        x = rounded(draw(rows(d, offset=max(-cap, min(ratio, cap)), scale=scales(dtype))), dtype, caps.device)
+        x = rounded(draw(rows(d, count, offset=max(-cap, min(ratio, cap)), scale=scales(dtype))), dtype, caps.device)
         if tolerance.covered(kernel, x, epsilon):
             break
     else:
