@@ -8,6 +8,10 @@ declared failure, on the declared inputs, is turned into an expected failure.
 from __future__ import annotations
 
 import builtins
+import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -68,3 +72,43 @@ def test_the_checks_fail_with_the_declared_fault_and_the_declaration_explains_ex
     assert not TORCH_LN_NAN.explains(kernel, claim, fault.value, example(torch.float32, 1e-12))
     triton = next(k for k in resolve("triton") if k.kind == "layernorm")
     assert not TORCH_LN_NAN.explains(triton, claim, fault.value, inside)
+
+
+RUN = textwrap.dedent('''
+    import pytest
+    import torch
+
+    from properties import evidence
+    from properties.checks.gradients import check_gradient_identities
+
+
+    def fp16(eps):
+        x = torch.tensor([[1.5]], dtype=torch.float16)
+        return {"x": x, "weight": None, "eps": eps, "dy": torch.ones_like(x)}
+
+
+    @pytest.mark.claim("ln.gradient_identities")
+    def test_declared(norm_kernel):
+        evidence.check(check_gradient_identities, norm_kernel, fp16(1e-12))
+
+
+    @pytest.mark.claim("ln.gradient_identities")
+    def test_another_failure(norm_kernel):
+        evidence.check(check_gradient_identities, norm_kernel, fp16(1e-5))
+        raise AssertionError("dx: error/bound = 3")
+''')
+
+
+def test_a_run_reports_the_declared_failure_xfailed_with_its_reason_and_others_failed(tmp_path):
+    """Through the suite's plugins, as a conformance run: the NaN example xfails, another failure fails, and the
+    summary lists the deviation and how many tests met it."""
+    (tmp_path / "test_run.py").write_text(RUN)
+    command = [sys.executable, "-m", "pytest", "test_run.py", "-p", "properties.conftest", "--kernel", "torch",
+               "--kind", "layernorm", "-p", "no:cacheprovider", "-q", "-rxf", "--json", "out.json"]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    statuses = {r["test"].split("::")[1]: (r["status"], r["message"])
+                for r in json.loads((tmp_path / "out.json").read_text())["results"]}
+    assert statuses["test_declared[torch:layernorm]"] == ("xfailed", TORCH_LN_NAN.describe())
+    assert statuses["test_another_failure[torch:layernorm]"][0] == "failed"
+    assert f"{TORCH_LN_NAN.describe()} -- met by 1 test(s)" in proc.stdout
