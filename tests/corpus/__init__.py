@@ -61,6 +61,10 @@ CORPUS: tuple[Entry, ...] = (
     _broken("statistics.py:LN_EPS_IGNORED", "ln.forward", "ln.affine", mechanism="fixed_eps"),
     _broken("statistics.py:LN_STORAGE_DTYPE_ACCUMULATION", "ln.forward", margin="ln.forward",
             mechanism="storage_accumulation"),
+    # precision bugs at realistic widths and dtypes: each lives in one regime the ci profile must draw every run
+    *(_broken(f"statistics.py:LN_ONE_PASS_{regime}", "ln.forward", mechanism="one_pass_variance")
+      for regime in ("FP32_D1024", "FP32_D4096", "FP32_D8192", "16BIT")),
+    _broken("statistics.py:LN_BLOCK_PARTIALS_IN_STORAGE_DTYPE", "ln.forward", mechanism="storage_accumulation"),
     _broken("statistics.py:LN_WHOLE_TENSOR_STATISTICS", "ln.row_independence", "ln.special_inputs"),
     _broken("statistics.py:LN_ROW_BLOCK_STATISTICS", "ln.row_independence"),
     _broken("statistics.py:LN_CAST_AT_EACH_USE", "ln.jacobian", mechanism="storage_statistics_backward"),
@@ -85,6 +89,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("fused.py:LN_DGAMMA_FROM_OUTPUT", "ln.jacobian", "ln.gradient_identities",
             mechanism="dgamma_from_output"),
     _broken("fused.py:LN_DGAMMA_MISSING", "ln.jacobian", mechanism="dgamma_missing"),
+    _broken("fused.py:LN_PARAMETER_GRADS_IN_STORAGE_DTYPE", "ln.jacobian", "ln.gradient_identities"),
     _broken("fused.py:RMS_STRIDES_IGNORED", "rms.layout_invariance"),
     _broken("fused.py:RMS_INPUT_OVERWRITTEN", "rms.inputs_unmodified"),
     _broken("fused.py:RMS_BWD_NO_VARIANCE_TERM", "rms.jacobian", "rms.gradient_identities",

@@ -61,6 +61,11 @@ def _weight_grad(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch
     return dy * xhat
 
 
+def _sum_rows(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """dgamma / dbeta: the per-row terms summed over the rows in float32, stored in the parameter's dtype."""
+    return t.reshape(-1, t.shape[-1]).sum(0).to(dtype)
+
+
 class Stages(NamedTuple):
     """The replaceable stages of the fused kernel; the defaults are the correct ones."""
 
@@ -71,13 +76,10 @@ class Stages(NamedTuple):
     normalized_for_backward: Callable[..., torch.Tensor] = _saved_normalized
     input_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor] = _input_grad
     weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = _weight_grad
+    sum_rows: Callable[[torch.Tensor, torch.dtype], torch.Tensor] = _sum_rows
 
 
 CORRECT = Stages()
-
-
-def _sum_rows(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1, t.shape[-1]).sum(0)
 
 
 class _FusedNorm(torch.autograd.Function):
@@ -105,8 +107,8 @@ class _FusedNorm(torch.autograd.Function):
         xhat = stages.normalized_for_backward(xhat, y, weight, bias)
         g = stages.scale_upstream(dy, weight)
         dx = stages.input_grad(g, xhat, rstd, ctx.centred).to(ctx.input_dtype)
-        dweight = None if weight is None else _sum_rows(stages.weight_grad(dy.float(), xhat, y)).to(weight.dtype)
-        dbias = None if bias is None else _sum_rows(dy.float()).to(bias.dtype)
+        dweight = None if weight is None else stages.sum_rows(stages.weight_grad(dy.float(), xhat, y), weight.dtype)
+        dbias = None if bias is None else stages.sum_rows(dy.float(), bias.dtype)
         return dx, dweight, dbias, None, None, None
 
 
@@ -175,6 +177,16 @@ def _weight_grad_missing(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) 
     return torch.zeros_like(dy)
 
 
+def _rows_accumulated_in_storage_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """dgamma / dbeta accumulated across rows in the parameter's (storage) dtype: each row's term is added to a
+    float16/bfloat16 accumulator, rounding every partial sum. Must fail ln.jacobian and ln.gradient_identities
+    (16-bit storage, many rows)."""
+    total = torch.zeros(t.shape[-1], dtype=dtype, device=t.device)
+    for row in t.reshape(-1, t.shape[-1]):
+        total = total + row.to(dtype)
+    return total
+
+
 # --- kernels ----------------------------------------------------------------------------------------------------
 
 
@@ -212,6 +224,8 @@ LN_BWD_NO_MEAN_TERM = _layernorm("ln_bwd_no_mean_term", Stages(input_grad=_input
 LN_BWD_NO_VARIANCE_TERM = _layernorm("ln_bwd_no_variance_term", Stages(input_grad=_input_grad_without_variance_term))
 LN_DGAMMA_FROM_OUTPUT = _layernorm("ln_dgamma_from_output", Stages(weight_grad=_weight_grad_from_output))
 LN_DGAMMA_MISSING = _layernorm("ln_dgamma_missing", Stages(weight_grad=_weight_grad_missing))
+LN_PARAMETER_GRADS_IN_STORAGE_DTYPE = _layernorm("ln_parameter_grads_in_storage_dtype",
+                                                 Stages(sum_rows=_rows_accumulated_in_storage_dtype))
 
 RMS_STRIDES_IGNORED = _rmsnorm("rms_strides_ignored", Stages(read_input=_as_if_contiguous))
 RMS_INPUT_OVERWRITTEN = _rmsnorm("rms_input_overwritten", Stages(after_forward=_input_reused_as_scratch))

@@ -132,6 +132,36 @@ def _storage_dtype_accumulation(x: torch.Tensor, eps: float, storage: torch.dtyp
     return mean, torch.rsqrt(variance + eps)
 
 
+def _one_pass_in_regime(storages: tuple[torch.dtype, ...], low: int, high: float, where: str) -> Statistics:
+    """The one-pass variance of :func:`_one_pass_variance` only for rows stored in ``storages`` of width
+    low <= d < high, the correct two-pass statistics elsewhere: caught only if the suite draws that regime."""
+
+    def statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
+        rule = _one_pass_variance if storage in storages and low <= x.shape[-1] < high else _layernorm_statistics
+        return rule(x, eps, storage)
+
+    statistics.__doc__ = (f"One-pass variance E[x^2] - E[x]^2 (float32) only {where}, two-pass elsewhere: an error "
+                          "~ u (|mean|/std)^2 relative to the variance, visible where |mean|/std is large in that "
+                          "regime. Must fail ln.forward in the ci profile (the strategies draw it every run).")
+    return statistics
+
+
+STATISTICS_BLOCK = 256
+
+
+def _block_partials_in_storage_dtype(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
+    """Statistics accumulated in blocks of 256 columns (float32 inside a block) whose partial sums are stored in the
+    storage dtype (a float16/bfloat16 scratch buffer) before they are added: the mean is off by ~ u_storage
+    |mean| per block, the output by ~ u_storage |mean|/std. Must fail ln.forward (16-bit storage)."""
+    d = x.shape[-1]
+
+    def summed(t: torch.Tensor) -> torch.Tensor:
+        return sum(block.sum(-1, keepdim=True).to(storage).float() for block in t.split(STATISTICS_BLOCK, -1))
+
+    mean = summed(x) / d
+    return mean, torch.rsqrt(summed((x - mean).square()) / d + eps)
+
+
 def _whole_tensor_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """Mean and variance over the whole tensor instead of each row (a batch-norm-like reduction): right only
     for a single row. Must fail ln.row_independence and ln.special_inputs (a NaN row poisons every row)."""
@@ -228,6 +258,15 @@ LN_NO_EPS = _layernorm("ln_no_eps", _no_eps)
 LN_MAX_VARIANCE_EPS = _layernorm("ln_max_variance_eps", _max_variance_eps)
 LN_EPS_IGNORED = _layernorm("ln_eps_ignored", _eps_ignored)
 LN_STORAGE_DTYPE_ACCUMULATION = _layernorm("ln_storage_dtype_accumulation", _storage_dtype_accumulation)
+LN_ONE_PASS_FP32_D1024 = _layernorm("ln_one_pass_fp32_d1024", _one_pass_in_regime(
+    (torch.float32,), 1024, 4096, "for float32 rows of width 1024 <= d < 4096"))
+LN_ONE_PASS_FP32_D4096 = _layernorm("ln_one_pass_fp32_d4096", _one_pass_in_regime(
+    (torch.float32,), 4096, 8192, "for float32 rows of width 4096 <= d < 8192"))
+LN_ONE_PASS_FP32_D8192 = _layernorm("ln_one_pass_fp32_d8192", _one_pass_in_regime(
+    (torch.float32,), 8192, float("inf"), "for float32 rows of width d >= 8192"))
+LN_ONE_PASS_16BIT = _layernorm("ln_one_pass_16bit", _one_pass_in_regime(
+    (torch.float16, torch.bfloat16), 1, float("inf"), "for float16/bfloat16 rows (any width)"))
+LN_BLOCK_PARTIALS_IN_STORAGE_DTYPE = _layernorm("ln_block_partials_in_storage_dtype", _block_partials_in_storage_dtype)
 LN_WHOLE_TENSOR_STATISTICS = _layernorm("ln_whole_tensor_statistics", _whole_tensor_statistics)
 LN_ROW_BLOCK_STATISTICS = _layernorm("ln_row_block_statistics", _statistics_over_row_blocks)
 LN_CAST_AT_EACH_USE = _layernorm("ln_cast_at_each_use", _statistics_of_a_second_cast)
