@@ -29,6 +29,7 @@ verify: setup
 
 test: setup
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
 
 lint: setup

@@ -4,3 +4,5 @@ every kernel call, capability discovery, one-line errors and atomic file writes.
 Imported by :mod:`properties` and :mod:`verify`; imports neither (docs/ARCHITECTURE.md, enforced by the
 import contract in pyproject.toml). Importing ``core`` itself loads nothing heavy.
 """
+
+__version__ = "0.1.0"

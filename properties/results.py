@@ -19,7 +19,7 @@ same way as a plain run. The controller rewrites the JSON atomically (temporary 
 an interrupted run (Ctrl-C, a worker killed by a crashing kernel) leaves valid JSON holding what
 was done, and ``progress`` says how far it got.
 
-Status of a test: the worst of its phases, worst first :data:`STATUSES`. A failed setup or
+Status of a test: the worst of its phases, worst first :data:`core.results.STATUSES`. A failed setup or
 teardown is an ``error``; so is a :class:`core.guard.KernelFault` other than a wrong answer
 (``KernelFault.status``), because the claim could not be checked.
 """
@@ -46,12 +46,10 @@ from core.errors import UsageError, one_line
 from core.files import write_atomically
 from core.guard import KernelFault
 from core.registry import Kernel, resolve
+from core.results import FAILING, worst
 from properties import counterexamples, evidence
 
 SCHEMA = "normverify.results/1"
-# Worst first: a test (and a claim x kernel cell) shows the first of these among its parts.
-STATUSES = ("error", "failed", "xpassed", "xfailed", "passed", "skipped")
-FAILING = frozenset({"error", "failed"})
 RECORD_KEY = "normverify.result"
 MAX_POINTS = 200
 MAX_MESSAGE = 1000
@@ -331,7 +329,7 @@ def environment(config: pytest.Config) -> dict:
     import hypothesis
     import torch
 
-    import verify
+    import core
     from properties import tolerance  # the run's bound model (pytest --bound), set at configure
 
     try:
@@ -345,7 +343,7 @@ def environment(config: pytest.Config) -> dict:
     else:
         device = f"cpu ({platform.processor() or platform.machine()})"
     profile = getattr(config, "_normverify_profile", None) or config.getoption("hypothesis_profile", None)
-    return {"normverify": verify.__version__, "python": platform.python_version(), "torch": torch.__version__,
+    return {"normverify": core.__version__, "python": platform.python_version(), "torch": torch.__version__,
             "triton": triton_version, "hypothesis": hypothesis.__version__, "device": device,
             "profile": profile, "bound": tolerance.bound_in_use(), "commit": suite_commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
@@ -361,11 +359,6 @@ def suite_commit() -> str | None:
     if proc.returncode != 0:
         return None
     return proc.stdout.strip() or None
-
-
-def worst(statuses) -> str:
-    present = set(statuses)
-    return next((s for s in STATUSES if s in present), "error")
 
 
 class ResultsWriter:

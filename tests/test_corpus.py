@@ -28,7 +28,7 @@ import pytest
 from corpus import BROKEN, CORPUS, CORRECT, Entry
 from filelock import FileLock
 
-from properties.results import worst
+from core.results import worst
 
 ROOT = Path(__file__).resolve().parents[1]
 # The suite over the corpus takes ~150 s on an unloaded 2-core machine; this only stops a hung run.

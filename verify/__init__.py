@@ -1,3 +1,5 @@
 """normverify: property-based verification and theory checking for normalization kernels."""
 
-__version__ = "0.1.0"
+from core import __version__
+
+__all__ = ["__version__"]

@@ -33,7 +33,7 @@ from pathlib import Path
 import properties
 from core.errors import UsageError
 from core.registry import Kernel, resolve
-from properties.results import FAILING, worst
+from core.results import FAILING, SummaryRow
 
 SUITE = Path(properties.__file__).resolve().parent
 TEST_TIMEOUT_FACTOR = 10
@@ -204,32 +204,6 @@ def exit_code(outcome: RunOutcome) -> int:
     if not document.get("complete") or document.get("errors"):
         return 1
     return 1 if any(r.get("status") in FAILING for r in document.get("results", [])) else 0
-
-
-@dataclass
-class SummaryRow:
-    """One claim x kernel: the worst status of its tests, and their evidence together."""
-
-    claim: str
-    kernel: str
-    results: list[dict]
-
-    @property
-    def status(self) -> str:
-        return worst(r.get("status") for r in self.results)
-
-    @property
-    def examples(self) -> int:
-        return sum(int(r.get("examples") or 0) for r in self.results)
-
-    @property
-    def worst_ratio(self) -> float | None:
-        ratios = [r["worst_ratio"] for r in self.results if r.get("worst_ratio") is not None]
-        return max(ratios) if ratios else None
-
-    @property
-    def seconds(self) -> float:
-        return sum(float(r.get("duration_s") or 0.0) for r in self.results)
 
 
 def summary_rows(document: dict) -> list[SummaryRow]:

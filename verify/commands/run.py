@@ -17,9 +17,10 @@ from rich.text import Text
 
 from core.errors import UsageError
 from core.registry import KINDS
+from core.results import FAILING
 from properties.profiles import PROFILES
 from properties.profiles import chosen as chosen_profile
-from properties.results import FAILING, claim_patterns
+from properties.results import claim_patterns
 from verify import runner
 
 NAME = "run"

@@ -3,7 +3,7 @@
 One column per kernel SPEC of every document given (a SPEC such as ``torch`` covers its
 layernorm, rmsnorm and dropout kernels: a claim's prefix says which one answered it); one row per
 claim id, in the order of ``proofs.claims.CLAIMS``. A cell joins every result of that claim and
-SPEC (a ``verify.runner.SummaryRow``, as in the run's own summary): the worst status, the largest
+SPEC (a ``core.results.SummaryRow``, as in the run's own summary): the worst status, the largest
 error/bound ratio, the examples summed.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import UsageError
-from verify.runner import SummaryRow
+from core.results import SummaryRow
 
 SCHEMA = "normverify.results/1"
 NO_KERNEL = "(no kernel)"  # the column of results whose test had no kernel parameter

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
+from core.results import SummaryRow
 from verify.report.model import Column, Report
 from verify.report.texify import escape, number
-from verify.runner import SummaryRow
 
 STATUS_COLORS = {"passed": "ForestGreen", "failed": "BrickRed", "error": "BurntOrange", "xfailed": "NavyBlue",
                  "xpassed": "Plum", "skipped": "Gray"}
