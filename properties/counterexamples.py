@@ -39,6 +39,7 @@ import torch
 from core.errors import UsageError
 from core.files import write_atomically
 from core.guard import KernelFault
+from core.names import short_spec
 from core.registry import Kernel, resolve
 
 SCHEMA = "normverify.counterexample/1"
@@ -100,8 +101,9 @@ def _layout(tensor: torch.Tensor) -> dict:
 def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: Path) -> Path:
     """Write the failing ``example`` of ``check`` on ``kernel`` into ``directory``; return the file's path.
 
-    The name is ``CLAIM-KERNEL-DIGEST.pt`` (KERNEL without a file's directories, the stem cut at
-    MAX_STEM characters): the same counterexample saved twice is one file.
+    The name is ``CLAIM-KERNEL-DIGEST.pt`` (KERNEL as :func:`core.names.short_spec` gives it, e.g.
+    ``flaggems_wrap_layer_norm`` for ``.../flaggems/wrap.py:layer_norm``; the stem cut at MAX_STEM
+    characters): the same counterexample saved twice is one file.
     """
     spec = getattr(kernel, "spec", "") or getattr(kernel, "name", "")
     if not spec or not getattr(kernel, "kind", None):
@@ -114,8 +116,7 @@ def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: 
     buffer = io.BytesIO()
     torch.save(document, buffer)
     data = buffer.getvalue()
-    kernel_name = Path(document["kernel"]).name  # a kernel file's name without its directories
-    stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{claim}-{kernel_name}")[:MAX_STEM]
+    stem = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{claim}-{short_spec(document['kernel'])}")[:MAX_STEM]
     path = Path(directory) / f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.pt"
     write_atomically(path, data)
     return path

@@ -87,7 +87,20 @@ def test_saved_file_keeps_dtype_strides_and_a_portable_spec(broken, checks, tmp_
     assert document["spec"] == f"{tmp_path / 'bessel_ln.py'}:layernorm"
     assert document["check"] == f"{checks.__name__}:check_layernorm" and document["claim"] == "ln.forward"
     assert saved(broken, checks, tmp_path) == path, "the same counterexample should be one file"
-    assert path.name.startswith("ln.forward-bessel_ln.py_layernorm-"), "the file's name omits the kernel's directories"
+    assert path.name.startswith("ln.forward-bessel_ln_layernorm-"), "the file is named after the kernel (short_spec)"
+
+
+def test_wrappers_of_the_same_name_in_two_directories_give_two_file_names(checks, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    names = []
+    for project in ("flaggems", "unsloth"):
+        (tmp_path / project).mkdir()
+        (tmp_path / project / "wrap.py").write_text(textwrap.dedent(BROKEN_KERNEL))
+        kernel = resolve(f"{tmp_path / project / 'wrap.py'}:layernorm", "layernorm")[0]
+        example = {"x": non_contiguous_rows(), "weight": None, "bias": None, "eps": 1e-5}
+        names.append(counterexamples.save("ln.forward", kernel, checks.check_layernorm, example, tmp_path / "cx").name)
+    assert [name.rpartition("-")[0] for name in names] == ["ln.forward-flaggems_wrap_layernorm",
+                                                           "ln.forward-unsloth_wrap_layernorm"]
 
 
 def test_load_recreates_a_recorded_layout_that_came_back_otherwise(broken, checks, tmp_path):
