@@ -144,7 +144,7 @@ def block_counts(width: int, p: float, k: int) -> CountLaw:
     return CountLaw(width, k * blocks.values, blocks.log_probabilities)
 
 
-LAMBDAS = np.geomspace(1e-8, 10.0, 800)
+LAMBDAS = np.geomspace(1e-6, 4.0, 400)
 """The Chernoff parameters tried: every one gives a valid bound, the best is taken."""
 
 

@@ -1,58 +1,234 @@
-"""Inverted dropout: dropout.values, dropout.keep_rate, dropout.variance_bias, dropout.determinism,
-dropout.inputs_unmodified.
+"""Inverted dropout: every dropout claim (proofs/claims/dropout.py) on the ``dropout_kernel`` fixture.
 
-The checks, and the derivation each rests on: :mod:`properties.checks.dropout`.
+The checks, and the statistics each rests on: :mod:`properties.checks.dropout`,
+:mod:`properties.dropout_statistics`. Each statistical test spends its share of
+``dropout_statistics.BUDGET`` (false alarms per kernel and run) evenly over its examples (:func:`_alpha`); its
+sizes, MASK_ELEMENTS and the rest below, are those at which tests/test_dropout_statistics.py shows its power.
+Determinism, keep rate and independence are also checked at LARGE_ELEMENTS = 2^20 elements, one example each, for
+kernels fast enough to run it (:func:`_require_native_speed`: Triton's CPU interpreter is not, measured).
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from hypothesis import given
+import torch
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from properties import evidence, profiles
+from core import guard
+from core.capabilities import discover
+from properties import dropout_statistics as statistics
+from properties import evidence, norms, profiles
 from properties.checks.dropout import (
     check_determinism,
+    check_edge_probabilities,
+    check_gradient,
+    check_independence,
     check_inputs_unmodified,
     check_keep_rate,
+    check_layout_invariance,
+    check_mask_distribution,
+    check_seeds,
     check_values,
     check_variance_bias,
 )
-from properties.strategies import dropout_examples
+from properties.dropout_strategies import (
+    KEEP_RATE_PROBABILITIES,
+    dropout_inputs,
+    mask_inputs,
+    nonzero_values,
+    variance_bias_inputs,
+)
+from properties.strategies import rounded, row_counts, seeds, widths
+
+KEEP_RATE_ELEMENTS = 2**16
+MASK_ELEMENTS = 2**17
+INDEPENDENCE_ELEMENTS = 2**18
+SEED_ELEMENTS = 2**14
+LAYOUT_ELEMENTS = 2**17
+LARGE_ELEMENTS = 2**20
+LARGE_PATH_ELEMENTS = 2**17  # above 65 536: where kernels switch to a code path for large inputs
+KEEP_RATE_WIDTHS = (16, 256, 1024, 4096)
+MASK_WIDTHS = (1, 2, 3, 5, 8, 16, 64, 256)
+INDEPENDENCE_WIDTHS = (2, 3, 8, 64, 256, 1024)
+SEED_WIDTHS = (256, 1024)
+LAYOUT_WIDTHS = (256, 512)
+ONE_EXAMPLE = 1 / 20  # one example under ci, 20 under thorough
+PROBE_ELEMENTS = 2**16
+LARGE_CALL_LIMIT_S = 0.5
+_large_call_seconds: dict[str, float] = {}
+
+
+def _require_native_speed(kernel) -> None:
+    """Skip a LARGE_ELEMENTS test when one call would take more than LARGE_CALL_LIMIT_S, predicted from the fastest
+    of three PROBE_ELEMENTS calls (after a warm-up call). Measured on an idle machine: Triton's CPU interpreter 0.05 s
+    for 2^16 (0.8 s for 2^20), torch's CPU dropout 0.001 s for 2^16. The size above 65 536 elements that a second
+    code path for large inputs would take is checked for every kernel (LARGE_PATH_ELEMENTS)."""
+    if kernel.name not in _large_call_seconds:
+        probe = torch.ones(PROBE_ELEMENTS, device=discover(kernel).device)
+        guard.call(kernel, probe, 0.5, 0, like=probe)
+        seconds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            guard.call(kernel, probe, 0.5, 0, like=probe)
+            seconds.append(time.perf_counter() - start)
+        _large_call_seconds[kernel.name] = min(seconds) * LARGE_ELEMENTS / PROBE_ELEMENTS
+    predicted = _large_call_seconds[kernel.name]
+    if predicted > LARGE_CALL_LIMIT_S:
+        pytest.skip(f"{LARGE_ELEMENTS} elements: one call would take {predicted:.2f} s (the fastest of three "
+                    f"{PROBE_ELEMENTS}-element calls, scaled), above {LARGE_CALL_LIMIT_S} s")
+
+
+def _alpha(claim: str, fraction: float, share: float = 1.0) -> float:
+    """The false alarm of one example of a test running ``fraction`` of the profile's examples."""
+    examples = max(1, round(settings.default.max_examples * fraction))
+    return statistics.per_example(claim, examples, share)
+
+
+def _statistical(check, kernel, example: dict, claim: str, fraction: float, share: float = 1.0) -> None:
+    evidence.check(check, kernel, {**example, "alpha": _alpha(claim, fraction, share)})
+
+
+@st.composite
+def _small_inputs(draw, kernel, p=None) -> dict:
+    d = draw(widths(max_width=4096))
+    return draw(dropout_inputs(kernel, (draw(row_counts(d)), d), p))
 
 
 @pytest.mark.claim("dropout.values")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_values_are_zero_or_rescaled(dropout_kernel, data):
-    evidence.check(check_values, dropout_kernel, data.draw(dropout_examples(dropout_kernel, n=4), "example"))
+    evidence.check(check_values, dropout_kernel, data.draw(_small_inputs(dropout_kernel), "example"))
+
+
+@pytest.mark.claim("dropout.edge_probabilities")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_p_zero_is_identity_and_p_one_is_zeros(dropout_kernel, data):
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    evidence.check(check_edge_probabilities, dropout_kernel, {"x": example["x"], "seed": example["seed"]})
+
+
+@pytest.mark.claim("dropout.gradient")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_is_the_forward_mask_over_one_minus_p(dropout_kernel, data):
+    norms.require_backward(dropout_kernel)
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    example["dy"] = rounded(dy, example["x"].dtype, str(example["x"].device))
+    evidence.check(check_gradient, dropout_kernel, example)
+
+
+KEEP_RATE_FRACTION = 0.25
 
 
 @pytest.mark.claim("dropout.keep_rate")
-@profiles.share(0.5)
+@profiles.share(KEEP_RATE_FRACTION)
 @given(data=st.data())
 def test_keep_rate(dropout_kernel, data):
-    example = data.draw(dropout_examples(dropout_kernel, n=16, d=st.sampled_from([256, 1024, 4096])), "example")
-    evidence.check(check_keep_rate, dropout_kernel, example)
+    example = data.draw(mask_inputs(dropout_kernel, KEEP_RATE_ELEMENTS, KEEP_RATE_WIDTHS, KEEP_RATE_PROBABILITIES),
+                        "example")
+    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", KEEP_RATE_FRACTION, share=0.5)
+
+
+@pytest.mark.claim("dropout.keep_rate")
+@profiles.share(ONE_EXAMPLE)
+@given(data=st.data())
+def test_keep_rate_at_scale(dropout_kernel, data):
+    _require_native_speed(dropout_kernel)
+    example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,), KEEP_RATE_PROBABILITIES), "example")
+    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", ONE_EXAMPLE, share=0.5)
+
+
+MASK_FRACTION = 0.25
+INDEPENDENCE_FRACTION = 0.15
+
+
+@pytest.mark.claim("dropout.mask_distribution")
+@profiles.share(MASK_FRACTION)
+@given(data=st.data())
+def test_per_row_kept_counts_are_binomial(dropout_kernel, data):
+    example = data.draw(mask_inputs(dropout_kernel, MASK_ELEMENTS, MASK_WIDTHS), "example")
+    _statistical(check_mask_distribution, dropout_kernel, example, "dropout.mask_distribution", MASK_FRACTION)
+
+
+@pytest.mark.claim("dropout.independence")
+@profiles.share(INDEPENDENCE_FRACTION)
+@given(data=st.data())
+def test_bits_are_independent(dropout_kernel, data):
+    example = data.draw(mask_inputs(dropout_kernel, INDEPENDENCE_ELEMENTS, INDEPENDENCE_WIDTHS), "example")
+    _statistical(check_independence, dropout_kernel, example, "dropout.independence", INDEPENDENCE_FRACTION,
+                 share=0.5)
+
+
+@pytest.mark.claim("dropout.independence")
+@profiles.share(ONE_EXAMPLE)
+@given(data=st.data())
+def test_bits_are_independent_at_scale(dropout_kernel, data):
+    _require_native_speed(dropout_kernel)
+    example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,)), "example")
+    _statistical(check_independence, dropout_kernel, example, "dropout.independence", ONE_EXAMPLE, share=0.5)
+
+
+@pytest.mark.claim("dropout.seeds")
+@profiles.share(MASK_FRACTION)
+@given(data=st.data())
+def test_different_seeds_give_independent_masks(dropout_kernel, data):
+    example = data.draw(mask_inputs(dropout_kernel, SEED_ELEMENTS, SEED_WIDTHS), "example")
+    _statistical(check_seeds, dropout_kernel, example, "dropout.seeds", MASK_FRACTION)
+
+
+LAYOUT_FRACTION = 0.1
+
+
+@pytest.mark.claim("dropout.layout_invariance")
+@profiles.share(LAYOUT_FRACTION)
+@given(data=st.data())
+def test_non_contiguous_input_gets_the_same_mask_law(dropout_kernel, data):
+    example = data.draw(mask_inputs(dropout_kernel, LAYOUT_ELEMENTS, LAYOUT_WIDTHS), "example")
+    _statistical(check_layout_invariance, dropout_kernel, example, "dropout.layout_invariance", LAYOUT_FRACTION)
 
 
 @pytest.mark.claim("dropout.variance_bias")
-@profiles.share(0.25)
+@profiles.share(MASK_FRACTION)
 @given(data=st.data())
 def test_variance_bias(dropout_kernel, data):
-    example = data.draw(dropout_examples(dropout_kernel, d=st.sampled_from([8, 16, 64])), "example")
-    evidence.check(check_variance_bias, dropout_kernel, example)
+    example = data.draw(variance_bias_inputs(dropout_kernel), "example")
+    alpha = _alpha("dropout.variance_bias", MASK_FRACTION)
+    assume(statistics.VarianceBiasPlan(norms.as_float64(example["x"])[0], example["p"], alpha).feasible)
+    evidence.check(check_variance_bias, dropout_kernel, {**example, "alpha": alpha})
 
 
 @pytest.mark.claim("dropout.determinism")
 @profiles.share(0.25)
 @given(data=st.data())
 def test_same_seed_same_output(dropout_kernel, data):
-    evidence.check(check_determinism, dropout_kernel, data.draw(dropout_examples(dropout_kernel, n=4), "example"))
+    evidence.check(check_determinism, dropout_kernel, data.draw(_small_inputs(dropout_kernel), "example"))
+
+
+@pytest.mark.claim("dropout.determinism")
+@profiles.share(ONE_EXAMPLE)
+@given(data=st.data())
+def test_same_seed_same_output_above_65536_elements(dropout_kernel, data):
+    example = data.draw(mask_inputs(dropout_kernel, LARGE_PATH_ELEMENTS, (256, 1024)), "example")
+    evidence.check(check_determinism, dropout_kernel, example)
+
+
+@pytest.mark.claim("dropout.determinism")
+@profiles.share(ONE_EXAMPLE)
+@given(data=st.data())
+def test_same_seed_same_output_at_scale(dropout_kernel, data):
+    _require_native_speed(dropout_kernel)
+    example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,)), "example")
+    evidence.check(check_determinism, dropout_kernel, example)
 
 
 @pytest.mark.claim("dropout.inputs_unmodified")
 @profiles.share(0.25)
 @given(data=st.data())
 def test_input_unmodified(dropout_kernel, data):
-    evidence.check(check_inputs_unmodified, dropout_kernel, data.draw(dropout_examples(dropout_kernel), "example"))
+    evidence.check(check_inputs_unmodified, dropout_kernel, data.draw(_small_inputs(dropout_kernel), "example"))

@@ -453,3 +453,61 @@ def test_dropout_input_overwritten_writes_x():
     y = corpus_kernel("dropout.py:DROPOUT_INPUT_OVERWRITTEN").fn(x, 0.2, 11)
     assert torch.equal(y, dropout("dropout.py:DROPOUT_BERNOULLI"))
     assert not torch.equal(x, X)
+
+
+def test_dropout_identity_below_a_tenth_returns_x_only_there():
+    assert torch.equal(dropout("dropout.py:DROPOUT_IDENTITY_BELOW_A_TENTH", p=0.05), X)
+    assert torch.equal(dropout("dropout.py:DROPOUT_IDENTITY_BELOW_A_TENTH"), dropout("dropout.py:DROPOUT_BERNOULLI"))
+
+
+def test_dropout_nan_at_one_is_nan_only_at_one():
+    assert torch.isnan(dropout("dropout.py:DROPOUT_NAN_AT_ONE", p=1.0)).all()
+    assert torch.equal(dropout("dropout.py:DROPOUT_NAN_AT_ONE"), dropout("dropout.py:DROPOUT_BERNOULLI"))
+
+
+@pytest.mark.parametrize(("attr", "same_as"), [("DROPOUT_FIXED_INTERNAL_SEED", 12), ("DROPOUT_SEED_PARITY", 13)])
+def test_dropout_seed_bugs_give_another_seed_the_same_mask(attr, same_as):
+    y = dropout(f"dropout.py:{attr}")
+    assert torch.equal(y, dropout(f"dropout.py:{attr}"))
+    assert torch.equal(y, dropout(f"dropout.py:{attr}", seed=same_as))
+
+
+def test_dropout_unseeded_when_large_is_deterministic_only_up_to_65536_elements():
+    small, large = rows(256, 256, mean=1.0, seed=3), rows(257, 256, mean=1.0, seed=3)
+    assert torch.equal(dropout("dropout.py:DROPOUT_UNSEEDED_WHEN_LARGE", x=small),
+                       dropout("dropout.py:DROPOUT_UNSEEDED_WHEN_LARGE", x=small))
+    assert not torch.equal(dropout("dropout.py:DROPOUT_UNSEEDED_WHEN_LARGE", x=large),
+                           dropout("dropout.py:DROPOUT_UNSEEDED_WHEN_LARGE", x=large))
+
+
+def test_dropout_fixed_count_drops_round_p_d_in_every_row():
+    assert (kept(dropout("dropout.py:DROPOUT_FIXED_COUNT_PER_ROW")).sum(-1) == 256 - round(0.2 * 256)).all()
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_dropout_blocks_share_one_draw(k):
+    blocks = kept(dropout(f"dropout.py:DROPOUT_BLOCKS_OF_{k}")).view(-1, k)
+    assert (blocks == blocks[:, :1]).all()
+    assert abs(float(blocks.double().mean()) - 0.8) < 0.02  # 4096 blocks of 4: sd 0.006
+
+
+def test_dropout_neighbour_copies_correlates_neighbours():
+    masks = kept(dropout("dropout.py:DROPOUT_NEIGHBOUR_COPIES")).double()
+    agreement = float((masks[:, 1:] == masks[:, :-1]).double().mean())
+    assert abs(agreement - (0.68 + 2 * 0.25 * 0.16)) < 0.01  # p^2 + q^2 + 2 rho p q; 16320 pairs: sd 0.004
+
+
+def test_dropout_strided_counters_repeat_shifted_rows_on_a_transposed_input():
+    masks = kept(dropout("dropout.py:DROPOUT_STRIDED_COUNTERS", x=X.t()))
+    assert torch.equal(masks[1:, :-1], masks[:-1, 1:])
+    assert not torch.equal(kept(dropout("dropout.py:DROPOUT_STRIDED_COUNTERS"))[1:, :-1],
+                           kept(dropout("dropout.py:DROPOUT_STRIDED_COUNTERS"))[:-1, 1:])
+
+
+@pytest.mark.parametrize("attr", ["DROPOUT_BACKWARD_OTHER_MASK", "DROPOUT_BACKWARD_UNSCALED"])
+def test_dropout_backward_bugs_differ_from_mask_over_1_minus_p(attr):
+    x = X.clone().requires_grad_(True)
+    y = corpus_kernel(f"dropout.py:{attr}").fn(x, 0.2, 11)
+    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.equal(y, dropout("dropout.py:DROPOUT_BERNOULLI"))
+    assert not torch.allclose(dx, kept(y) / 0.8)

@@ -217,14 +217,14 @@ def test_nonfinite_check_catches_a_nan_that_leaves_its_row():
                       {**example, "poisoned": poisoned})
 
 
-@pytest.mark.parametrize(("check", "broken", "n", "d", "offset", "p"), [
-    (dropout.check_values, _no_rescale, 4, 64, 3.0, 0.5),
-    (dropout.check_keep_rate, _keep_and_drop_swapped, 16, 1024, 3.0, 0.25),
-    (dropout.check_variance_bias, _one_mask_for_all_rows, 1, 64, 0.0, 0.5),
-    (dropout.check_determinism, _seed_ignored, 4, 64, 3.0, 0.5),
+@pytest.mark.parametrize(("check", "broken", "n", "d", "offset", "p", "alpha"), [
+    (dropout.check_values, _no_rescale, 4, 64, 3.0, 0.5, None),
+    (dropout.check_keep_rate, _keep_and_drop_swapped, 16, 1024, 3.0, 0.25, 1e-12),
+    (dropout.check_variance_bias, _one_mask_for_all_rows, 1, 8, 3.0, 0.5, 1e-12),
+    (dropout.check_determinism, _seed_ignored, 4, 64, 3.0, 0.5, None),
 ])
-def test_dropout_checks_catch_their_bug(check, broken, n, d, offset, p):
-    example = {"x": _row(n=n, d=d, offset=offset), "p": p, "seed": 7}
+def test_dropout_checks_catch_their_bug(check, broken, n, d, offset, p, alpha):
+    example = {"x": _row(n=n, d=d, offset=offset), "p": p, "seed": 7, **({"alpha": alpha} if alpha else {})}
     _passes_and_fails(check, kernel(broken, "dropout"), example, correct=CORRECT_DROPOUT)
 
 

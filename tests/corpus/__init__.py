@@ -13,7 +13,7 @@ The files, by where the bug is:
     fused.py         a fused autograd.Function: backward terms, dgamma, strides, buffers  + fused controls
     rows.py          a 3-D input flattened into rows wrongly
     padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
-    dropout.py       dropout: scale, keep probability, seed, mask shape, input buffer      + Bernoulli control
+    dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward + Bernoulli control
     correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
@@ -104,6 +104,20 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout.py:DROPOUT_SEED_IGNORED", "dropout.determinism"),
     _broken("dropout.py:DROPOUT_MASK_PER_ROW", "dropout.variance_bias"),
     _broken("dropout.py:DROPOUT_INPUT_OVERWRITTEN", "dropout.inputs_unmodified"),
+    _broken("dropout.py:DROPOUT_IDENTITY_BELOW_A_TENTH", "dropout.keep_rate"),
+    _broken("dropout.py:DROPOUT_NAN_AT_ONE", "dropout.edge_probabilities"),
+    _broken("dropout.py:DROPOUT_FIXED_INTERNAL_SEED", "dropout.seeds"),
+    _broken("dropout.py:DROPOUT_SEED_PARITY", "dropout.seeds"),
+    _broken("dropout.py:DROPOUT_UNSEEDED_WHEN_LARGE", "dropout.determinism"),
+    _broken("dropout.py:DROPOUT_FIXED_COUNT_PER_ROW", "dropout.mask_distribution", "dropout.variance_bias"),
+    _broken("dropout.py:DROPOUT_BLOCKS_OF_2", "dropout.mask_distribution", "dropout.independence",
+            "dropout.variance_bias"),
+    _broken("dropout.py:DROPOUT_BLOCKS_OF_4", "dropout.mask_distribution", "dropout.independence",
+            "dropout.variance_bias"),
+    _broken("dropout.py:DROPOUT_NEIGHBOUR_COPIES", "dropout.independence"),
+    _broken("dropout.py:DROPOUT_STRIDED_COUNTERS", "dropout.layout_invariance"),
+    _broken("dropout.py:DROPOUT_BACKWARD_OTHER_MASK", "dropout.gradient"),
+    _broken("dropout.py:DROPOUT_BACKWARD_UNSCALED", "dropout.gradient"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),
