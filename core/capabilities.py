@@ -4,10 +4,17 @@ Discovered once per kernel (cached), unless declared on the :class:`~core.regist
 
 - ``device``: CUDA when it is available and the kernel computes there, else CPU
   (a declared ``Kernel.device`` wins);
-- ``dtypes``: the storage dtypes among float32, float16 and bfloat16 that the kernel accepts and
-  returns unchanged (a declared ``Kernel.dtypes`` wins). Whether the values are right is not
-  judged here: that is what the conformance claims check;
-- ``backward``: autograd gives a gradient of the output with respect to x (and weight, bias);
+- ``dtypes``: the storage dtypes among float32, float16 and bfloat16 the kernel is checked in (a declared
+  ``Kernel.dtypes`` wins). A probed dtype is left out only when the kernel raises a clear
+  unsupported-dtype error in it (:func:`unsupported_dtype`); :attr:`Capabilities.not_tested` says, per
+  dtype left out, why. A probe that faults otherwise (raises another error, returns the wrong dtype,
+  shape or device, or NaN/inf for finite input) is a fault of the kernel, never a missing dtype: the
+  dtype stays, the fault is kept in ``faults``, and every claim drawing that dtype reports it
+  (:meth:`Capabilities.raise_fault`: ``error``, or ``failed`` for NaN/inf);
+- ``backward``: the output has a ``grad_fn``. A forward-only kernel (no ``grad_fn``) has no backward and
+  its gradient claims are skipped with ``backward_reason``; a backward that exists but raises or gives
+  NaN/inf is checked like any other, so its claims end in ``error``/``failed`` (``backward_fault`` says
+  what the probe saw);
 - ``double_backward``: that gradient is itself differentiable, which the matrix-free spectral
   norm needs for its Jacobian-vector products (double VJP).
 
@@ -17,6 +24,7 @@ A claim that needs a capability the kernel lacks is skipped with ``*_reason``, n
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -41,12 +49,31 @@ class Capabilities:
     backward_reason: str = ""
     double_backward_reason: str = ""
     dtype_reasons: dict[str, str] = field(default_factory=dict)
+    faults: dict[str, guard.KernelFault] = field(default_factory=dict)  # dtype name -> the probe's fault
+    backward_fault: str = ""
+
+    @property
+    def not_tested(self) -> dict[str, str]:
+        """{dtype name: why} for each probed dtype the kernel is not checked in (declared or unsupported)."""
+        return {dtype_name(d): self.dtype_reasons.get(dtype_name(d), "not among its declared dtypes")
+                for d in PROBED_DTYPES if d not in self.dtypes}
+
+    def raise_fault(self, dtypes: tuple[torch.dtype, ...] | list[torch.dtype]) -> None:
+        """Raise the probe's KernelFault (anew) in the first of ``dtypes`` that has one."""
+        for dtype in dtypes:
+            fault = self.faults.get(dtype_name(dtype))
+            if fault is not None:
+                detail = str(fault).removeprefix(f"kernel {fault.kernel} ")
+                raise guard.KernelFault(fault.kernel, fault.reason, f"{detail} (probe in {dtype_name(dtype)})")
 
     def as_json(self) -> dict:
         return {
             "device": self.device,
             "dtypes": [dtype_name(d) for d in self.dtypes],
+            "not_tested": self.not_tested,
+            "faults": {name: str(fault) for name, fault in self.faults.items()},
             "backward": self.backward,
+            "backward_fault": self.backward_fault,
             "double_backward": self.double_backward,
             "reasons": {**self.dtype_reasons,
                         **({"backward": self.backward_reason} if self.backward_reason else {}),
@@ -75,43 +102,80 @@ def _probe_input(dtype: torch.dtype, device: str) -> torch.Tensor:
     return torch.sin(values).to(dtype=dtype, device=device)
 
 
-def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
-    """Why the kernel cannot compute in ``dtype`` on ``device`` ('' when it can)."""
+_UNSUPPORTED = re.compile(r"not implemented|unsupported|not supported|does not support|doesn't support|"
+                          r"isn't supported|\bonly\b|expected .*(float|dtype)", re.IGNORECASE)
+_DTYPE_WORDS = re.compile(r"dtype|scalar type|half|float16|bfloat16|fp16|bf16|float32|fp32", re.IGNORECASE)
+
+
+def unsupported_dtype(fault: guard.KernelFault) -> bool:
+    """Whether the probe's fault is a clear "this dtype is not supported" error: the kernel raised
+    NotImplementedError, or a TypeError naming a dtype, or an error whose message names a dtype and says it is
+    unsupported or not implemented (torch's ``"LayerNormKernelImpl" not implemented for 'Half'``). Any other
+    fault is the kernel's."""
+    cause = fault.__cause__
+    if fault.reason != "raised" or cause is None:
+        return False
+    text = str(cause)
+    names_a_dtype = bool(_DTYPE_WORDS.search(text))
+    return isinstance(cause, NotImplementedError) or (names_a_dtype and (isinstance(cause, TypeError)
+                                                                        or bool(_UNSUPPORTED.search(text))))
+
+
+def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.KernelFault | None:
+    """The fault of the kernel's forward in ``dtype`` on ``device`` (None when it computes there)."""
     x = _probe_input(dtype, device)
     try:
         guard.call(kernel, *probe_arguments(kernel, x), like=x, timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
-        return str(fault)
-    return ""
+        return fault
+    return None
 
 
-def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str]:
-    """Why autograd gives no gradient through the kernel, and why no second derivative ('' when it does).
+def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
+    """Why the kernel cannot compute in ``dtype`` on ``device`` ('' when it can)."""
+    fault = _forward_fault(kernel, dtype, device)
+    return "" if fault is None else str(fault)
 
+
+def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str, str]:
+    """(why there is no backward, why no second derivative, the fault of a backward that exists); '' for none.
+
+    There is no backward when the output has no ``grad_fn`` (a forward-only kernel). A backward that exists
+    but raises or gives NaN/inf is a fault (third item), not a missing backward: its claims run and report it.
     The first derivative is probed with a plain upstream gradient, as a training step passes it: a kernel
     that writes into it (a bug of its own, ``inputs_unmodified``) still has a backward to check.
     """
 
-    def derivative(create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def output() -> tuple[torch.Tensor, torch.Tensor]:
         x = _probe_input(dtype, device).requires_grad_(True)
-        y = kernel.fn(*probe_arguments(kernel, x))
+        return x, kernel.fn(*probe_arguments(kernel, x))
+
+    def derivative(create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = output()
         upstream = torch.ones_like(y, requires_grad=create_graph)
         return upstream, torch.autograd.grad(y, x, upstream, create_graph=create_graph)[0]
 
     try:  # under the kernel's time limit: a hung backward must not hang the run
+        _, y = guard.limited(kernel, output, timeout=_PROBE_TIMEOUT_S)
+    except guard.KernelFault:  # the forward's fault: the claims report it when they call the kernel
+        return "", "no backward: the forward faults", ""
+    if not isinstance(y, torch.Tensor) or y.grad_fn is None:
+        return (f"no backward: the output of {kernel.name} has no grad_fn (a forward-only kernel)",
+                "no backward", "")
+    try:
         _, dx = guard.limited(kernel, lambda: derivative(False), timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
-        return f"no backward: autograd through {kernel.name} failed: {fault}", "no backward"
+        return "", "no backward that runs", f"the backward faults: {fault}"
     if dx is None or not bool(torch.isfinite(dx).all()):
-        return f"no backward: autograd through {kernel.name} gave no finite gradient", "no backward"
+        return "", "no backward that runs", "the backward gave no finite gradient for finite input"
     try:
         upstream, dx = guard.limited(kernel, lambda: derivative(True), timeout=_PROBE_TIMEOUT_S)
         (second,) = torch.autograd.grad(dx, upstream, torch.ones_like(dx), allow_unused=True)
     except Exception as error:
-        return "", f"backward not differentiable: {one_line(error)}"
+        return "", f"backward not differentiable: {one_line(error)}", ""
     if second is None:
-        return "", "backward not differentiable: its gradient does not depend on the upstream gradient in autograd"
-    return "", ""
+        return "", "backward not differentiable: its gradient does not depend on the upstream gradient in autograd", ""
+    return "", "", ""
 
 
 def _device(kernel: Kernel) -> str:
@@ -127,19 +191,39 @@ def discover(kernel: Kernel) -> Capabilities:
     """Probe ``kernel`` (once; the result is cached per kernel)."""
     device = _device(kernel)
     reasons: dict[str, str] = {}
+    faults: dict[str, guard.KernelFault] = {}
     if kernel.dtypes is not None:
         dtypes = tuple(kernel.dtypes)
     else:
         found = []
         for dtype in PROBED_DTYPES:
-            problem = _forward_problem(kernel, dtype, device)
-            if problem:
-                reasons[dtype_name(dtype)] = problem
-            else:
-                found.append(dtype)
+            fault = _forward_fault(kernel, dtype, device)
+            if fault is not None and unsupported_dtype(fault):
+                reasons[dtype_name(dtype)] = f"unsupported: {fault}"
+                continue
+            if fault is not None:
+                faults[dtype_name(dtype)] = fault
+            found.append(dtype)
         dtypes = tuple(found)
-    probe_dtype = torch.float32 if torch.float32 in dtypes or not dtypes else dtypes[0]
-    backward_reason, double_reason = _backward_problems(kernel, probe_dtype, device)
+    working = [d for d in dtypes if dtype_name(d) not in faults]
+    probe_dtype = torch.float32 if torch.float32 in working else (working or [*dtypes, torch.float32])[0]
+    backward_reason, double_reason, backward_fault = _backward_problems(kernel, probe_dtype, device)
     return Capabilities(device=device, dtypes=dtypes, backward=not backward_reason,
                         double_backward=not double_reason, backward_reason=backward_reason,
-                        double_backward_reason=double_reason, dtype_reasons=reasons)
+                        double_backward_reason=double_reason, dtype_reasons=reasons, faults=faults,
+                        backward_fault=backward_fault)
+
+
+def unusable(kernel: Kernel) -> str:
+    """Why the kernel runs in no dtype at all ('' when its forward returns a tensor in at least one): every
+    probed dtype unsupported or raising. Cheap when the kernel works: float32 is tried first."""
+    if kernel.dtypes is not None:
+        return ""
+    device = _device(kernel)
+    problems = []
+    for dtype in PROBED_DTYPES:
+        fault = _forward_fault(kernel, dtype, device)
+        if fault is None or fault.reason not in ("raised", "timeout"):
+            return ""
+        problems.append(f"{dtype_name(dtype)}: {one_line(fault.__cause__ or fault)}")
+    return f"kernel {kernel.name} runs in no dtype ({'; '.join(problems)})"

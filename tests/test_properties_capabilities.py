@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from core import capabilities
+from core.guard import KernelFault
 from core.registry import Kernel, resolve
 
 
@@ -88,3 +90,67 @@ def test_declared_dtypes_and_device_win_and_discovery_is_cached():
 def test_a_backward_that_writes_into_the_upstream_gradient_still_has_a_backward_to_check():
     caps = capabilities.discover(Kernel("writes-dy", "rmsnorm", _upstream_overwritten))
     assert caps.backward, caps.backward_reason
+
+
+def _float32_out(x, weight, eps):
+    return F.rms_norm(x.float(), (x.shape[-1],), None if weight is None else weight.float(), eps)
+
+
+def _nan_in_half(x, weight, bias, eps):
+    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return torch.full_like(y, float("nan")) if x.dtype == torch.float16 else y
+
+
+class _RaisingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        raise RuntimeError("illegal memory access in the backward")
+
+
+def _raising_backward(x, weight, eps):
+    return _RaisingBackward.apply(x)
+
+
+def _raises_always(x, weight, bias, eps):
+    raise RuntimeError("cannot launch")
+
+
+def test_a_wrong_output_dtype_is_a_fault_never_a_dropped_dtype():
+    caps = capabilities.discover(Kernel("fp32-out", "rmsnorm", _float32_out))
+    assert caps.dtypes == capabilities.PROBED_DTYPES and not caps.not_tested
+    assert caps.faults["float16"].reason == "dtype" and caps.faults["bfloat16"].reason == "dtype"
+    with pytest.raises(KernelFault) as raised:
+        caps.raise_fault([torch.float32, torch.float16])
+    assert raised.value.status == "error" and "float32" in str(raised.value)
+    caps.raise_fault([torch.float32])  # float32 itself is fine
+
+
+def test_nan_on_finite_input_in_a_probe_fails_the_claims_of_that_dtype():
+    caps = capabilities.discover(Kernel("nan-half", "layernorm", _nan_in_half))
+    assert torch.float16 in caps.dtypes
+    with pytest.raises(KernelFault) as raised:
+        caps.raise_fault([torch.float16])
+    assert raised.value.status == "failed"
+    assert "float16" in caps.as_json()["faults"]
+
+
+def test_a_backward_that_exists_but_raises_is_a_fault_not_a_missing_backward():
+    caps = capabilities.discover(Kernel("raising-backward", "rmsnorm", _raising_backward))
+    assert caps.backward and not caps.backward_reason
+    assert "illegal memory access" in caps.backward_fault
+
+
+def test_a_kernel_that_runs_in_no_dtype_is_unusable_and_a_working_one_is_not():
+    assert "runs in no dtype" in capabilities.unusable(Kernel("raises", "layernorm", _raises_always))
+    assert capabilities.unusable(Kernel("no-half", "layernorm", _no_half)) == ""
+
+
+def test_dtypes_left_out_say_why_in_the_json():
+    caps = capabilities.discover(Kernel("no-half-2", "layernorm", _no_half))
+    assert set(caps.as_json()["not_tested"]) == {"float16", "bfloat16"}
+    declared = capabilities.discover(Kernel("declared-2", "layernorm", _no_half, dtypes=(torch.float32,)))
+    assert declared.not_tested["float16"] == "not among its declared dtypes"
