@@ -25,6 +25,7 @@ KINDS = ("layernorm", "rmsnorm", "dropout")
 # Claim ids are prefixed by the kind's short name (proofs.claims).
 KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout"}
 BACKWARD_PRECISIONS = ("float32", "storage")
+STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class Kernel:
     partial sums kept in the storage dtype, as torch's CPU ``layer_norm`` keeps mean and rstd);
     the backward is then checked against the error model with u_acc = u_storage. The declaration
     is shown in every result and report, so a weaker contract is never silent.
+
+    ``conventions`` declares mechanisms the kernel follows on purpose (ids of
+    ``proofs.mechanisms.CONVENTIONS``, e.g. ``("double_rounding",)`` for Llama's casting): its forward
+    and backward are checked against those mechanisms' derived models instead of the correct one
+    (properties.diagnosis). ``"storage_statistics_backward"`` and ``backward_precision="storage"`` are
+    the same declaration; either sets the other.
     """
 
     name: str
@@ -52,6 +59,7 @@ class Kernel:
     dtypes: tuple[torch.dtype, ...] | None = None
     description: str = ""
     backward_precision: str = "float32"
+    conventions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -59,11 +67,25 @@ class Kernel:
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
+        conventions = tuple(self.conventions)
+        if conventions:
+            from proofs.mechanisms import CONVENTIONS
+
+            unknown = [c for c in conventions if c not in CONVENTIONS]
+            if unknown:
+                raise UsageError(f"kernel {self.name!r}: unknown convention {unknown[0]!r}: expected one of "
+                                 f"{', '.join(CONVENTIONS)}")
+        storage = self.backward_precision == "storage" or STORAGE_BACKWARD in conventions
+        if storage and STORAGE_BACKWARD not in conventions:
+            conventions += (STORAGE_BACKWARD,)
+        object.__setattr__(self, "conventions", conventions)
+        object.__setattr__(self, "backward_precision", "storage" if storage else self.backward_precision)
 
     def as_json(self) -> dict:
         """The kernel's identity and declarations, as the results JSON records them."""
         return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
-                "backward_precision": self.backward_precision, "description": self.description}
+                "backward_precision": self.backward_precision, "conventions": list(self.conventions),
+                "description": self.description}
 
     @property
     def prefix(self) -> str:

@@ -11,6 +11,7 @@ of a saved counterexample calls the same check functions).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,20 +70,23 @@ def explain(text: str) -> None:
 
 
 def conclude(comparisons: Comparison | list[Comparison], meaning: str = "", label: str = "error/bound",
-             **point) -> float:
+             diagnose: Callable[[float], tuple[list[dict], str] | None] | None = None, **point) -> float:
     """Record the example (worst ratio and plot data), ``target()`` the ratio, and fail when it exceeds 1.
 
     ``meaning`` says what a failure means (noted for Hypothesis and put in the AssertionError).
+    ``diagnose(ratio)``, called on a failure, returns (the diagnosis as JSON, its one-line sentence) or None
+    (properties.diagnosis): the sentence leads the AssertionError, the diagnosis goes into the evidence.
     """
     comparisons = [comparisons] if isinstance(comparisons, Comparison) else comparisons
     worst = max(comparisons, key=lambda c: c.ratio)
-    evidence.record(ratio=worst.ratio, **point)
+    found = diagnose(worst.ratio) if diagnose is not None and worst.ratio > 1.0 else None
+    evidence.record(ratio=worst.ratio, **point, **({"diagnosis": found[0]} if found else {}))
     with contextlib.suppress(InvalidArgument):
         target(float(min(worst.ratio, 1e300)), label=label)
     if worst.ratio > 1.0:
         if meaning:
             explain(meaning)
-        raise AssertionError(worst.message + (f" -- {meaning}" if meaning else ""))
+        raise AssertionError((f"{found[1]}\n" if found else "") + worst.message + (f" -- {meaning}" if meaning else ""))
     return worst.ratio
 
 

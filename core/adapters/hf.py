@@ -11,20 +11,24 @@ module path (:mod:`core.adapters.modules`) with the test's weight:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 
 from core.adapters.modules import kernel_from_module_class
 from core.kernel import Builtin, Kernel
 
-# builtin name -> (module, class, weight_offset, what it computes)
+# builtin name -> (module, class, weight_offset, what it computes, declared conventions: proofs.mechanisms)
 HF_NORMS = {
     "hf-llama-rmsnorm": ("transformers.models.llama.modeling_llama", "LlamaRMSNorm", 0.0,
-                         "Llama: statistics in fp32, output cast to the input dtype before the weight"),
+                         "Llama: statistics in fp32, output cast to the input dtype before the weight",
+                         ("double_rounding",)),
     "hf-gemma-rmsnorm": ("transformers.models.gemma.modeling_gemma", "GemmaRMSNorm", 1.0,
-                         "Gemma: all in fp32, scale (1 + w), cast back at the end"),
+                         "Gemma: all in fp32, scale (1 + w), cast back at the end", ()),
+    # T5's autograd adds the two paths to x (the fp16 product and the fp32 variance) in fp16 (docs/findings.md [E])
     "hf-t5-layernorm": ("transformers.models.t5.modeling_t5", "T5LayerNorm", 0.0,
-                        "T5: an RMSNorm (no centring, no bias), variance in fp32"),
+                        "T5: an RMSNorm (no centring, no bias), variance in fp32",
+                        ("double_rounding", "storage_statistics_backward")),
 }
 
 
@@ -35,12 +39,13 @@ def _unavailable() -> str | None:
 
 
 def _loader(name: str):
-    module_name, class_name, weight_offset, description = HF_NORMS[name]
+    module_name, class_name, weight_offset, description, conventions = HF_NORMS[name]
 
     def load() -> list[Kernel]:
         cls = getattr(importlib.import_module(module_name), class_name)
-        return [kernel_from_module_class(cls, name, "rmsnorm", name=name, weight_offset=weight_offset,
-                                         description=f"transformers {class_name}: {description}")]
+        kernel = kernel_from_module_class(cls, name, "rmsnorm", name=name, weight_offset=weight_offset,
+                                          description=f"transformers {class_name}: {description}")
+        return [dataclasses.replace(kernel, conventions=conventions)]
 
     return load
 

@@ -13,7 +13,9 @@ With g' = gamma dy, s = sqrt(sigma^2 + eps) (LN) or sqrt(q + eps) (RMSNorm), xha
 
 Each model's center is the derived VJP with that change (a checked step below); its bound is the error
 model's backward bound (the alternative computes a subset of the same terms, or the same terms of another
-input), plus, for dgamma from the output, the output's own rounding: |dy| times the forward bound, summed.
+input), plus the roundings of what changed: the dropped term's (C_COMBINE roundings) and the store of the new
+value; for dgamma from the output, the output's own rounding (|dy| times the forward bound) and the sum of
+|dy y| over rows.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from proofs import expressions
+from proofs import error_model, expressions
 from proofs.algebra import (
     LN_AGGREGATES,
     RMS_AGGREGATES,
@@ -41,6 +43,7 @@ from proofs.algebra import (
 )
 from proofs.derivation import Derivation, Equal
 from proofs.mechanisms.base import Case, Mechanism, Prediction, gradients, normalized, replaced
+from proofs.probabilistic import gamma as gamma_n
 
 LN, BOTH = frozenset({"ln"}), frozenset({"ln", "rms"})
 AGGREGATES = {"ln": LN_AGGREGATES, "rms": RMS_AGGREGATES}
@@ -95,8 +98,14 @@ def _no_mean_term_derivation() -> Derivation:
 
 
 def _shifted_dx(case: Case, shift: np.ndarray) -> list[Prediction]:
+    """dx + shift: the correct bound (the remaining terms' roundings), the shift's own roundings (C_COMBINE) and
+    the store of the new value."""
     correct = gradients(case)
-    return [replaced(correct, x=(correct.values["x"] + shift, correct.bounds["x"]))]
+    center = correct.values["x"] + shift
+    bound = (correct.bounds["x"] + gamma_n(error_model.C_COMBINE, case.u_acc) * np.abs(shift)
+             + case.u_out * np.abs(center))
+    return [replaced(correct, x=(center, bound))]
+
 
 
 def _no_mean_term(case: Case) -> list[Prediction]:
@@ -140,8 +149,11 @@ def _dgamma_from_output(case: Case) -> list[Prediction]:
     correct = gradients(case)
     forward = normalized(case)
     lead = tuple(range(case.x.ndim - 1))
-    value = (case.dy * forward.values["y"]).sum(axis=lead)
-    bound = correct.bounds["weight"] + (np.abs(case.dy) * forward.bounds["y"]).sum(axis=lead)
+    terms = case.dy * forward.values["y"]
+    value = terms.sum(axis=lead)
+    rows = int(np.prod(case.x.shape[:-1]))
+    bound = (correct.bounds["weight"] + (np.abs(case.dy) * forward.bounds["y"]).sum(axis=lead)
+             + gamma_n(rows, case.u_acc) * np.abs(terms).sum(axis=lead) + case.u_out * np.abs(value))
     return [replaced(correct, weight=(value, bound))]
 
 

@@ -53,6 +53,7 @@ class Case:
     storage: str
     accumulation: str
     dy: np.ndarray | None = None  # upstream gradient (backward)
+    bound: str = error_model.DEFAULT_BOUND  # the error model's bound: "probabilistic" or "worst-case"
 
     @property
     def u_acc(self) -> float:
@@ -115,7 +116,7 @@ def normalized(case: Case, gamma=None, beta=None, eps=None, kind: str | None = N
     eps = case.eps if eps is None else eps
     y = oracles.layernorm(case.x, gamma, beta, eps) if kind == "ln" else oracles.rmsnorm(case.x, gamma, eps)
     bound = error_model.forward_bound(case.x, gamma, beta if kind == "ln" else None, eps, case.u_acc, case.u_out,
-                                      kind)
+                                      kind, model=case.bound)
     return Prediction({"y": y}, {"y": np.broadcast_to(bound, np.shape(y))})
 
 
@@ -133,7 +134,7 @@ def gradients(case: Case, gamma=None, dy=None, u_acc: float | None = None) -> Pr
     values = dict(zip(names, vjp(case.x, gamma, case.eps, dy), strict=False))
     bounds = dict(zip(names, error_model.backward_bound(case.x, gamma, case.eps, dy,
                                                         case.u_acc if u_acc is None else u_acc, case.u_out,
-                                                        case.kind), strict=False))
+                                                        case.kind, model=case.bound), strict=False))
     present = [name for name, value in values.items() if value is not None]
     return Prediction({n: values[n] for n in present}, {n: bounds[n] for n in present})
 

@@ -11,7 +11,8 @@ t = var + eps in [t_lo, t_hi], so
 widened by the product, the weight, the shift and the store (monotone interval arithmetic, elementwise).
 
     one_pass_variance      var = E[x^2] - mu^2 (clamped at 0): |error| <= gamma_{d+1} E[x^2] + |mu_hat^2 - mu^2|
-    storage_accumulation   two-pass, every sum and product in the storage dtype (u = u_storage)
+    storage_accumulation   two-pass, every sum and product in the storage dtype (u = u_storage), eps as given
+                           or rounded to storage
     double_rounding        x_hat rounded to storage, then the weight multiply rounded again (Llama's casting):
                            y in [R(gamma R(p_lo)), R(gamma R(p_hi))], [p_lo, p_hi] the interval of the computed
                            x_hat, R the (monotone) rounding to storage; dgamma = sum dy R(x_hat)
@@ -26,20 +27,14 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, oracles, simulate
+from proofs import error_model, oracles, probabilistic, simulate
 from proofs.algebra import d, mu, row_sum, var, x
 from proofs.derivation import Derivation, Equal, Fact
 from proofs.mechanisms.base import FLOAT_MAX, Case, Mechanism, Prediction, gradients, interval, replaced, round_to
+from proofs.probabilistic import gamma as gamma_n
 
 LN, BOTH = frozenset({"ln"}), frozenset({"ln", "rms"})
 FLOAT64_SLACK = 2.0**-50  # the float64 evaluation's own error, relative (a few ulps)
-
-
-def _gamma(m: int | np.ndarray, u: float) -> np.ndarray:
-    """gamma_m = m u / (1 - m u); inf once m u >= 1."""
-    mu_ = np.asarray(m, dtype=np.float64) * u
-    with np.errstate(divide="ignore"):
-        return np.where(mu_ < 1, mu_ / np.maximum(1 - mu_, 0.0), np.inf)
 
 
 def _widened(lo: np.ndarray, hi: np.ndarray, rel: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,16 +59,32 @@ def _rows(case: Case) -> dict[str, np.ndarray]:
             "mean_square": np.mean(row**2, axis=-1, keepdims=True)}
 
 
-def _two_pass_t(case: Case, u: float, eps_values: tuple[float, ...]) -> tuple[np.ndarray, ...]:
-    """(E, t_lo, t_hi) of a two-pass (or Welford) computation with roundoff u: the error model's pieces as an
-    interval. sum (x - mu_hat)^2 = d sigma^2 + d e^2, |e| <= E; d + 3 roundings per term; Welford adds
-    2 gamma_{d+1} kappa s^2 (proofs.error_model)."""
+def _sum_error(case: Case, terms: np.ndarray, u: float, roundings: int) -> np.ndarray:
+    """Relative error factor of a row sum of ``terms`` (axis kept), relative to sum|terms|, with ``roundings`` more
+    roundings of each term or of the result: the error model's sum factor (proofs.probabilistic.sum_factor:
+    the probabilistic bound where it applies, gamma_{d-1} otherwise or for the worst-case model)."""
+    lam = probabilistic.lam(2 * int(np.prod(case.x.shape[:-1]))) if case.bound == "probabilistic" else None
+    with np.errstate(all="ignore"):
+        return (1 + probabilistic.sum_factor(terms, u, lam)) * (1 + u) ** roundings - 1
+
+
+def _mean_error(case: Case, u: float) -> np.ndarray:
+    """Bound on |mu_hat - mu| per row (axis kept): the sum of x and the division; 0 for RMSNorm."""
+    if case.kind == "rms":
+        return np.zeros((*case.x.shape[:-1], 1))
+    return _sum_error(case, case.x, u, 1) * _rows(case)["mean_abs"]
+
+
+def _two_pass_t(case: Case, u: float, eps_values: tuple[float, ...], welford: bool) -> tuple[np.ndarray, ...]:
+    """(E, t_lo, t_hi) of a two-pass (or, with ``welford``, Welford) computation with roundoff u: the error model's
+    pieces as an interval. sum (x - mu_hat)^2 = d sigma^2 + d e^2, |e| <= E; each term rounded 3 times
+    (subtraction, square), the sum, the division; Welford adds 2 gamma_{d+1} kappa s^2 (proofs.error_model)."""
     q = _rows(case)
     width = case.x.shape[-1]
-    mean_error = _gamma(width + 1, u) * q["mean_abs"] if case.kind == "ln" else np.zeros_like(q["mean"])
-    relative = _gamma(width + 3, u)
-    welford = (2 * _gamma(width + 1, u) * np.sqrt(q["mean_square"] * (q["spread"] + case.eps))
-               if case.kind == "ln" else 0.0)
+    mean_error = _mean_error(case, u)
+    relative = _sum_error(case, (case.x - q["mean"]) ** 2, u, 4)
+    welford = (2 * gamma_n(width + 1, u) * np.sqrt(q["mean_square"] * (q["spread"] + case.eps))
+               if case.kind == "ln" and welford else 0.0)
     low = np.maximum(q["spread"] * (1 - relative) - welford, 0.0)
     high = (q["spread"] + mean_error**2) * (1 + relative) + welford
     return mean_error, (low + min(eps_values)) * (1 - u), (high + max(eps_values)) * (1 + u)
@@ -83,7 +94,7 @@ def _normalized(case: Case, u: float, mean_error, t_lo, t_hi) -> tuple[np.ndarra
     """The interval of the computed x_hat = fl(fl(x - mu_hat) fl(1/sqrt(t)))."""
     centred = case.x - _rows(case)["mean"]
     a_lo, a_hi = _widened(centred - mean_error, centred + mean_error, u)
-    rsqrt = _gamma(error_model.C_RSQRT, u)
+    rsqrt = gamma_n(error_model.C_RSQRT, u)
     with np.errstate(divide="ignore", invalid="ignore"):
         r_lo = (1 - rsqrt) / np.sqrt(t_hi)
         r_hi = np.where(t_lo > 0, (1 + rsqrt) / np.sqrt(np.maximum(t_lo, 0.0)), np.inf)
@@ -95,7 +106,7 @@ def _normalized(case: Case, u: float, mean_error, t_lo, t_hi) -> tuple[np.ndarra
 def _affine(case: Case, lo, hi, u: float) -> Prediction:
     """gamma [lo, hi] + beta, each operation rounded with u (the weight's own C_WEIGHT), then stored."""
     if case.gamma is not None:
-        lo, hi = _widened(*_times(lo, hi, case.gamma), _gamma(1 + error_model.C_WEIGHT, u))
+        lo, hi = _widened(*_times(lo, hi, case.gamma), gamma_n(1 + error_model.C_WEIGHT, u))
     if case.beta is not None:
         lo, hi = _widened(lo + case.beta, hi + case.beta, u)
     lo, hi = _widened(lo, hi, case.u_out + FLOAT64_SLACK)
@@ -103,21 +114,22 @@ def _affine(case: Case, lo, hi, u: float) -> Prediction:
     return Prediction({"y": center}, {"y": np.where(np.isfinite(half), half, np.inf)})
 
 
-def _overflows(case: Case, u: float) -> np.ndarray:
-    """Rows whose sums of squares may exceed the storage dtype's largest value (then the model does not apply)."""
+def _overflows(case: Case, mean_error: np.ndarray) -> np.ndarray:
+    """Rows whose two-pass sums (of |x|, of (x - mu_hat)^2) may exceed half the storage dtype's largest value (the
+    other half for the sums' own errors): the model does not apply there."""
     q = _rows(case)
-    total = case.x.shape[-1] * (q["mean_square"] + q["mean_abs"] ** 2) * (1 + _gamma(case.x.shape[-1] + 3, u))
-    return total >= FLOAT_MAX[case.storage]
+    total = case.x.shape[-1] * np.maximum(q["mean_abs"], q["spread"] + mean_error**2)
+    return total >= FLOAT_MAX[case.storage] / 2
 
 
 # --- one-pass variance ------------------------------------------------------------------------------------------
 
 
 def _one_pass(case: Case) -> list[Prediction]:
-    u, width = case.u_acc, case.x.shape[-1]
+    u = case.u_acc
     q = _rows(case)
-    mean_error = _gamma(width + 1, u) * q["mean_abs"]
-    squares = _gamma(width + 1, u)
+    mean_error = _mean_error(case, u)
+    squares = _sum_error(case, case.x**2, u, 2)
     nearest = np.maximum(np.abs(q["mean"]) - mean_error, 0.0) ** 2 * (1 - u)
     farthest = (np.abs(q["mean"]) + mean_error) ** 2 * (1 + u)
     low, high = _widened(q["mean_square"] * (1 - squares) - farthest, q["mean_square"] * (1 + squares) - nearest, u)
@@ -151,9 +163,9 @@ def _storage_accumulation(case: Case) -> list[Prediction]:
     u = case.u_out
     if u == case.u_acc:
         return []
-    mean_error, t_lo, t_hi = _two_pass_t(case, u, (case.eps, float(round_to(case.eps, case.storage))))
+    mean_error, t_lo, t_hi = _two_pass_t(case, u, (case.eps, float(round_to(case.eps, case.storage))), welford=False)
     prediction = _affine(case, *_normalized(case, u, mean_error, t_lo, t_hi), u)
-    bound = np.where(_overflows(case, u), np.inf, prediction.bounds["y"])
+    bound = np.where(_overflows(case, mean_error), np.inf, prediction.bounds["y"])
     return [Prediction(prediction.values, {"y": bound})]
 
 
@@ -175,12 +187,14 @@ def _float16_two_pass(row, eps, out, order):
 
 def _rounded_normalized(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """[R(p_lo), R(p_hi)]: the computed x_hat (accumulation roundoff) rounded to the storage dtype."""
-    mean_error, t_lo, t_hi = _two_pass_t(case, case.u_acc, (case.eps,))
+    mean_error, t_lo, t_hi = _two_pass_t(case, case.u_acc, (case.eps,), welford=True)
     lo, hi = _normalized(case, case.u_acc, mean_error, t_lo, t_hi)
     return round_to(lo, case.storage), round_to(hi, case.storage)
 
 
 def _double_rounding(case: Case) -> list[Prediction]:
+    if case.u_out == case.u_acc:  # x_hat is computed in the storage dtype: the cast rounds nothing
+        return []
     lo, hi = _rounded_normalized(case)
     if case.gamma is not None:  # the product in the storage dtype (or in float32, then rounded: the widening)
         lo, hi = _widened(*_times(lo, hi, case.gamma), case.u_acc)
@@ -196,9 +210,9 @@ def _double_rounding(case: Case) -> list[Prediction]:
 def _double_rounding_backward(case: Case) -> list[Prediction]:
     """dgamma = sum over rows of dy R(x_hat) (each product rounded to storage, summed in the accumulation dtype,
     stored); dx from g' = gamma dy exact or rounded to storage (either, as implementations differ)."""
+    if case.u_out == case.u_acc or case.gamma is None:
+        return []
     exact = gradients(case)
-    if case.gamma is None:
-        return [exact]
     rounded_upstream = gradients(case, gamma=np.ones_like(case.gamma), dy=round_to(case.gamma * case.dy,
                                                                                    case.storage))
     lo, hi = _rounded_normalized(case)
@@ -206,7 +220,7 @@ def _double_rounding_backward(case: Case) -> list[Prediction]:
     rows = int(np.prod(case.x.shape[:-1]))
     lead = tuple(range(case.x.ndim - 1))
     magnitude = np.maximum(np.abs(terms_lo), np.abs(terms_hi)).sum(axis=lead)
-    sum_error = _gamma(max(rows - 1, 0), case.u_acc) * magnitude
+    sum_error = gamma_n(max(rows - 1, 0), case.u_acc) * magnitude
     low, high = _widened(terms_lo.sum(axis=lead) - sum_error, terms_hi.sum(axis=lead) + sum_error, case.u_out)
     both = [exact.values["x"] - exact.bounds["x"], exact.values["x"] + exact.bounds["x"],
             rounded_upstream.values["x"] - rounded_upstream.bounds["x"],

@@ -15,24 +15,25 @@ import numpy as np
 import torch
 
 from core.capabilities import dtype_name
-from properties import norms, outcome, tolerance
+from properties import diagnosis, norms, outcome, tolerance
 
 
 def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
     """Each gradient the kernel returns is the oracle's, within the backward bound, elementwise."""
     got = norms.vjp(kernel, x, weight, bias, eps, dy)
-    expected = norms.reference_vjp(kernel, x, weight, eps, dy)
-    bounds = tolerance.backward(kernel, x, weight, eps, dy)
+    expected, bounds, declared = diagnosis.expected_backward(kernel, x, weight, eps, dy)
     comparisons = [outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got]
-    outcome.conclude(comparisons, "the backward is not the derivative of the normalization",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+    model = f" (checked against the declared {' and '.join(declared)} model)" if declared else ""
+    outcome.conclude(comparisons, "the backward is not the derivative of the normalization" + model,
+                     diagnose=diagnosis.of_backward(kernel, "jacobian", x, weight, eps, dy, got),
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
 
 
 def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
     """sum(dx) = 0 (LayerNorm), c . dx = (eps/s^2) c . (gamma dy)/s, dgamma = sum of dy xhat, dbeta = sum of dy:
     each within its bound."""
     got = norms.vjp(kernel, x, weight, bias, eps, dy)
-    bounds = tolerance.backward(kernel, x, weight, eps, dy)
+    bounds = diagnosis.identity_bounds(kernel, x, weight, eps, dy)
     x64, dy64 = norms.as_float64(x), norms.as_float64(dy)
     gamma = norms.effective_weight(kernel, weight)
     centred = x64 - x64.mean(-1, keepdims=True) if kernel.kind == "layernorm" else x64
@@ -52,4 +53,5 @@ def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: t
         if "bias" in got:
             comparisons.append(outcome.compare(got["bias"], rows.sum(0), bounds["bias"], "dbias - sum of dy"))
     outcome.conclude(comparisons, "a gradient identity of the derivation does not hold for the kernel's backward",
+                     diagnose=diagnosis.of_backward(kernel, "gradient_identities", x, weight, eps, dy, got),
                      d=x.shape[-1], dtype=dtype_name(x.dtype))

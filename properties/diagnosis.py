@@ -1,0 +1,241 @@
+"""Why a forward or gradient check failed: the mechanisms (proofs.mechanisms) that explain the failing example,
+and the models a kernel's declared conventions put in place of the correct one.
+
+A mechanism explains a failed example when the kernel's result is within that mechanism's own derived bound on
+every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing); the
+correct model's is not (the check failed). Of a mechanism's variants (fixed_eps's candidate constants, weight_offset's
+missing/extra) the best fitting one is kept. Several mechanisms can explain one example; they are ranked:
+first the tight models (total bound within TIGHT times the correct model's: another function, or one more
+rounding), best fit (smallest ratio) first, then the looser interval models, tightest first. Models tied at the
+top (the same prediction on this example, e.g. eps = 0 and max(sigma^2, eps) on rows with sigma^2 > eps) are all
+named. The diagnosis is evaluated once per failing test, on the example Hypothesis reports
+(:func:`final_example`), not on every example tried while shrinking.
+
+Declared conventions (``Kernel.conventions``, ids of ``proofs.mechanisms.CONVENTIONS``): the kernel is checked
+against the union of its conventions' models instead of the correct model (:func:`expected_forward`,
+:func:`expected_backward`); ``storage_statistics_backward`` is the same as ``backward_precision="storage"``,
+which properties.tolerance applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from core.capabilities import dtype_name
+from core.registry import Kernel
+from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, Prediction, correct_backward, correct_forward
+from proofs.mechanisms.base import union
+from properties import norms, outcome, tolerance
+
+# handled by properties.tolerance through Kernel.backward_precision (the same model: u_acc = u_storage)
+_BY_TOLERANCE = frozenset({"storage_statistics_backward"})
+
+
+TIGHT = 4.0  # a model whose total bound is within this factor of the correct model's is a tight one
+TIE = 0.1  # two tight models predict the same where their centers differ by at most this fraction of their bounds
+
+
+@dataclass(frozen=True)
+class Match:
+    """A mechanism that explains the example: its id, the worst |got - center| / bound (<= 1), the variant's text,
+    and its rank key (tight models by ratio, then loose ones by total bound)."""
+
+    mechanism: str
+    ratio: float
+    text: str
+    tight: bool
+    width: float  # total bound over the checked elements
+    prediction: Prediction = field(compare=False, repr=False)
+
+    def as_json(self) -> dict:
+        return {"mechanism": self.mechanism, "ratio": self.ratio, "text": self.text}
+
+    @property
+    def rank(self) -> tuple:
+        return (0, self.ratio, self.width) if self.tight else (1, self.width, self.ratio)
+
+
+def case_of(kernel: Kernel, x: torch.Tensor, weight, bias, eps: float, dy: torch.Tensor | None = None) -> Case:
+    """The example as proofs.mechanisms takes it: float64 values, the effective weight, the dtypes' names."""
+    return Case(kind=kernel.prefix, x=norms.as_float64(x), gamma=norms.effective_weight(kernel, weight),
+                beta=norms.as_float64(bias) if kernel.kind == "layernorm" else None, eps=eps,
+                storage=dtype_name(x.dtype), accumulation=dtype_name(tolerance.accumulation_dtype(x.dtype)),
+                dy=None if dy is None else norms.as_float64(dy), bound=tolerance.bound_in_use())
+
+
+def _fit(prediction: Prediction, got: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(worst ratio, total bound) of the kernel's values under the prediction; inf where a bound is not finite."""
+    worst, width = 0.0, 0.0
+    for name, value in got.items():
+        if name not in prediction.values:
+            continue
+        center = prediction.values[name]
+        bound = np.broadcast_to(prediction.bounds[name], np.shape(value))
+        if not np.all(np.isfinite(bound) | (np.isnan(center) & ~np.isinf(bound))):  # NaN: an undefined row
+            return np.inf, np.inf
+        ratio = outcome.ratios(value, center, bound)
+        worst = max(worst, float(np.max(ratio)) if ratio.size else 0.0)
+        width += float(np.nansum(bound))
+    return worst, width
+
+
+def explaining(kernel: Kernel, case: Case, got: dict[str, np.ndarray], direction: str) -> list[Match]:
+    """The mechanisms that explain ``got`` (forward: {"y"}, backward: {"x", "weight", "bias"}), ranked (module
+    docstring). Mechanisms the kernel declares are part of its model already and are not candidates."""
+    with np.errstate(all="ignore"):
+        correct = (correct_forward if direction == "forward" else correct_backward)(case)
+        reference = sum(float(np.nansum(np.broadcast_to(correct.bounds[n], np.shape(v))))
+                        for n, v in got.items() if n in correct.bounds)
+    matches = []
+    for mechanism in MECHANISMS.values():
+        evaluate = mechanism.forward if direction == "forward" else mechanism.backward
+        if evaluate is None or case.kind not in mechanism.kinds or mechanism.id in conventions_of(kernel):
+            continue
+        with np.errstate(all="ignore"):
+            fits = [(*_fit(p, got), p) for p in evaluate(case)]
+        explained = [fit for fit in fits if fit[0] <= 1.0]
+        if explained:
+            ratio, width, best = min(explained, key=lambda fit: fit[:2])
+            matches.append(Match(mechanism.id, ratio, mechanism.describe(case.storage, best.detail),
+                                 width <= TIGHT * reference, width, best))
+    return sorted(matches, key=lambda m: m.rank)
+
+
+def _same(a: Prediction, b: Prediction) -> bool:
+    """Whether two predictions agree to within TIE of their bounds on every element (NaN where both are)."""
+    for name in a.values.keys() & b.values.keys():
+        with np.errstate(all="ignore"):
+            apart = np.abs(a.values[name] - b.values[name]) > TIE * np.minimum(a.bounds[name], b.bounds[name])
+        if np.any(apart & ~(np.isnan(a.values[name]) & np.isnan(b.values[name]))):
+            return False
+    return True
+
+
+def leading(matches: list[Match]) -> list[Match]:
+    """The matches tied at the top: the first, and the tight ones that predict the same on this example."""
+    if not matches:
+        return []
+    first = matches[0]
+    return [m for m in matches if m is first or (first.tight and m.tight and _same(first.prediction, m.prediction))]
+
+
+def conventions_of(kernel: Kernel) -> tuple[str, ...]:
+    return tuple(getattr(kernel, "conventions", ()))
+
+
+def sentence(claim: str, ratio: float, matches: list[Match], kernel: Kernel) -> str:
+    """The terminal line: 'fails rms.forward (ratio 1.73); consistent with double_rounding: x_hat rounded to ...'."""
+    head = f"fails {claim} (ratio {ratio:.3g})"
+    if not matches:
+        return f"{head}; no mechanism of the library (proofs.mechanisms) explains it"
+    top = leading(matches)
+    text = f"{head}; consistent with " + " or ".join(f"{m.mechanism}: {m.text}" for m in top)
+    if len(top) > 1:
+        text += " (the same prediction on this example)"
+    rest = [m.mechanism for m in matches if m not in top]
+    if rest:
+        text += f"; also, more loosely, with {', '.join(rest)}"
+    convention = next((m.mechanism for m in top if m.mechanism in CONVENTIONS), None)
+    if convention:
+        text += (f". If this is the kernel's convention, declare it: Kernel({kernel.name!r}, {kernel.kind!r}, fn, "
+                 f"conventions=({convention!r},))")
+    return text
+
+
+def of_forward(kernel: Kernel, x, weight, bias, eps: float, got: torch.Tensor):
+    """The ``diagnose`` of a failed forward check (properties.outcome.conclude): on the reported example only."""
+
+    def diagnose(ratio: float) -> tuple[list[dict], str] | None:
+        if not final_example():
+            return None
+        matches = explaining(kernel, case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}, "forward")
+        return [m.as_json() for m in matches], sentence(f"{kernel.prefix}.forward", ratio, matches, kernel)
+
+    return diagnose
+
+
+def of_backward(kernel: Kernel, claim: str, x, weight, eps: float, dy, got: dict[str, torch.Tensor]):
+    """The ``diagnose`` of a failed gradient check (``claim``: "jacobian" or "gradient_identities")."""
+
+    def diagnose(ratio: float) -> tuple[list[dict], str] | None:
+        if not final_example():
+            return None
+        values = {name: norms.as_float64(g) for name, g in got.items()}
+        matches = explaining(kernel, case_of(kernel, x, weight, None, eps, dy), values, "backward")
+        return [m.as_json() for m in matches], sentence(f"{kernel.prefix}.{claim}", ratio, matches, kernel)
+
+    return diagnose
+
+
+def final_example() -> bool:
+    """Whether this is the example Hypothesis reports (its final run), or a check outside Hypothesis (replay)."""
+    with contextlib.suppress(Exception):
+        from hypothesis.control import current_build_context
+
+        return bool(current_build_context().is_final)
+    return True
+
+
+# --- declared conventions: the model a kernel is checked against -------------------------------------------------
+
+
+def _declared(kernel: Kernel, direction: str) -> list:
+    mechanisms = [MECHANISMS[c] for c in conventions_of(kernel) if c not in _BY_TOLERANCE]
+    return [m for m in mechanisms if (m.forward if direction == "forward" else m.backward) is not None]
+
+
+def expected_forward(kernel: Kernel, x, weight, bias, eps: float) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """(center, bound, conventions applied): the correct oracle and bound, or the declared conventions' model."""
+    correct = norms.reference(kernel, x, weight, bias, eps), tolerance.forward(kernel, x, weight, bias, eps)
+    declared = _declared(kernel, "forward")
+    case = case_of(kernel, x, weight, bias, eps)
+    predictions = [p for m in declared for p in m.forward(case)]
+    if not predictions:
+        return (*correct, ())
+    model = _where_applicable(union(*predictions), Prediction({"y": correct[0]}, {"y": correct[1]}))
+    return model.values["y"], model.bounds["y"], tuple(m.id for m in declared)
+
+
+def _where_applicable(model: Prediction, correct: Prediction) -> Prediction:
+    """The model, and the correct one on the elements where the model's bound is infinite (does not apply): a
+    declared convention never turns an unchecked element into a pass."""
+    values, bounds = {}, {}
+    for name, center in model.values.items():
+        usable = ~np.isinf(model.bounds[name])
+        values[name] = np.where(usable, center, correct.values[name])
+        bounds[name] = np.where(usable, model.bounds[name], correct.bounds[name])
+    return Prediction(values, bounds)
+
+
+def expected_backward(kernel: Kernel, x, weight, eps: float, dy) -> tuple[dict, dict, tuple[str, ...]]:
+    """({name: center}, {name: bound}, conventions applied) of the gradients, as :func:`expected_forward`."""
+    expected = norms.reference_vjp(kernel, x, weight, eps, dy)
+    bounds = tolerance.backward(kernel, x, weight, eps, dy)
+    declared = _declared(kernel, "backward")
+    applied = tuple(c for c in conventions_of(kernel) if c in _BY_TOLERANCE)
+    predictions = [p for m in declared for p in m.backward(case_of(kernel, x, weight, None, eps, dy))]
+    if not predictions:
+        return expected, bounds, applied
+    correct = Prediction(expected, bounds)
+    model = union(*([correct] if applied else []), *predictions)
+    model = _where_applicable(model, correct)
+    return model.values, model.bounds, applied + tuple(m.id for m in declared)
+
+
+def identity_bounds(kernel: Kernel, x, weight, eps: float, dy) -> dict[str, np.ndarray]:
+    """Bounds on |gradient - oracle gradient| for the identities' checks: properties.tolerance's, widened under
+    declared conventions by |convention center - oracle| (the triangle inequality)."""
+    if not _declared(kernel, "backward"):
+        return tolerance.backward(kernel, x, weight, eps, dy)
+    centers, bounds, _ = expected_backward(kernel, x, weight, eps, dy)
+    oracle = norms.reference_vjp(kernel, x, weight, eps, dy)
+    return {name: bounds[name] + np.abs(centers[name] - oracle[name]) for name in bounds}
+
+
+def declared_point(declared: tuple[str, ...]) -> dict:
+    """The evidence field saying which declared conventions' model an example was checked against (none: {})."""
+    return {"conventions": list(declared)} if declared else {}

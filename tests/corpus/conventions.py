@@ -1,0 +1,48 @@
+"""Kernels that follow a convention of proofs.mechanisms on purpose: declared, they are correct (checked against the
+convention's derived model); undeclared, the suite must fail them and the diagnosis must name the convention.
+
+    RMS_LLAMA_CASTING            Hugging Face's LlamaRMSNorm as written: weight * (x_f32 * rstd).to(dtype): x_hat
+                                 rounded to storage before the weight multiply (double_rounding), undeclared
+    RMS_LLAMA_CASTING_DECLARED   the same function, ``conventions=("double_rounding",)``
+    LN_TORCH_UNDECLARED          F.layer_norm as a plain function: on the CPU torch keeps mean and rstd in the
+                                 storage dtype for the backward (storage_statistics_backward), undeclared
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/conventions.py:"
+
+
+def rmsnorm_llama_casting(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """Llama's casting as transformers writes it: h = x_f32 * rsqrt(mean(x_f32^2) + eps), then
+    ``weight * h.to(x.dtype)``: x_hat rounded to the storage dtype, then the weight multiply rounded again."""
+    hidden = x.to(torch.float32)
+    hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps)
+    hidden = hidden.to(x.dtype)
+    return hidden if weight is None else weight * hidden
+
+
+def layernorm_torch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                    eps: float) -> torch.Tensor:
+    """F.layer_norm, declaring nothing: its CPU backward rebuilds x_hat from mean and rstd kept in float16/bfloat16."""
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def _describe(fn, note: str) -> str:
+    return " ".join(fn.__doc__.split()) + " " + note
+
+
+RMS_LLAMA_CASTING = Kernel("rms_llama_casting", "rmsnorm", rmsnorm_llama_casting, spec=SPEC + "RMS_LLAMA_CASTING",
+                           description=_describe(rmsnorm_llama_casting, "Undeclared: must fail rms.forward, "
+                                                 "diagnosed as double_rounding."))
+RMS_LLAMA_CASTING_DECLARED = Kernel(
+    "rms_llama_casting_declared", "rmsnorm", rmsnorm_llama_casting, spec=SPEC + "RMS_LLAMA_CASTING_DECLARED",
+    conventions=("double_rounding",), description=_describe(rmsnorm_llama_casting, "Declared: correct."))
+LN_TORCH_UNDECLARED = Kernel("ln_torch_undeclared", "layernorm", layernorm_torch, spec=SPEC + "LN_TORCH_UNDECLARED",
+                             description=_describe(layernorm_torch, "Must fail ln.jacobian (CPU), diagnosed as "
+                                                   "storage_statistics_backward."))
