@@ -30,6 +30,9 @@ RMS_MODES = {
     "liger-rmsnorm-gemma": (1.0, "gemma", "all in fp32, scale (1 + w) (LigerRMSNormForGemma)"),
     "liger-rmsnorm-none": (0.0, "none", "all in the input dtype"),
 }
+# casting mode -> the conventions (proofs.mechanisms) it follows: llama rounds x_hat to the input dtype before the
+# weight multiply, in the forward and in dW (docs/findings.md [A], [B])
+CONVENTIONS = {"llama": ("double_rounding",)}
 
 
 def _unavailable() -> str | None:
@@ -72,7 +75,8 @@ def _rmsnorm_loader(name: str):
             return LigerRMSNormFunction.apply(x, weight, eps, offset, casting_mode)
 
         return [Kernel(name, "rmsnorm", rmsnorm, spec=name, weight_offset=offset,
-                       description=f"Liger-Kernel LigerRMSNormFunction, casting mode {casting_mode!r}: {description}")]
+                       description=f"Liger-Kernel LigerRMSNormFunction, casting mode {casting_mode!r}: {description}",
+                       conventions=CONVENTIONS.get(casting_mode, ()))]
 
     return load
 
