@@ -23,6 +23,17 @@ VARIANCE_BIAS_WIDTH = 8
 VARIANCE_BIAS_PROBABILITIES = tuple(j / VARIANCE_BIAS_WIDTH for j in range(1, 7))  # p d an integer
 SCALES = (1.0, 3.0, 0.01)
 
+# The sizes of the statistical tests (elements per example, row widths) and their share of the profile's examples
+# (profiles.share): tests/test_dropout_statistics.py derives each test's power at these sizes.
+KEEP_RATE_ELEMENTS, KEEP_RATE_WIDTHS, KEEP_RATE_FRACTION = 2**16, (16, 256, 1024, 4096), 0.25
+MASK_ELEMENTS, MASK_WIDTHS, MASK_FRACTION = 2**17, (1, 2, 3, 5, 8, 16, 64, 128), 0.25
+INDEPENDENCE_ELEMENTS, INDEPENDENCE_WIDTHS, INDEPENDENCE_FRACTION = 2**18, (2, 3, 8, 64, 256, 1024), 0.15
+SEED_ELEMENTS, SEED_WIDTHS = 2**14, (256, 1024)
+LAYOUT_ELEMENTS, LAYOUT_WIDTHS, LAYOUT_FRACTION = 2**17, (256, 512), 0.1
+LARGE_ELEMENTS = 2**20
+LARGE_PATH_ELEMENTS = 2**17  # above 65 536: where a kernel may switch to a code path for large inputs
+ONE_EXAMPLE = 1 / 20  # one example under ci, 20 under thorough
+
 
 def drop_probabilities() -> st.SearchStrategy[float]:
     """p in [0, LARGEST_P]: the edge values and arbitrary floats."""

@@ -3,7 +3,8 @@
 The checks, and the statistics each rests on: :mod:`properties.checks.dropout`,
 :mod:`properties.dropout_statistics`. Each statistical test spends its share of
 ``dropout_statistics.BUDGET`` (false alarms per kernel and run) evenly over its examples (:func:`_alpha`); its
-sizes, MASK_ELEMENTS and the rest below, are those at which tests/test_dropout_statistics.py shows its power.
+sizes and example counts (properties/dropout_strategies.py) are those at which tests/test_dropout_statistics.py
+shows its power.
 Determinism, keep rate and independence are also checked at LARGE_ELEMENTS = 2^20 elements, one example each, for
 kernels fast enough to run it (:func:`_require_native_speed`: Triton's CPU interpreter is not, measured).
 """
@@ -35,7 +36,24 @@ from properties.checks.dropout import (
     check_variance_bias,
 )
 from properties.dropout_strategies import (
+    INDEPENDENCE_ELEMENTS,
+    INDEPENDENCE_FRACTION,
+    INDEPENDENCE_WIDTHS,
+    KEEP_RATE_ELEMENTS,
+    KEEP_RATE_FRACTION,
     KEEP_RATE_PROBABILITIES,
+    KEEP_RATE_WIDTHS,
+    LARGE_ELEMENTS,
+    LARGE_PATH_ELEMENTS,
+    LAYOUT_ELEMENTS,
+    LAYOUT_FRACTION,
+    LAYOUT_WIDTHS,
+    MASK_ELEMENTS,
+    MASK_FRACTION,
+    MASK_WIDTHS,
+    ONE_EXAMPLE,
+    SEED_ELEMENTS,
+    SEED_WIDTHS,
     dropout_inputs,
     mask_inputs,
     nonzero_values,
@@ -43,19 +61,6 @@ from properties.dropout_strategies import (
 )
 from properties.strategies import rounded, row_counts, seeds, widths
 
-KEEP_RATE_ELEMENTS = 2**16
-MASK_ELEMENTS = 2**17
-INDEPENDENCE_ELEMENTS = 2**18
-SEED_ELEMENTS = 2**14
-LAYOUT_ELEMENTS = 2**17
-LARGE_ELEMENTS = 2**20
-LARGE_PATH_ELEMENTS = 2**17  # above 65 536: where kernels switch to a code path for large inputs
-KEEP_RATE_WIDTHS = (16, 256, 1024, 4096)
-MASK_WIDTHS = (1, 2, 3, 5, 8, 16, 64, 256)
-INDEPENDENCE_WIDTHS = (2, 3, 8, 64, 256, 1024)
-SEED_WIDTHS = (256, 1024)
-LAYOUT_WIDTHS = (256, 512)
-ONE_EXAMPLE = 1 / 20  # one example under ci, 20 under thorough
 PROBE_ELEMENTS = 2**16
 LARGE_CALL_LIMIT_S = 0.5
 _large_call_seconds: dict[str, float] = {}
@@ -123,9 +128,6 @@ def test_gradient_is_the_forward_mask_over_one_minus_p(dropout_kernel, data):
     evidence.check(check_gradient, dropout_kernel, example)
 
 
-KEEP_RATE_FRACTION = 0.25
-
-
 @pytest.mark.claim("dropout.keep_rate")
 @profiles.share(KEEP_RATE_FRACTION)
 @given(data=st.data())
@@ -142,10 +144,6 @@ def test_keep_rate_at_scale(dropout_kernel, data):
     _require_native_speed(dropout_kernel)
     example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,), KEEP_RATE_PROBABILITIES), "example")
     _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", ONE_EXAMPLE, share=0.5)
-
-
-MASK_FRACTION = 0.25
-INDEPENDENCE_FRACTION = 0.15
 
 
 @pytest.mark.claim("dropout.mask_distribution")
@@ -180,9 +178,6 @@ def test_bits_are_independent_at_scale(dropout_kernel, data):
 def test_different_seeds_give_independent_masks(dropout_kernel, data):
     example = data.draw(mask_inputs(dropout_kernel, SEED_ELEMENTS, SEED_WIDTHS), "example")
     _statistical(check_seeds, dropout_kernel, example, "dropout.seeds", MASK_FRACTION)
-
-
-LAYOUT_FRACTION = 0.1
 
 
 @pytest.mark.claim("dropout.layout_invariance")

@@ -8,10 +8,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import settings
 from scipy import stats
 
 from proofs import oracles
 from properties import dropout_statistics as ds
+from properties import dropout_strategies as sizes
 
 
 def iid_masks(rng: np.random.Generator, rows: int, width: int, p: float) -> np.ndarray:
@@ -136,3 +138,70 @@ def test_acceptance_ratio_exceeds_one_exactly_when_rejected():
     acceptance = ds.Acceptance(10, 20, 14, 1e-3, "count")
     assert [acceptance.ratio(v) > 1 for v in (9, 10, 14, 20, 21)] == [True, False, False, False, True]
     assert acceptance.ratio(20) == 1.0 and math.isclose(acceptance.ratio(12), 0.5)
+
+
+# --- the power of each conformance test at the sizes and false alarms it runs with under ci ---------------------
+
+CI_EXAMPLES = settings.get_profile("ci").max_examples
+
+
+def ci_alpha(claim: str, fraction: float, share: float = 1.0) -> float:
+    return ds.per_example(claim, max(1, round(CI_EXAMPLES * fraction)), share)
+
+
+def power_table() -> list[tuple[str, float, int, str, float]]:
+    """(test, p, d, alternative, derived power) of every statistical test at its ci size and false alarm."""
+    rows = []
+    alpha = ci_alpha("dropout.keep_rate", sizes.KEEP_RATE_FRACTION, share=0.5)
+    n = sizes.KEEP_RATE_ELEMENTS
+    for p in sizes.KEEP_RATE_PROBABILITIES:
+        acceptance = ds.binomial_acceptance(n, 1 - p, alpha)
+        if p < 0.1:
+            rows.append(("keep_rate", p, n, "identity for p < 0.1", ds.binomial_power(acceptance, n, 1.0)))
+        rows.append(("keep_rate", p, n, "keep probability p", ds.binomial_power(acceptance, n, p)))
+    alpha = ci_alpha("dropout.mask_distribution", sizes.MASK_FRACTION)
+    for p in sizes.TESTED_PROBABILITIES:
+        for width in sizes.MASK_WIDTHS:
+            groups = sizes.MASK_ELEMENTS // width
+            acceptance = ds.dispersion_acceptance(width, p, groups, alpha)
+            laws = {"fixed count per row": ds.fixed_counts(width, p),
+                    **{f"blocks of {k}": ds.block_counts(width, p, k) for k in (2, 4) if width % k == 0}}
+            rows += [("mask_distribution", p, width, name, ds.dispersion_power(acceptance, law, p, groups))
+                     for name, law in laws.items()]
+    alpha = ci_alpha("dropout.independence", sizes.INDEPENDENCE_FRACTION, share=0.5) / 4
+    pairs = sizes.INDEPENDENCE_ELEMENTS // 2  # neighbours at offset 0, even widths
+    for p in sizes.TESTED_PROBABILITIES:
+        acceptance = ds.binomial_acceptance(pairs, ds.agreement_rate(p), alpha)
+        for rho in (0.05, 0.1, 0.25):
+            rows.append(("independence", p, 0, f"neighbour correlation {rho}",
+                         ds.binomial_power(acceptance, pairs, ds.agreement_rate(p, rho))))
+        rows.append(("independence", p, 0, "blocks of 2 or 4 (pairs agree)", ds.binomial_power(acceptance, pairs, 1.0)))
+    alpha = ci_alpha("dropout.seeds", sizes.MASK_FRACTION) / 3
+    n = sizes.SEED_ELEMENTS
+    for p in sizes.TESTED_PROBABILITIES:
+        acceptance = ds.binomial_acceptance(n, ds.agreement_rate(p), alpha)
+        rows.append(("seeds", p, n, "seed ignored / seed % 2 (s + 2)", ds.binomial_power(acceptance, n, 1.0)))
+    return rows
+
+
+KNOWN_WEAK = {("mask_distribution", 0.5, 1, "fixed count per row"),  # d = 1, p = 1/2: both laws give S = R
+              ("keep_rate", 0.5, sizes.KEEP_RATE_ELEMENTS, "keep probability p")}  # p = 1 - p
+"""Where a test has no power, by the mathematics (the alternative is H0 there)."""
+
+
+def test_every_statistical_test_has_its_stated_power_at_its_ci_size():
+    weak = []
+    for test, p, width, alternative, power in power_table():
+        if (test, p, width, alternative) in KNOWN_WEAK or alternative.startswith("neighbour correlation"):
+            continue
+        if power < 1 - 1e-6:
+            weak.append((test, p, width, alternative, power))
+    assert not weak, weak
+
+
+def test_neighbour_correlation_power_is_stated_by_p():
+    """A copy-rho chain is caught with power >= 1 - 1e-6 at rho = 0.25 for every tested p, and at rho = 0.1 for
+    p >= 0.1 (the agreement rate moves by 2 rho p q: small p leaves little to move)."""
+    table = {(p, alternative): power for test, p, _, alternative, power in power_table() if test == "independence"}
+    assert all(table[(p, "neighbour correlation 0.25")] > 1 - 1e-6 for p in sizes.TESTED_PROBABILITIES)
+    assert all(table[(p, "neighbour correlation 0.1")] > 1 - 1e-6 for p in sizes.TESTED_PROBABILITIES if p >= 0.1)
