@@ -317,6 +317,12 @@ def _column_factor(terms: np.ndarray, u_acc: float, lam_value: float | None, pat
 
 
 def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value):
+    pieces = _backward_pieces(kind, row, q, weight, dy, u_acc, u_out, lam_value)
+    return pieces["dx"], pieces["dweight"], pieces["dbias"], pieces["rho_t"]
+
+
+def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value) -> dict:
+    """The per-row and per-element pieces of the backward bound (names as in :func:`backward_terms`)."""
     xi_of, eps_r_of, dx_of = _backward_functions(kind)
     width = row.shape[-1]
     scale = np.ones(width) if weight is None else np.asarray(weight, dtype=np.float64)
@@ -330,9 +336,10 @@ def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value):
         exact_dx = (g_prime - (first if kind == "ln" else 0) - q["normalized"] * second) * np.sqrt(q["inv_s2"])
         magnitudes = np.abs(g_prime) * (normalized + xi_j)
         phi_first, phi_second = _gradient_factors(width, u_acc, lam_value, g_prime, magnitudes)
+        eps_r = eps_r_of(*row_args)
         dx = dx_of(width, u_acc, u_out, _underflow(u_out), q["inv_s2"], np.abs(g_prime), normalized, xi_j,
                    mean(np.abs(g_prime)), mean(magnitudes), mean(np.abs(g_prime) * xi_j),
-                   np.abs(first), np.abs(second), np.abs(exact_dx), eps_r_of(*row_args), phi_first, phi_second)
+                   np.abs(first), np.abs(second), np.abs(exact_dx), eps_r, phi_first, phi_second)
         flat = (-1, width)
         lead = tuple(range(row.ndim - 1))
         dweight = None
@@ -346,7 +353,81 @@ def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value):
         dbias = _column_factor(upstream, u_acc, lam_value, upstream) * np.abs(dy).sum(axis=lead)
         dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_out + _underflow(u_out)
         rho_t = _rho_function(kind)(*row_args)
-    return dx, dweight, dbias, rho_t
+        dc1 = phi_first * mean(np.abs(g_prime)) if kind == "ln" else np.zeros_like(first)
+        dc2 = phi_second * mean(magnitudes) + mean(np.abs(g_prime) * xi_j)
+    return {"dx": dx, "dweight": dweight, "dbias": dbias, "rho_t": rho_t, "g_prime": g_prime, "xi": xi_j,
+            "eps_r": eps_r, "mean_error": factors[0] * q["mean_abs"], "c1": first, "c2": second, "dc1": dc1,
+            "dc2": dc2, "exact_dx": exact_dx}
+
+
+def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None) -> np.ndarray:
+    """Bound on |sum_i delta_i v_i| (row axis kept) for one rounding-size error |delta_i| <= ``bound`` per element:
+    bound sum|v| (worst case), or bound lambda ||v||_2 (Azuma, independent mean-zero deltas) where the model applies."""
+    worst = bound * np.sum(np.abs(values), axis=-1, keepdims=True)
+    if lam_value is None:
+        return worst
+    chance = lam_value * bound * np.sqrt(np.sum(np.square(values), axis=-1, keepdims=True))
+    return np.where(probabilistic.independent(values), np.minimum(worst, chance), worst)
+
+
+def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray, u_acc: float,
+                    u_out: float, kind: str, model: str = DEFAULT_BOUND) -> dict[str, np.ndarray]:
+    """Bounds on the errors of the gradient identities of a kernel's dx, per row, from their cancellation
+    (claim ln.gradient_identities), not from summed element bounds: {"sum": |sum_i dx_i - 0| (LayerNorm),
+    "c_dot": |c . dx - (eps/s^2) c . g'/s|}, c = x - mu (LN) or x (RMS), g' = gamma dy, r = 1/s.
+
+    The computed dx_i = r^ (g^_i - c1^ - x^_i c2^)(1 + rho_i)(1 + eta_i) with g^_i = g'_i (1 + alpha_i),
+    x^_i = (c_i - e) r^ (1 + theta_i), r^ = r (1 + eps_r), c1^ = c1 + e1, c2^ = c2 + e2 (the pieces of
+    :func:`backward_terms`). Since sum_i c_i = 0 and sum_i xhat_i = 0 (LayerNorm), to first order
+        sum_i dx_i = r [sum_i alpha_i g'_i - d e1 - (c2 + e2) sum_i (xhat_i theta_i - e r)] + combination roundings:
+    neither eps_r nor the per-element values survive (they did in sum_i B_i);
+        c . dx - value = r (1 + eps_r)[sum c_i alpha_i g'_i - e2 c . x^ - c2 sum c_i xhat_i theta_i + ...]
+                         - (2 eps_r + eps_r^2) r (c . g') sigma^2 r^2 + eps_r value:
+    the mean error e and e1 cancel (they multiply sum_i c_i = 0). Each sum of per-element roundings is bounded by
+    :func:`_rounding_sum` (worst case, or the probabilistic model).
+    """
+    kind = _check_kind(kind)
+    row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
+    q = _row_quantities(row, eps, kind)
+    rows, width = int(np.prod(row.shape[:-1])), row.shape[-1]
+    lam_value = _lam(model, rows * 12 + 2 * width)
+    p = _backward_pieces(kind, row, q, weight, upstream, u_acc, u_out, lam_value)
+    g = probabilistic.gamma
+    g_round, x_round, combine = g(1 + C_WEIGHT, u_acc), g(2 if kind == "ln" else 1, u_acc), g(C_COMBINE, u_acc)
+    outer, float64 = (1 + u_acc) * (1 + u_out) - 1, g(width, 2.0**-53)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r, eps_r, xhat, g_prime = np.sqrt(q["inv_s2"]), p["eps_r"], q["normalized"], p["g_prime"]
+        centred = xhat / r
+        magnitude = (np.abs(g_prime) * (1 + g_round) + np.abs(p["c1"]) + p["dc1"]
+                     + (np.abs(xhat) + p["xi"]) * (np.abs(p["c2"]) + p["dc2"]))
+        computed = np.abs(p["exact_dx"]) + p["dx"]  # |dx^_i| at most
+        rounding = {  # sum_i delta_i v_i of the roundings, per row
+            "g": _rounding_sum(g_prime, g_round, lam_value), "cg": _rounding_sum(centred * g_prime, g_round,
+                                                                                 lam_value),
+            "x": _rounding_sum(xhat, x_round, lam_value), "cx": _rounding_sum(centred * xhat, x_round, lam_value),
+            "combine": _rounding_sum(magnitude, combine, lam_value),
+            "c_combine": _rounding_sum(centred * magnitude, combine, lam_value),
+            "outer": _rounding_sum(computed, outer, lam_value), "c_outer": _rounding_sum(centred * computed, outer,
+                                                                                        lam_value)}
+        c2_hat = np.abs(p["c2"]) + p["dc2"]
+        shared = r * (1 + eps_r)
+        cg = np.abs(np.sum(centred * g_prime, axis=-1, keepdims=True))
+        spread = 1 - eps * q["inv_s2"]  # sigma^2 / s^2 (mean(x^2) / s^2 for RMSNorm)
+        c_dot = (shared * (rounding["cg"] + p["dc2"] * np.sum(np.abs(centred) * (np.abs(xhat) + p["xi"]), axis=-1,
+                                                                 keepdims=True)
+                           + c2_hat * (1 + eps_r) * rounding["cx"] + rounding["c_combine"])
+                 + rounding["c_outer"] + eps_r * (2 + eps_r) * r * cg * spread * (1 + eps_r)
+                 + eps_r * r * cg * eps * q["inv_s2"]
+                 + float64 * (np.sum(np.abs(centred) * computed, axis=-1, keepdims=True) + r * cg))
+        found = {"c_dot": c_dot[..., 0]}
+        if kind == "ln":
+            mean_part = (1 + eps_r) * (rounding["x"] + width * p["mean_error"] * (1 + x_round))
+            total = (shared * (rounding["g"] + width * p["dc1"] + c2_hat * mean_part + rounding["combine"])
+                     + rounding["outer"] + float64 * np.sum(computed, axis=-1, keepdims=True)
+                     + width * _underflow(u_out))
+            found["sum"] = total[..., 0]
+    valid = np.isfinite(p["dx"]).all(axis=-1)
+    return {name: np.where(valid, value, np.inf) for name, value in found.items()}
 
 
 def _composed_with_product(factor: np.ndarray, u_acc: float) -> np.ndarray:

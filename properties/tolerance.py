@@ -97,6 +97,24 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
 
+def identities(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+               dy: torch.Tensor, model: str | None = None) -> dict[str, np.ndarray]:
+    """Per-row bounds on the gradient identities of the kernel's dx, from their cancellation
+    (proofs.error_model.identity_bounds): {"c_dot": |c . dx - (eps/s^2) c . g'/s|, "sum": |sum_i dx_i| (LayerNorm)}."""
+    u_acc, u_out = unit_roundoffs(x.dtype)
+    if kernel.backward_precision == "storage":
+        u_acc = u_out
+    return error_model.identity_bounds(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
+                                       u_acc, u_out, kernel.kind, model or bound_in_use())
+
+
+def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:
+    """Whether the backward bound is finite on every row of x (it does not depend on the weight's or the upstream
+    gradient's finiteness: those only scale it)."""
+    bounds = backward(kernel, x, None, eps, torch.ones_like(x), model)
+    return all(bool(np.all(np.isfinite(b))) for b in bounds.values())
+
+
 def of_sum(bounds: np.ndarray, coefficients: np.ndarray | float = 1.0, axis: int = -1) -> np.ndarray:
     """Bound on the error of sum_i a_i y_i when each y_i is off by at most b_i: sum_i |a_i| b_i
     (a zero coefficient contributes nothing, even where b_i is inf)."""

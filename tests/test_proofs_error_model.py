@@ -152,3 +152,32 @@ def test_a_backward_without_the_mean_term_breaks_the_bound():
     exact = oracles.layernorm_vjp(row, None, eps, upstream)[0]
     bound = error_model.backward_bound(row, None, eps, upstream, U32, U32, "ln")[0]
     assert worst_ratio(wrong, exact, bound) > 100
+
+
+def _identity_errors(row, upstream, dx, eps):
+    centred = row - row.mean(-1, keepdims=True)
+    s = np.sqrt((centred**2).mean(-1) + eps)
+    return {"sum": np.abs(dx.sum(-1)),
+            "c_dot": np.abs((centred * dx).sum(-1) - eps / s**2 * (centred * upstream).sum(-1) / s)}
+
+
+@pytest.mark.parametrize("model", error_model.BOUNDS)
+@pytest.mark.parametrize("width", [8, 64, 1024, 4096])
+def test_identity_bounds_hold_for_a_float32_backward_and_catch_a_missing_mean_term(model, width):
+    """The identities' bounds from their cancellation (error_model.identity_bounds) cover a float32 simulation of
+    the backward in both orders; a backward without the mean term (sum dx = r d mean(g) != 0) breaks the sum
+    bound by a wide margin even at d = 4096 and |mean|/std = 300, where the summed element bounds did not."""
+    rng = np.random.default_rng(width)
+    eps = 1e-5
+    for shift in (0.0, 10.0, 300.0):
+        row = simulate.adversarial_rows(rng, 4, width, shift, np.float32)
+        upstream = (rng.normal(size=row.shape) + 0.5).astype(np.float32).astype(np.float64)
+        bounds = error_model.identity_bounds(row, None, eps, upstream, U32, U32, "ln", model)
+        for order in ("sequential", "pairwise"):
+            dx = simulate.layernorm_backward(row, upstream, eps, order=order).astype(np.float64)
+            errors = _identity_errors(row, upstream, dx, eps)
+            assert all((errors[name] <= bounds[name]).all() for name in errors), (order, shift)
+        rstd = 1 / np.sqrt(((row - row.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True) + eps)
+        normalized = (row - row.mean(-1, keepdims=True)) * rstd
+        wrong = rstd * (upstream - normalized * (upstream * normalized).mean(-1, keepdims=True))
+        assert (_identity_errors(row, upstream, wrong, eps)["sum"] > 10 * bounds["sum"]).all(), shift

@@ -157,6 +157,26 @@ def _float32_sums_within_the_probabilistic_factor() -> bool:
     return error > 2 * sqrt_bound and not probabilistic.independent(constant)[0, 0]
 
 
+def _identity_cancellation_steps() -> tuple:
+    """What survives of the kernel's errors in sum_i dx_i and c . dx (d = 3 written out; error_model.identity_bounds):
+    with g^_i = g_i (1 + alpha_i), c1^ = c1 + e_1, x^_i = xhat_i + xi_i, c2^ = c2 + e_2, sum g = 3 c1, sum xhat = 0
+    and sum c = 0, the error e_1 of the mean term cancels from c . dx, and the per-element xhat_i c2 from the sum."""
+    g, alpha, xh, xi, c = (sp.symbols(f"{name}_1:4", real=True) for name in ("g", "alpha", "xhat", "xi", "c"))
+    c1, c2, e1, e2 = sp.symbols("c_1 c_2 e_1 e_2", real=True)
+    t = [g[k] * (1 + alpha[k]) - (c1 + e1) - (xh[k] + xi[k]) * (c2 + e2) for k in range(3)]
+    zero_sums = {xh[2]: -xh[0] - xh[1], c[2]: -c[0] - c[1]}
+    return (
+        Equal(sum(t).subs(c1, sum(g) / 3), sum(g[k] * alpha[k] for k in range(3)) - 3 * e1 - (c2 + e2) * sum(xi),
+              r"$\sum_i (\hat g_i - \hat c_1 - \hat x_i \hat c_2) = \sum_i \alpha_i g_i - d e_1 - \hat c_2 \sum_i "
+              r"\xi_i$: the exact part is 0 and no per-element $\hat x_i c_2$ survives (identity $\sum dx = 0$)",
+              aggregates={}, given=zero_sums),
+        Equal(sum(c[k] * t[k] for k in range(3)),
+              sum(c[k] * (g[k] * (1 + alpha[k]) - (xh[k] + xi[k]) * (c2 + e2)) for k in range(3)),
+              r"$c \cdot \hat t$: the mean term and its error $e_1$ multiply $\sum_i c_i = 0$ (identity $c\cdot dx$)",
+              aggregates={}, given=zero_sums),
+    )
+
+
 _lam, _events, _false_alarm, _q, _c = sp.symbols(r"\lambda N p Q c", positive=True)
 
 
@@ -211,6 +231,7 @@ def _error_model() -> Derivation:
     drho = sp.diff((1 - rho) ** sp.Rational(-1, 2) + (1 + rho) ** sp.Rational(-1, 2), rho)
     return Derivation((
         *_probabilistic_steps(),
+        *_identity_cancellation_steps(),
         Fact(r"|\mathrm{fl}(\textstyle\sum_k x_k) - \sum_k x_k| \le \gamma_{d-1}\sum_k|x_k|,\ "
              r"\gamma_m = \frac{m u}{1-m u}, \text{ any order}",
              "Higham (2002) Lemma 3.1 and eq. (4.4); checked on float32 sequential and pairwise sums",
