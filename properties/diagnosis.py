@@ -51,8 +51,9 @@ class Match:
     width: float  # total bound over the checked elements
     prediction: Prediction = field(compare=False, repr=False)
 
-    def as_json(self) -> dict:
-        return {"mechanism": self.mechanism, "ratio": self.ratio, "text": self.text}
+    def as_json(self, leading: bool) -> dict:
+        """``leading``: among the mechanisms the sentence names (the best, and those predicting the same)."""
+        return {"mechanism": self.mechanism, "ratio": self.ratio, "text": self.text, "leading": leading}
 
     @property
     def rank(self) -> tuple:
@@ -153,7 +154,7 @@ def of_forward(kernel: Kernel, x, weight, bias, eps: float, got: torch.Tensor):
         if not final_example():
             return None
         matches = explaining(kernel, case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}, "forward")
-        return [m.as_json() for m in matches], sentence(f"{kernel.prefix}.forward", ratio, matches, kernel)
+        return reported(f"{kernel.prefix}.forward", ratio, matches, kernel)
 
     return diagnose
 
@@ -166,9 +167,15 @@ def of_backward(kernel: Kernel, claim: str, x, weight, eps: float, dy, got: dict
             return None
         values = {name: norms.as_float64(g) for name, g in got.items()}
         matches = explaining(kernel, case_of(kernel, x, weight, None, eps, dy), values, "backward")
-        return [m.as_json() for m in matches], sentence(f"{kernel.prefix}.{claim}", ratio, matches, kernel)
+        return reported(f"{kernel.prefix}.{claim}", ratio, matches, kernel)
 
     return diagnose
+
+
+def reported(claim: str, ratio: float, matches: list[Match], kernel: Kernel) -> tuple[list[dict], str]:
+    """(the diagnosis as the evidence records it, the sentence)."""
+    top = leading(matches)
+    return [m.as_json(m in top) for m in matches], sentence(claim, ratio, matches, kernel)
 
 
 def final_example() -> bool:

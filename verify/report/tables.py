@@ -31,7 +31,9 @@ def _kernels(column: Column) -> str:
             text += f" ({kernel.get('name')})"
         if kernel.get("weight_offset"):
             text += f", weight offset {kernel['weight_offset']:g}"
-        if kernel.get("backward_precision") == "storage":
+        if kernel.get("conventions"):
+            text += f", declared conventions: {', '.join(kernel['conventions'])}"
+        elif kernel.get("backward_precision") == "storage":  # results written before conventions existed
             text += ", backward declared in the storage precision"
         if (kernel.get("capabilities") or {}).get("backward") is False:
             text += ", no backward"
