@@ -7,6 +7,10 @@ P = I - 11^T/d - xhat xhat^T/d (LayerNorm) or I - xhat xhat^T/d (RMSNorm), xhat 
     both:       c . dx = (eps / s^2) * c . (gamma * dy) / s
     both:       dgamma = sum over rows of dy * xhat (from x, not from the output)
     LayerNorm:  dbeta = sum over rows of dy
+
+The two identities of dx are bounded from their cancellation (properties.tolerance.identities: the error of the
+mean term and the per-element terms that cancel exactly are not counted), not by summing element bounds; under
+declared conventions the elements' widening (properties.diagnosis) is added, summed.
 """
 
 from __future__ import annotations
@@ -40,16 +44,19 @@ def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: t
     s = np.sqrt(np.mean(centred**2, axis=-1) + eps)
     scaled_dy = dy64 if gamma is None else gamma * dy64
     dx = norms.as_float64(got["x"])
+    structured = tolerance.identities(kernel, x, weight, eps, dy)
+    widening = bounds["x"] - tolerance.backward(kernel, x, weight, eps, dy)["x"]  # 0 without declared conventions
     comparisons = [outcome.compare(np.sum(centred * dx, -1),
                                    eps / s**2 * np.sum(centred * scaled_dy, -1) / s,
-                                   tolerance.of_sum(bounds["x"], centred), "c . dx")]
+                                   structured["c_dot"] + tolerance.of_sum(widening, centred), "c . dx")]
     rows = dy64.reshape(-1, dy64.shape[-1])
     if "weight" in got:
         xhat = (centred / s[..., None]).reshape(rows.shape)
         comparisons.append(outcome.compare(got["weight"], (rows * xhat).sum(0), bounds["weight"],
                                            "dgamma - sum of dy xhat"))
     if kernel.kind == "layernorm":
-        comparisons.append(outcome.compare(dx.sum(-1), 0.0, tolerance.of_sum(bounds["x"]), "sum of dx"))
+        comparisons.append(outcome.compare(dx.sum(-1), 0.0, structured["sum"] + tolerance.of_sum(widening),
+                                           "sum of dx"))
         if "bias" in got:
             comparisons.append(outcome.compare(got["bias"], rows.sum(0), bounds["bias"], "dbias - sum of dy"))
     outcome.conclude(comparisons, "a gradient identity of the derivation does not hold for the kernel's backward",
