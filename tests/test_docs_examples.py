@@ -2,9 +2,9 @@
 
 The convention, for whoever writes the docs:
 
-- A code example is a fenced block with a language (```python, ```yaml, ...) or an indented block whose
-  first line is a command (``normverify``, ``pytest``, ``python``, ``make``, ``pip``) or a file header.
-  Other indented blocks (formulas, schemas, diagrams) are text.
+- A code example is a fenced block with a language (```python, ```yaml, ...; not ```text) or an indented
+  block whose first line is a command (``normverify``, ``pytest``, ``python``, ``make``, ``pip``), or any
+  block with a file header. Other blocks (output, formulas, schemas, diagrams) are text.
 - A block whose first line is ``# NAME.EXT`` is a file: it is written, under NAME, to the directory the
   document's commands run in (a Python file is also compiled). A Python block without one is run, and
   must exit 0.
@@ -36,6 +36,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMANDS = ("normverify", "pytest", "python", "make", "pip")
+TEXT = ("", "text", "txt")  # fence languages of output and prose
 FILE_HEADER = re.compile(r"^#\s+([\w.-]+\.\w+)\s*$")
 ANNOTATION = re.compile(r"^<!--\s*doc-example:\s*(.*?)\s*-->$")
 PLACEHOLDER = re.compile(r"(^|\s)[A-Z][A-Z_]+\b|\.\.\.|\[")
@@ -62,7 +63,9 @@ class Block:
     @property
     def is_example(self) -> bool:
         first = self.text.splitlines()[0]
-        return bool(self.language) or self.file_name is not None or Path(first.split()[0]).name in COMMANDS
+        if self.file_name is not None or self.language not in TEXT:
+            return True
+        return not self.language and Path(first.split()[0]).name in COMMANDS
 
 
 def blocks(doc: Path) -> list[Block]:
