@@ -51,6 +51,10 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    context, ``triton.runtime.driver.active``), which raises without CUDA, often at import. Without CUDA,
    :mod:`kernels.cuda_stand_ins` answers for one small stand-in device (4 SMs, so per-SM grids stay small).
 
+9. ``JITFunction.run`` returns the ``CompiledKernel``, which launchers keep and launch again as
+   ``kernel[grid](*args)`` (FlagGems' ``LibEntry``); the interpreter returns None ("'NoneType' object is
+   not subscriptable" on the second call). A launch on CPU tensors returns an :class:`InterpretedLaunch`.
+
 Also: numpy's floating-point warnings are silenced during a launch (a GPU raises none for NaN/inf).
 
 Not covered: ``inline_asm``, tensor descriptors beyond what the interpreter already supports.
@@ -351,10 +355,33 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
             patches.restore()
 
 
+class InterpretedLaunch:
+    """What a launch on CPU tensors returns in place of the ``CompiledKernel`` (gap 9): launchable again as
+    ``kernel[grid](*args)``, as launchers that cache compiled kernels do (FlagGems' ``LibEntry``). ``args`` are
+    every parameter's value in order, or the non-constexpr ones only; the constexprs default to the first
+    launch's (a compiled kernel has them built in)."""
+
+    def __init__(self, kernel: JITFunction, args: tuple, kwargs: dict) -> None:
+        self._kernel = kernel
+        given = {**dict(zip(kernel.arg_names, args, strict=False)), **kwargs}
+        self._constexprs = {p.name: given[p.name] for p in kernel.params if p.is_constexpr and p.name in given}
+
+    def __getitem__(self, grid) -> Callable[..., None]:
+        def launch(*args, stream=None) -> None:
+            params = self._kernel.params
+            names = [p.name for p in params] if len(args) == len(params) else [
+                p.name for p in params if not p.is_constexpr]
+            named = {**self._constexprs, **dict(zip(names, args, strict=True))}
+            interpreted_twin(self._kernel).run(grid=grid, warmup=False, **named)
+
+        return launch
+
+
 def _jit_run(self: JITFunction, *args, grid, warmup, **kwargs):
     """``JITFunction.run``: compiled on CUDA tensors (unchanged), interpreted when every tensor is on the CPU."""
     if _all_on_cpu(args, kwargs):
-        return interpreted_twin(self).run(*args, grid=grid, warmup=warmup, **kwargs)
+        interpreted_twin(self).run(*args, grid=grid, warmup=warmup, **kwargs)
+        return InterpretedLaunch(self, args, kwargs)
     return _original_jit_run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
 

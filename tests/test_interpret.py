@@ -167,6 +167,18 @@ def test_helpers_reached_through_a_module_alias():
     assert isinstance(tle.program_id, JITFunction)  # restored after the launch
 
 
+def test_a_launch_returns_a_kernel_that_launches_again():
+    """Launchers that cache what run() returns and relaunch it (FlagGems' LibEntry: kernel[grid](*args))."""
+    x = torch.randn(40)
+    y = torch.empty_like(x)
+    kernel = _axpb.run(x, y, 40, 2.0, 1.0, grid=(3,), warmup=False, BLOCK=16)
+    assert torch.equal(y, x * 2.0 + 1.0)
+    kernel[(3,)](x, y, 40, -1.0, 0.5)  # the non-constexpr arguments; BLOCK as first launched
+    assert torch.equal(y, x * -1.0 + 0.5)
+    kernel[(1,)](x, y, 40, 3.0, 0.0, 64)  # every argument
+    assert torch.equal(y, x * 3.0)
+
+
 @pytest.mark.parametrize("has_lo", [True, False])
 def test_and_or_not_on_block_tensors_are_elementwise(has_lo):
     n, lo, block = 13, 4, 16
