@@ -7,7 +7,10 @@ Subcommands live one per module in :mod:`verify.commands`; each module defines
     def configure(parser: argparse.ArgumentParser) -> None
     def run(args: argparse.Namespace) -> int    # the exit code
 
-and is found by discovery, so a subcommand exists exactly when its module does.
+and is found by discovery, so a subcommand exists exactly when its module does. Discovery imports every
+command module to build the parser, so a module imports its heavy dependencies (torch, triton, sympy,
+hypothesis, pytest, the suite) inside ``run``: ``normverify --help`` and usage errors answer at once
+(tests/test_cli_startup.py).
 Exit codes: 0 success, 1 a check failed, 2 bad usage (argparse's convention) or an input that
 cannot be loaded; :class:`core.errors.UsageError` raised by a command becomes one line on
 stderr and exit 2.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -59,3 +63,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"normverify {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (normverify list | head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -15,7 +15,6 @@ import dataclasses
 import importlib
 import importlib.util
 
-from core.adapters.modules import kernel_from_module_class
 from core.kernel import Builtin, Kernel
 
 # builtin name -> (module, class, weight_offset, what it computes, declared conventions: proofs.mechanisms)
@@ -42,6 +41,8 @@ def _loader(name: str):
     module_name, class_name, weight_offset, description, conventions = HF_NORMS[name]
 
     def load() -> list[Kernel]:
+        from core.adapters.modules import kernel_from_module_class
+
         cls = getattr(importlib.import_module(module_name), class_name)
         kernel = kernel_from_module_class(cls, name, "rmsnorm", name=name, weight_offset=weight_offset,
                                           description=f"transformers {class_name}: {description}")

@@ -19,10 +19,12 @@ through :mod:`kernels.interpret` (fp32 and fp16; the interpreter cannot compute 
 from __future__ import annotations
 
 import importlib.util
-
-import torch
+from typing import TYPE_CHECKING
 
 from core.kernel import Builtin, Kernel
+
+if TYPE_CHECKING:
+    import torch
 
 # builtin name -> (offset, casting mode, what it is)
 RMS_MODES = {
@@ -51,6 +53,7 @@ def _prepare() -> None:
 
 def _load_layernorm() -> list[Kernel]:
     _prepare()
+    import torch
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 
     def layernorm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,

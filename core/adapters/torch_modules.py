@@ -15,15 +15,16 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
-import torch
-import torch._functorch.config as functorch_config
-
-from core.adapters.modules import kernel_from_module_class
-from core.adapters.torch_native import layer_norm_backward_precision
 from core.kernel import Builtin, Kernel
 
 
 def _load(spec: str, compile: bool) -> list[Kernel]:
+    import torch
+    import torch._functorch.config as functorch_config
+
+    from core.adapters.modules import kernel_from_module_class
+    from core.adapters.torch_native import layer_norm_backward_precision
+
     if compile:
         functorch_config.donated_buffer = False
     how = "torch.compile(nn.{})" if compile else "nn.{}"
@@ -40,12 +41,14 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
 
 
 def _compile_unavailable() -> str | None:
+    compilers = ("g++", "c++", "clang++")
+    if any(shutil.which(c) for c in compilers):
+        return None
+    import torch  # without a C++ compiler only a CUDA device (Triton code) can compile
+
     if torch.cuda.is_available():
         return None
-    compilers = ("g++", "c++", "clang++")
-    if not any(shutil.which(c) for c in compilers):
-        return f"torch.compile on a CPU needs a C++ compiler ({', '.join(compilers)}); none is on PATH"
-    return None
+    return f"torch.compile on a CPU needs a C++ compiler ({', '.join(compilers)}); none is on PATH"
 
 
 BUILTINS = [

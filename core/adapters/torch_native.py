@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from core.kernel import Builtin, Kernel
 
+if TYPE_CHECKING:
+    import torch
+
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    from torch.nn import functional as F
+
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    from torch.nn import functional as F
+
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     """F.dropout in training mode, with the global generator seeded inside a forked RNG state."""
+    import torch
+    from torch.nn import functional as F
+
     devices = [x.device] if x.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -32,6 +41,8 @@ def layer_norm_backward_precision() -> str:
     the float32-accumulation bound at d = 2, where dx cancels). On CUDA they are float32.
     tests/test_corpus_units.py checks the CPU fact, so the declaration cannot outlive it.
     """
+    import torch
+
     return "float32" if torch.cuda.is_available() else "storage"
 
 

@@ -11,10 +11,12 @@ Compiled Triton on a CUDA device (float32, float16, bfloat16); Triton's interpre
 from __future__ import annotations
 
 import importlib.util
-
-import torch
+from typing import TYPE_CHECKING
 
 from core.kernel import Builtin, Kernel
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _unavailable() -> str | None:
@@ -24,6 +26,8 @@ def _unavailable() -> str | None:
 
 
 def _device_and_dtypes() -> tuple[str, tuple[torch.dtype, ...]]:
+    import torch
+
     if torch.cuda.is_available():
         return "cuda", (torch.float32, torch.float16, torch.bfloat16)
     return "cpu", (torch.float32, torch.float16)

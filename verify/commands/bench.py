@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -44,6 +43,8 @@ def _table(results, ratios) -> Table:
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
+    import torch
+
     if not torch.cuda.is_available():
         console.print("normverify bench: no CUDA device here, nothing measured (the benchmark needs a GPU; "
                       "the CPU interpreter's timings say nothing about one)")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from properties.counterexamples import ReplayResult, describe, replay
+if TYPE_CHECKING:
+    from properties.counterexamples import ReplayResult
 
 NAME = "replay"
 HELP = "re-run a saved counterexample (exit 1 if it still fails, 0 if it passes)"
@@ -24,6 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def show(result: ReplayResult, console: Console) -> None:
     """One status line, the claim and kernel, expected vs got side by side, the message and the inputs."""
+    from properties.counterexamples import describe
+
     head = Text.assemble((result.outcome.upper(), STYLES[result.outcome]), f"  {result.claim} on {result.kernel}")
     console.print(head)
     facts = Table.grid(padding=(0, 2))
@@ -44,6 +48,8 @@ def show(result: ReplayResult, console: Console) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from properties.counterexamples import replay  # torch: only when replaying
+
     result = replay(args.file, args.kernel)
     show(result, Console(highlight=False))
     return 0 if result.passed else 1

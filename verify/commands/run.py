@@ -18,9 +18,6 @@ from rich.text import Text
 from core.errors import UsageError
 from core.registry import KINDS
 from core.results import FAILING
-from properties.profiles import PROFILES
-from properties.profiles import chosen as chosen_profile
-from properties.results import claim_patterns
 from verify import runner
 
 NAME = "run"
@@ -38,6 +35,15 @@ def workers(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected a number of workers or 'auto', not {text!r}")
 
 
+def profile_name(text: str) -> str:
+    """``--profile``: a Hypothesis profile of properties.profiles (imported only when the option is given)."""
+    from properties.profiles import PROFILES
+
+    if text not in PROFILES:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(PROFILES)}, not {text!r}")
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", action="append", required=True, metavar="SPEC",
                         help="kernel under test: a built-in (normverify list), MODULE:ATTR or PATH.py:ATTR; "
@@ -45,8 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=KINDS, help="the kernel's kind where it cannot be inferred; "
                                                       "also restricts the run to it")
     parser.add_argument("--claims", metavar="IDS", help="only these claims: comma-separated ids or globs, e.g. 'ln.*'")
-    parser.add_argument("--profile", choices=PROFILES,
-                        help="Hypothesis profile (default: NORMVERIFY_PROFILE, else ci: derandomized)")
+    parser.add_argument("--profile", type=profile_name, metavar="NAME",
+                        help="Hypothesis profile: ci (derandomized), dev (random, quick) or thorough "
+                             "(default: NORMVERIFY_PROFILE, else ci)")
     parser.add_argument("-n", dest="workers", type=workers, default="auto", metavar="N|auto",
                         help="worker processes (pytest-xdist; default auto, 0 for one process)")
     parser.add_argument("--json", type=Path, metavar="PATH",
@@ -64,6 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from properties.profiles import chosen as chosen_profile  # the suite (hypothesis, pytest, torch): only to run
+    from properties.results import claim_patterns
+
     report_writer = _report_writer(args)
     json_path = (args.json or (args.report / "results.json" if args.report else DEFAULT_JSON)).resolve()
     request = runner.RunRequest(specs=args.kernel, json_path=json_path, kind=args.kind,
