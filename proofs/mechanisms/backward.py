@@ -42,7 +42,7 @@ from proofs.algebra import (
     x,
 )
 from proofs.derivation import Derivation, Equal
-from proofs.mechanisms.base import Case, Mechanism, Prediction, gradients, normalized, replaced
+from proofs.mechanisms.base import Case, Mechanism, Prediction, gradients, normalized, replaced, row_statistics
 from proofs.probabilistic import gamma as gamma_n
 
 LN, BOTH = frozenset({"ln"}), frozenset({"ln", "rms"})
@@ -58,10 +58,10 @@ def _xhat(kind: str, index: sp.Symbol) -> sp.Expr:
 
 
 def _row_statistics(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """(xhat, 1/s) in float64, trailing axis kept for 1/s."""
-    centred = case.x - case.x.mean(axis=-1, keepdims=True) if case.kind == "ln" else case.x
-    inverse = 1 / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True) + case.eps)
-    return centred * inverse, inverse
+    """(xhat, 1/s) in float64, the row axis kept for 1/s."""
+    rows = row_statistics(case)
+    inverse = 1 / np.sqrt(rows["spread"] + case.eps)
+    return (case.x - rows["mean"]) * inverse, inverse
 
 
 def _g(case: Case) -> np.ndarray:

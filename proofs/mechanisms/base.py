@@ -63,8 +63,6 @@ class Case:
     def u_out(self) -> float:
         return error_model.unit_roundoff(self.storage)
 
-    def with_(self, **changes) -> Case:
-        return Case(**{**self.__dict__, **changes})
 
 
 @dataclass(frozen=True)
@@ -99,6 +97,16 @@ class Mechanism:
         """``title`` for this storage dtype, with the variant's detail."""
         text = self.title.format(storage=storage)
         return f"{text} ({detail})" if detail else text
+
+
+def row_statistics(case: Case) -> dict[str, np.ndarray]:
+    """Per row, the row axis kept, in float64: the mean (0 for RMSNorm), the spread mean((x - mean)^2) (sigma^2, or
+    q for RMSNorm), mean|x|, mean(x^2)."""
+    row = case.x
+    mean = row.mean(axis=-1, keepdims=True) if case.kind == "ln" else np.zeros((*row.shape[:-1], 1))
+    return {"mean": mean, "spread": np.mean((row - mean) ** 2, axis=-1, keepdims=True),
+            "mean_abs": np.mean(np.abs(row), axis=-1, keepdims=True),
+            "mean_square": np.mean(row**2, axis=-1, keepdims=True)}
 
 
 # --- the correct model, and the same computation at other parameters ---------------------------------------------

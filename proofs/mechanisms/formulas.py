@@ -18,6 +18,8 @@ error model's bound of that computation (:func:`proofs.mechanisms.base.normalize
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import sympy as sp
 
@@ -40,7 +42,7 @@ from proofs.algebra import (
     x,
 )
 from proofs.derivation import Derivation, Equal
-from proofs.mechanisms.base import Case, Mechanism, Prediction, normalized
+from proofs.mechanisms.base import Case, Mechanism, Prediction, normalized, row_statistics
 
 LN, RMS, BOTH = frozenset({"ln"}), frozenset({"rms"}), frozenset({"ln", "rms"})
 FIXED_EPS_CANDIDATES = (0.0, 1e-5, 1e-6, 1e-8, 1e-12)  # the defaults kernels hard-code (0: no eps at all)
@@ -55,11 +57,9 @@ def _output(kind: str) -> sp.Expr:
 
 
 def _row_statistics(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, sigma^2) per row for LN, (0, q = mean(x^2)) for RMSNorm; leading axes only."""
-    if case.kind == "rms":
-        return np.zeros(case.x.shape[:-1]), np.mean(case.x**2, axis=-1)
-    mean = case.x.mean(axis=-1)
-    return mean, np.mean((case.x - mean[..., None]) ** 2, axis=-1)
+    """(mean, spread) per row, leading axes only (base.row_statistics without the row axis)."""
+    rows = row_statistics(case)
+    return rows["mean"][..., 0], rows["spread"][..., 0]
 
 
 def _ones(case: Case) -> np.ndarray:
@@ -128,8 +128,8 @@ def _fixed_eps_derivation() -> Derivation:
 
 
 def _fixed_eps(case: Case) -> list[Prediction]:
-    return [Prediction(**{**normalized(case, eps=constant).__dict__, "detail": f"eps = {constant:g} used instead "
-                          f"of {case.eps:g}"}) for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
+    return [replace(normalized(case, eps=constant), detail=f"eps = {constant:g} used instead of {case.eps:g}")
+            for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
 
 
 # --- max(sigma^2, eps) ------------------------------------------------------------------------------------------
@@ -168,9 +168,9 @@ def _weight_offset_derivation() -> Derivation:
 def _weight_offset(case: Case) -> list[Prediction]:
     if case.gamma is None:
         return []
-    return [Prediction(**{**normalized(case, gamma=case.gamma + shift).__dict__, "detail": detail})
-            for shift, detail in ((-1.0, "the declared 1 + w offset is missing: scales by w"),
-                                  (1.0, "scales by 1 + w, an offset that is not declared"))]
+    variants = ((-1.0, "the declared 1 + w offset is missing: scales by w"),
+                (1.0, "scales by 1 + w, an offset that is not declared"))
+    return [replace(normalized(case, gamma=case.gamma + shift), detail=detail) for shift, detail in variants]
 
 
 # --- sum instead of mean of squares -----------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def _no_centering_derivation() -> Derivation:
 
 
 def _no_centering(case: Case) -> list[Prediction]:
-    rms = normalized(case.with_(kind="rms", beta=None))
+    rms = normalized(replace(case, kind="rms", beta=None))
     shift = np.zeros(case.x.shape[-1]) if case.beta is None else case.beta
     one_more = (1 + case.u_acc) * (1 + case.u_out) - 1  # the addition of beta, rounded, then stored
     y = rms.values["y"] + shift
@@ -254,8 +254,8 @@ def _padded_lanes(case: Case) -> list[Prediction]:
     v_prime = (width * spread + width * (mean - m_prime) ** 2 + (lanes - width) * m_prime**2) / lanes
     shift = np.zeros(width) if case.beta is None else case.beta
     beta_prime = shift + _ones(case) * ((mean - m_prime) / np.sqrt(v_prime + case.eps))[..., None]
-    return [Prediction(**{**normalized(case, beta=beta_prime, eps=v_prime + case.eps - spread).__dict__,
-                          "detail": f"a block of {lanes} lanes for d = {width}"})]
+    return [replace(normalized(case, beta=beta_prime, eps=v_prime + case.eps - spread),
+                    detail=f"a block of {lanes} lanes for d = {width}")]
 
 
 MECHANISMS = (

@@ -30,7 +30,17 @@ import sympy as sp
 from proofs import error_model, oracles, probabilistic, simulate
 from proofs.algebra import d, mu, row_sum, var, x
 from proofs.derivation import Derivation, Equal, Fact
-from proofs.mechanisms.base import FLOAT_MAX, Case, Mechanism, Prediction, gradients, interval, replaced, round_to
+from proofs.mechanisms.base import (
+    FLOAT_MAX,
+    Case,
+    Mechanism,
+    Prediction,
+    gradients,
+    interval,
+    replaced,
+    round_to,
+    row_statistics,
+)
 from proofs.probabilistic import gamma as gamma_n
 
 LN, BOTH = frozenset({"ln"}), frozenset({"ln", "rms"})
@@ -50,15 +60,6 @@ def _times(lo: np.ndarray, hi: np.ndarray, factor: np.ndarray) -> tuple[np.ndarr
     return np.minimum(a, b), np.maximum(a, b)
 
 
-def _rows(case: Case) -> dict[str, np.ndarray]:
-    """Per row (trailing axis kept): mean (0 for RMSNorm), the centred spread (sigma^2 or q), mean|x|, mean(x^2)."""
-    row = case.x
-    mean = row.mean(axis=-1, keepdims=True) if case.kind == "ln" else np.zeros((*row.shape[:-1], 1))
-    return {"mean": mean, "spread": np.mean((row - mean) ** 2, axis=-1, keepdims=True),
-            "mean_abs": np.mean(np.abs(row), axis=-1, keepdims=True),
-            "mean_square": np.mean(row**2, axis=-1, keepdims=True)}
-
-
 def _sum_error(case: Case, terms: np.ndarray, u: float, roundings: int) -> np.ndarray:
     """Relative error factor of a row sum of ``terms`` (axis kept), relative to sum|terms|, with ``roundings`` more
     roundings of each term or of the result: the error model's sum factor (proofs.probabilistic.sum_factor:
@@ -72,14 +73,14 @@ def _mean_error(case: Case, u: float) -> np.ndarray:
     """Bound on |mu_hat - mu| per row (axis kept): the sum of x and the division; 0 for RMSNorm."""
     if case.kind == "rms":
         return np.zeros((*case.x.shape[:-1], 1))
-    return _sum_error(case, case.x, u, 1) * _rows(case)["mean_abs"]
+    return _sum_error(case, case.x, u, 1) * row_statistics(case)["mean_abs"]
 
 
 def _two_pass_t(case: Case, u: float, eps_values: tuple[float, ...], welford: bool) -> tuple[np.ndarray, ...]:
     """(E, t_lo, t_hi) of a two-pass (or, with ``welford``, Welford) computation with roundoff u: the error model's
     pieces as an interval. sum (x - mu_hat)^2 = d sigma^2 + d e^2, |e| <= E; each term rounded 3 times
     (subtraction, square), the sum, the division; Welford adds 2 gamma_{d+1} kappa s^2 (proofs.error_model)."""
-    q = _rows(case)
+    q = row_statistics(case)
     width = case.x.shape[-1]
     mean_error = _mean_error(case, u)
     relative = _sum_error(case, (case.x - q["mean"]) ** 2, u, 4)
@@ -92,7 +93,7 @@ def _two_pass_t(case: Case, u: float, eps_values: tuple[float, ...], welford: bo
 
 def _normalized(case: Case, u: float, mean_error, t_lo, t_hi) -> tuple[np.ndarray, np.ndarray]:
     """The interval of the computed x_hat = fl(fl(x - mu_hat) fl(1/sqrt(t)))."""
-    centred = case.x - _rows(case)["mean"]
+    centred = case.x - row_statistics(case)["mean"]
     a_lo, a_hi = _widened(centred - mean_error, centred + mean_error, u)
     rsqrt = gamma_n(error_model.C_RSQRT, u)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -117,7 +118,7 @@ def _affine(case: Case, lo, hi, u: float) -> Prediction:
 def _overflows(case: Case, mean_error: np.ndarray) -> np.ndarray:
     """Rows whose two-pass sums (of |x|, of (x - mu_hat)^2) may exceed half the storage dtype's largest value (the
     other half for the sums' own errors): the model does not apply there."""
-    q = _rows(case)
+    q = row_statistics(case)
     total = case.x.shape[-1] * np.maximum(q["mean_abs"], q["spread"] + mean_error**2)
     return total >= FLOAT_MAX[case.storage] / 2
 
@@ -127,7 +128,7 @@ def _overflows(case: Case, mean_error: np.ndarray) -> np.ndarray:
 
 def _one_pass(case: Case) -> list[Prediction]:
     u = case.u_acc
-    q = _rows(case)
+    q = row_statistics(case)
     mean_error = _mean_error(case, u)
     squares = _sum_error(case, case.x**2, u, 2)
     nearest = np.maximum(np.abs(q["mean"]) - mean_error, 0.0) ** 2 * (1 - u)
