@@ -18,6 +18,7 @@ from core import guard
 from core.capabilities import dtype_name
 from properties import dropout_statistics as statistics
 from properties import norms, outcome, tolerance
+from properties.checks.contracts import strided
 from properties.dropout_statistics import Finding
 
 
@@ -112,21 +113,19 @@ def check_seeds(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> N
               p=p, d=x.shape[-1], seed=seed)
 
 
-def non_contiguous_views(x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """x [R, d] seen transposed ([d, R], strides (1, d)) and with every other column ([R, d/2], strides (d, 2))."""
-    return {"transposed": x.t(), "every other column": x[:, ::2]}
+LAYOUTS = ("transposed", "every other column")
 
 
 def check_layout_invariance(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
-    """The mask of a non-contiguous view passes the dispersion and independence tests (alpha / 2 per view, half of
-    it for the dispersion, half for the independence tests)."""
+    """The mask of x as a non-contiguous view (contracts.strided: the transpose of a column-major copy, every other
+    column of a wider buffer) passes the dispersion and independence tests (alpha / 2 per layout, half of it for
+    the dispersion, half for the independence tests)."""
     findings = []
-    views = non_contiguous_views(x)
-    for name, view in views.items():
-        masks = kept_mask(kernel, view, p, seed)
-        share = alpha / len(views)
-        findings += [finding.named(name) for finding in (statistics.dispersion_finding(masks, p, share / 2),
-                                                         *statistics.independence_findings(masks, p, share / 2))]
+    share = alpha / len(LAYOUTS)
+    for layout in LAYOUTS:
+        masks = kept_mask(kernel, strided(x, layout), p, seed)
+        findings += [finding.named(layout) for finding in (statistics.dispersion_finding(masks, p, share / 2),
+                                                           *statistics.independence_findings(masks, p, share / 2))]
     _conclude(findings, "a non-contiguous input gets a mask that is not i.i.d. Bernoulli(1-p)", p=p,
               d=x.shape[-1])
 
