@@ -69,7 +69,7 @@ _large_call_seconds: dict[str, float] = {}
 def _require_native_speed(kernel) -> None:
     """Skip a LARGE_ELEMENTS test when one call would take more than LARGE_CALL_LIMIT_S, predicted from the fastest
     of three PROBE_ELEMENTS calls (after a warm-up call). Measured on an idle machine: Triton's CPU interpreter 0.05 s
-    for 2^16 (0.8 s for 2^20), torch's CPU dropout 0.001 s for 2^16. The size above 65 536 elements that a second
+    for 2^16 (0.8 s for 2^20), torch's CPU dropout 0.05 s for 2^20. The size above 65 536 elements that a second
     code path for large inputs would take is checked for every kernel (LARGE_PATH_ELEMENTS)."""
     if kernel.name not in _large_call_seconds:
         probe = torch.ones(PROBE_ELEMENTS, device=discover(kernel).device)
@@ -97,9 +97,10 @@ def _statistical(check, kernel, example: dict, claim: str, fraction: float, shar
 
 
 @st.composite
-def _small_inputs(draw, kernel, p=None) -> dict:
+def _small_inputs(draw, kernel) -> dict:
+    """Up to 4 rows of a width up to 4096 (strategies.widths), p from dropout_strategies.drop_probabilities."""
     d = draw(widths(max_width=4096))
-    return draw(dropout_inputs(kernel, (draw(row_counts(d)), d), p))
+    return draw(dropout_inputs(kernel, (draw(row_counts(d)), d)))
 
 
 @pytest.mark.claim("dropout.values")
