@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from core import adapters
 from core.errors import UsageError
 from core.kernel import BACKWARD_PRECISIONS, KIND_PREFIX, KINDS, Builtin, Kernel
+from core.loading import load_attribute, load_module
 
 __all__ = ["BACKWARD_PRECISIONS", "KINDS", "KIND_PREFIX", "Builtin", "Kernel", "builtins", "infer_kind", "resolve"]
 
@@ -58,7 +56,7 @@ def resolve(spec: str, kind: str | None = None) -> list[Kernel]:
         kernels = builtin.load()
     elif ":" in spec:
         target, _, attr = spec.rpartition(":")
-        obj = _load_attribute(_load_module(target, spec), attr, spec)
+        obj = load_attribute(load_module(target, spec), attr, spec)
         kernels = _as_kernels(obj, spec, kind)
     else:
         raise UsageError(f"unknown kernel {spec!r}: use a built-in ({', '.join(sorted(table))}), "
@@ -68,38 +66,6 @@ def resolve(spec: str, kind: str | None = None) -> list[Kernel]:
     if not kernels:
         raise UsageError(f"kernel {spec!r} provides no {kind or 'kernel'}")
     return kernels
-
-
-def _load_module(target: str, spec: str):
-    if target.endswith(".py"):
-        path = Path(target).expanduser().resolve()
-        if not path.is_file():
-            raise UsageError(f"kernel {spec!r}: no such file {target}")
-        name = f"normverify_user_{abs(hash(str(path)))}"
-        if name in sys.modules:
-            return sys.modules[name]
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as error:
-            del sys.modules[name]
-            raise UsageError(f"kernel {spec!r}: importing {target} failed: {type(error).__name__}: {error}") from None
-        return module
-    try:
-        return importlib.import_module(target)
-    except Exception as error:
-        raise UsageError(f"kernel {spec!r}: cannot import {target}: {type(error).__name__}: {error}") from None
-
-
-def _load_attribute(module, attr: str, spec: str):
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"kernel {spec!r}: {getattr(obj, '__name__', obj)!s} has no attribute {part!r}")
-        obj = getattr(obj, part)
-    return obj
 
 
 def _as_kernels(obj, spec: str, kind: str | None) -> list[Kernel]:

@@ -1,0 +1,74 @@
+"""The built-ins of public Triton norms installed from PyPI (FlagGems, flash-attention): listed with their install
+recipe when their package is missing, and, when it is installed, run unmodified on CPU tensors through the
+interpreter support, computing what the adapters say (float64 torch on the same rounded inputs, fp32, 2-D).
+
+Whether they conform to the derivations is the conformance run's business (docs/findings.md); here only the
+plumbing, plus the facts of their source that the findings rest on (FlagGems' float16 statistics).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+from test_thirdparty_adapters import assert_close, example, reference, run
+
+from core.adapters import _thirdparty, flaggems, flashattn
+from core.registry import builtins, resolve
+
+PACKAGE = {"flaggems-layernorm": "flag_gems", "flaggems-rmsnorm": "flag_gems", "flash-attn-layernorm": "flash_attn",
+           "flash-attn-rmsnorm": "flash_attn"}
+RECIPE = {"flag_gems": flaggems.RECIPE, "flash_attn": flashattn.RECIPE}
+
+
+def installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+@pytest.mark.parametrize("spec", sorted(PACKAGE))
+def test_listed_as_available_or_with_the_install_recipe(spec):
+    reason = builtins()[spec].unavailable()
+    if installed(PACKAGE[spec]):
+        assert reason is None
+    else:
+        assert RECIPE[PACKAGE[spec]] in reason
+
+
+def test_a_missing_package_names_its_recipe():
+    reason = _thirdparty.missing("no_such_package_nv", "pip install no-such-package")()
+    assert reason == ("the no_such_package_nv package is not installed (pip install no-such-package; "
+                      "docs/findings.md, 'Install')")
+
+
+@pytest.mark.parametrize("spec", sorted(PACKAGE))
+def test_runs_unmodified_on_cpu_and_computes_the_norm(spec):
+    if not installed(PACKAGE[spec]):
+        pytest.skip(f"{PACKAGE[spec]} is not installed: {RECIPE[PACKAGE[spec]]}")
+    (kernel,) = resolve(spec)
+    x, weight, bias, dy = example(torch.float32, d=40, rows=6)
+    for _ in range(2):  # a second call of the same shape takes the launchers' cached-kernel path
+        y, dx, dweight = run(kernel, x, weight, bias, 1e-5, dy)
+    y_ref, dx_ref, dweight_ref = reference(kernel, x, weight, bias, 1e-5, dy)
+    assert_close(y, y_ref, torch.float32, "y")
+    assert_close(dx, dx_ref, torch.float32, "dx")
+    assert_close(dweight, dweight_ref, torch.float32, "dweight", spread=16 * 6)
+
+
+def test_flash_attention_imported_without_its_cuda_extension():
+    if not installed("flash_attn"):
+        pytest.skip(f"flash_attn is not installed: {flashattn.RECIPE}")
+    resolve("flash-attn-rmsnorm")
+    assert "flash_attn_2_cuda" not in sys.modules and "flash_attn.ops.triton.layer_norm" in sys.modules
+
+
+def test_flaggems_layernorm_keeps_its_statistics_in_the_input_dtype():
+    """The fact behind findings [FG-stats]: mean and rstd saved for the backward are float16 for float16 x."""
+    if not installed("flag_gems"):
+        pytest.skip(f"flag_gems is not installed: {flaggems.RECIPE}")
+    resolve("flaggems-layernorm")
+    ops = sys.modules["flag_gems.ops.layernorm"]
+    x = torch.randn(4, 16).half()
+    _, mean, rstd = ops.layer_norm(x, [16], torch.ones(16).half(), torch.zeros(16).half(), 1e-5)
+    assert mean.dtype == rstd.dtype == torch.float16
