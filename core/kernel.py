@@ -25,6 +25,8 @@ KINDS = ("layernorm", "rmsnorm", "dropout")
 # Claim ids are prefixed by the kind's short name (proofs.claims).
 KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout"}
 BACKWARD_PRECISIONS = ("float32", "storage")
+IN_PLACE_INPUTS = ("dy",)
+NO_GRADIENT_PARAMETERS = ("weight", "bias")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
 
 
@@ -48,6 +50,12 @@ class Kernel:
     and backward are checked against those mechanisms' derived models instead of the correct one
     (properties.diagnosis). ``"storage_statistics_backward"`` and ``backward_precision="storage"`` are
     the same declaration; either sets the other.
+
+    What a kernel does by design, declared and then checked as declared: ``no_gradient`` names parameters
+    (``"weight"``, ``"bias"``) it returns no gradient for (a frozen weight): the gradient claims ask for and
+    check the others (dx always), and the declaration is in every result and report; ``in_place=("dy",)``
+    declares that its backward writes dx into the upstream gradient's buffer (Liger's ``in_place=True``):
+    ``inputs_unmodified`` then checks that dy holds dx afterwards instead of that dy is unchanged.
     """
 
     name: str
@@ -60,6 +68,8 @@ class Kernel:
     description: str = ""
     backward_precision: str = "float32"
     conventions: tuple[str, ...] = ()
+    no_gradient: tuple[str, ...] = ()
+    in_place: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -67,6 +77,9 @@ class Kernel:
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
+        if not set(self.no_gradient) <= set(NO_GRADIENT_PARAMETERS) or not set(self.in_place) <= set(IN_PLACE_INPUTS):
+            raise UsageError(f"kernel {self.name!r}: no_gradient must be a subset of {NO_GRADIENT_PARAMETERS} and "
+                             f"in_place a subset of {IN_PLACE_INPUTS}")
         conventions = tuple(self.conventions)
         if conventions:
             from proofs.mechanisms import CONVENTIONS
@@ -85,6 +98,7 @@ class Kernel:
         """The kernel's identity and declarations, as the results JSON records them."""
         return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
                 "backward_precision": self.backward_precision, "conventions": list(self.conventions),
+                "no_gradient": list(self.no_gradient), "in_place": list(self.in_place),
                 "description": self.description}
 
     @property

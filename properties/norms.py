@@ -34,26 +34,29 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
         dy: torch.Tensor, *, same_tensors: bool = False, allow_nonfinite: bool = False) -> dict[str, torch.Tensor]:
     """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones).
 
-    The gradients are taken with respect to copies of x, weight and bias, unless ``same_tensors``: then the
+    Parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight) are passed but not
+    differentiated, and absent from the result. The gradients are taken with respect to copies of x, weight and
+    bias, unless ``same_tensors``: then the
     given tensors themselves are the autograd leaves for the call (so that a kernel writing into them
     writes into the caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf
     values and gradients are not a fault (for checks about something else).
     """
     given = {"x": x, "weight": weight, "bias": bias if kernel.kind == "layernorm" else None}
-    leaves = {name: (t if same_tensors else t.detach().clone()).requires_grad_(True)
+    leaves = {name: (t if same_tensors else t.detach().clone()).requires_grad_(name not in kernel.no_gradient)
               for name, t in given.items() if t is not None}
+    differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
     try:
         with torch.enable_grad():
             y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite)
             # a copy unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not
             # change the dy the caller's reference is computed from; inputs_unmodified is the claim about that
             upstream = dy if same_tensors else copy_with_strides(dy)
-            grads = guard.grad(kernel, y, list(leaves.values()), upstream, allow_nonfinite=allow_nonfinite)
+            grads = guard.grad(kernel, y, list(differentiated.values()), upstream, allow_nonfinite=allow_nonfinite)
     finally:
         if same_tensors:
             for leaf in leaves.values():
                 leaf.requires_grad_(False)
-    return dict(zip(leaves, grads, strict=True))
+    return dict(zip(differentiated, grads, strict=True))
 
 
 def copy_with_strides(t: torch.Tensor) -> torch.Tensor:

@@ -69,12 +69,18 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, weight, eps: float, dy
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
-    """x, weight, bias and dy are the same, bit for bit, after the forward and (when there is one) the backward."""
-    inputs = {"x": x, "weight": weight, "bias": bias, "upstream gradient": dy}
+    """x, weight, bias and dy are the same, bit for bit, after the forward and (when there is one) the backward;
+    a kernel that declares ``in_place=("dy",)`` must instead leave dx in dy."""
+    writes_dy = "dy" in kernel.in_place
+    inputs = {"x": x, "weight": weight, "bias": bias, **({} if writes_dy else {"upstream gradient": dy})}
     before = {name: t.clone() for name, t in inputs.items() if t is not None}
     norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
     if discover(kernel).backward:
-        norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True)
+        grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True)
+        if writes_dy:
+            outcome.exact(torch.equal(dy, grads["x"]), "the upstream gradient does not hold dx after the backward",
+                          "the kernel declares in_place=('dy',): its backward writes dx into dy",
+                          d=x.shape[-1], dtype=dtype_name(x.dtype))
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only",
                   d=x.shape[-1], dtype=dtype_name(x.dtype))

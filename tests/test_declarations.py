@@ -1,0 +1,94 @@
+"""Declarations of what real kernels do by design, checked as declared (core.kernel.Kernel):
+
+* ``no_gradient=("weight",)``: a frozen-weight kernel (no dW, as Unsloth's RMSNorm backward) has its dx checked
+  and no weight gradient asked for; undeclared, the missing gradient is a fault, not a silent pass;
+* ``in_place=("dy",)``: a backward writing dx into dy (Liger's ``in_place=True``) passes ``inputs_unmodified``
+  when declared, fails it when not, and fails it when declared but dy does not hold dx.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.errors import UsageError
+from core.guard import KernelFault
+from core.kernel import Kernel
+from properties.checks.contracts import check_inputs_unmodified
+from properties.checks.gradients import check_vjp
+
+
+def _rms(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return x.float() * rstd, rstd
+
+
+class FrozenWeightRMSNorm(torch.autograd.Function):
+    """A correct RMSNorm whose backward returns dx only (the weight is frozen by design)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xhat, rstd = _rms(x, eps)
+        ctx.save_for_backward(xhat, rstd, weight)
+        return (xhat * weight.float()).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, rstd, weight = ctx.saved_tensors
+        g = dy.float() * weight.float()
+        dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        return dx.to(dy.dtype), None, None
+
+
+class DxIntoDyRMSNorm(FrozenWeightRMSNorm):
+    """The same backward, writing dx into dy's buffer and returning it (``write`` False: returns a fresh dx)."""
+
+    write = True
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, _, _ = FrozenWeightRMSNorm.backward(ctx, dy)
+        if not DxIntoDyRMSNorm.write:
+            return dx, None, None
+        dy.copy_(dx)
+        return dy, None, None
+
+
+def kernel(function, **declared) -> Kernel:
+    return Kernel(function.__name__, "rmsnorm", lambda x, w, eps: function.apply(x, w, eps), dtypes=(torch.float32,),
+                  device="cpu", **declared)
+
+
+def example():
+    generator = torch.Generator().manual_seed(0)
+    return (torch.randn(4, 8, generator=generator), torch.randn(8, generator=generator) + 1.5,
+            torch.randn(4, 8, generator=generator))
+
+
+def test_a_declared_frozen_weight_has_its_dx_checked():
+    x, weight, dy = example()
+    check_vjp(kernel(FrozenWeightRMSNorm, no_gradient=("weight",)), x, weight, 1e-5, dy)
+
+
+def test_an_undeclared_missing_weight_gradient_is_a_fault():
+    x, weight, dy = example()
+    with pytest.raises(KernelFault, match="no gradient"):
+        check_vjp(kernel(FrozenWeightRMSNorm), x, weight, 1e-5, dy)
+
+
+def test_an_in_place_write_into_dy_is_checked_as_declared(monkeypatch):
+    x, weight, dy = example()
+    check_inputs_unmodified(kernel(DxIntoDyRMSNorm, no_gradient=("weight",), in_place=("dy",)), x, weight, 1e-5, dy)
+    with pytest.raises(AssertionError, match="wrote into upstream gradient"):
+        check_inputs_unmodified(kernel(DxIntoDyRMSNorm, no_gradient=("weight",)), x, weight, 1e-5, dy.clone())
+    monkeypatch.setattr(DxIntoDyRMSNorm, "write", False)
+    with pytest.raises(AssertionError, match="does not hold dx"):
+        check_inputs_unmodified(kernel(DxIntoDyRMSNorm, no_gradient=("weight",), in_place=("dy",)), x, weight, 1e-5,
+                                dy.clone())
+
+
+def test_unknown_declarations_are_usage_errors():
+    with pytest.raises(UsageError, match="no_gradient must be a subset"):
+        kernel(FrozenWeightRMSNorm, no_gradient=("x",))
+    with pytest.raises(UsageError, match="in_place"):
+        kernel(FrozenWeightRMSNorm, in_place=("x",))
