@@ -203,6 +203,36 @@ def rmsnorm_spectral_norm(x: ArrayLike, eps: ArrayLike) -> np.ndarray:
     return _spectral("rms", x, eps)
 
 
+DENSE_SPECTRAL_UP_TO = 64
+
+
+def weighted_spectral_norm(x: ArrayLike, weight: ArrayLike | None, eps: float, kind: str) -> np.ndarray:
+    """||J||_2 per row with per-feature gamma (kind "ln" or "rms"): ||diag(gamma) P|| / sqrt(s^2) in the derivation's
+    terms, at most max|gamma| / sqrt(eps). From the derived VJPs, never retyped: with gamma = 1 the Jacobian is
+    symmetric, so J v = gamma * J_1^T v and J^T J v = vjp(gamma, gamma * vjp(1, v)); its largest eigenvalue by
+    Lanczos (scipy eigsh, relative tolerance 1e-10) beyond DENSE_SPECTRAL_UP_TO, the SVD of the Jacobian below."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    gamma = np.ones(rows.shape[-1]) if weight is None else np.asarray(weight, dtype=np.float64)
+    vjp = layernorm_vjp if kind == "ln" else rmsnorm_vjp
+    jacobian = layernorm_jacobian if kind == "ln" else rmsnorm_jacobian
+    norms = []
+    for row in rows.reshape(-1, rows.shape[-1]):
+        if row.shape[-1] <= DENSE_SPECTRAL_UP_TO:
+            norms.append(np.linalg.norm(jacobian(row, gamma, eps), 2))
+            continue
+
+        def gram(v: np.ndarray, row: np.ndarray = row) -> np.ndarray:
+            inner = gamma * vjp(row, None, eps, np.ravel(v))[0]
+            return vjp(row, gamma, eps, inner)[0]
+
+        operator = LinearOperator((row.size, row.size), matvec=gram, dtype=np.float64)
+        top = eigsh(operator, k=1, which="LA", tol=1e-10, ncv=40, return_eigenvectors=False)[0]
+        norms.append(np.sqrt(max(top, 0.0)))
+    return np.asarray(norms).reshape(rows.shape[:-1])
+
+
 def spectral_norm_bound(eps: ArrayLike, weight: ArrayLike | None = None) -> np.ndarray:
     """max_i |gamma_i| / sqrt(eps): the global Lipschitz bound of LN and RMSNorm (claim ln.spectral_norm)."""
     from proofs import algebra as sym

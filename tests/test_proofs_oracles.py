@@ -177,3 +177,16 @@ def test_importing_the_oracles_is_fast():
     code = "import time; t = time.perf_counter(); import proofs.oracles; print(time.perf_counter() - t)"
     seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert seconds < 2.0
+
+
+@pytest.mark.parametrize("kind", ["ln", "rms"])
+def test_weighted_spectral_norm_is_the_jacobians_and_can_be_far_below_the_stated_bound(kind):
+    """Lanczos on the derived VJPs (d > DENSE_SPECTRAL_UP_TO) gives the SVD's ||J||_2 of the derived Jacobian."""
+    rng = np.random.default_rng(3)
+    d = oracles.DENSE_SPECTRAL_UP_TO + 36
+    x = rng.standard_normal((2, d)) + 1.0
+    weight = 1.0 + 0.5 * rng.standard_normal(d)
+    jacobian = (oracles.layernorm_jacobian if kind == "ln" else oracles.rmsnorm_jacobian)(x, weight, 1e-5)
+    exact = np.array([np.linalg.norm(j, 2) for j in jacobian])
+    np.testing.assert_allclose(oracles.weighted_spectral_norm(x, weight, 1e-5, kind), exact, rtol=1e-9)
+    assert (exact < oracles.spectral_norm_bound(1e-5, weight) / 100).all()
