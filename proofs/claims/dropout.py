@@ -123,8 +123,8 @@ def _alternative_biases() -> tuple:
              lambda: all(_fixed_count_enumerated(w, n) for w, n in ((3, 1), (3, 2), (4, 1), (4, 2), (5, 2)))),
         Fact(r"\text{blocks of } k: \ E[\mathrm{Var}(z)] - \mathrm{Var}(x) = \frac{p(d-1)}{d(1-p)}(\sigma^2+\mu^2) - "
              r"\frac{p}{(1-p)d^2}\sum_B \sum_{a \ne b \in B} x_a x_b,\ (d, k) = (4, 2), (4, 4), (6, 3)",
-             "enumeration over the 2^(d/k) block masks with symbolic x and p agrees; a constant row c gives the effect "
-             "-p(k-1)c^2/((1-p)d)",
+             r"enumeration over the $2^{d/k}$ block masks with symbolic $x$ and $p$ agrees; a constant row $c$ gives "
+             r"the effect $-p(k-1)c^2/((1-p)d)$",
              lambda: all(_blocks_enumerated(w, b) for w, b in ((4, 2), (4, 4), (6, 3)))),
     )
 
@@ -177,7 +177,7 @@ def _count_dispersion(expectation: type[sp.Function]) -> sp.Expr:
 def _mask_distribution() -> Derivation:
     return Derivation((
         Fact(r"P\left(\textstyle\sum_k m_k = n\right) = \binom{d}{n}(1-p)^n p^{d-n},\ d = 1, \dots, 6",
-             "the kept count of a row is Binomial(d, 1-p): all 2^d masks enumerated, symbolic p",
+             r"the kept count of a row is Binomial$(d, 1-p)$: all $2^d$ masks enumerated, symbolic $p$",
              lambda: all(_count_law_enumerated(w) for w in range(1, 7))),
         Equal(_count_dispersion(E), d * p * q, r"its variance is $dp(1-p)$: $(K - d(1-p))^2/(dp(1-p))$ has mean 1"),
         Equal(_count_dispersion(E_fixed), 0, r"a fixed count per row: the dispersion is 0 ($pd$ an integer)"),
@@ -209,8 +209,8 @@ def _independence() -> Derivation:
         Equal(1 - 2 * q + 2 * (q**2 + rho * p * q), p**2 + q**2 + 2 * rho * p * q,
               r"bits with correlation $\rho$ ($E[m_i m_j] = (1-p)^2 + \rho p(1-p)$) agree with probability "
               r"$p^2 + (1-p)^2 + 2\rho p(1-p)$; bits of one shared block always agree"),
-    ), notes=("Rows: the kept count of two rows is Binomial(2d, 1-p) when they are independent "
-              "(dropout.mask_distribution with width 2d); a row repeating another's bits doubles its dispersion.",))
+    ), notes=(r"Rows: the kept count of two rows is Binomial$(2d, 1-p)$ when they are independent (the kept-count "
+              r"law with width $2d$); a row repeating another's bits doubles its dispersion.",))
 
 
 def _seeds() -> Derivation:
