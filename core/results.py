@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# Worst first: a test (and a claim x kernel cell) shows the first of these among its parts.
-STATUSES = ("error", "failed", "xpassed", "xfailed", "passed", "skipped")
+# Worst first: a test (and a claim x kernel cell) shows the first of these among its parts. "unchecked": the test
+# ran but none of its examples could be checked (no finite bound, or none drawn): never a pass.
+STATUSES = ("error", "failed", "xpassed", "unchecked", "xfailed", "passed", "skipped")
 FAILING = frozenset({"error", "failed"})
+# Statuses that make `normverify run` exit 1: a failure, or a claim the run could not check.
+NOT_PASSING = FAILING | {"unchecked"}
 
 
 def worst(statuses: Iterable[str | None]) -> str:
@@ -35,6 +38,11 @@ class SummaryRow:
     @property
     def examples(self) -> int:
         return sum(int(r.get("examples") or 0) for r in self.results)
+
+    @property
+    def unchecked(self) -> int:
+        """Examples without a finite bound: counted, never evidence."""
+        return sum(int(r.get("unchecked") or 0) for r in self.results)
 
     @property
     def worst_ratio(self) -> float | None:

@@ -27,14 +27,29 @@ _last: tuple[Callable, Any, dict] | None = None
 
 
 def check(fn: Callable[..., None], kernel: Any, example: dict) -> None:
-    """Run ``fn(kernel, **example)``, remembering the example as the latest one."""
+    """Run ``fn(kernel, **example)``, remembering a copy of the example, taken before the call, as the latest one:
+    a kernel that writes into its inputs must not change the counterexample that replays it."""
     global _last
-    _last = (fn, kernel, example)
+    _last = (fn, kernel, {name: _copy(value) for name, value in example.items()})
     fn(kernel, **example)
 
 
-def record(ratio: float | None = None, **point) -> None:
-    _examples.append({"ratio": None if ratio is None else float(ratio), **point})
+def _copy(value: Any) -> Any:
+    """A tensor's copy with its strides (properties.norms.copy_with_strides); anything else as it is."""
+    if hasattr(value, "stride") and hasattr(value, "detach"):
+        from properties.norms import copy_with_strides
+
+        return copy_with_strides(value.detach())
+    return value
+
+
+def record(ratio: float | None = None, unchecked: int = 0, **point) -> None:
+    """One example's evidence: its worst error/bound ratio (None for an exact check) and plot data.
+
+    ``unchecked``: how many of its compared values had no finite bound. Such an example is counted and shown as
+    *unchecked*, never as evidence that the claim holds (a ratio error/inf = 0 would read as exact)."""
+    _examples.append({"ratio": None if ratio is None else float(ratio), **point,
+                      **({"unchecked": int(unchecked)} if unchecked else {})})
 
 
 def last_example() -> tuple[Callable, Any, dict] | None:

@@ -44,12 +44,21 @@ class Comparison:
 
     ratio: float
     message: str
+    unchecked: int = 0  # elements whose bound is not finite (inf; NaN where a defined value is expected)
+
+
+def unbounded(expected, bound) -> int:
+    """How many elements have no finite bound: inf, or NaN where the expected value is defined (not NaN)."""
+    expected, bound = np.broadcast_arrays(_values(expected), _values(bound))
+    return int(np.sum(np.isinf(bound) | (np.isnan(bound) & ~np.isnan(expected))))
 
 
 def compare(got, expected, bound, what: str) -> Comparison:
-    """The worst |got - expected| / bound, with expected vs got at the worst element."""
+    """The worst |got - expected| / bound, with expected vs got at the worst element, and how many elements had
+    no finite bound (unchecked: their ratio error/inf = 0 proves nothing)."""
     shape = np.broadcast_shapes(np.shape(_values(got)), np.shape(_values(expected)), np.shape(_values(bound)))
     ratio = np.broadcast_to(ratios(got, expected, bound), shape)
+    missing = unbounded(np.broadcast_to(_values(expected), shape), np.broadcast_to(_values(bound), shape))
     if ratio.size == 0:
         return Comparison(0.0, f"{what}: empty")
     worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
@@ -60,7 +69,7 @@ def compare(got, expected, bound, what: str) -> Comparison:
     value = float(ratio[worst])
     return Comparison(value, f"{what}: at index {tuple(int(i) for i in worst)} expected {pick(expected):.9g}, "
                              f"got {pick(got):.9g}; |error| = {abs(pick(got) - pick(expected)):.3g}, "
-                             f"bound {pick(bound):.3g} (error/bound = {value:.3g})")
+                             f"bound {pick(bound):.3g} (error/bound = {value:.3g})", missing)
 
 
 def explain(text: str) -> None:
@@ -71,7 +80,8 @@ def explain(text: str) -> None:
 
 def conclude(comparisons: Comparison | list[Comparison], meaning: str = "", label: str = "error/bound",
              diagnose: Callable[[float], tuple[list[dict], str] | None] | None = None, **point) -> float:
-    """Record the example (worst ratio and plot data), ``target()`` the ratio, and fail when it exceeds 1.
+    """Record the example (worst ratio, its count of unbounded elements, plot data), ``target()`` the ratio, and
+    fail when it exceeds 1.
 
     ``meaning`` says what a failure means (noted for Hypothesis and put in the AssertionError).
     ``diagnose(ratio)``, called on a failure, returns (the diagnosis as JSON, its one-line sentence) or None
@@ -80,7 +90,8 @@ def conclude(comparisons: Comparison | list[Comparison], meaning: str = "", labe
     comparisons = [comparisons] if isinstance(comparisons, Comparison) else comparisons
     worst = max(comparisons, key=lambda c: c.ratio)
     found = diagnose(worst.ratio) if diagnose is not None and worst.ratio > 1.0 else None
-    evidence.record(ratio=worst.ratio, **point, **({"diagnosis": found[0]} if found else {}))
+    evidence.record(ratio=worst.ratio, unchecked=sum(c.unchecked for c in comparisons), **point,
+                    **({"diagnosis": found[0]} if found else {}))
     with contextlib.suppress(InvalidArgument):
         target(float(min(worst.ratio, 1e300)), label=label)
     if worst.ratio > 1.0:

@@ -138,6 +138,10 @@ def phase_record(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
         record["about_kernel"] = {**kernel.as_json(), "capabilities": capabilities_of(kernel)}
     if report.when == "call":
         record.update(summarize_examples(item.stash.get(_examples_key, [])))
+        if record["status"] == "passed" and record["examples"] == record["unchecked"]:
+            record["status"] = "unchecked"
+            record["message"] = (f"no example could be checked: {record['unchecked']} of {record['examples']} had no "
+                                 "finite bound" if record["examples"] else "no example was drawn")
         if record["status"] in FAILING and call.excinfo is not None:
             record["counterexample"] = counterexample(item, call.excinfo.value, claim, kernel)
     return record
@@ -238,13 +242,15 @@ def plain(value):
 
 
 def summarize_examples(examples: list[dict]) -> dict:
-    """Examples run, worst ratio (None when no example has a finite ratio), dtypes, widths, worst case, points."""
+    """Examples run, how many of them were unchecked (a value without a finite bound), worst ratio (None when no
+    example has a finite ratio), dtypes, widths, worst case, points."""
     points = [plain(e) for e in examples]
     ratios = [(e["ratio"], i) for i, e in enumerate(examples) if e.get("ratio") is not None]
     worst_index = max(ratios)[1] if ratios else None
     worst_ratio = max(ratios)[0] if ratios else None
     return {
         "examples": len(examples),
+        "unchecked": sum(1 for e in examples if e.get("unchecked")),
         "worst_ratio": worst_ratio if worst_ratio is not None and math.isfinite(worst_ratio) else None,
         "dtypes": sorted({str(p["dtype"]) for p in points if p.get("dtype") is not None}),
         "widths": sorted({int(p["d"]) for p in points if isinstance(p.get("d"), (int, float))}),
@@ -435,7 +441,8 @@ class ResultsWriter:
         return {
             "claim": first.get("claim"), "kernel": first.get("kernel"), "kind": first.get("kind"),
             "spec": first.get("spec"), "test": nodeid, "status": worst(statuses) if statuses else "error",
-            "examples": call.get("examples", 0), "worst_ratio": call.get("worst_ratio"),
+            "examples": call.get("examples", 0), "unchecked": call.get("unchecked", 0),
+            "worst_ratio": call.get("worst_ratio"),
             "dtypes": call.get("dtypes", []), "widths": call.get("widths", []),
             "worst_case": call.get("worst_case"), "points": call.get("points", []),
             "counterexample": call.get("counterexample"),

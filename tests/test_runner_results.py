@@ -106,6 +106,14 @@ def test_not_a_conformance_test():
     pass
 
 
+@pytest.mark.claim("ln.variance_insensitivity")
+@pytest.mark.parametrize("kernel", KERNELS[:1], ids=lambda k: k.name)
+def test_without_a_finite_bound(kernel):
+    from properties import outcome
+
+    outcome.conclude(outcome.compare(5.0, 0.0, float("inf"), "value"))
+
+
 @pytest.mark.claim("dropout.values")
 @pytest.mark.parametrize("kernel", KERNELS[:1], ids=lambda k: k.name)
 def test_zz_crash(kernel):
@@ -146,7 +154,7 @@ def test_a_finished_run_is_complete_with_its_environment(plain_run):
     assert document["schema"] == "normverify.results/1" and document["complete"] is True
     assert set(document["environment"]) >= {"normverify", "python", "torch", "triton", "hypothesis", "device",
                                              "profile", "commit", "date"}
-    assert document["progress"] == {"done": 10, "total": 10}
+    assert document["progress"] == {"done": 11, "total": 11}
     kernels = {k["name"]: k for k in document["kernels"]}
     assert kernels["mine:good"]["capabilities"]["dtypes"][0] == "float32"
     assert kernels["mine:good"]["description"] == "F.layer_norm"
@@ -164,8 +172,13 @@ def test_each_outcome_gets_its_status(plain_run):
         "test_needs_a_backward[mine:good]": "skipped",
         "test_expected_failure[mine:good]": "xfailed",
         "test_setup_error[mine:good]": "error",
-        "test_zz_crash[mine:good]": "passed",
+        "test_without_a_finite_bound[mine:good]": "unchecked",
+        "test_zz_crash[mine:good]": "unchecked",
     }
+    unbounded = results["test_without_a_finite_bound[mine:good]"]
+    assert unbounded["examples"] == unbounded["unchecked"] == 1 and unbounded["points"][0]["unchecked"] == 1
+    assert unbounded["message"] == "no example could be checked: 1 of 1 had no finite bound"
+    assert results["test_zz_crash[mine:good]"]["message"] == "no example was drawn"
     assert results["test_needs_a_backward[mine:good]"]["message"] == "kernel mine:good has no backward"
     assert results["test_expected_failure[mine:good]"]["message"] == "eps = 0 is outside the claim's conditions"
     assert results["test_setup_error[mine:good]"]["message"].startswith("in setup: OSError: cannot open")
@@ -211,7 +224,7 @@ def test_xdist_workers_give_the_same_records_and_a_crashed_worker_is_an_error(pl
     expected = {name: r["status"] for name, r in by_test(plain_run[1]).items() if r["claim"] != "rms.forward"}
     expected["test_zz_crash[mine:good]"] = "error"
     assert {name: r["status"] for name, r in by_test(document).items()} == expected
-    assert document["progress"] == {"done": 8, "total": 8}
+    assert document["progress"] == {"done": 9, "total": 9}
     assert "crashed" in by_test(document)["test_zz_crash[mine:good]"]["message"]
     assert all(k["capabilities"]["device"] == "cpu" for k in document["kernels"])  # probed in the worker
     assert by_test(document)["test_forward[mine:wide]"]["counterexample"]["text"] == "d = 10"

@@ -33,7 +33,7 @@ from pathlib import Path
 import properties
 from core.errors import UsageError
 from core.registry import Kernel, resolve
-from core.results import FAILING, SummaryRow
+from core.results import NOT_PASSING, SummaryRow
 
 SUITE = Path(properties.__file__).resolve().parent
 TEST_TIMEOUT_FACTOR = 10
@@ -195,7 +195,7 @@ def _stop(child: subprocess.Popen) -> None:
 
 
 def exit_code(outcome: RunOutcome) -> int:
-    """0 all applicable claims passed, 1 anything failed, errored or did not finish, 130 interrupted."""
+    """0 all applicable claims passed, 1 anything failed, errored, was unchecked or did not finish, 130 interrupted."""
     if outcome.interrupted:
         return 130
     document = outcome.results
@@ -203,7 +203,7 @@ def exit_code(outcome: RunOutcome) -> int:
         return 1
     if not document.get("complete") or document.get("errors"):
         return 1
-    return 1 if any(r.get("status") in FAILING for r in document.get("results", [])) else 0
+    return 1 if any(r.get("status") in NOT_PASSING for r in document.get("results", [])) else 0
 
 
 def summary_rows(document: dict) -> list[SummaryRow]:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from core.errors import UsageError
 from core.registry import KINDS
-from core.results import FAILING
+from core.results import FAILING, NOT_PASSING
 from verify import runner
 
 NAME = "run"
@@ -25,7 +25,7 @@ HELP = "run the conformance suite on kernels: every claim checked, a summary, th
 
 DEFAULT_JSON = Path("reports") / "results.json"
 STYLE = {"passed": "green", "failed": "bold red", "error": "bold magenta", "skipped": "dim", "xfailed": "yellow",
-         "xpassed": "yellow"}
+         "xpassed": "yellow", "unchecked": "bold yellow"}
 
 
 def workers(text: str) -> str:
@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         console.print(summary_table(document))
         print_skips(console, document)
+    print_untested(console, document)
     print_failures(console, document)
     print_totals(console, document, outcome, json_path)
     if code == 0 and not document.get("results"):
@@ -152,15 +153,32 @@ def _fmt_ratio(ratio: float | None) -> str:
 
 
 def summary_table(document: dict) -> Table:
-    """Claim x kernel: verdict, tests, examples run, worst error/bound ratio (> 1 fails), time."""
+    """Claim x kernel: verdict, tests, examples run, those unchecked (no finite bound), worst error/bound ratio
+    (> 1 fails), time."""
     table = Table(title="conformance", title_justify="left")
     for header, justify in (("claim", "left"), ("kernel", "left"), ("verdict", "left"), ("tests", "right"),
-                            ("examples", "right"), ("worst ratio", "right"), ("time", "right")):
+                            ("examples", "right"), ("unchecked", "right"), ("worst ratio", "right"),
+                            ("time", "right")):
         table.add_column(header, justify=justify)
     for row in runner.summary_rows(document):
         table.add_row(row.claim, row.kernel, Text(row.status, style=STYLE.get(row.status, "")), str(len(row.results)),
-                      str(row.examples), _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
+                      str(row.examples), Text(str(row.unchecked), style=STYLE["unchecked"] if row.unchecked else ""),
+                      _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
     return table
+
+
+def print_untested(console: Console, document: dict) -> None:
+    """Per kernel, the dtypes it was not checked in and why, the faults its probe found, a backward it lacks."""
+    for kernel in document.get("kernels", []):
+        caps, name = kernel.get("capabilities") or {}, kernel.get("name")
+        lines = [("NOT TESTED ", STYLE["skipped"], f"{name} in {dtype}: {reason}")
+                 for dtype, reason in (caps.get("not_tested") or {}).items()]
+        lines += [("PROBE FAULT ", STYLE["error"], f"{name} in {dtype}: {fault}")
+                  for dtype, fault in (caps.get("faults") or {}).items()]
+        if caps.get("backward_fault"):
+            lines.append(("PROBE FAULT ", STYLE["error"], f"{name} backward: {caps['backward_fault']}"))
+        for label, style, text in lines:
+            console.print(Text.assemble((label, style), text), soft_wrap=True)
 
 
 def print_skips(console: Console, document: dict) -> None:
@@ -180,7 +198,7 @@ def print_skips(console: Console, document: dict) -> None:
 def print_failures(console: Console, document: dict) -> None:
     """One line per failing or erroring test, its counterexample and how to replay it; collection errors."""
     for result in document.get("results", []):
-        if result.get("status") not in FAILING:
+        if result.get("status") not in NOT_PASSING:
             continue
         message = (result.get("message") or "").strip().splitlines()
         console.print(Text.assemble((f"{result['status'].upper()} ", STYLE[result["status"]]),

@@ -11,7 +11,7 @@ from verify.report.tables import label_of, longtable, verdict_word
 from verify.report.texify import command_block, escape, number, verbatim_block
 
 MAX_LISTED_WIDTHS = 12
-NOT_PASSING = ("failed", "error", "xpassed")
+NOT_PASSING = ("failed", "error", "xpassed", "unchecked")
 
 
 def theory_verdicts() -> dict[str, str]:
@@ -74,13 +74,20 @@ def evidence_table(rows: list[tuple[str, dict]]) -> str:
     for label, record in rows:
         test = record.get("test", "").rpartition("::")[2]
         rows_latex.append([rf"\textbf{{{escape(label)}}}\newline{{\scriptsize\ttfamily {escape(test)}}}",
-                           verdict_word(record.get("status", "error")), str(int(record.get("examples") or 0)),
+                           verdict_word(record.get("status", "error")), _examples(record),
                            number(record.get("worst_ratio")),
                            escape(_listing([str(d).removeprefix("torch.") for d in record.get("dtypes") or []])),
                            escape(_listing(record.get("widths") or [])),
                            escape(compact(record.get("worst_case") or "--"))])
     return longtable([share for _, share in EVIDENCE_COLUMNS], [heading for heading, _ in EVIDENCE_COLUMNS],
                      rows_latex)
+
+
+def _examples(record: dict) -> str:
+    """The example count, and how many of them were unchecked (no finite bound: never evidence)."""
+    text = str(int(record.get("examples") or 0))
+    unchecked = int(record.get("unchecked") or 0)
+    return text + (rf"\newline({unchecked} unchecked)" if unchecked else "")
 
 
 def failure_details(label: str, record: dict) -> str:

@@ -93,7 +93,8 @@ def _draw_spectral(ax: Axes, points: list[dict], claim: str) -> None:
 
 
 def _draw_ratio(ax: Axes, points: list[dict], claim: str) -> None:
-    by_dtype = _groups([{**p, "dtype": p.get("dtype", "?")} for p in points], "dtype")
+    """Checked examples only: an unchecked one (a value without a finite bound) has ratio 0 but is no evidence."""
+    by_dtype = _groups([{**p, "dtype": p.get("dtype", "?")} for p in points if not p.get("unchecked")], "dtype")
     for marker, (dtype, group) in zip("os^vD<>", by_dtype.items(), strict=False):
         ax.plot([p["kappa"] for p in group], [max(p["ratio"], TINY_RATIO) for p in group], marker, ms=3,
                 mfc="none", label=_literal(str(dtype).removeprefix("torch.")))
@@ -126,7 +127,7 @@ PLOTS = (
     Plot("ratio", frozenset({"kappa", "ratio"}), _draw_ratio,
          r"Error divided by the derived bound against the row's condition number $\kappa$; "
          r"a point above the dashed line at 1 is a violation; exact results (ratio 0) are drawn at "
-         rf"$10^{{{round(np.log10(TINY_RATIO))}}}$."),
+         rf"$10^{{{round(np.log10(TINY_RATIO))}}}$; unchecked examples (no finite bound) are not drawn."),
     Plot("dropout", frozenset({"p", "d", "measured", "var", "mean"}), _draw_dropout,
          r"Dropout's measured variance bias per unit of second moment $v+\mu^2$ (circles) against $p$, "
          r"with the derived $p(d-1)/(d(1-p))$ (lines)."),

@@ -13,7 +13,7 @@ from verify.report.model import Column, Report
 from verify.report.texify import escape, number
 
 STATUS_COLORS = {"passed": "ForestGreen", "failed": "BrickRed", "error": "BurntOrange", "xfailed": "NavyBlue",
-                 "xpassed": "Plum", "skipped": "Gray"}
+                 "xpassed": "Plum", "skipped": "Gray", "unchecked": "Dandelion"}
 ENVIRONMENT_FIELDS = (  # (label, key of the results' "environment")
     ("device", "device"), ("profile", "profile"), ("error bound", "bound"), ("suite commit", "commit"),
     ("date", "date"),
@@ -35,8 +35,13 @@ def _kernels(column: Column) -> str:
             text += f", declared conventions: {', '.join(kernel['conventions'])}"
         elif kernel.get("backward_precision") == "storage":  # results written before conventions existed
             text += ", backward declared in the storage precision"
-        if (kernel.get("capabilities") or {}).get("backward") is False:
+        caps = kernel.get("capabilities") or {}
+        if caps.get("backward") is False:
             text += ", no backward"
+        text += "".join(f", not tested in {dtype}: {why}" for dtype, why in (caps.get("not_tested") or {}).items())
+        text += "".join(f", probe fault in {dtype}: {why}" for dtype, why in (caps.get("faults") or {}).items())
+        if caps.get("backward_fault"):
+            text += f", backward fault: {caps['backward_fault']}"
         described.append(text)
     return "; ".join(described) or "--"
 
@@ -109,6 +114,8 @@ def verdict(cell: SummaryRow | None) -> str:
     text = verdict_word(cell.status)
     if cell.worst_ratio is not None:
         text += rf"\newline ratio {number(cell.worst_ratio)}"
+    if cell.unchecked:
+        text += rf"\newline {cell.unchecked} unchecked"
     return text
 
 
