@@ -1,6 +1,6 @@
 """Hypothesis conformance tests: `pytest properties/ --kernel SPEC` (one file per claim family).
 
-    conftest.py      --kernel/--kind, the kernel fixtures (layernorm_kernel, rmsnorm_kernel, dropout_kernel,
+    plugin.py        --kernel/--kind, the kernel fixtures (layernorm_kernel, rmsnorm_kernel, dropout_kernel,
                      norm_kernel), one claim id per item
     strategies.py    widths, rows, weights, eps, dtypes, whole examples (rounded to the storage dtype)
     norms.py         LayerNorm/RMSNorm behind one interface: guarded forward and VJP, float64 references

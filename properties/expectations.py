@@ -152,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_entries_key] = entries
 
 
-@pytest.hookimpl(trylast=True)  # after properties/conftest.py has narrowed each item's claim marker to one id
+@pytest.hookimpl(trylast=True)  # after properties/plugin.py has narrowed each item's claim marker to one id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     entries = config.stash.get(_entries_key, [])
     if not entries:

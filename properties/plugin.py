@@ -1,4 +1,11 @@
-"""pytest options of the conformance run: --kernel SPEC (repeatable), --kind, the Hypothesis profile."""
+"""The conformance run's pytest plugin: --kernel SPEC (repeatable), --kind, the Hypothesis profile, the kernel
+fixtures, one claim id per item, and (through ``pytest_plugins``) the results and expectations plugins.
+
+Registered through the ``pytest11`` entry point ``properties.plugin`` (pyproject.toml), so its options
+exist wherever pytest runs: ``pytest --pyargs properties --kernel SPEC`` from any directory. The entry
+point's name is the module's, so ``-p properties.plugin`` on top of it registers nothing twice; there is
+no properties/conftest.py for the same reason.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from properties import profiles, tolerance
 pytest_plugins: list[str] = ["properties.results", "properties.expectations"]
 
 DEFAULT_KERNEL = "torch"
+CLAIM_MARKER = "claim(id): the claim id (proofs.claims) this conformance test checks"
 
 # Registered at import, before Hypothesis' own plugin loads the profile named by --hypothesis-profile.
 profiles.register()
@@ -56,6 +64,7 @@ def kernels_under_test(config: pytest.Config) -> list[Kernel]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", CLAIM_MARKER)
     config._normverify_profile = profiles.load(config.getoption("hypothesis_profile", None))
     config._normverify_kernels = kernels_under_test(config)
     tolerance.use_bound(config.getoption("--bound", error_model.DEFAULT_BOUND))

@@ -103,7 +103,7 @@ def test_a_run_reports_the_declared_failure_xfailed_with_its_reason_and_others_f
     """Through the suite's plugins, as a conformance run: the NaN example xfails, another failure fails, and the
     summary lists the deviation and how many tests met it."""
     (tmp_path / "test_run.py").write_text(RUN)
-    command = [sys.executable, "-m", "pytest", "test_run.py", "-p", "properties.conftest", "--kernel", "torch",
+    command = [sys.executable, "-m", "pytest", "test_run.py", "-p", "properties.plugin", "--kernel", "torch",
                "--kind", "layernorm", "-p", "no:cacheprovider", "-q", "-rxf", "--json", "out.json"]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]

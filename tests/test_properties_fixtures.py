@@ -1,4 +1,4 @@
-"""properties/conftest.py: --kernel SPEC parametrizes the kernel fixtures; kinds without a kernel are not
+"""properties/plugin.py: --kernel SPEC parametrizes the kernel fixtures; kinds without a kernel are not
 collected; a norm test carries its kernel's claim id; a SPEC that cannot load is one line; a missing
 capability is a skip with its reason. Runs pytest in a subprocess, as a user would."""
 
