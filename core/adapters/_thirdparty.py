@@ -8,8 +8,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def missing(package: str, recipe: str) -> Callable[[], str | None]:
@@ -42,5 +44,7 @@ def without_package_init(package: str) -> None:
 
 def weight_or_ones(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
     """The kernel's weight for a test's ``None`` (no scaling): ones of x's width, dtype and device."""
+    import torch
+
     return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device) if weight is None else weight
 

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import importlib
 import os
-
-import torch
+from typing import TYPE_CHECKING
 
 from core.adapters._thirdparty import missing, prepare, weight_or_ones
 from core.kernel import Builtin, Kernel
+
+if TYPE_CHECKING:
+    import torch
 
 RECIPE = "pip install sqlalchemy pyyaml && pip install --no-deps flag-gems"
 
@@ -43,6 +45,8 @@ def _import(name: str):
 
 
 def _load_layernorm() -> list[Kernel]:
+    import torch
+
     ops = _import("flag_gems.ops.layernorm")
 
     class NativeLayerNorm(torch.autograd.Function):

@@ -20,11 +20,13 @@ build isolation):
 from __future__ import annotations
 
 import importlib
-
-import torch
+from typing import TYPE_CHECKING
 
 from core.adapters._thirdparty import missing, prepare, weight_or_ones, without_package_init
 from core.kernel import Builtin, Kernel
+
+if TYPE_CHECKING:
+    import torch
 
 RECIPE = ("FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE "
           "pip install --no-build-isolation --no-deps flash-attn")
