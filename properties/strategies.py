@@ -12,6 +12,7 @@ offset and scale, weights, eps, dtype and the seed.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -183,31 +184,36 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   dtypes: tuple[torch.dtype, ...] | None = None, weights: bool = True,
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
-                  n: st.SearchStrategy[int] | None = None) -> dict:
+                  n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
     ``every_input``: weight and bias are always present and random (for claims about every argument).
-    ``n``: the number of rows (default :func:`row_counts`, at most 4).
+    ``n``: the number of rows (default :func:`row_counts`, at most 4). ``ndims``: the dimensions of x (default 2);
+    the rows are then spread over the leading dimensions (:func:`leading_shapes`), e.g. [B, S, d], [A, B, C, d].
     With ``upstream``, examples whose exact gradients overflow the storage dtype are left out
-    (:func:`properties.norms.representable`).
+    (:func:`properties.norms.representable`), and x is drawn inside the domain of the backward bound as well
+    (finite on every row: :func:`backward_width_limit`, then |mean|/std 0 if the drawn one leaves it): an
+    example whose bound is not finite would be unchecked.
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
-    d = draw(widths()) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
+    limit = backward_width_limit(kernel, dtype, tolerance.bound_in_use()) if upstream else CI_MAX_WIDTH
+    d = draw(widths(max_width=limit)) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
     ratio = draw(offset_ratio if offset_ratio is not None else offset_ratios(dtype))
     epsilon = draw(eps if eps is not None else epsilons())
     count = draw(n if n is not None else row_counts(d))
+    shape = draw(leading_shapes(count, draw(ndims) if ndims is not None else 2))
     # rows whose sums fall back to the worst case (structured, proofs.probabilistic.independent) are drawn again
-    # within its range: an example whose bound is not finite is never checked (it would pass unseen)
-    for model in (None, "worst-case"):
+    # within its range, then centred: an example whose bound is not finite is never checked (it would pass unseen)
+    for model, target in ((None, ratio), ("worst-case", ratio), (None, 0.0)):
         cap = valid_offset_ratio(d, dtype, model)
-        x = rounded(draw(rows(d, count, offset=max(-cap, min(ratio, cap)), scale=scales(dtype))), dtype, caps.device)
-        if tolerance.covered(kernel, x, epsilon):
+        x = rounded(draw(rows(d, count, offset=max(-cap, min(target, cap)), scale=scales(dtype))), dtype, caps.device)
+        if tolerance.covered(kernel, x, epsilon) and (not upstream or tolerance.backward_covered(kernel, x, epsilon)):
             break
     else:
         assume(False)
-    example = {"x": x}
+    example = {"x": x.reshape(*shape, d)}
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64)
@@ -222,6 +228,35 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
         exact = norms.reference_vjp(kernel, example["x"], example["weight"], example["eps"], example["dy"])
         assume(all(norms.representable(gradient, dtype) for gradient in exact.values()))
     return example
+
+
+@st.composite
+def leading_shapes(draw, rows: int, ndims: int) -> tuple[int, ...]:
+    """The leading dimensions of an ``ndims``-dimensional x holding ``rows`` rows: their product is ``rows``
+    (a random factorization, so [B, S] with S > 1 is drawn whenever rows allows it)."""
+    shape = []
+    left = rows
+    for _ in range(ndims - 2):
+        factor = draw(st.sampled_from([f for f in range(1, left + 1) if left % f == 0]))
+        shape.append(factor)
+        left //= factor
+    return (*shape, left)
+
+
+@functools.cache
+def backward_width_limit(kernel: Kernel, dtype: torch.dtype, model: str) -> int:
+    """The largest width of :func:`widths` at which the kernel's backward bound is finite on centred rows (N(0, 1),
+    4 rows, eps 1e-5): CI_MAX_WIDTH, except where a kernel declares its backward in a 16-bit storage precision
+    (``backward_precision="storage"``: every sum with u = u_storage, proofs.error_model), where the model stops
+    at a few dozen (bfloat16) or about a thousand (float16) columns."""
+    if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
+        return CI_MAX_WIDTH
+    candidates = sorted(set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(CI_MAX_WIDTH)), reverse=True)
+    for d in candidates:
+        x = rounded(standard_values((4, d), "normal", d), dtype)
+        if tolerance.backward_covered(kernel, x, 1e-5, model):
+            return d
+    return 1
 
 
 @st.composite

@@ -17,7 +17,10 @@ from properties.checks.contracts import (
     check_inputs_unmodified,
     check_noncontiguous_upstream,
     check_noncontiguous_x,
+    check_outputs_fresh,
     check_three_dimensional,
+    check_views_into_larger_buffers,
+    inside_a_larger_buffer,
     strided,
 )
 from properties.strategies import norm_examples, rounded, standard_values, widths
@@ -83,3 +86,25 @@ def test_noncontiguous_upstream_gradient(norm_kernel, data):
 def test_inputs_unmodified(norm_kernel, data):
     example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True), "example")
     evidence.check(check_inputs_unmodified, norm_kernel, example)
+
+
+@pytest.mark.claim("ln.layout_invariance", "rms.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_views_into_larger_buffers(norm_kernel, data):
+    """x and dy with a storage offset and row stride d + 3; weight and bias offset, sometimes every other element."""
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True,
+                                      ndims=st.sampled_from([2, 3])), label="example")
+    parameters = data.draw(st.sampled_from(["offset", "every other element"]), label="weight and bias layout")
+    views = {name: inside_a_larger_buffer(t, parameters if name in ("weight", "bias") else "offset")
+             for name, t in example.items() if isinstance(t, torch.Tensor)}
+    evidence.check(check_views_into_larger_buffers, norm_kernel, {**example, **views})
+
+
+@pytest.mark.claim("ln.inputs_unmodified", "rms.inputs_unmodified")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_outputs_are_fresh_tensors(norm_kernel, data):
+    example = data.draw(norm_examples(norm_kernel, upstream=True), label="example")
+    other = -example["x"]
+    evidence.check(check_outputs_fresh, norm_kernel, {**example, "other": other})

@@ -10,9 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, norms, profiles
+from core.capabilities import PROBED_DTYPES
+from properties import evidence, norms, profiles, tolerance
 from properties.checks.gradients import check_gradient_identities, check_vjp
-from properties.strategies import norm_examples
+from properties.strategies import backward_width_limit, norm_examples
+
+# Gradient claims see 2-D, 3-D and 4-D x: dgamma and dbeta sum over every leading dimension, not only the first.
+NDIMS = st.sampled_from([2, 3, 4])
+# Every gradient claim checks a width above 1024 in every run (tiled backwards split rows into blocks there),
+# in the dtypes whose backward bound is finite at that width (strategies.backward_width_limit).
+WIDE = st.sampled_from([1025, 2048, 4096])
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
@@ -20,8 +27,17 @@ from properties.strategies import norm_examples
 @given(data=st.data())
 def test_vjp_matches_the_derived_jacobian(norm_kernel, data):
     norms.require_backward(norm_kernel)
-    example = data.draw(norm_examples(norm_kernel, upstream=True), label="example")
+    example = data.draw(norm_examples(norm_kernel, upstream=True, ndims=NDIMS), label="example")
     evidence.check(check_vjp, norm_kernel, example)
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_vjp_at_widths_above_1024(norm_kernel, data):
+    norms.require_backward(norm_kernel)
+    example = norm_examples(norm_kernel, d=WIDE, dtypes=wide_dtypes(norm_kernel), upstream=True, ndims=NDIMS)
+    evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
@@ -40,5 +56,19 @@ def test_parameter_gradients_over_many_rows(norm_kernel, data):
 @given(data=st.data())
 def test_gradient_identities(norm_kernel, data):
     norms.require_backward(norm_kernel)
-    example = data.draw(norm_examples(norm_kernel, upstream=True), label="example")
+    example = data.draw(norm_examples(norm_kernel, upstream=True, ndims=NDIMS), label="example")
     evidence.check(check_gradient_identities, norm_kernel, example)
+
+
+@pytest.mark.claim("ln.gradient_identities", "rms.gradient_identities")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_gradient_identities_at_widths_above_1024(norm_kernel, data):
+    norms.require_backward(norm_kernel)
+    example = norm_examples(norm_kernel, d=WIDE, dtypes=wide_dtypes(norm_kernel), upstream=True, ndims=NDIMS)
+    evidence.check(check_gradient_identities, norm_kernel, data.draw(example, label="example"))
+
+
+def wide_dtypes(kernel) -> tuple:
+    """The kernel's storage dtypes in which its backward bound is finite at every width of WIDE."""
+    return tuple(d for d in PROBED_DTYPES if backward_width_limit(kernel, d, tolerance.bound_in_use()) >= 4096)

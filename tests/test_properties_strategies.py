@@ -119,3 +119,35 @@ def test_gradients_beyond_the_storage_range_are_not_representable():
     assert not norms.representable(jacobian, torch.float16)
     assert norms.representable(jacobian, torch.float32)
     assert norms.representable(norms.reference_jacobian(kernel, zero_row, None, 1e-5), torch.float16)
+
+
+STORAGE_LN = Kernel("storage-ln", "layernorm", LN.fn, dtypes=(torch.bfloat16,), backward_precision="storage")
+
+
+def test_gradient_examples_spread_rows_over_leading_dimensions_inside_the_backward_bound():
+    limit = strategies.backward_width_limit(STORAGE_LN, torch.bfloat16, tolerance.bound_in_use())
+    assert 8 <= limit < strategies.CI_MAX_WIDTH  # the storage-precision model stops at some dozens of columns
+    shapes = set()
+
+    @settings(max_examples=40, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(strategies.norm_examples(STORAGE_LN, upstream=True, ndims=st.sampled_from([3, 4]),
+                                    n=st.sampled_from([4, 6])))
+    def drawn(example):
+        x = example["x"]
+        shapes.add(x.dim())
+        assert x.shape[-1] <= limit and x.shape == example["dy"].shape
+        bounds = tolerance.backward(STORAGE_LN, x, example["weight"], example["eps"], example["dy"])
+        assert all(np.isfinite(b).all() for b in bounds.values())
+
+    drawn()
+    assert shapes == {3, 4}
+
+
+def test_leading_shapes_multiply_to_the_row_count():
+    @settings(max_examples=30, derandomize=True, database=None)
+    @given(st.integers(1, 12).flatmap(lambda n: st.tuples(st.just(n), strategies.leading_shapes(n, 4))))
+    def drawn(pair):
+        rows, shape = pair
+        assert len(shape) == 3 and int(np.prod(shape)) == rows
+
+    drawn()

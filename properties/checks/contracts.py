@@ -9,7 +9,11 @@ so the same computation); a [B, S, H] input gives the [B*S, H] result within twi
 Layout: a non-contiguous x (or upstream gradient) gives the contiguous call's result within twice the
 bound.
 Inputs unmodified: x, weight, bias and the upstream gradient are bit-for-bit the same after a forward
-and backward.
+and backward; and the outputs are fresh tensors: a second call (on other values) leaves the first call's
+output and gradients as they were.
+Views into larger buffers (q/k/v split from one projection, a row range of a cache): x, weight, bias and the
+upstream gradient with a non-zero storage offset and rows longer than the width give the contiguous call's
+result within twice the bound (layout_invariance).
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: tor
     inputs = {"x": x, "weight": weight, "bias": bias, **({} if writes_dy else {"upstream gradient": dy})}
     before = {name: t.clone() for name, t in inputs.items() if t is not None}
     norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
-    if discover(kernel).backward:
+    written_by_forward = any(not torch.equal(copy, inputs[name]) for name, copy in before.items())
+    if discover(kernel).backward and not written_by_forward:  # autograd refuses a backward through a written input
         grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True)
         if writes_dy:
             outcome.exact(torch.equal(dy, grads["x"]), "the upstream gradient does not hold dx after the backward",
@@ -94,3 +99,56 @@ def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
     wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
     wide[..., ::2] = t
     return wide[..., ::2]
+
+
+def inside_a_larger_buffer(t: torch.Tensor, layout: str = "offset") -> torch.Tensor:
+    """The values of t as a view into a larger buffer filled with NaN elsewhere: ``"offset"``, a non-zero storage
+    offset with rows 3 elements longer than the width (row stride d + 3, like q of a fused qkv); ``"every other
+    element"``, stride 2 in the last dimension as well. A kernel that reads outside the view reads NaN."""
+    step = 2 if layout == "every other element" else 1
+    d = t.shape[-1]
+    buffer = torch.full((*t.shape[:-1], step * d + 3), float("nan"), dtype=t.dtype, device=t.device)
+    view = buffer[..., 1:1 + step * d:step]
+    view.copy_(t)
+    return view
+
+
+def check_views_into_larger_buffers(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                                    bias=None) -> None:
+    """x, weight, bias and dy are views with a storage offset (and larger row strides): the output and the
+    gradients are the contiguous call's within twice their bounds."""
+    contiguous = {name: t if t is None else t.contiguous() for name, t in (("x", x), ("weight", weight),
+                                                                         ("bias", bias), ("dy", dy))}
+    got = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    expected = norms.forward(kernel, contiguous["x"], contiguous["weight"], contiguous["bias"], eps,
+                             allow_nonfinite=True)
+    comparisons = [outcome.compare(got, expected, 2 * tolerance.forward(kernel, x, weight, bias, eps),
+                                   "output: views vs contiguous")]
+    if discover(kernel).backward:
+        grads = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True)
+        reference = norms.vjp(kernel, contiguous["x"], contiguous["weight"], contiguous["bias"], eps, contiguous["dy"],
+                              allow_nonfinite=True)
+        bounds = tolerance.backward(kernel, x, weight, eps, dy)
+        comparisons += [outcome.compare(grads[name], reference[name], 2 * bounds[name], f"d{name}: views vs contiguous")
+                        for name in grads]
+    outcome.conclude(comparisons, "the kernel ignores a storage offset or a stride of an input (it reads the buffer "
+                                  "around the view)", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_outputs_fresh(kernel, x: torch.Tensor, other: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                        bias=None) -> None:
+    """A second call on ``other`` leaves the output (and gradients) of the first call on x as they were: no output
+    buffer is reused across calls, none is a view of an input."""
+    first = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    kept = {"output": (first, first.clone())}
+    backward = discover(kernel).backward
+    if backward:
+        grads = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True)
+        kept.update({f"d{name}": (g, g.clone()) for name, g in grads.items()})
+    norms.forward(kernel, other, weight, bias, eps, allow_nonfinite=True)
+    if backward:
+        norms.vjp(kernel, other, weight, bias, eps, dy, allow_nonfinite=True)
+    changed = [name for name, (value, copy) in kept.items() if not torch.equal(value.nan_to_num(), copy.nan_to_num())]
+    outcome.exact(not changed, f"a second call changed the first call's {', '.join(changed)}",
+                  "outputs must be fresh tensors (a reused output buffer or workspace is overwritten by the next call)",
+                  d=x.shape[-1], dtype=dtype_name(x.dtype))
