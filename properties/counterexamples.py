@@ -15,8 +15,8 @@ records the layout of each tensor input, and :func:`load` re-creates it should o
 
 :func:`replay` reloads the kernel by its SPEC (``core.registry.resolve``), or another SPEC,
 re-runs the check and returns a :class:`ReplayResult`: passed or not, the message, expected vs got.
-A check states a violation as ``AssertionError`` whose message says ``expected ... got ...`` (on one
-line or as two lines); an exception with ``expected``/``got`` attributes is read directly.
+A check states a violation as a ``properties.outcome.CheckFailure``, an AssertionError whose ``expected``,
+``got`` and ``where`` attributes replay shows side by side (never parsed back from the message).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import pickle
 import re
 import shlex
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.errors import UsageError
+from core.errors import UsageError, one_line
 from core.files import write_atomically
 from core.guard import KernelFault
 from core.names import short_spec
@@ -44,8 +45,6 @@ from core.registry import Kernel, resolve
 
 SCHEMA = "normverify.counterexample/1"
 MAX_STEM = 60
-_EXPECTED_GOT = re.compile(r"expected\b[\s:=]*(?P<expected>.+?)[\s,;]+(?:but\s+)?got\b[\s:=]*(?P<got>[^;\n]+)",
-                           re.IGNORECASE | re.DOTALL)
 
 
 @dataclass
@@ -132,11 +131,13 @@ def load(path: Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"no such counterexample file: {path}")
+    if not zipfile.is_zipfile(path):
+        raise UsageError(f"{path} is not a counterexample file (normverify saves them with torch.save, as .pt "
+                         "zip archives, in counterexamples/ next to the results JSON)")
     try:
         document = _torch_load(path)
     except Exception as error:
-        raise UsageError(f"{path} is not a counterexample file: {type(error).__name__}: "
-                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+        raise UsageError(f"{path} is not a counterexample file (torch.load: {one_line(error)})") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise UsageError(f"{path} is not a counterexample file (no {SCHEMA!r} schema)")
     for name, layout in document.get("layouts", {}).items():
@@ -187,11 +188,13 @@ def _kernel_for(document: dict, spec: str | None) -> Kernel:
 
 
 def expected_and_got(error: BaseException) -> tuple[str | None, str | None]:
-    """Expected and actual values of a failed check, from its attributes or its ``expected ... got ...`` message."""
-    if hasattr(error, "expected") and hasattr(error, "got"):
-        return str(error.expected), str(error.got)
-    match = _EXPECTED_GOT.search(str(error))
-    return (match["expected"].strip(), match["got"].strip()) if match else (None, None)
+    """Expected and actual values of a failed check: the attributes of a ``properties.outcome.CheckFailure``
+    (None, None for a failure without values to compare)."""
+    expected, got = getattr(error, "expected", None), getattr(error, "got", None)
+    if expected is None or got is None:
+        return None, None
+    return f"{expected:.9g}" if isinstance(expected, float) else str(expected), \
+        f"{got:.9g}" if isinstance(got, float) else str(got)
 
 
 def replay(path: Path, spec: str | None = None) -> ReplayResult:

@@ -4,8 +4,8 @@
 bounds (from :mod:`properties.tolerance`): the worst ratio |error| / bound and expected vs got at
 the worst element. :func:`conclude` records the example for the results
 (``properties.evidence.record``), steers Hypothesis towards large ratios with ``target()``, and
-raises AssertionError when the ratio exceeds 1. Both also work outside Hypothesis (the replay
-of a saved counterexample calls the same check functions).
+raises :class:`CheckFailure` (an AssertionError carrying expected, got and where) when the ratio exceeds 1.
+Both also work outside Hypothesis (the replay of a saved counterexample calls the same check functions).
 """
 
 from __future__ import annotations
@@ -40,11 +40,25 @@ def ratios(got, expected, bound) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One compared quantity: its worst |error| / bound, and what to say if that exceeds 1."""
+    """One compared quantity: its worst |error| / bound, what to say if that exceeds 1, and expected vs got at the
+    worst element (``where``: the quantity and the index)."""
 
     ratio: float
     message: str
     unchecked: int = 0  # elements whose bound is not finite (inf; NaN where a defined value is expected)
+    expected: float | None = None
+    got: float | None = None
+    where: str | None = None
+
+
+class CheckFailure(AssertionError):
+    """A violated claim, as data: the message, and expected vs got at ``where`` (None for a check without a value
+    to compare). The results and ``normverify replay`` read these attributes, never the message."""
+
+    def __init__(self, message: str, expected: float | None = None, got: float | None = None,
+                 where: str | None = None) -> None:
+        super().__init__(message)
+        self.expected, self.got, self.where = expected, got, where
 
 
 def unbounded(expected, bound) -> int:
@@ -67,9 +81,11 @@ def compare(got, expected, bound, what: str) -> Comparison:
         return float(np.broadcast_to(_values(a), shape)[worst])
 
     value = float(ratio[worst])
-    return Comparison(value, f"{what}: at index {tuple(int(i) for i in worst)} expected {pick(expected):.9g}, "
-                             f"got {pick(got):.9g}; |error| = {abs(pick(got) - pick(expected)):.3g}, "
-                             f"bound {pick(bound):.3g} (error/bound = {value:.3g})", missing)
+    where = f"{what}: at index {tuple(int(i) for i in worst)}"
+    return Comparison(value, f"{where} expected {pick(expected):.9g}, got {pick(got):.9g}; "
+                             f"|error| = {abs(pick(got) - pick(expected)):.3g}, "
+                             f"bound {pick(bound):.3g} (error/bound = {value:.3g})", missing,
+                      pick(expected), pick(got), where)
 
 
 def explain(text: str) -> None:
@@ -97,7 +113,8 @@ def conclude(comparisons: Comparison | list[Comparison], meaning: str = "", labe
     if worst.ratio > 1.0:
         if meaning:
             explain(meaning)
-        raise AssertionError((f"{found[1]}\n" if found else "") + worst.message + (f" -- {meaning}" if meaning else ""))
+        raise CheckFailure((f"{found[1]}\n" if found else "") + worst.message + (f" -- {meaning}" if meaning else ""),
+                           worst.expected, worst.got, worst.where)
     return worst.ratio
 
 
@@ -107,4 +124,4 @@ def exact(condition: bool, message: str, meaning: str = "", **point) -> None:
     if not condition:
         if meaning:
             explain(meaning)
-        raise AssertionError(message + (f" -- {meaning}" if meaning else ""))
+        raise CheckFailure(message + (f" -- {meaning}" if meaning else ""))

@@ -31,6 +31,7 @@ CHECKS = '''
 import torch
 import torch.nn.functional as F
 from core import guard
+from properties.outcome import CheckFailure
 
 def check_layernorm(kernel, x, weight, bias, eps):
     """Kernel output within 1e-3 of float64 F.layer_norm on the same inputs; expected vs got at the worst element."""
@@ -40,8 +41,9 @@ def check_layernorm(kernel, x, weight, bias, eps):
     error = (got - expected).abs()
     if error.max() > 1e-3:
         index = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
-        raise AssertionError(f"at index {index} expected {expected[index]:.6g}, got {got[index]:.6g}; "
-                             f"|error| = {error.max():.3g} > 0.001")
+        raise CheckFailure(f"at index {index} expected {expected[index]:.6g}, got {got[index]:.6g}; "
+                           f"|error| = {error.max():.3g} > 0.001", float(expected[index]), float(got[index]),
+                           f"at index {index}")
 
 def check_raises(kernel, x):
     raise RuntimeError("a bug in the check itself")
@@ -158,11 +160,14 @@ def test_unreadable_files_are_one_line_errors(tmp_path, capsys, content):
     assert err.startswith("normverify replay: ") and len(err.strip().splitlines()) == 1
 
 
-def test_expected_and_got_are_read_from_the_message_forms_the_suite_uses():
-    message = "y: at index (0, 1) expected 0.5, got 0.75; |error| = 0.25 > bound 0.01"
-    assert counterexamples.expected_and_got(AssertionError(message)) == ("0.5", "0.75")
-    assert counterexamples.expected_and_got(AssertionError("mean\nexpected: 0\ngot: 3e-2")) == ("0", "3e-2")
-    assert counterexamples.expected_and_got(AssertionError("rows differ")) == (None, None)
+def test_expected_and_got_are_the_failures_attributes_never_its_message():
+    from properties import outcome
+
+    with pytest.raises(outcome.CheckFailure) as failed:
+        outcome.conclude(outcome.compare([0.0, 0.75], [0.0, 0.5], [0.01, 0.01], "y"))
+    assert failed.value.where == "y: at index (1,)"
+    assert counterexamples.expected_and_got(failed.value) == ("0.5", "0.75")
+    assert counterexamples.expected_and_got(AssertionError("expected 0.5, got 0.75")) == (None, None)
 
 
 
