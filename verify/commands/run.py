@@ -18,6 +18,7 @@ from rich.text import Text
 from core.errors import UsageError
 from core.registry import KINDS
 from core.results import FAILING, NOT_PASSING
+from proofs.error_model import BOUNDS, DEFAULT_BOUND
 from verify import runner
 
 NAME = "run"
@@ -54,6 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", type=profile_name, metavar="NAME",
                         help="Hypothesis profile: ci (derandomized), dev (random, quick) or thorough "
                              "(default: NORMVERIFY_PROFILE, else ci)")
+    parser.add_argument("--bound", choices=BOUNDS, default=DEFAULT_BOUND,
+                        help="rounding-error bound of the tolerances: probabilistic (default; false-alarm probability "
+                             "1e-13 per bound evaluation, docs/tightness.md) or worst-case (always holds, looser)")
     parser.add_argument("-n", dest="workers", type=workers, default="auto", metavar="N|auto",
                         help="worker processes (pytest-xdist; default auto, 0 for one process)")
     parser.add_argument("--json", type=Path, metavar="PATH",
@@ -77,13 +81,15 @@ def run(args: argparse.Namespace) -> int:
     report_writer = _report_writer(args)
     json_path = (args.json or (args.report / "results.json" if args.report else DEFAULT_JSON)).resolve()
     request = runner.RunRequest(specs=args.kernel, json_path=json_path, kind=args.kind,
-                                claims=claim_patterns(args.claims), profile=args.profile, workers=args.workers,
-                                timeout=args.timeout, skips_file=args.skips_file, xfails_file=args.xfails_file)
+                                claims=claim_patterns(args.claims), profile=args.profile, bound=args.bound,
+                                workers=args.workers, timeout=args.timeout, skips_file=args.skips_file,
+                                xfails_file=args.xfails_file)
     kernels = runner.check_request(request)
     console = make_console()
     if not args.quiet:
         console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
-                      f" | profile {chosen_profile(args.profile)} | workers {args.workers} | log {request.log_path}",
+                      f" | profile {chosen_profile(args.profile)} | bound {args.bound} | workers {args.workers}"
+                      f" | log {request.log_path}",
                       soft_wrap=True)
     outcome = _run_with_progress(request, console, quiet=args.quiet)
     code = runner.exit_code(outcome)
