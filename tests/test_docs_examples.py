@@ -6,8 +6,8 @@ The convention, for whoever writes the docs:
   block whose first line is a command (``normverify``, ``pytest``, ``python``, ``make``, ``pip``), or any
   block with a file header. Other blocks (output, formulas, schemas, diagrams) are text.
 - A block whose first line is ``# NAME.EXT`` is a file: it is written, under NAME, to the directory the
-  document's commands run in (a Python file is also compiled). A Python block without one is run, and
-  must exit 0.
+  document's commands run in (a Python file is also imported there, and must import). A Python block
+  without one is run, and must exit 0.
 - A command block carries, on the line before it, what its commands give:
   ``<!-- doc-example: exit N -->`` (each command exits N; ``exit N with ARGS`` appends ARGS to every
   ``normverify run`` and ``pytest`` command, to narrow an expensive run to its point with ``--claims``;
@@ -23,7 +23,6 @@ default Hypothesis profile: what a reader who copies the line gets.
 from __future__ import annotations
 
 import os
-import py_compile
 import re
 import shlex
 import subprocess
@@ -155,12 +154,11 @@ def test_example(block: Block, tmp_path: Path):
     if block.note.startswith("skip "):
         pytest.skip(f"{block.id}: {block.note[5:]}")
     write_files(block, tmp_path)
-    if block.file_name:
-        if block.file_name.endswith(".py"):
-            py_compile.compile(str(tmp_path / block.file_name), doraise=True)
+    if block.file_name and not block.file_name.endswith(".py"):
         return
-    if block.language == "python":
-        proc = subprocess.run([sys.executable, "-c", block.text], cwd=tmp_path, env=environment(),
+    if block.file_name or block.language == "python":
+        code = f"import {block.file_name.removesuffix('.py')}" if block.file_name else block.text
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment(),
                               capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         return
