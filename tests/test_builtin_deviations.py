@@ -33,8 +33,8 @@ def example(dtype: torch.dtype, eps: float, row=(1.5,)) -> dict:
     return {"x": x, "weight": None, "eps": eps, "dy": torch.ones_like(x)}
 
 
-def torch_layernorm():
-    return next(k for k in resolve("torch") if k.kind == "layernorm")
+def layernorm_of(spec: str):
+    return next(k for k in resolve(spec) if k.kind == "layernorm")
 
 
 @pytest.mark.parametrize("row", [(1.5,), (3.0, 3.0, 3.0)])
@@ -56,9 +56,10 @@ def test_outside_the_declared_domain_the_gradient_is_finite_and_the_deviation_do
     assert not float16_rstd_overflows(example(dtype, eps))
 
 
+@pytest.mark.parametrize("spec", ["torch", "torch-module"])
 @pytest.mark.parametrize("check", [check_gradient_identities, check_vjp])
-def test_the_checks_fail_with_the_declared_fault_and_the_declaration_explains_exactly_that(check):
-    kernel = torch_layernorm()
+def test_the_checks_fail_with_the_declared_fault_and_the_declaration_explains_exactly_that(check, spec):
+    kernel = layernorm_of(spec)
     assert kernel.backward_precision == "storage"
     inside = example(torch.float16, 1e-12)
     with pytest.raises(KernelFault) as fault:
@@ -70,8 +71,7 @@ def test_the_checks_fail_with_the_declared_fault_and_the_declaration_explains_ex
     assert not TORCH_LN_NAN.explains(kernel, claim, AssertionError("dx: error/bound = 3"), inside)
     assert not TORCH_LN_NAN.explains(kernel, claim, GROUP("2 distinct failures", [fault.value]), inside)
     assert not TORCH_LN_NAN.explains(kernel, claim, fault.value, example(torch.float32, 1e-12))
-    triton = next(k for k in resolve("triton") if k.kind == "layernorm")
-    assert not TORCH_LN_NAN.explains(triton, claim, fault.value, inside)
+    assert not TORCH_LN_NAN.explains(layernorm_of("triton"), claim, fault.value, inside)
 
 
 RUN = textwrap.dedent('''
