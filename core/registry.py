@@ -58,6 +58,8 @@ def resolve(spec: str, kind: str | None = None) -> list[Kernel]:
         target, _, attr = spec.rpartition(":")
         obj = load_attribute(load_module(target, spec), attr, spec)
         kernels = _as_kernels(obj, spec, kind)
+        for kernel in kernels:
+            check_signature(kernel, spec)
     else:
         raise UsageError(f"unknown kernel {spec!r}: use a built-in ({', '.join(sorted(table))}), "
                          "MODULE:ATTR or PATH.py:ATTR")
@@ -86,6 +88,25 @@ def _as_kernels(obj, spec: str, kind: str | None) -> list[Kernel]:
                              "pass --kind")
         return [Kernel(name=spec, kind=kind, fn=obj, spec=spec)]
     raise UsageError(f"kernel {spec!r}: {type(obj).__name__} is not a function, nn.Module class or Kernel")
+
+
+def check_signature(kernel: Kernel, spec: str) -> None:
+    """A UsageError (one line) when the kernel's function cannot take its kind's positional arguments
+    (``core.capabilities.probe_arguments``: the contract of the kind); silent when Python cannot tell."""
+    import torch
+
+    from core.capabilities import probe_arguments
+
+    try:
+        signature = inspect.signature(kernel.fn)
+    except (TypeError, ValueError):
+        return
+    arguments = probe_arguments(kernel, torch.zeros(2, 8))
+    try:
+        signature.bind(*arguments)
+    except TypeError as error:
+        raise UsageError(f"kernel {spec!r}: {getattr(kernel.fn, '__name__', 'its function')}{signature} does not fit "
+                         f"the {kernel.kind} contract, {len(arguments)} positional arguments ({error})") from None
 
 
 def infer_kind(fn: Callable) -> str | None:

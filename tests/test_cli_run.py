@@ -5,10 +5,13 @@ tests/test_runner.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from verify import cli, runner
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
 @pytest.fixture(autouse=True)
@@ -34,11 +37,24 @@ def no_pytest(monkeypatch):
     (["--kernel", "torch", "--pdf"], "--pdf needs --report DIR"),
     (["--kernel", "torch", "--xfails-file", "/nowhere/x.txt"], "--xfails-file: no such file /nowhere/x.txt"),
     (["--kernel", "torch", "--skips-file", "/nowhere/s.txt"], "--skips-file: no such file /nowhere/s.txt"),
+    (["--kernel", f"{CORPUS}/load.py:layernorm_runs_nowhere", "--kind", "layernorm"],
+     "runs in no dtype (float32: RuntimeError: no kernel image"),
+    (["--kernel", f"{CORPUS}/load.py:rmsnorm_without_weight", "--kind", "rmsnorm"],
+     "does not fit the rmsnorm contract, 3 positional arguments (too many positional arguments)"),
+    (["--kernel", "torch", "--json", "/proc/nowhere/results.json"], "--json: cannot write /proc/nowhere/results.json"),
+    (["--kernel", "torch", "--json", "/"], "--json: / is a directory, not a file"),
 ])
 def test_bad_requests_are_one_line_and_exit_2(capsys, argv, words):
     assert cli.main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and err.startswith("normverify run: ")
+
+
+def test_an_unknown_profile_in_the_environment_is_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.setenv("NORMVERIFY_PROFILE", "bogus")
+    assert cli.main(["run", "--kernel", "torch"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown Hypothesis profile 'bogus'" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("argv", [["--kernel", "torch", "-n", "many"], ["--kernel", "torch", "--profile", "slow"],

@@ -125,10 +125,11 @@ def _statuses(results: list[dict]) -> str:
 
 @pytest.mark.parametrize("entry", BROKEN, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
 def test_broken_kernel_fails_every_claim_meant_to_catch_it(corpus: CorpusRun, entry: Entry):
-    """Every claim of ``expect`` ran on the kernel and FAILED (not error, not skipped)."""
+    """Every claim of ``expect`` ran on the kernel and FAILED (not error, not skipped); or ended in ERROR, for a
+    kernel whose fault leaves the claim uncheckable (``entry.status``)."""
     (name,) = corpus.kernel_names(entry)
     statuses = {claim: corpus.claim_status(name, claim) for claim in sorted(entry.expect)}
-    missed = {claim: status or "not run" for claim, status in statuses.items() if status != "failed"}
+    missed = {claim: status or "not run" for claim, status in statuses.items() if status != entry.status}
     assert not missed, f"{name}: not caught on {missed}; all results: {_statuses(corpus.results(name))}"
 
 
@@ -157,3 +158,14 @@ def test_every_claim_the_suite_checks_catches_a_corpus_kernel(corpus: CorpusRun)
                 if r["kernel"] in broken_names and r["status"] == "failed"}
     uncaught = corpus.claims_run() - catching
     assert not uncaught, f"claims that catch no corpus kernel: {sorted(uncaught)}"
+
+
+def test_the_counterexample_of_an_input_writing_kernel_replays_as_it_failed(corpus: CorpusRun):
+    """The saved counterexample holds the inputs as the kernel received them (copied before the call), so the
+    replay of a kernel that overwrites its input fails again instead of passing on the overwritten values."""
+    from properties.counterexamples import replay
+
+    (name,) = corpus.kernel_names(Entry("tests/corpus/fused.py:LN_INPUT_OVERWRITTEN"))
+    (result,) = [r for r in corpus.results(name) if r["claim"] == "ln.inputs_unmodified"]
+    assert result["counterexample"]["file"], result["counterexample"]
+    assert replay(Path(result["counterexample"]["file"])).outcome == "failed"

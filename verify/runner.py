@@ -34,6 +34,7 @@ import properties
 from core.errors import UsageError
 from core.registry import Kernel, resolve
 from core.results import NOT_PASSING, SummaryRow
+from properties import profiles
 
 SUITE = Path(properties.__file__).resolve().parent
 TEST_TIMEOUT_FACTOR = 10
@@ -93,6 +94,17 @@ def check_request(request: RunRequest) -> list[Kernel]:
     kernels = [kernel for spec in split_specs(request.specs) for kernel in resolve(spec, request.kind)]
     if request.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {request.timeout:g}")
+    try:
+        profiles.chosen(request.profile)
+    except ValueError as error:
+        raise UsageError(f"{error} (--profile or NORMVERIFY_PROFILE)") from None
+    check_writable(request.json_path, "--json")
+    for kernel in kernels:
+        if ":" in kernel.spec:  # a user's kernel; the built-ins are known to run
+            from core.capabilities import unusable
+
+            if reason := unusable(kernel):
+                raise UsageError(reason)
     for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):
         if path is not None and not path.is_file():
             raise UsageError(f"{option}: no such file {path}")
@@ -109,6 +121,20 @@ def check_request(request: RunRequest) -> list[Kernel]:
                 kinds = ", ".join(sorted({k.kind for k in kernels}))
                 raise UsageError(f"--claims: {pattern!r} matches no claim of the kernels' kinds ({kinds})")
     return kernels
+
+
+def check_writable(path: Path, option: str) -> None:
+    """A UsageError unless ``path`` can be written: its folder is made and a file written there and removed."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a directory, not a file")
+    probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise UsageError(f"{option}: cannot write {path}: {error.strerror or error}") from None
 
 
 def pytest_command(request: RunRequest) -> list[str]:

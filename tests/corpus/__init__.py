@@ -15,6 +15,9 @@ The files, by where the bug is:
     padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
     dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward + Bernoulli control
     correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
+    contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
+                     gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
+    load.py          refused at load (not in the manifest): runs in no dtype, a signature that does not fit
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -32,14 +35,16 @@ class Entry:
     expect: frozenset[str] = frozenset()
     margin: str | None = None
     mechanism: str | None = None  # the proofs.mechanisms id it plants (None: its bug is not in the library)
+    status: str = "failed"  # what the claims of ``expect`` must end in: "failed", or "error" for a kernel fault
 
     @property
     def correct(self) -> bool:
         return not self.expect
 
 
-def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str | None = None) -> Entry:
-    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism)
+def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str | None = None,
+            status: str = "failed") -> Entry:
+    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism, status)
 
 
 def _correct(spec: str) -> Entry:
@@ -118,6 +123,18 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout.py:DROPOUT_STRIDED_COUNTERS", "dropout.layout_invariance"),
     _broken("dropout.py:DROPOUT_BACKWARD_OTHER_MASK", "dropout.gradient"),
     _broken("dropout.py:DROPOUT_BACKWARD_UNSCALED", "dropout.gradient"),
+    # contract.py: wrong only where the suite used to look away (a probe's fault, an infinite bound, shapes,
+    # sizes and layouts never drawn)
+    _broken("contract.py:RMS_FLOAT32_OUTPUT", "rms.forward", status="error"),
+    _broken("contract.py:LN_NAN_IN_FLOAT16", "ln.forward"),
+    _broken("contract.py:LN_BACKWARD_RAISES", "ln.jacobian", status="error"),
+    _broken("contract.py:LN_STORAGE_GRADIENT_OFF", "ln.jacobian"),
+    _broken("contract.py:LN_DGAMMA_FIRST_DIMENSION", "ln.jacobian"),
+    _broken("contract.py:LN_BLOCK_MEAN_BACKWARD", "ln.jacobian", "ln.gradient_identities"),
+    _broken("contract.py:LN_ROWS_BEYOND_THE_GRID", "ln.forward"),
+    _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
+    _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
+    _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),

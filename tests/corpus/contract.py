@@ -1,0 +1,190 @@
+"""Broken kernels that are wrong only where the suite used to look away (issue 10: "a pass must mean checked";
+issue 19: "draw the whole input contract"): a fault hidden by the capability probe, a gradient wrong only where
+the bound was infinite, shapes and sizes never drawn, views into larger buffers, reused output buffers.
+
+Each is the textbook float32 implementation (:func:`tests.corpus.statistics._normalize`, correct statistics) with
+one defect; each docstring says the defect, the claim that must catch it and with which status (``failed`` for a
+wrong answer, ``error`` for a fault that leaves the claim unchecked).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.registry import Kernel
+from corpus.statistics import _layernorm_statistics, _normalize, _rmsnorm_statistics
+
+SPEC = "tests/corpus/contract.py:"
+
+
+def _layernorm(x, weight, bias, eps):
+    return _normalize(x, weight, bias, eps, _layernorm_statistics)
+
+
+def _rmsnorm(x, weight, eps):
+    return _normalize(x, weight, None, eps, _rmsnorm_statistics)
+
+
+def rmsnorm_float32_output(x, weight, eps):
+    """Returns float32 for float16/bfloat16 input (the cast back forgotten). The capability probe used to file this
+    as "does not compute in float16/bfloat16", drop both dtypes and pass. Must be an error of rms.forward (the
+    output's dtype is wrong: the claim cannot be checked)."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * weight.float()
+
+
+def layernorm_nan_in_float16(x, weight, bias, eps):
+    """All-NaN output in float16 (an overflowing float16 intermediate). The probe used to drop float16 because of
+    the NaN, and ln.forward passed. Must fail ln.forward (NaN on finite input)."""
+    y = _layernorm(x, weight, bias, eps)
+    return y * float("nan") if x.dtype == torch.float16 else y
+
+
+class _RaisingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        with torch.no_grad():
+            return _layernorm(x, weight, bias, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def layernorm_backward_raises(x, weight, bias, eps):
+    """A backward that exists (the output has a grad_fn) but raises. It used to be taken for "no backward": 2
+    passed, 4 skipped, exit 0. Must be an error of ln.jacobian."""
+    return _RaisingBackward.apply(x, weight, bias, eps)
+
+
+class _Backward(torch.autograd.Function):
+    """LayerNorm whose backward is ``backward(x, weight, dy, xhat, rstd) -> (dx, dweight, dbias)`` in float32."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, backward):
+        x32 = x.float()
+        mean, rstd = _layernorm_statistics(x32, eps, x.dtype)
+        xhat = (x32 - mean) * rstd
+        ctx.save_for_backward(x, weight, xhat, rstd)
+        ctx.backward, ctx.bias_dtype = backward, None if bias is None else bias.dtype
+        y = xhat if weight is None else xhat * weight.float()
+        return (y if bias is None else y + bias.float()).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, xhat, rstd = ctx.saved_tensors
+        dx, dweight, dbias = ctx.backward(x, weight, dy.float(), xhat, rstd)
+        return (dx.to(x.dtype), None if weight is None else dweight.to(weight.dtype),
+                None if ctx.bias_dtype is None else dbias.to(ctx.bias_dtype), None, None)
+
+
+def _correct_backward(x, weight, dy, xhat, rstd, block: int | None = None):
+    g = dy if weight is None else dy * weight.float()
+    d = g.shape[-1]
+    if block is None:
+        mean_g = g.mean(-1, keepdim=True)
+    else:  # mean(g) of each block of columns, spread over its columns
+        mean_g = torch.cat([part.mean(-1, keepdim=True).expand_as(part) for part in g.split(block, -1)], -1)
+    dx = rstd * (g - mean_g - xhat * (g * xhat).mean(-1, keepdim=True))
+    rows = (-1, d)
+    return dx, (dy * xhat).reshape(rows).sum(0), dy.reshape(rows).sum(0)
+
+
+def _off_by_five_where_the_bound_was_infinite(x, weight, dy, xhat, rstd):
+    dx, dweight, dbias = _correct_backward(x, weight, dy, xhat, rstd)
+    return (dx + 5 if x.dtype == torch.bfloat16 and x.shape[-1] >= 16 else dx), dweight, dbias
+
+
+def layernorm_storage_gradient_off_by_five(x, weight, bias, eps):
+    """Declares its backward in the storage precision (as torch's CPU LayerNorm) and adds 5 to dx in bfloat16 at
+    d >= 16: there the storage-precision bound was infinite (bf16 d >= ~40), so the examples counted as passed
+    with ratio 0. Must fail ln.jacobian (examples are drawn inside the bound's domain)."""
+    return _Backward.apply(x, weight, bias, eps, _off_by_five_where_the_bound_was_infinite)
+
+
+def _first_dimension_only(x, weight, dy, xhat, rstd):
+    dx, _, _ = _correct_backward(x, weight, dy, xhat, rstd)
+    d = dy.shape[-1]
+    first = x.shape[0]  # the rows of a 2-D input; of a [B, S, H] input only the first B of B*S rows
+    return dx, (dy * xhat).reshape(-1, d)[:first].sum(0), dy.reshape(-1, d)[:first].sum(0)
+
+
+def layernorm_dgamma_first_dimension(x, weight, bias, eps):
+    """dgamma and dbeta sum over x.shape[0] rows instead of every leading dimension: right for 2-D input, wrong on
+    every [B, S, H] input. Gradient claims only drew 2-D inputs. Must fail ln.jacobian."""
+    return _Backward.apply(x, weight, bias, eps, _first_dimension_only)
+
+
+def _block_mean(x, weight, dy, xhat, rstd):
+    return _correct_backward(x, weight, dy, xhat, rstd, block=1024)
+
+
+def layernorm_block_mean_backward(x, weight, bias, eps):
+    """The backward's mean(g) taken per 1024-column block instead of per row (a tiled backward that forgot to
+    combine its blocks): right for d <= 1024. Widths above 1024 were drawn one time in eight, and missed in 3 of 3
+    runs. Must fail ln.jacobian (and ln.gradient_identities: sum(dx) = 0 no longer holds)."""
+    return _Backward.apply(x, weight, bias, eps, _block_mean)
+
+
+GRID_ROWS = 65_535
+
+
+def layernorm_rows_beyond_the_grid(x, weight, bias, eps):
+    """Rows beyond 65 535 are never computed (one program per row on a CUDA grid axis limited to 65 535): their
+    output stays zero. No test had more than 16 384 elements. Must fail ln.forward."""
+    y = _layernorm(x, weight, bias, eps)
+    flat = y.reshape(-1, y.shape[-1])
+    if flat.shape[0] > GRID_ROWS:
+        flat = torch.cat([flat[:GRID_ROWS], torch.zeros_like(flat[GRID_ROWS:])])
+    return flat.reshape(y.shape)
+
+
+def layernorm_storage_offset_ignored(x, weight, bias, eps):
+    """Reads x from the start of its storage, ignoring the view's storage offset (a C++ extension that takes
+    ``x.storage().data_ptr()``): right for tensors that start their buffer; wrong for q split from a fused qkv, a
+    row range, a slice. Must fail ln.layout_invariance."""
+    return _layernorm(torch.as_strided(x, x.shape, x.stride(), 0), weight, bias, eps)
+
+
+def rmsnorm_weight_assumed_contiguous(x, weight, eps):
+    """Reads the weight as if contiguous (stride 1 from its offset): wrong for a weight that is every other element
+    of a buffer (a strided parameter view). Must fail rms.layout_invariance."""
+    if weight is not None:
+        weight = torch.as_strided(weight, weight.shape, (1,), weight.storage_offset())
+    return _rmsnorm(x, weight, eps)
+
+
+_buffers: dict[tuple, torch.Tensor] = {}
+
+
+def rmsnorm_reused_output_buffer(x, weight, eps):
+    """Writes every result into one cached output buffer per shape and dtype and returns it (a workspace kept
+    between calls): the next call overwrites the previous result. Must fail rms.inputs_unmodified (outputs are
+    fresh tensors)."""
+    y = _rmsnorm(x, weight, eps).detach()
+    out = _buffers.setdefault((tuple(x.shape), x.dtype, x.device), torch.empty_like(y))
+    return out.copy_(y)
+
+
+def _kernel(name: str, kind: str, fn, attr: str, **declared) -> Kernel:
+    return Kernel(name, kind, fn, spec=SPEC + attr, description=" ".join(fn.__doc__.split()), **declared)
+
+
+RMS_FLOAT32_OUTPUT = _kernel("rms_float32_output", "rmsnorm", rmsnorm_float32_output, "RMS_FLOAT32_OUTPUT")
+LN_NAN_IN_FLOAT16 = _kernel("ln_nan_in_float16", "layernorm", layernorm_nan_in_float16, "LN_NAN_IN_FLOAT16")
+LN_BACKWARD_RAISES = _kernel("ln_backward_raises", "layernorm", layernorm_backward_raises, "LN_BACKWARD_RAISES")
+LN_STORAGE_GRADIENT_OFF = _kernel("ln_storage_gradient_off", "layernorm", layernorm_storage_gradient_off_by_five,
+                                  "LN_STORAGE_GRADIENT_OFF", backward_precision="storage")
+LN_DGAMMA_FIRST_DIMENSION = _kernel("ln_dgamma_first_dimension", "layernorm", layernorm_dgamma_first_dimension,
+                                    "LN_DGAMMA_FIRST_DIMENSION")
+LN_BLOCK_MEAN_BACKWARD = _kernel("ln_block_mean_backward", "layernorm", layernorm_block_mean_backward,
+                                 "LN_BLOCK_MEAN_BACKWARD")
+LN_ROWS_BEYOND_THE_GRID = _kernel("ln_rows_beyond_the_grid", "layernorm", layernorm_rows_beyond_the_grid,
+                                  "LN_ROWS_BEYOND_THE_GRID")
+LN_STORAGE_OFFSET_IGNORED = _kernel("ln_storage_offset_ignored", "layernorm", layernorm_storage_offset_ignored,
+                                    "LN_STORAGE_OFFSET_IGNORED")
+RMS_WEIGHT_ASSUMED_CONTIGUOUS = _kernel("rms_weight_assumed_contiguous", "rmsnorm", rmsnorm_weight_assumed_contiguous,
+                                        "RMS_WEIGHT_ASSUMED_CONTIGUOUS")
+RMS_REUSED_OUTPUT_BUFFER = _kernel("rms_reused_output_buffer", "rmsnorm", rmsnorm_reused_output_buffer,
+                                   "RMS_REUSED_OUTPUT_BUFFER")
