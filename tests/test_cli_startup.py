@@ -17,6 +17,7 @@ import time
 import pytest
 
 from core import adapters
+from proofs.error_model import BOUNDS
 from properties.profiles import PROFILES
 
 LIMIT_S = 1.0
@@ -72,6 +73,6 @@ def test_list_without_probe_loads_no_kernel_and_reads_as_json():
     assert {"torch", "triton"} <= {row["spec"] for row in rows}
 
 
-def test_run_help_names_every_profile():
+def test_run_help_names_every_profile_and_bound():
     help_text = " ".join(normverify("run", "--help")[0].stdout.split())
-    assert all(name in help_text for name in PROFILES)
+    assert all(name in help_text for name in (*PROFILES, *BOUNDS))

@@ -7,7 +7,9 @@ complete); 2 bad usage or a kernel that cannot be loaded (found before the run s
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -18,7 +20,6 @@ from rich.text import Text
 from core.errors import UsageError
 from core.registry import KINDS
 from core.results import FAILING, NOT_PASSING
-from proofs.error_model import BOUNDS, DEFAULT_BOUND
 from verify import runner
 
 NAME = "run"
@@ -36,13 +37,17 @@ def workers(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected a number of workers or 'auto', not {text!r}")
 
 
-def profile_name(text: str) -> str:
-    """``--profile``: a Hypothesis profile of properties.profiles (imported only when the option is given)."""
-    from properties.profiles import PROFILES
+def one_of(module: str, names: str) -> Callable[[str], str]:
+    """An argparse ``type`` accepting the names ``module.names`` lists, imported only when the option is given
+    (properties.profiles loads Hypothesis, proofs.error_model SymPy: not for --help or a usage error)."""
 
-    if text not in PROFILES:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(PROFILES)}, not {text!r}")
-    return text
+    def check(text: str) -> str:
+        allowed = getattr(importlib.import_module(module), names)
+        if text not in allowed:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)}, not {text!r}")
+        return text
+
+    return check
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,10 +57,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=KINDS, help="the kernel's kind where it cannot be inferred; "
                                                       "also restricts the run to it")
     parser.add_argument("--claims", metavar="IDS", help="only these claims: comma-separated ids or globs, e.g. 'ln.*'")
-    parser.add_argument("--profile", type=profile_name, metavar="NAME",
+    parser.add_argument("--profile", type=one_of("properties.profiles", "PROFILES"), metavar="NAME",
                         help="Hypothesis profile: ci (derandomized), dev (random, quick) or thorough "
                              "(default: NORMVERIFY_PROFILE, else ci)")
-    parser.add_argument("--bound", choices=BOUNDS, default=DEFAULT_BOUND,
+    parser.add_argument("--bound", type=one_of("proofs.error_model", "BOUNDS"), metavar="NAME",
                         help="rounding-error bound of the tolerances: probabilistic (default; false-alarm probability "
                              "1e-13 per bound evaluation, docs/tightness.md) or worst-case (always holds, looser)")
     parser.add_argument("-n", dest="workers", type=workers, default="auto", metavar="N|auto",
@@ -75,20 +80,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from proofs.error_model import DEFAULT_BOUND
     from properties.profiles import chosen as chosen_profile  # the suite (hypothesis, pytest, torch): only to run
     from properties.results import claim_patterns
 
+    bound = args.bound or DEFAULT_BOUND
     report_writer = _report_writer(args)
     json_path = (args.json or (args.report / "results.json" if args.report else DEFAULT_JSON)).resolve()
     request = runner.RunRequest(specs=args.kernel, json_path=json_path, kind=args.kind,
-                                claims=claim_patterns(args.claims), profile=args.profile, bound=args.bound,
+                                claims=claim_patterns(args.claims), profile=args.profile, bound=bound,
                                 workers=args.workers, timeout=args.timeout, skips_file=args.skips_file,
                                 xfails_file=args.xfails_file)
     kernels = runner.check_request(request)
     console = make_console()
     if not args.quiet:
         console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
-                      f" | profile {chosen_profile(args.profile)} | bound {args.bound} | workers {args.workers}"
+                      f" | profile {chosen_profile(args.profile)} | bound {bound} | workers {args.workers}"
                       f" | log {request.log_path}",
                       soft_wrap=True)
     outcome = _run_with_progress(request, console, quiet=args.quiet)
