@@ -2,14 +2,17 @@
 and the models a kernel's declared conventions put in place of the correct one.
 
 A mechanism explains a failed example when the kernel's result is within that mechanism's own derived bound on
-every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing); the
-correct model's is not (the check failed). Of a mechanism's variants (fixed_eps's candidate constants, weight_offset's
-missing/extra) the best fitting one is kept. Several mechanisms can explain one example; they are ranked:
-first the tight models (total bound within TIGHT times the correct model's: another function, or one more
-rounding), best fit (smallest ratio) first, then the looser interval models, tightest first. Models tied at the
-top (the same prediction on this example, e.g. eps = 0 and max(sigma^2, eps) on rows with sigma^2 > eps) are all
-named. The diagnosis is evaluated once per failing test, on the example Hypothesis reports
-(:func:`final_example`), not on every example tried while shrinking.
+every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing), and still
+is on the probes, the same example with the rows shifted and with another eps, wherever its model applies
+there (one row cannot tell a one-pass variance from a wrong eps: both scale the row; a shift or another eps
+can); the correct model's is not (the check failed). Of a mechanism's variants (fixed_eps's constants,
+weight_offset's missing/extra) the best fitting one is kept. The matches are ranked: first the tight models
+(total bound within TIGHT times the correct model's: another function, or one more rounding), best fit
+(smallest ratio) first, then the looser interval models, tightest first. The diagnosis names the best tight
+model and those fitting as well or predicting the same on this example (eps = 0 and max(sigma^2, eps) agree on
+rows with sigma^2 > eps); where no tight model fits, every loose one that does. It is evaluated once per
+failing test, on the example Hypothesis reports (:func:`final_example`), not on every example tried while
+shrinking.
 
 Declared conventions (``Kernel.conventions``, ids of ``proofs.mechanisms.CONVENTIONS``): the kernel is checked
 against the union of its conventions' models instead of the correct model (:func:`expected_forward`,
@@ -26,6 +29,7 @@ import numpy as np
 import torch
 
 from core.capabilities import dtype_name
+from core.guard import KernelFault
 from core.registry import Kernel
 from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, Prediction, correct_backward, correct_forward
 from proofs.mechanisms.base import union
@@ -37,6 +41,9 @@ _BY_TOLERANCE = frozenset({"storage_statistics_backward"})
 
 TIGHT = 4.0  # a model whose total bound is within this factor of the correct model's is a tight one
 TIE = 0.1  # two tight models predict the same where their centers differ by at most this fraction of their bounds
+RATIO_TIE = 0.1  # two tight models fit equally well where their worst ratios are within this fraction
+PROBE_SHIFT = 30.0  # the shift of the rows in the probes, in units of their largest standard deviation
+PROBE_EPS = (1e-2, 1e-5)  # the probe's eps: the first, or the second when the example's eps is the first
 
 
 @dataclass(frozen=True)
@@ -84,9 +91,11 @@ def _fit(prediction: Prediction, got: dict[str, np.ndarray]) -> tuple[float, flo
     return worst, width
 
 
-def explaining(kernel: Kernel, case: Case, got: dict[str, np.ndarray], direction: str) -> list[Match]:
+def explaining(kernel: Kernel, case: Case, got: dict[str, np.ndarray], direction: str,
+               probes: tuple[tuple[Case, dict[str, np.ndarray]], ...] = ()) -> list[Match]:
     """The mechanisms that explain ``got`` (forward: {"y"}, backward: {"x", "weight", "bias"}), ranked (module
-    docstring). Mechanisms the kernel declares are part of its model already and are not candidates."""
+    docstring), and also explain the kernel's results on the ``probes`` (:func:`probes`) where their model applies.
+    Mechanisms the kernel declares are part of its model already and are not candidates."""
     with np.errstate(all="ignore"):
         correct = (correct_forward if direction == "forward" else correct_backward)(case)
         reference = sum(float(np.nansum(np.broadcast_to(correct.bounds[n], np.shape(v))))
@@ -101,9 +110,41 @@ def explaining(kernel: Kernel, case: Case, got: dict[str, np.ndarray], direction
         explained = [fit for fit in fits if fit[0] <= 1.0]
         if explained:
             ratio, width, best = min(explained, key=lambda fit: fit[:2])
-            matches.append(Match(mechanism.id, ratio, mechanism.describe(case.storage, best.detail),
-                                 width <= TIGHT * reference, width, best))
+            if all(_still_fits(evaluate, best.variant, *probe) for probe in probes):
+                matches.append(Match(mechanism.id, ratio, mechanism.describe(case.storage, best.detail),
+                                     width <= TIGHT * reference, width, best))
     return sorted(matches, key=lambda m: m.rank)
+
+
+def _still_fits(evaluate, variant: str, case: Case, got: dict[str, np.ndarray]) -> bool:
+    """Whether the mechanism's same variant explains the kernel on a probe too (True where it has no finite
+    model there: no evidence either way)."""
+    with np.errstate(all="ignore"):
+        same = [p for p in evaluate(case) if p.variant == variant]
+        if not same:
+            return True
+        ratio, width = _fit(same[0], got)
+    return ratio <= 1.0 or not np.isfinite(width)
+
+
+def probes(kernel: Kernel, x: torch.Tensor, weight, bias, eps: float, dy=None) -> tuple[tuple[Case, dict], ...]:
+    """The kernel's results on variants of the failing example that tell mechanisms apart: the rows shifted by
+    PROBE_SHIFT times their largest standard deviation (the statistics' conditioning changes: a per-row scale that
+    matched a wrong model by coincidence does not survive it) and the same rows with another eps. A variant the
+    kernel faults on is left out."""
+    spread = float(x.double().std(-1, unbiased=False).max()) or 1.0
+    other_eps = PROBE_EPS[0] if eps != PROBE_EPS[0] else PROBE_EPS[1]
+    found = []
+    for x_p, eps_p in (((x.double() + PROBE_SHIFT * spread).to(x.dtype), eps), (x, other_eps)):
+        try:
+            if dy is None:
+                got = {"y": norms.as_float64(norms.forward(kernel, x_p, weight, bias, eps_p))}
+            else:
+                got = {n: norms.as_float64(g) for n, g in norms.vjp(kernel, x_p, weight, bias, eps_p, dy).items()}
+        except (KernelFault, RuntimeError):
+            continue
+        found.append((case_of(kernel, x_p, weight, bias, eps_p, dy), got))
+    return tuple(found)
 
 
 def _same(a: Prediction, b: Prediction) -> bool:
@@ -117,11 +158,16 @@ def _same(a: Prediction, b: Prediction) -> bool:
 
 
 def leading(matches: list[Match]) -> list[Match]:
-    """The matches tied at the top: the first, and the tight ones that predict the same on this example."""
+    """The matches the diagnosis names: the best tight one and the tight ones that fit as well (worst ratio within
+    RATIO_TIE) or predict the same on this example; where no tight model fits, every loose one that does (none is
+    better evidence than another)."""
     if not matches:
         return []
     first = matches[0]
-    return [m for m in matches if m is first or (first.tight and m.tight and _same(first.prediction, m.prediction))]
+    if not first.tight:
+        return list(matches)
+    return [m for m in matches if m is first or (m.tight and (m.ratio <= first.ratio * (1 + RATIO_TIE)
+                                                                or _same(first.prediction, m.prediction)))]
 
 
 def conventions_of(kernel: Kernel) -> tuple[str, ...]:
@@ -136,11 +182,11 @@ def sentence(claim: str, ratio: float, matches: list[Match], kernel: Kernel) -> 
     top = leading(matches)
     text = f"{head}; consistent with " + " or ".join(f"{m.mechanism}: {m.text}" for m in top)
     if len(top) > 1:
-        text += " (the same prediction on this example)"
+        text += " (as good a fit on this example)" if top[0].tight else " (loose models, tightest first)"
     rest = [m.mechanism for m in matches if m not in top]
     if rest:
         text += f"; also, more loosely, with {', '.join(rest)}"
-    convention = next((m.mechanism for m in top if m.mechanism in CONVENTIONS), None)
+    convention = top[0].mechanism if top[0].mechanism in CONVENTIONS else None
     if convention:
         text += (f". If this is the kernel's convention, declare it: Kernel({kernel.name!r}, {kernel.kind!r}, fn, "
                  f"conventions=({convention!r},))")
@@ -153,7 +199,8 @@ def of_forward(kernel: Kernel, x, weight, bias, eps: float, got: torch.Tensor):
     def diagnose(ratio: float) -> tuple[list[dict], str] | None:
         if not final_example():
             return None
-        matches = explaining(kernel, case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}, "forward")
+        matches = explaining(kernel, case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}, "forward",
+                             probes(kernel, x, weight, bias, eps))
         return reported(f"{kernel.prefix}.forward", ratio, matches, kernel)
 
     return diagnose
@@ -166,7 +213,8 @@ def of_backward(kernel: Kernel, claim: str, x, weight, eps: float, dy, got: dict
         if not final_example():
             return None
         values = {name: norms.as_float64(g) for name, g in got.items()}
-        matches = explaining(kernel, case_of(kernel, x, weight, None, eps, dy), values, "backward")
+        matches = explaining(kernel, case_of(kernel, x, weight, None, eps, dy), values, "backward",
+                             probes(kernel, x, weight, None, eps, dy))
         return reported(f"{kernel.prefix}.{claim}", ratio, matches, kernel)
 
     return diagnose

@@ -67,11 +67,13 @@ class Case:
 
 @dataclass(frozen=True)
 class Prediction:
-    """Per quantity a center and a per-element bound; ``detail`` names the variant ("eps = 1e-05")."""
+    """Per quantity a center and a per-element bound; ``detail`` describes the variant ("eps = 1e-05 used instead
+    of 0.01"), ``variant`` identifies it across cases (the same constant, offset or block)."""
 
     values: dict[str, np.ndarray]
     bounds: dict[str, np.ndarray]
     detail: str = ""
+    variant: str = ""
 
 
 @dataclass(frozen=True)

@@ -128,8 +128,8 @@ def _fixed_eps_derivation() -> Derivation:
 
 
 def _fixed_eps(case: Case) -> list[Prediction]:
-    return [replace(normalized(case, eps=constant), detail=f"eps = {constant:g} used instead of {case.eps:g}")
-            for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
+    return [replace(normalized(case, eps=constant), detail=f"eps = {constant:g} used instead of {case.eps:g}",
+                    variant=f"{constant:g}") for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
 
 
 # --- max(sigma^2, eps) ------------------------------------------------------------------------------------------
@@ -170,7 +170,8 @@ def _weight_offset(case: Case) -> list[Prediction]:
         return []
     variants = ((-1.0, "the declared 1 + w offset is missing: scales by w"),
                 (1.0, "scales by 1 + w, an offset that is not declared"))
-    return [replace(normalized(case, gamma=case.gamma + shift), detail=detail) for shift, detail in variants]
+    return [replace(normalized(case, gamma=case.gamma + shift), detail=detail, variant=f"{shift:+g}")
+            for shift, detail in variants]
 
 
 # --- sum instead of mean of squares -----------------------------------------------------------------------------

@@ -18,6 +18,8 @@ The files, by where the bug is:
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
     load.py          refused at load (not in the manifest): runs in no dtype, a signature that does not fit
+    conventions.py   a convention of proofs.mechanisms (Llama's double rounding, torch's storage statistics):
+                     declared, correct; undeclared, caught and diagnosed
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -99,6 +101,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("fused.py:RMS_INPUT_OVERWRITTEN", "rms.inputs_unmodified"),
     _broken("fused.py:RMS_BWD_NO_VARIANCE_TERM", "rms.jacobian", "rms.gradient_identities",
             mechanism="backward_no_variance_term"),
+    # conventions.py: a convention followed without declaring it (declared, the same kernels are correct)
+    _broken("conventions.py:RMS_LLAMA_CASTING", "rms.forward", mechanism="double_rounding"),
+    _broken("conventions.py:LN_TORCH_UNDECLARED", "ln.jacobian", mechanism="storage_statistics_backward"),
     # rows.py, padded_block.py
     _broken("rows.py:LN_SEQUENCE_FIRST_FLATTEN", "ln.row_independence"),
     _broken("padded_block.py:LN_PADDED_LANES", "ln.forward", "ln.mean_stability", "ln.shift_invariance",
@@ -146,6 +151,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("correct.py:LN_WELFORD"),
     _correct("correct.py:RMS_LLAMA"),
     _correct("correct.py:RMS_GEMMA"),
+    _correct("conventions.py:RMS_LLAMA_CASTING_DECLARED"),
     _correct("dropout.py:DROPOUT_BERNOULLI"),
 )
 
