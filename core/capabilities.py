@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
@@ -87,14 +88,23 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def probe_arguments(kernel: Kernel, x: torch.Tensor) -> tuple:
-    """The kernel's positional arguments for input x: unit weight, zero bias, eps 1e-5, p 0.5, seed 0."""
+    """The kernel's positional arguments for input x: unit weight, zero bias, eps 1e-5, p 0.5, seed 0; a fused
+    kind's residual is x reversed; GroupNorm takes x [2, 8] as [N, C] with 2 groups."""
     d = x.shape[-1]
     if kernel.kind == "dropout":
         return (x, 0.5, 0)
     weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=x.dtype, device=x.device)
-    if kernel.kind == "rmsnorm":
-        return (x, weight, 1e-5)
-    return (x, weight, torch.zeros(d, dtype=x.dtype, device=x.device), 1e-5)
+    bias = torch.zeros(d, dtype=x.dtype, device=x.device)
+    residual = x.flip(-1).detach()
+    return {"rmsnorm": (x, weight, 1e-5), "layernorm": (x, weight, bias, 1e-5),
+            "add_rmsnorm": (x, residual, weight, 1e-5), "add_layernorm": (x, residual, weight, bias, 1e-5),
+            "dropout_add_layernorm": (x, residual, weight, bias, 1e-5, 0.5, 0),
+            "groupnorm": (x, 2, weight, bias, 1e-5)}[kernel.kind]
+
+
+def first_output(out: object) -> object:
+    """The normalized output: a fused kind returns the pair (y, residual_out)."""
+    return out[0] if isinstance(out, (tuple, list)) and out else out
 
 
 def _probe_input(dtype: torch.dtype, device: str) -> torch.Tensor:
@@ -125,7 +135,9 @@ def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.Ker
     """The fault of the kernel's forward in ``dtype`` on ``device`` (None when it computes there)."""
     x = _probe_input(dtype, device)
     try:
-        guard.call(kernel, *probe_arguments(kernel, x), like=x, timeout=_PROBE_TIMEOUT_S)
+        out = guard.limited(kernel, lambda: kernel.fn(*probe_arguments(kernel, x)), timeout=_PROBE_TIMEOUT_S)
+        y = first_output(out)
+        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
         return fault
     return None
@@ -148,7 +160,7 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
 
     def output() -> tuple[torch.Tensor, torch.Tensor]:
         x = _probe_input(dtype, device).requires_grad_(True)
-        return x, kernel.fn(*probe_arguments(kernel, x))
+        return x, first_output(kernel.fn(*probe_arguments(kernel, x)))
 
     def derivative(create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = output()

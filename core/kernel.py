@@ -21,12 +21,14 @@ from core.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-KINDS = ("layernorm", "rmsnorm", "dropout")
+KINDS = ("layernorm", "rmsnorm", "dropout", "add_layernorm", "add_rmsnorm", "dropout_add_layernorm", "groupnorm")
 # Claim ids are prefixed by the kind's short name (proofs.claims).
-KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout"}
-BACKWARD_PRECISIONS = ("float32", "storage")
-IN_PLACE_INPUTS = ("dy",)
+KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout", "add_layernorm": "add_ln",
+               "add_rmsnorm": "add_rms", "dropout_add_layernorm": "drop_add_ln", "groupnorm": "gn"}
+RESIDUAL_DTYPES = ("storage", "float32")
+IN_PLACE_INPUTS = ("residual", "dy")
 NO_GRADIENT_PARAMETERS = ("weight", "bias")
+BACKWARD_PRECISIONS = ("float32", "storage")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
 
 
@@ -56,6 +58,11 @@ class Kernel:
     check the others (dx always), and the declaration is in every result and report; ``in_place=("dy",)``
     declares that its backward writes dx into the upstream gradient's buffer (Liger's ``in_place=True``):
     ``inputs_unmodified`` then checks that dy holds dx afterwards instead of that dy is unchanged.
+
+    The fused residual kinds (``add_layernorm``, ``add_rmsnorm``, ``dropout_add_layernorm``) declare
+    ``residual_dtype``: residual_out kept in the residual's dtype (``"storage"``) or in ``"float32"``
+    (flash-attention's ``residual_in_fp32``); ``in_place=("residual",)`` declares that the kernel writes
+    residual_out into its residual argument (vLLM's ``fused_add_rms_norm``). The suite checks what is declared.
     """
 
     name: str
@@ -69,6 +76,7 @@ class Kernel:
     backward_precision: str = "float32"
     conventions: tuple[str, ...] = ()
     no_gradient: tuple[str, ...] = ()
+    residual_dtype: str = "storage"
     in_place: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -77,8 +85,10 @@ class Kernel:
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
-        if not set(self.no_gradient) <= set(NO_GRADIENT_PARAMETERS) or not set(self.in_place) <= set(IN_PLACE_INPUTS):
-            raise UsageError(f"kernel {self.name!r}: no_gradient must be a subset of {NO_GRADIENT_PARAMETERS} and "
+        if not set(self.no_gradient) <= set(NO_GRADIENT_PARAMETERS):
+            raise UsageError(f"kernel {self.name!r}: no_gradient must be a subset of {NO_GRADIENT_PARAMETERS}")
+        if self.residual_dtype not in RESIDUAL_DTYPES or not set(self.in_place) <= set(IN_PLACE_INPUTS):
+            raise UsageError(f"kernel {self.name!r}: residual_dtype must be one of {', '.join(RESIDUAL_DTYPES)} and "
                              f"in_place a subset of {IN_PLACE_INPUTS}")
         conventions = tuple(self.conventions)
         if conventions:
@@ -98,7 +108,8 @@ class Kernel:
         """The kernel's identity and declarations, as the results JSON records them."""
         return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
                 "backward_precision": self.backward_precision, "conventions": list(self.conventions),
-                "no_gradient": list(self.no_gradient), "in_place": list(self.in_place),
+                "residual_dtype": self.residual_dtype, "in_place": list(self.in_place),
+                "no_gradient": list(self.no_gradient),
                 "description": self.description}
 
     @property

@@ -110,11 +110,16 @@ def check_signature(kernel: Kernel, spec: str) -> None:
 
 
 def infer_kind(fn: Callable) -> str | None:
-    """Kind from the parameter names: (x, weight, bias, eps) / (x, weight, eps) / (x, p, seed)."""
+    """Kind from the parameter names: (x, weight, bias, eps) / (x, weight, eps) / (x, p, seed); a ``residual``
+    parameter makes a fused kind (with ``seed``: dropout_add_layernorm), ``num_groups`` a groupnorm."""
     try:
         names = [p.name for p in inspect.signature(fn).parameters.values()]
     except (TypeError, ValueError):
         return None
+    if "num_groups" in names:
+        return "groupnorm"
+    if "residual" in names:
+        return "dropout_add_layernorm" if "seed" in names else ("add_layernorm" if "bias" in names else "add_rmsnorm")
     if "seed" in names or "p" in names[1:2]:
         return "dropout"
     if "bias" in names or len(names) == 4:

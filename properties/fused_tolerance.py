@@ -54,11 +54,15 @@ def forward(h: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, ep
 
 
 def backward(h: np.ndarray, gamma: np.ndarray | None, eps: float, dy: np.ndarray, through: np.ndarray,
-             kind: str, dtypes: dict[str, torch.dtype], dropout_scale: float | None = None) -> dict[str, np.ndarray]:
+             kind: str, dtypes: dict[str, torch.dtype], dropout_scale: float | None = None,
+             backward_precision: str = "float32") -> dict[str, np.ndarray]:
     """Per-element bounds on the gradients named in ``dtypes`` ("x", "residual", "weight", "bias": each gradient's
-    dtype): ``through`` is the exact d = J^T dy + dh; ``dropout_scale`` = 1/(1 - p) when x was dropped out."""
+    dtype): ``through`` is the exact d = J^T dy + dh; ``dropout_scale`` = 1/(1 - p) when x was dropped out;
+    ``backward_precision="storage"`` (core.kernel.Kernel): the backward accumulates in the storage dtype."""
     storage = dtypes.get("x", torch.float32)
     u_acc, u_storage = unit_roundoffs(storage)
+    if backward_precision == "storage":
+        u_acc = u_storage
     model = bound_in_use()
     accumulated = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_acc, kind, model)[0]
     parameters = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_storage, kind, model)[1:]

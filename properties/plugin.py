@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UsageError
-from core.registry import Kernel, resolve
+from core.registry import KINDS, Kernel, resolve
 from proofs import error_model
 from properties import profiles, tolerance
 
@@ -31,6 +31,9 @@ KERNEL_FIXTURES = {
     "rmsnorm_kernel": ("rmsnorm",),
     "dropout_kernel": ("dropout",),
     "norm_kernel": ("layernorm", "rmsnorm"),
+    "add_norm_kernel": ("add_layernorm", "add_rmsnorm"),
+    "dropout_add_kernel": ("dropout_add_layernorm",),
+    "groupnorm_kernel": ("groupnorm",),
 }
 
 
@@ -39,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kernel", action="append", default=None, metavar="SPEC",
                     help="kernel under test: a built-in (normverify list), MODULE:ATTR or PATH.py:ATTR; "
                          "repeatable, comma-separated lists allowed (default: torch)")
-    group.addoption("--kind", default=None, choices=["layernorm", "rmsnorm", "dropout"],
+    group.addoption("--kind", default=None, choices=list(KINDS),
                     help="the kernel's kind, where it cannot be inferred; also restricts the run to it")
     group.addoption("--bound", default=error_model.DEFAULT_BOUND, choices=error_model.BOUNDS,
                     help="rounding-error bound of the tolerances: probabilistic (default; false-alarm probability "

@@ -37,14 +37,14 @@ RMS_MODES = {
 CONVENTIONS = {"llama": ("double_rounding",)}
 
 
-def _unavailable() -> str | None:
+def unavailable() -> str | None:
     for package in ("liger_kernel", "triton"):
         if importlib.util.find_spec(package) is None:
             return f"the {package} package is not installed (pip install 'normverify[thirdparty]')"
     return None
 
 
-def _prepare() -> None:
+def prepare() -> None:
     """Let Liger's @triton.jit kernels run on CPU tensors (the CUDA path stays compiled)."""
     from kernels import interpret
 
@@ -52,7 +52,7 @@ def _prepare() -> None:
 
 
 def _load_layernorm() -> list[Kernel]:
-    _prepare()
+    prepare()
     import torch
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 
@@ -71,7 +71,7 @@ def _rmsnorm_loader(name: str):
     offset, casting_mode, description = RMS_MODES[name]
 
     def load() -> list[Kernel]:
-        _prepare()
+        prepare()
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
         def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -86,7 +86,7 @@ def _rmsnorm_loader(name: str):
 
 BUILTINS = [
     Builtin("liger-layernorm", "Liger-Kernel LayerNorm (Triton; CPU through the interpreter)", _load_layernorm,
-            _unavailable),
+            unavailable),
     *(Builtin(name, f"Liger-Kernel RMSNorm, casting mode {mode!r}, offset {offset:g}", _rmsnorm_loader(name),
-              _unavailable) for name, (offset, mode, _) in RMS_MODES.items()),
+              unavailable) for name, (offset, mode, _) in RMS_MODES.items()),
 ]

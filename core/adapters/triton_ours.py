@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     import torch
 
 
-def _unavailable() -> str | None:
+def unavailable() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton package is not installed (pip install 'normverify[triton]')"
     return None
 
 
-def _device_and_dtypes() -> tuple[str, tuple[torch.dtype, ...]]:
+def device_and_dtypes() -> tuple[str, tuple[torch.dtype, ...]]:
     import torch
 
     if torch.cuda.is_available():
@@ -36,7 +36,7 @@ def _device_and_dtypes() -> tuple[str, tuple[torch.dtype, ...]]:
 def _load() -> list[Kernel]:
     import kernels
 
-    device, dtypes = _device_and_dtypes()
+    device, dtypes = device_and_dtypes()
     where = "compiled" if device == "cuda" else "Triton interpreter"
     return [
         Kernel("triton:layernorm", "layernorm", kernels.layer_norm, spec="triton", device=device, dtypes=dtypes,
@@ -49,4 +49,4 @@ def _load() -> list[Kernel]:
 
 
 BUILTINS = [Builtin("triton", "normverify's own Triton LayerNorm, RMSNorm and dropout (kernels/)", _load,
-                    _unavailable)]
+                    unavailable)]

@@ -139,7 +139,20 @@ SEED_000_COUPLING = ("Because LN's mean and variance are computed across all cha
                      "coupling between channels); IN's statistics are per channel, so its gradient flow is decoupled "
                      "across channels.")
 
+def _no_derivation() -> Derivation:
+    return Derivation((), notes=("A contract of the implementation: checked by the property, nothing to derive.",))
+
+
 CLAIMS = (
+    Claim("gn.forward", "GroupNorm kernel output within the error-model bound", "", "(contract)",
+          r"$y$ is LayerNorm of each group's $\frac{C}{G}S$ elements with per-channel $\gamma_c, \beta_c$, within the "
+          r"LayerNorm error-model bound of the group (claim \texttt{numerics.error\_model}).", (), "contract", "",
+          _no_derivation),
+    Claim("gn.layout_invariance", "GroupNorm does not depend on memory layout", "", "(contract)",
+          r"A channels-last input gives the contiguous input's result.", (), "contract", "", _no_derivation),
+    Claim("gn.inputs_unmodified", "GroupNorm leaves its inputs alone", "", "(contract)",
+          r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",
+          _no_derivation),
     Claim("gn.jacobian", "Jacobian of GroupNorm (and InstanceNorm)", "000", SEED_000_COUPLING,
           r"Per sample, $\partial y/\partial x$ is block-diagonal over the $G$ groups; the block of group $g$ is "
           r"$\mathrm{diag}(\gamma_{c(k)})\,J_{\mathrm{LN}}(x_g)$ with $d = \frac{C}{G}S$ (the LN Jacobian of the "

@@ -15,6 +15,10 @@ The files, by where the bug is:
     padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
     dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward + Bernoulli control
     correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
+    residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
+    dropout_add.py   fused dropout + add + LayerNorm: rescale, one mask for all rows, y without dropout + control
+    groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
+    blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
     load.py          refused at load (not in the manifest): runs in no dtype, a signature that does not fit
@@ -53,6 +57,17 @@ def _correct(spec: str) -> Entry:
     """A corpus file's kernel (``file.py:ATTR``) or a built-in (``torch``)."""
     return Entry(f"tests/corpus/{spec}" if ":" in spec else spec)
 
+
+# The fused residual kinds' bugs (tests/corpus/residual.py), each for LayerNorm (add_ln) and RMSNorm (add_rms).
+RESIDUAL_BUGS = {
+    "RESIDUAL_OUT_MISSING": ("residual_out", "forward"),
+    "RESIDUAL_OUT_ROUNDED": ("residual_out",),
+    "RESIDUAL_GRADIENT_DROPPED": ("jacobian",),
+    "NORMALIZES_THE_BRANCH": ("forward",),
+    "WHOLE_TENSOR_STATISTICS": ("row_independence",),
+    "STRIDES_IGNORED": ("layout_invariance",),
+    "RESIDUAL_WRITTEN": ("inputs_unmodified",),
+}
 
 CORPUS: tuple[Entry, ...] = (
     # statistics.py: LayerNorm
@@ -140,6 +155,18 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
+    # residual.py, dropout_add.py, groupnorm.py, blocks.py
+    *(_broken(f"residual.py:{norm.upper()}_{bug}", *(f"add_{norm}.{claim}" for claim in claims))
+      for norm in ("ln", "rms") for bug, claims in RESIDUAL_BUGS.items()),
+    _broken("dropout_add.py:DROP_ADD_NO_RESCALE", "drop_add_ln.values"),
+    _broken("dropout_add.py:DROP_ADD_ONE_MASK_FOR_ROWS", "drop_add_ln.variance_bias"),
+    _broken("dropout_add.py:DROP_ADD_NORM_WITHOUT_DROPOUT", "drop_add_ln.forward"),
+    _broken("groupnorm.py:GN_STATISTICS_OVER_BATCH", "gn.forward"),
+    _broken("groupnorm.py:GN_CHANNELS_LAST_IGNORED", "gn.layout_invariance"),
+    _broken("groupnorm.py:GN_INPUT_OVERWRITTEN", "gn.inputs_unmodified"),
+    _broken("groupnorm.py:GN_VARIANCE_DETACHED", "gn.jacobian"),
+    _broken("groupnorm.py:GN_UNBIASED_VARIANCE", "gn.degenerate"),
+    _broken("blocks.py:LN_RSTD_CLAMPED", "ln.contraction", "blocks.jacobians"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),
@@ -153,6 +180,11 @@ CORPUS: tuple[Entry, ...] = (
     _correct("correct.py:RMS_GEMMA"),
     _correct("conventions.py:RMS_LLAMA_CASTING_DECLARED"),
     _correct("dropout.py:DROPOUT_BERNOULLI"),
+    _correct("residual.py:LN_IN_PLACE_DECLARED"),
+    _correct("residual.py:RMS_IN_PLACE_DECLARED"),
+    _correct("torch-fused-fp32"),
+    _correct("dropout_add.py:DROP_ADD_CORRECT"),
+    _correct("groupnorm.py:GN_CORRECT"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

@@ -1,0 +1,163 @@
+"""Checks of the fused residual add + norm kinds (add_layernorm, add_rmsnorm, dropout_add_layernorm):
+
+- {add_ln,add_rms}.forward: y = N(residual_out) within the error-model bound of N at residual_out;
+- {add_ln,add_rms}.residual_out: residual_out has the declared dtype (float32 when declared, else the residual's)
+  and is x + residual: bit for bit in float32, within one rounding (after one float32 rounding) in 16-bit storage;
+  a kernel that declares an in-place residual update leaves residual_out in the residual tensor;
+- {add_ln,add_rms}.jacobian: dL/dx = dL/dresidual = J_N(h)^T dy + dh and the norm's dweight/dbias at h, within
+  the bounds of properties.fused_tolerance (claim add_ln.jacobian);
+- {add_ln,add_rms}.inputs_unmodified: x, residual (unless declared in place), weight, bias, dy, dh unchanged;
+- {add_ln,add_rms}.row_independence / layout_invariance: as the norms' (properties.checks.contracts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from core.capabilities import discover, dtype_name
+from proofs import fused_oracles
+from properties import fused, fused_tolerance, outcome
+from properties.checks.contracts import rows_that_differ
+from properties.norms import as_float64
+from properties.tolerance import unit_roundoffs
+
+
+def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
+                  seed=None) -> None:
+    """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise."""
+    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    gamma, beta = fused.gammas(kernel, weight, bias)
+    bound = fused_tolerance.forward(as_float64(h), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
+    outcome.conclude(outcome.compare(y, fused.reference(kernel, h, weight, bias, eps), bound, "y"),
+                     "y is not the normalization of the residual_out the kernel returned",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """residual_out: the declared dtype, x + residual within its rounding; the declared in-place update."""
+    given = residual.clone()
+    _, h = fused.forward(kernel, x, residual, weight, bias, eps)
+    declared = fused.residual_dtype(kernel, given)
+    outcome.exact(h.dtype == declared and h.shape == x.shape,
+                  f"residual_out is {dtype_name(h.dtype)} {tuple(h.shape)}, declared {dtype_name(declared)} "
+                  f"{tuple(x.shape)}", "residual_out must keep the declared dtype (float32 when declared)")
+    if "residual" in kernel.in_place:
+        outcome.exact(torch.equal(residual.to(h.dtype), h), "the residual tensor does not hold residual_out after "
+                      "the call", "the kernel declares an in-place residual update")
+    expected, bound = fused_tolerance.residual_out(x, given, declared)
+    outcome.conclude(outcome.compare(h, expected, bound, "residual_out"),
+                     "residual_out is not x + residual rounded once to its declared dtype",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+              dh: torch.Tensor, bias=None) -> None:
+    """Every gradient vs the derived VJP at the kernel's residual_out: d = J^T dy + dh for x and residual."""
+    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps}
+    h, grads = fused.vjp(kernel, example, dy, dh)
+    gamma, _ = fused.gammas(kernel, weight, bias)
+    h64, dy64 = as_float64(h), as_float64(dy)
+    through, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, as_float64(dh.to(h.dtype)),
+                                                      fused.norm_kind(kernel))
+    expected = {"x": through, "residual": through, **dict(zip(("weight", "bias"), parameters, strict=False))}
+    bounds = fused_tolerance.backward(h64, gamma, eps, dy64, through, fused.norm_kind(kernel),
+                                      {name: g.dtype for name, g in grads.items()},
+                                      backward_precision=kernel.backward_precision)
+    comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
+    outcome.conclude(comparisons, "the backward is not J^T dy + dh at residual_out (a gradient dropped or wrong)",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                            dh: torch.Tensor, bias=None) -> None:
+    """x, residual (unless declared in place), weight, bias, dy and dh are bit for bit the same after the call."""
+    inputs = {"x": x, "weight": weight, "bias": bias, "upstream gradient of y": dy,
+              "upstream gradient of residual_out": dh}
+    if "residual" not in kernel.in_place:
+        inputs["residual"] = residual
+    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps}
+    if discover(kernel).backward:
+        fused.vjp(kernel, example, dy, dh, same_tensors=True, allow_nonfinite=True)
+    else:
+        fused.forward(kernel, x, residual, weight, bias, eps, allow_nonfinite=True)
+    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}",
+                  "inputs must be read-only unless declared", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, residual: torch.Tensor, weight,
+                           eps: float, bias=None) -> None:
+    """``changed`` differs from x in row 0 only: rows 1.. of y and residual_out are identical."""
+    before = fused.forward(kernel, x, residual.clone(), weight, bias, eps, allow_nonfinite=True)
+    after = fused.forward(kernel, changed, residual.clone(), weight, bias, eps, allow_nonfinite=True)
+    moved = sorted({int(r) + 1 for a, b in zip(before, after, strict=True) for r in rows_that_differ(a[1:], b[1:])})
+    outcome.exact(not moved, f"changing row 0 of x changed rows {moved[:8]} of y or residual_out",
+                  "the statistics mix rows", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """Strided x and residual give the contiguous call's residual_out exactly and y within twice the bound."""
+    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, allow_nonfinite=True)
+    y0, h0 = fused.forward(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, allow_nonfinite=True)
+    gamma, beta = fused.gammas(kernel, weight, bias)
+    bound = fused_tolerance.forward(as_float64(h0), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
+    _, h_bound = fused_tolerance.residual_out(x, residual, h0.dtype)
+    outcome.conclude([outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
+                      outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")],
+                     "the kernel reads x or residual as if they were contiguous (strides ignored)",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+FALSE_ALARM_PER_EXAMPLE = 1e-10
+VARIANCE_REPLICAS = 1024
+
+
+def _dropout_rounding(x: torch.Tensor, residual: torch.Tensor, p: float, dtype: torch.dtype) -> np.ndarray:
+    """Bound on |h - (r + m x/(1-p))| for h = fl(r + fl_x(fl(x fl(1/(1-p))))) stored in ``dtype``: three roundings
+    in the accumulation dtype, the dropped-out branch possibly stored in x's dtype before the add (an unfused
+    dropout), one rounding to residual_out's dtype, of terms at most |r| + |x|/(1-p)."""
+    u_acc, u_out = unit_roundoffs(dtype)
+    u_x = unit_roundoffs(x.dtype)[1]
+    return (((1 + u_acc) ** 3 * (1 + u_x) * (1 + u_out) - 1)
+            * (np.abs(as_float64(residual)) + np.abs(as_float64(x)) / (1 - p)))
+
+
+def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                         bias=None) -> None:
+    """Every residual_out element is the residual (dropped) or residual + x/(1-p) (kept), within its rounding."""
+    _, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    h64, r64 = as_float64(h), as_float64(residual)
+    kept = r64 + as_float64(x) / (1 - p)
+    bound = _dropout_rounding(x, residual, p, h.dtype)
+    nearest = np.where(np.abs(h64 - r64) <= np.abs(h64 - kept), r64, kept)
+    outcome.conclude(outcome.compare(h64, nearest, bound, "residual_out vs residual or residual + x/(1-p)"),
+                     "an element of residual_out is neither the residual nor residual + x/(1-p)",
+                     p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_dropout_variance_bias(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float,
+                                seed: int, bias=None) -> None:
+    """Mean over VARIANCE_REPLICAS masks of Var(residual_out) = Var(r + x) + p(d-1)/(d(1-p)) (var_x + mean_x^2).
+
+    Each replica's population variance lies in [0, M], M = mean((|r| + |x|/(1-p))^2), so Hoeffding's inequality
+    gives the deviation M t with P <= FALSE_ALARM_PER_EXAMPLE; the rounding of h (at most D per element) moves a
+    variance by at most 2 max|h| D + D^2.
+    """
+    d = x.shape[-1]
+    xs, rs = x[:1].expand(VARIANCE_REPLICAS, d).contiguous(), residual[:1].expand(VARIANCE_REPLICAS, d).contiguous()
+    _, h = fused.forward(kernel, xs, rs, weight, bias, eps, p, seed)
+    x64, r64 = as_float64(x[:1])[0], as_float64(residual[:1])[0]
+    measured = float(as_float64(h).var(axis=-1).mean())
+    predicted = float((x64 + r64).var() + fused_oracles.dropout_add_variance_bias(p, d, x64.var(), x64.mean()))
+    largest = float(np.mean((np.abs(r64) + np.abs(x64) / (1 - p)) ** 2))
+    rounding = float(_dropout_rounding(x[:1], residual[:1], p, h.dtype).max())
+    top = float(np.max(np.abs(r64) + np.abs(x64) / (1 - p)))
+    t = np.sqrt(np.log(2.0 / FALSE_ALARM_PER_EXAMPLE) / (2.0 * VARIANCE_REPLICAS))
+    slack = largest * t + 2 * top * rounding + rounding**2
+    outcome.conclude(outcome.compare(measured, predicted, slack, f"mean of Var(residual_out) over {VARIANCE_REPLICAS} "
+                                                                 "masks"),
+                     "the variance of the norm's input is not Var(r + x) + p(d-1)/(d(1-p)) (var_x + mean_x^2): the "
+                     f"mask is not i.i.d. Bernoulli(1-p) or not rescaled (false alarm {FALSE_ALARM_PER_EXAMPLE:g})",
+                     p=p, d=d, measured=measured, predicted=predicted, var=float(x64.var()), mean=float(x64.mean()))

@@ -1,0 +1,83 @@
+"""Hypothesis strategies for the fused residual add + norm kinds: the branch x, the residual, weight, bias, eps
+(and dy, dh), rounded to the kernel's storage dtype, built from properties.strategies' pieces.
+
+The residual is drawn like x (its own distribution, offset and scale, up to 4x larger: the residual stream
+usually dominates the branch) or as -x ("cancelling": h = 0, a zero row for the norm, its special input).
+Each of x and the residual keeps |mean|/std within half the error model's range, so h = x + residual stays
+within it; an example whose derived forward bound is not finite is left out (``assume``), never passed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from core.capabilities import discover
+from core.registry import Kernel
+from proofs import fused_oracles
+from properties import fused, fused_tolerance
+from properties.norms import as_float64, representable
+from properties.strategies import (
+    BIAS_FORMS,
+    PRESENT_BIAS_FORMS,
+    PRESENT_WEIGHT_FORMS,
+    WEIGHT_FORMS,
+    biases,
+    effective_weights,
+    epsilons,
+    offset_ratios,
+    rounded,
+    rows,
+    scales,
+    seeds,
+    standard_values,
+    storage_dtypes,
+    valid_offset_ratio,
+    widths,
+)
+
+RESIDUAL_FORMS = ("independent", "independent", "independent", "cancelling")
+
+
+@st.composite
+def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
+                      every_input: bool = False, residual: str | None = None) -> dict:
+    """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``)."""
+    caps = discover(kernel)
+    dtype = draw(storage_dtypes(kernel))
+    d = draw(widths()) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
+    limit = valid_offset_ratio(d, dtype) / 2
+
+    def ratio() -> float:
+        return max(-limit, min(draw(offset_ratios(dtype)), limit))
+
+    x = draw(rows(d, offset=ratio(), scale=scales(dtype)))
+    form = residual or draw(st.sampled_from(RESIDUAL_FORMS))
+    if form == "cancelling":
+        r = -x
+    else:
+        r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
+    example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device)}
+    gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS))
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(d, dtype=torch.float64)
+    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+    if fused.has_bias(kernel):
+        beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS))
+        example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
+    example["eps"] = draw(epsilons())
+    h_dtype = fused.residual_dtype(kernel, example["residual"])
+    h, _ = fused_tolerance.residual_out(example["x"], example["residual"], h_dtype)
+    gamma64, beta64 = fused.gammas(kernel, example["weight"], example.get("bias"))
+    bound = fused_tolerance.forward(h, gamma64, beta64, example["eps"], fused.norm_kind(kernel), dtype)
+    assume(bool(np.isfinite(bound).all()))
+    if upstream:
+        shape = tuple(example["x"].shape)
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
+        example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
+        exact = fused_oracles.add_norm_vjp(h, gamma64, example["eps"], as_float64(example["dy"]),
+                                           as_float64(example["dh"]), fused.norm_kind(kernel))
+        assume(all(g is None or representable(g, dtype) for g in exact))
+    return example

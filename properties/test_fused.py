@@ -1,0 +1,83 @@
+"""Fused residual add + norm kernels (kinds add_layernorm, add_rmsnorm): {add_ln,add_rms}.forward, .residual_out,
+.jacobian, .inputs_unmodified, .row_independence, .layout_invariance.
+
+The checks, and the derivation each rests on: :mod:`properties.checks.fused` (claims in proofs/claims/fused.py).
+Special inputs (d = 1, 2, 3 and residual = -x, whose sum is the zero row) are drawn by every test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from properties import evidence, profiles
+from properties.checks.contracts import strided
+from properties.checks.fused import (
+    check_changing_one_row,
+    check_forward,
+    check_inputs_unmodified,
+    check_noncontiguous,
+    check_residual_out,
+    check_vjp,
+)
+from properties.fused_strategies import add_norm_examples
+from properties.norms import require_backward
+from properties.strategies import rounded, standard_values, widths
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(1.0)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out(add_norm_kernel, data):
+    evidence.check(check_forward, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel), "example"))
+
+
+@pytest.mark.claim("add_ln.residual_out", "add_rms.residual_out")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_residual_out_is_the_sum_in_its_declared_dtype(add_norm_kernel, data):
+    evidence.check(check_residual_out, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel), "example"))
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_both_gradients_flow_back(add_norm_kernel, data):
+    require_backward(add_norm_kernel)
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True), "example")
+    evidence.check(check_vjp, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.inputs_unmodified", "add_rms.inputs_unmodified")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_inputs_unmodified(add_norm_kernel, data):
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_inputs_unmodified, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.row_independence", "add_rms.row_independence")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_changing_one_row_changes_no_other(add_norm_kernel, data):
+    example = data.draw(add_norm_examples(add_norm_kernel, residual="independent"), "example")
+    x, residual = example["x"], example["residual"]
+    if x.shape[0] < 2:
+        x, residual = torch.cat([x, x.flip(0) * 0.5]), torch.cat([residual, residual])
+    changed = x.clone()
+    seed = data.draw(st.integers(0, 2**31 - 1), "seed")
+    changed[0] = rounded(standard_values(x.shape[-1:], "normal", seed) * 7, x.dtype, x.device)
+    evidence.check(check_changing_one_row, add_norm_kernel,
+                   {**example, "x": x, "residual": residual, "changed": changed})
+
+
+@pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_inputs(add_norm_kernel, data):
+    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2)), "example")
+    layout = data.draw(st.sampled_from(["every other column", "transposed"]), "layout")
+    evidence.check(check_noncontiguous, add_norm_kernel,
+                   {**example, "x": strided(example["x"], layout), "residual": strided(example["residual"], layout)})

@@ -1,0 +1,99 @@
+"""GroupNorm kernels (kind groupnorm, x [N, C, *]): gn.forward, gn.jacobian, gn.degenerate, gn.layout_invariance,
+gn.inputs_unmodified. The checks and the bounds they use: :mod:`properties.checks.groupnorm`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.capabilities import discover
+from properties import evidence, profiles
+from properties.checks.groupnorm import check_channels_last, check_forward, check_inputs_unmodified, check_vjp
+from properties.norms import require_backward
+from properties.strategies import (
+    biases,
+    effective_weights,
+    epsilons,
+    offset_ratios,
+    rounded,
+    scales,
+    seeds,
+    standard_values,
+    storage_dtypes,
+)
+
+CHANNELS = (1, 2, 3, 4, 6, 8, 12, 32)
+SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9))
+
+
+@st.composite
+def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL, instance: bool = False,
+                       upstream: bool = False, every_input: bool = False) -> dict:
+    """x [N, C, *spatial] (N = 2, 3; offset and scale), num_groups a divisor of C (C with ``instance``),
+    per-channel weight and bias; dy with ``upstream``."""
+    caps = discover(kernel)
+    dtype = draw(storage_dtypes(kernel))
+    channels = draw(st.sampled_from(CHANNELS))
+    groups = channels if instance else draw(st.sampled_from([g for g in range(1, channels + 1) if channels % g == 0]))
+    # N >= 2: torch's F.group_norm refuses N (C/G) S = 1 in training mode (docs/findings.md, GroupNorm)
+    shape = (draw(st.integers(2, 3)), channels, *draw(st.sampled_from(spatial)))
+    ratio = max(-10.0, min(draw(offset_ratios(dtype)), 10.0))
+    values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
+    example = {"x": rounded(values, dtype, caps.device), "num_groups": groups, "eps": draw(epsilons())}
+    gamma = draw(effective_weights(channels, ("random", "zeros_and_negatives") if every_input else
+                                   ("none", "constant", "random", "zeros_and_negatives")))
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(channels, dtype=torch.float64)
+    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+    beta = draw(biases(channels, ("random",) if every_input else ("none", "zeros", "random")))
+    example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
+    if upstream:
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
+    return example
+
+
+@pytest.mark.claim("gn.forward")
+@profiles.share(1.0)
+@given(data=st.data())
+def test_forward_matches_the_oracle(groupnorm_kernel, data):
+    evidence.check(check_forward, groupnorm_kernel, data.draw(groupnorm_examples(groupnorm_kernel), "example"))
+
+
+@pytest.mark.claim("gn.jacobian")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_vjp_matches_the_blockwise_jacobian(groupnorm_kernel, data):
+    require_backward(groupnorm_kernel)
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True), "example")
+    evidence.check(check_vjp, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.degenerate")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_instance_norm_at_spatial_size_one_gives_beta(groupnorm_kernel, data):
+    example = groupnorm_examples(groupnorm_kernel, spatial=((), (1,), (1, 1)), instance=True)
+    evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("gn.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_channels_last_input(groupnorm_kernel, data):
+    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=((2, 3), (4, 4), (7, 9))), "example")
+    if example["x"].shape[1] == 1:
+        example["x"] = torch.cat([example["x"], -example["x"]], dim=1)
+        example["weight"] = None if example["weight"] is None else example["weight"].repeat(2)
+        example["bias"] = None if example["bias"] is None else example["bias"].repeat(2)
+    example["x"] = example["x"].to(memory_format=torch.channels_last)
+    evidence.check(check_channels_last, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.inputs_unmodified")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_inputs_unmodified(groupnorm_kernel, data):
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_inputs_unmodified, groupnorm_kernel, example)

@@ -1,0 +1,53 @@
+"""Broken GroupNorm kernels (kind groupnorm, x [N, C, *]): one torch implementation (statistics per group in
+float32, per-channel weight and bias, autograd backward) with exactly one thing broken; the manifest
+(tests/corpus/__init__.py) lists the claims that must catch each.
+
+    GN_STATISTICS_OVER_BATCH  group statistics over the batch axis too (N x group): wrong axis -> gn.forward
+    GN_CHANNELS_LAST_IGNORED  reads x's memory as if contiguous (NCHW)                    -> gn.layout_invariance
+    GN_INPUT_OVERWRITTEN      normalizes x in place                                        -> gn.inputs_unmodified
+    GN_VARIANCE_DETACHED      the variance a constant for autograd (its gradient dropped)  -> gn.jacobian
+    GN_UNBIASED_VARIANCE      divides by m - 1: NaN on one-element groups                  -> gn.degenerate
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/groupnorm.py:"
+
+
+def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
+    if bug == "channels_last":
+        x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+    n, channels = x.shape[:2]
+    values = x.float()
+    grouped = values.reshape(n, num_groups, -1)
+    axes = (0, -1) if bug == "batch" else (-1,)  # the batch axis reduced too: BatchNorm's axis, per group
+    mean = grouped.mean(axes, keepdim=True)
+    variance = grouped.var(axes, keepdim=True, unbiased=bug == "unbiased")
+    if bug == "detached":
+        variance = variance.detach()
+    y = ((grouped - mean) * torch.rsqrt(variance + eps)).reshape(values.shape)
+    shape = (1, channels) + (1,) * (x.dim() - 2)
+    y = y if weight is None else y * weight.float().reshape(shape)
+    y = (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
+    if bug == "in_place":
+        x.data.copy_(y.detach())
+    return y
+
+
+def _kernel(name: str, bug: str, description: str) -> Kernel:
+    def fn(x, num_groups, weight, bias, eps):
+        return _groupnorm(x, num_groups, weight, bias, eps, bug=bug)
+
+    return Kernel(name.lower(), "groupnorm", fn, spec=f"{SPEC}{name}", description=description)
+
+
+GN_STATISTICS_OVER_BATCH = _kernel("GN_STATISTICS_OVER_BATCH", "batch", "group statistics over the batch axis too")
+GN_CHANNELS_LAST_IGNORED = _kernel("GN_CHANNELS_LAST_IGNORED", "channels_last", "channels-last layout ignored")
+GN_INPUT_OVERWRITTEN = _kernel("GN_INPUT_OVERWRITTEN", "in_place", "writes y into x")
+GN_VARIANCE_DETACHED = _kernel("GN_VARIANCE_DETACHED", "detached", "variance term missing from the backward")
+GN_UNBIASED_VARIANCE = _kernel("GN_UNBIASED_VARIANCE", "unbiased", "unbiased variance: NaN on one-element groups")
+GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")

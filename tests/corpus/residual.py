@@ -1,0 +1,100 @@
+"""Broken fused residual add + norm kernels (kinds add_layernorm, add_rmsnorm): one correct torch implementation
+(h = x + residual in the declared residual dtype, y = N(h) computed in float32 and rounded once, autograd for
+the backward) with exactly one thing broken, for both norms. Each bug's description names the claim that must
+catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
+
+    RESIDUAL_OUT_MISSING       returns y alone, not (y, residual_out)                -> {ln,rms}.residual_out
+    RESIDUAL_OUT_ROUNDED       declares float32 residual_out but rounds h to storage -> residual_out
+    RESIDUAL_GRADIENT_DROPPED  residual_out detached: dL/d(residual_out) never flows -> jacobian
+    NORMALIZES_THE_BRANCH      y = N(x), not N(x + residual)                         -> forward
+    WHOLE_TENSOR_STATISTICS    mean/variance over the whole tensor, not per row       -> row_independence
+    STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
+    RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
+    IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
+
+A torch autograd implementation with a 16-bit residual_out accumulates dL/dh from its two uses in the storage
+dtype (fl(fl(J^T dy) + dh)): one rounding more than the single rounding the jacobian claim derives (finding [H]
+of docs/findings.md), so the correct control is declared for float32 only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/residual.py:"
+KIND = {"ln": "add_layernorm", "rms": "add_rmsnorm"}
+
+
+def _norm(h: torch.Tensor, weight, bias, eps: float, rms: bool, whole_tensor: bool = False) -> torch.Tensor:
+    """N(h) in float32 (statistics per row, or over the whole tensor when broken)."""
+    h = h.float()
+    axes = tuple(range(h.dim())) if whole_tensor else (-1,)
+    centred = h if rms else h - h.mean(axes, keepdim=True)
+    y = centred * torch.rsqrt(centred.square().mean(axes, keepdim=True) + eps)
+    y = y if weight is None else y * weight.float()
+    return y if bias is None else y + bias.float()
+
+
+def _contiguous_view(t: torch.Tensor) -> torch.Tensor:
+    """t's memory read with contiguous strides from its first element: wrong for a strided t."""
+    return torch.as_strided(t, t.shape, torch.empty(t.shape).stride(), t.storage_offset())
+
+
+def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[str, ...] = ()):
+    rms = kind == "rms"
+
+    def add_norm(x, residual, weight, bias, eps):
+        if bug == "strides":
+            x, residual = _contiguous_view(x), _contiguous_view(residual)
+        wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
+        h = (x.to(wide) + residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
+        if bug in ("written", "declared"):
+            residual.data.copy_(h.detach().to(residual.dtype))
+        y = _norm(x if bug == "branch" else h, weight, bias, eps, rms, whole_tensor=bug == "whole").to(x.dtype)
+        if bug == "missing":
+            return y
+        return y, (h.detach() if bug == "dropped" else h)
+
+    if rms:
+        def fn(x, residual, weight, eps):
+            return add_norm(x, residual, weight, None, eps)
+    else:
+        fn = add_norm
+    return fn, residual_dtype, in_place
+
+
+BUGS = {
+    "RESIDUAL_OUT_MISSING": ("missing", "returns y alone, not the pair (y, residual_out): residual_out"),
+    "RESIDUAL_OUT_ROUNDED": ("rounded", "declares residual_dtype float32 but rounds x + residual to the storage dtype "
+                                        "first: residual_out"),
+    "RESIDUAL_GRADIENT_DROPPED": ("dropped", "returns residual_out detached, so dL/d(residual_out) never reaches x "
+                                             "or the residual: jacobian"),
+    "NORMALIZES_THE_BRANCH": ("branch", "y = N(x) instead of N(x + residual): forward"),
+    "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: row_independence"),
+    "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: layout_invariance"),
+    "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
+                                    "inputs_unmodified"),
+}
+
+
+def _kernels(kind: str) -> dict[str, Kernel]:
+    made = {}
+    for name, (bug, description) in BUGS.items():
+        fn, residual_dtype, in_place = _make(bug, kind, "float32" if bug == "rounded" else "storage")
+        made[name] = Kernel(f"{kind}_{name.lower()}", KIND[kind], fn, spec=f"{SPEC}{kind.upper()}_{name}",
+                            residual_dtype=residual_dtype, in_place=in_place, description=description,
+                            dtypes=(torch.float32, torch.float16))
+    fn, _, in_place = _make("declared", kind, in_place=("residual",))
+    made["IN_PLACE_DECLARED"] = Kernel(f"{kind}_in_place_declared", KIND[kind], fn,
+                                       spec=f"{SPEC}{kind.upper()}_IN_PLACE_DECLARED", in_place=in_place,
+                                       dtypes=(torch.float32,),
+                                       description="writes residual_out into residual, declared: correct (float32 "
+                                                   "only: in float16 torch's autograd rounds dL/dh twice)")
+    return made
+
+
+for _kind in KIND:
+    for _name, _kernel in _kernels(_kind).items():
+        globals()[f"{_kind.upper()}_{_name}"] = _kernel
