@@ -9,6 +9,8 @@ tests on chosen examples: the sentence, the hint, a declared convention passing 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -21,6 +23,7 @@ from core.kernel import Kernel
 from core.registry import resolve
 from properties import diagnosis, evidence, norms
 from properties.checks.forward import check_forward
+from properties.checks.gradients import check_gradient_identities, check_vjp
 
 POWER = 0.9
 IN_LIBRARY = tuple(entry for entry in BROKEN if entry.mechanism)
@@ -159,3 +162,38 @@ def test_a_declared_convention_never_passes_an_element_its_model_does_not_cover(
     kernel = Kernel("k", "layernorm", RMS_LLAMA_CASTING.fn, conventions=("storage_accumulation",))
     _, bound, declared = diagnosis.expected_forward(kernel, x, None, None, 1e-5)
     assert declared == ("storage_accumulation",) and np.isfinite(bound).all()
+
+
+# docs/findings.md [B], [E], [F]: dgamma from a rounded x_hat (Llama), fp16 sums of two autograd paths (T5), torch's
+# fp16 mean/rstd on the CPU: the gradient examples where each shows
+BACKWARD_B = {"x": torch.tensor([[1.541016, -0.293457, -2.179688]], dtype=torch.float16),
+              "weight": torch.ones(3, dtype=torch.float16), "eps": 1e-5,
+              "dy": torch.tensor([[1.541016, -0.293457, -2.179688]], dtype=torch.float16)}
+BACKWARD_F = {"x": torch.tensor([[1.541016, -0.293457]], dtype=torch.float16), "weight": None, "bias": None,
+              "eps": 1e-5, "dy": torch.tensor([[1.541016, -0.293457]], dtype=torch.float16)}
+BUILTINS = [  # (built-in, check, example, the convention that explains it undeclared)
+    ("hf-llama-rmsnorm", check_forward, LLAMA_WITNESS, "double_rounding"),
+    ("hf-llama-rmsnorm", check_gradient_identities, BACKWARD_B, "double_rounding"),
+    ("hf-t5-layernorm", check_forward, LLAMA_WITNESS, "double_rounding"),
+    ("hf-t5-layernorm", check_vjp, BACKWARD_B, "storage_statistics_backward"),
+    ("liger-rmsnorm-llama", check_forward, LLAMA_WITNESS, "double_rounding"),
+    ("torch", check_vjp, BACKWARD_F, "storage_statistics_backward"),
+]
+
+
+@pytest.mark.parametrize(("spec", "check", "example", "convention"), BUILTINS,
+                         ids=[f"{spec}-{check.__name__}" for spec, check, _, _ in BUILTINS])
+def test_a_builtin_passes_as_declared_and_fails_undeclared_with_its_convention(spec, check, example, convention):
+    try:
+        kernels = resolve(spec, "layernorm" if "bias" in example else "rmsnorm")
+    except UsageError as error:
+        pytest.skip(str(error))
+    (declared,) = kernels
+    assert convention in declared.conventions
+    evidence.start()
+    check(declared, **example)
+    undeclared = dataclasses.replace(declared, conventions=(), backward_precision="float32")
+    with pytest.raises(AssertionError) as failure:
+        check(undeclared, **example)
+    first = str(failure.value).splitlines()[0]
+    assert f"consistent with {convention}:" in first and f"conventions=({convention!r},)" in first, first
