@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import UsageError
+from core.names import short_spec
 from core.results import SummaryRow
 
 SCHEMA = "normverify.results/1"
@@ -107,9 +108,11 @@ def _column_index(columns: list[Column], first: int, spec: str, document: dict) 
 
 
 def _label_columns(columns: list[Column]) -> None:
-    """A SPEC that appears in several documents gets its run number appended: ``torch (2)``."""
+    """A column's head is its SPEC shortened (:func:`core.names.short_spec`: ``flaggems/wrap:layer_norm`` for
+    ``/home/me/flaggems/wrap.py:layer_norm``; the runs table gives the whole SPEC), numbered from the second
+    column with the same head on: ``torch (2)`` for a SPEC that appears in several documents."""
     seen: dict[str, int] = {}
     for column in columns:
-        seen[column.spec] = seen.get(column.spec, 0) + 1
-        if seen[column.spec] > 1:
-            column.label = f"{column.spec} ({seen[column.spec]})"
+        label = short_spec(column.spec)
+        seen[label] = seen.get(label, 0) + 1
+        column.label = label if seen[label] == 1 else f"{label} ({seen[label]})"

@@ -47,6 +47,7 @@ def _kernels(column: Column) -> str:
 
 
 RUN_FIELDS = (
+    ("SPEC", lambda c: c.spec),
     ("kernels", _kernels),
     ("dtypes", lambda c: ", ".join(_dtypes(c)) or "--"),
     *((label, lambda c, key=key: str(c.environment.get(key) or "--")) for label, key in ENVIRONMENT_FIELDS),
