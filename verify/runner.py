@@ -21,29 +21,24 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import properties
 from core.errors import UsageError
-from core.names import split_specs
 from core.registry import Kernel, resolve
-
-if TYPE_CHECKING:  # pydantic: imported when results are read, not to build the command's parser
-    from core.results import Document, SummaryRow
+from core.results import NOT_PASSING, SummaryRow
 
 SUITE = Path(properties.__file__).resolve().parent
 TEST_TIMEOUT_FACTOR = 10
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 30.0
-_SIGNALS = {int(s) for s in signal.Signals}
 
 
 @dataclass
@@ -70,11 +65,16 @@ class RunRequest:
 class RunOutcome:
     """What the run left: the results document (None when pytest wrote none), pytest's exit code, and how it ended."""
 
-    results: Document | None
+    results: dict | None
     returncode: int
     log_path: Path
     interrupted: bool = False
     seconds: float = 0.0
+
+
+def split_specs(specs: list[str]) -> list[str]:
+    """``["torch,triton", "my.py:ln"]`` -> ``["torch", "triton", "my.py:ln"]``."""
+    return [spec for given in specs for spec in given.split(",") if spec]
 
 
 def known_claims() -> list[str] | None:
@@ -162,17 +162,15 @@ def pytest_command(request: RunRequest) -> list[str]:
     return command
 
 
-def read_results(path: Path) -> Document | None:
+def read_results(path: Path) -> dict | None:
     """The results document at ``path``, or None while there is none (it is replaced atomically, never partial)."""
-    from core.results import load
-
     try:
-        return load(path)
-    except UsageError:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
 
 
-def run(request: RunRequest, on_progress: Callable[[Document], None] | None = None) -> RunOutcome:
+def run(request: RunRequest, on_progress: Callable[[dict], None] | None = None) -> RunOutcome:
     """Run the suite in a child pytest; call ``on_progress(document)`` whenever the results file changes."""
     request.json_path.parent.mkdir(parents=True, exist_ok=True)
     request.json_path.unlink(missing_ok=True)
@@ -187,28 +185,11 @@ def run(request: RunRequest, on_progress: Callable[[Document], None] | None = No
         except KeyboardInterrupt:
             interrupted = True
             _stop(child)
-    document = read_results(request.json_path)
-    if document is not None and not interrupted and not document.complete and document.progress.running:
-        name_the_crash(document, child.returncode, request.json_path)
-    return RunOutcome(document, child.returncode, request.log_path, interrupted, time.monotonic() - started)
+    return RunOutcome(read_results(request.json_path), child.returncode, request.log_path, interrupted,
+                      time.monotonic() - started)
 
 
-def name_the_crash(document: Document, returncode: int, path: Path) -> None:
-    """The process ended inside the tests still running: record each as an error naming its kernel (the test's
-    parameter id), as pytest-xdist does for a worker that died, and rewrite the results file with them."""
-    from core.files import write_atomically
-    from core.results import RunError
-
-    how = f"killed by {signal.Signals(-returncode).name}" if returncode < 0 and -returncode in _SIGNALS \
-        else f"exit code {returncode}"
-    for nodeid in document.progress.running:
-        kernel = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else "its kernel"
-        document.errors.append(RunError(test=nodeid, message=f"the test process ended ({how}) while running this "
-                                                             f"test: did kernel {kernel} crash the process?"))
-    write_atomically(path, document.dumps())
-
-
-def _follow(child: subprocess.Popen, path: Path, on_progress: Callable[[Document], None] | None) -> None:
+def _follow(child: subprocess.Popen, path: Path, on_progress: Callable[[dict], None] | None) -> None:
     seen = None
     while True:
         finished = child.poll() is not None
@@ -244,17 +225,29 @@ def exit_code(outcome: RunOutcome) -> int:
     """0 all applicable claims passed, 1 anything failed, errored, was unchecked or did not finish, 130 interrupted."""
     if outcome.interrupted:
         return 130
-    return 0 if outcome.results is not None and outcome.results.passed else 1
+    document = outcome.results
+    if document is None:
+        return 1
+    if not document.get("complete") or document.get("errors"):
+        return 1
+    return 1 if any(r.get("status") in NOT_PASSING for r in document.get("results", [])) else 0
 
 
-def summary_rows(document: Document) -> list[SummaryRow]:
-    """The results grouped by claim x kernel, claims by family in proofs' order (then by id), kernels in run order."""
-    from core.results import SummaryRow, ordered_claims
-
+def summary_rows(document: dict) -> list[SummaryRow]:
+    """The results grouped by claim x kernel, claims in proofs' order (then by id), kernels in run order."""
     rows: dict[tuple[str, str], SummaryRow] = {}
-    for result in document.results:
-        key = (result.claim, result.kernel)
+    for result in document.get("results", []):
+        key = (str(result.get("claim")), str(result.get("kernel")))
         rows.setdefault(key, SummaryRow(*key, results=[])).results.append(result)
-    order = {claim: index for index, claim in enumerate(ordered_claims((c for c, _ in rows), known_claims() or []))}
+    order = {claim: index for index, claim in enumerate(known_claims() or [])}
     kernels = {name: index for index, name in enumerate(dict.fromkeys(kernel for _, kernel in rows))}
-    return sorted(rows.values(), key=lambda row: (order[row.claim], kernels[row.kernel]))
+    return sorted(rows.values(), key=lambda row: (order.get(row.claim, len(order)), row.claim, kernels[row.kernel]))
+
+
+def counts(document: dict) -> dict[str, int]:
+    """How many tests ended in each status."""
+    found: dict[str, int] = {}
+    for result in document.get("results", []):
+        found[result.get("status", "error")] = found.get(result.get("status", "error"), 0) + 1
+    return found
+
