@@ -19,14 +19,13 @@ the input dtype, kept in storage.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
 from core.adapters import liger, torch_native, triton_ours
 from core.kernel import Builtin, Kernel
 
 
 def _torch(residual_in_fp32: bool):
+    from torch.nn import functional as F
+
     def wide(t):  # with h in float32, the norm's parameters too (torch's CPU norms refuse mixed dtypes)
         return t.float() if residual_in_fp32 and t is not None else t
 
@@ -63,11 +62,14 @@ def _load_torch(residual_in_fp32: bool) -> list[Kernel]:
 
 
 def groupnorm(x, num_groups, weight, bias, eps):
+    from torch.nn import functional as F
+
     return F.group_norm(x, num_groups, weight, bias, eps)
 
 
 def _load_liger_groupnorm() -> list[Kernel]:
     liger.prepare()
+    import torch
     from liger_kernel.ops.group_norm import LigerGroupNormFunction
 
     def liger_groupnorm(x, num_groups, weight, bias, eps):
@@ -115,6 +117,7 @@ def _liger_loader(mode_name: str):
 
     def load() -> list[Kernel]:
         liger.prepare()
+        import torch
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 
         def add_rmsnorm(x, residual, weight, eps):
