@@ -186,8 +186,8 @@ def _residual_exactness() -> Derivation:
     return Derivation((
         Fact(r"x, z \in \text{float16}:\ x + z \text{ is exact in float64, so } \mathrm{fl}_{32}(x + z) "
              r"\text{ is one IEEE float32 addition of the exactly converted inputs}",
-             "a float16 value is a multiple of 2^-24 below 2^16 in magnitude, so the sum needs at most 41 bits "
-             "(< 53); checked exactly on 4096 pairs spread over the float16 range", _float16_sums_are_exact),
+             r"a float16 value is a multiple of $2^{-24}$ below $2^{16}$ in magnitude, so the sum needs at most 41 "
+             r"bits ($< 53$); checked exactly on 4096 pairs spread over the float16 range", _float16_sums_are_exact),
     ))
 
 
