@@ -28,4 +28,10 @@ def short_spec(spec: str) -> str:
     return spec
 
 
-__all__ = ["short_spec"]
+def split_specs(given: list[str]) -> list[str]:
+    """The SPECs of repeated, comma-separated ``--kernel`` options: ``["torch,triton", "my.py:ln"]`` ->
+    ``["torch", "triton", "my.py:ln"]``."""
+    return [spec.strip() for item in given for spec in item.split(",") if spec.strip()]
+
+
+__all__ = ["short_spec", "split_specs"]

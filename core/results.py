@@ -1,20 +1,40 @@
-"""The vocabulary of results documents, torch-free: test statuses (worst first) and a claim x kernel summary.
+"""The results document, typed and torch-free: statuses (worst first), the pydantic models of a
+``normverify.results/1`` document, the plot series the claims declare, and a claim x kernel summary.
 
-Read by the results plugin (:mod:`properties.results`), the runner and the reports alike, so the
-report never imports the plugin (or torch, or pytest) to understand a results file.
+This is the one definition of the schema (docs/ARCHITECTURE.md, "Results JSON"): the results plugin
+(:mod:`properties.results`) builds a :class:`Document`, the runner, the commands and the report read one
+(:func:`load`, :func:`parse`), and ``core/results.schema.json`` is generated from it (:func:`json_schema`;
+``python -m core.results`` rewrites it, tests/test_results_schema.py fails when it is stale and validates a
+real run's output against it). The report imports this module, never the plugin, torch or pytest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import fnmatch
+import json
+import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+
+from core.errors import UsageError
+from core.kernel import KINDS
+
+SCHEMA = "normverify.results/1"
+SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
+NO_KERNEL = "(no kernel)"  # the kernel of a claim test that is not parametrized by one
 
 # Worst first: a test (and a claim x kernel cell) shows the first of these among its parts. "unchecked": the test
 # ran but none of its examples could be checked (no finite bound, or none drawn): never a pass.
-STATUSES = ("error", "failed", "xpassed", "unchecked", "xfailed", "passed", "skipped")
+Status = Literal["error", "failed", "xpassed", "unchecked", "xfailed", "passed", "skipped"]
+STATUSES: tuple[str, ...] = get_args(Status)
 FAILING = frozenset({"error", "failed"})
 # Statuses that make `normverify run` exit 1: a failure, or a claim the run could not check.
 NOT_PASSING = FAILING | {"unchecked"}
+Kind = Literal[KINDS]  # type: ignore[valid-type]
 
 
 def worst(statuses: Iterable[str | None]) -> str:
@@ -23,32 +43,304 @@ def worst(statuses: Iterable[str | None]) -> str:
     return next((s for s in STATUSES if s in present), "error")
 
 
+def family(claim: str) -> str:
+    """A claim's family, the prefix of its id: ``rms.spectral_norm`` -> ``rms`` (the kernels of one kind)."""
+    return claim.partition(".")[0]
+
+
+def ordered_claims(claims: Iterable[str], known: Sequence[str]) -> list[str]:
+    """``claims`` grouped by family, families and claims in the order of ``known`` (proofs' CLAIMS), unknown last."""
+    position = {claim: index for index, claim in enumerate(known)}
+    families: dict[str, int] = {}
+    for claim in known:
+        families.setdefault(family(claim), len(families))
+    return sorted(set(claims), key=lambda c: (families.get(family(c), len(families)), family(c),
+                                              position.get(c, len(position)), c))
+
+
+# ---------------------------------------------------------------- plot series, declared by the claims
+
+
+@dataclass(frozen=True)
+class PlotSeries:
+    """The point keys a figure is drawn from, and the claims (globs of ids) whose checks record them."""
+
+    name: str
+    keys: tuple[str, ...]
+    claims: tuple[str, ...]
+
+    def point(self, **values: Any) -> dict:
+        """``values`` as a point of this series; ValueError unless they are exactly its keys (``ratio`` aside, which
+        ``properties.evidence.record`` adds): a check that renames a key fails instead of dropping a figure."""
+        declared = set(self.keys) - {"ratio"}
+        if set(values) != declared:
+            raise ValueError(f"plot series {self.name!r} takes the keys {sorted(declared)}, got {sorted(values)}")
+        return values
+
+    def of(self, points: Iterable[dict]) -> list[dict]:
+        """The points that carry every key of this series with a value."""
+        return [p for p in points if all(p.get(k) is not None for k in self.keys)]
+
+
+PLOT_SERIES = (
+    PlotSeries("spectral", ("sigma2", "eps", "measured", "derived", "bound"), ("*.spectral_norm",)),
+    PlotSeries("ratio", ("kappa", "ratio"), ("*.forward", "*.shift_invariance")),
+    PlotSeries("dropout", ("p", "d", "measured", "var", "mean"), ("dropout.variance_bias",)),
+)
+SERIES = {series.name: series for series in PLOT_SERIES}
+
+
+def series_of(claim: str) -> list[PlotSeries]:
+    """The plot series the checks of ``claim`` record."""
+    return [series for series in PLOT_SERIES if any(fnmatch.fnmatchcase(claim, glob) for glob in series.claims)]
+
+
+def replay_command(path: Path) -> str:
+    """The shell command that replays the counterexample file at ``path``."""
+    return f"normverify replay {shlex.quote(str(path))}"
+
+
+# ---------------------------------------------------------------- the document
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Environment(_Model):
+    """What ran: versions, device, Hypothesis profile, the tolerances' error bound, the suite's commit, the date."""
+
+    normverify: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    hypothesis: str | None = None
+    device: str | None = None
+    profile: str | None = None
+    bound: str | None = None  # properties.tolerance.bound_in_use(): "probabilistic" or "worst-case"
+    commit: str | None = None
+    date: str | None = None
+
+
+class Capabilities(_Model):
+    """``core.capabilities.Capabilities.as_json()``, or ``{"error": why}`` when discovery itself failed."""
+
+    device: str | None = None
+    dtypes: list[str] = Field(default_factory=list)
+    not_tested: dict[str, str] = Field(default_factory=dict)
+    faults: dict[str, str] = Field(default_factory=dict)
+    backward: bool | None = None
+    backward_fault: str | None = None
+    double_backward: bool | None = None
+    reasons: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class KernelEntry(_Model):
+    """A kernel of the run: ``core.kernel.Kernel.as_json()`` and its capabilities (None until a test probed it)."""
+
+    spec: str | None = None
+    name: str
+    kind: Kind
+    weight_offset: float = 0.0
+    backward_precision: Literal["float32", "storage"] = "float32"
+    conventions: list[str] = Field(default_factory=list)
+    residual_dtype: str | None = None
+    in_place: list[str] = Field(default_factory=list)
+    no_gradient: list[str] = Field(default_factory=list)
+    description: str = ""
+    capabilities: Capabilities | None = None
+
+
+class Diagnosis(_Model):
+    """One mechanism that explains a failed example (``properties.diagnosis``)."""
+
+    mechanism: str
+    ratio: float | None
+    text: str
+    leading: bool = False
+
+
+class Point(BaseModel):
+    """One example's evidence: its ratio (None for an exact check), how many values had no finite bound, the
+    diagnosis of a failure, and its plot data (the keys of :data:`PLOT_SERIES` and descriptions such as d, dtype)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ratio: float | None = None
+    unchecked: int = 0
+    diagnosis: list[Diagnosis] | None = None
+
+    @model_serializer(mode="wrap")
+    def _lean(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """Written as recorded: no ``unchecked`` when 0, no ``diagnosis`` when there is none."""
+        data = handler(self)
+        if not data.get("unchecked"):
+            data.pop("unchecked", None)
+        if data.get("diagnosis") is None:
+            data.pop("diagnosis", None)
+        return data
+
+
+class Counterexample(_Model):
+    """One distinct minimal failing example: its inputs, the failure, its saved file and the commands to re-run it."""
+
+    text: str
+    message: str = ""  # this failure in one line (a test with several distinct failures has one per example)
+    file: str | None = None  # the torch.save file (properties.counterexamples), None when not saved
+    replay: str  # `normverify replay FILE` when saved, else the same as rerun
+    rerun: str  # the pytest command that reruns the test
+    hypothesis: str = ""  # what Hypothesis printed of the example
+    reproduce: str | None = None  # the @reproduce_failure(...) blob
+    seed: int | None = None
+    save_problem: str | None = None  # why the file could not be saved
+
+
+class Result(_Model):
+    """One claim x kernel test."""
+
+    claim: str
+    kernel: str = NO_KERNEL
+    kind: Kind | None = None
+    spec: str | None = None
+    test: str = ""
+    status: Status
+    examples: int = 0
+    unchecked: int = 0  # examples with a compared value without a finite bound: counted, never evidence
+    worst_ratio: float | None = None
+    dtypes: list[str] = Field(default_factory=list)
+    widths: list[int] = Field(default_factory=list)
+    worst_case: Point | None = None
+    points: list[Point] = Field(default_factory=list)
+    counterexamples: list[Counterexample] = Field(default_factory=list)  # one per distinct failure
+    message: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def counterexample(self) -> Counterexample | None:
+        """The first distinct failure's counterexample."""
+        return self.counterexamples[0] if self.counterexamples else None
+
+    @property
+    def passing(self) -> bool:
+        return self.status not in NOT_PASSING
+
+
+class Progress(_Model):
+    """Tests finished, tests collected (None until known), and the tests under way when the file was written."""
+
+    done: int = 0
+    total: int | None = None
+    running: list[str] = Field(default_factory=list)
+
+
+class RunError(_Model):
+    """A failure that belongs to no claim: a test file that does not import, a worker that crashed between tests."""
+
+    test: str
+    message: str
+
+
+class Document(_Model):
+    """A ``normverify.results/1`` document; ``complete`` is true only when the session ended normally."""
+
+    schema_: Literal["normverify.results/1"] = Field(SCHEMA, alias="schema")
+    complete: bool = False
+    environment: Environment = Field(default_factory=Environment)
+    progress: Progress = Field(default_factory=Progress)
+    kernels: list[KernelEntry] = Field(default_factory=list)
+    results: list[Result] = Field(default_factory=list)
+    errors: list[RunError] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def as_json(self) -> dict:
+        """The document as JSON data (the ``schema`` key first)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def dumps(self) -> str:
+        return json.dumps(self.as_json(), allow_nan=False) + "\n"
+
+    def counts(self) -> dict[str, int]:
+        """How many tests ended in each status."""
+        found: dict[str, int] = {}
+        for result in self.results:
+            found[result.status] = found.get(result.status, 0) + 1
+        return found
+
+    @property
+    def passed(self) -> bool:
+        """Complete, no error outside the claims, and every result passing (or not applicable)."""
+        return self.complete and not self.errors and all(r.passing for r in self.results)
+
+
+def parse(data: object, source: str = "results") -> Document:
+    """``data`` as a :class:`Document`; a UsageError (one line) when it is not a valid results document."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise UsageError(f"{source} is not a normverify results document (schema {found!r}, expected {SCHEMA!r})")
+    try:
+        return Document.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UsageError(f"{source}: {where}: {first['msg']} ({error.error_count()} problem(s))") from None
+
+
+def load(path: Path) -> Document:
+    """The results document at ``path``; a UsageError (one line) when it is missing, unreadable or not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"no such results file: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}); "
+                         "was the run that wrote it killed before it finished?") from None
+    return parse(data, str(path))
+
+
+def json_schema() -> str:
+    """The JSON Schema of :class:`Document`, as the text of ``core/results.schema.json``."""
+    return json.dumps(Document.model_json_schema(by_alias=True, mode="serialization"), indent=2, sort_keys=True) + "\n"
+
+
+# ---------------------------------------------------------------- the summary, claim x kernel
+
+
 @dataclass
 class SummaryRow:
     """One claim x kernel: the worst status of its tests, and their evidence together."""
 
     claim: str
     kernel: str
-    results: list[dict]
+    results: list[Result]
 
     @property
     def status(self) -> str:
-        return worst(r.get("status") for r in self.results)
+        return worst(r.status for r in self.results)
 
     @property
     def examples(self) -> int:
-        return sum(int(r.get("examples") or 0) for r in self.results)
+        return sum(r.examples for r in self.results)
 
     @property
     def unchecked(self) -> int:
         """Examples without a finite bound: counted, never evidence."""
-        return sum(int(r.get("unchecked") or 0) for r in self.results)
+        return sum(r.unchecked for r in self.results)
 
     @property
     def worst_ratio(self) -> float | None:
-        ratios = [r["worst_ratio"] for r in self.results if r.get("worst_ratio") is not None]
+        ratios = [r.worst_ratio for r in self.results if r.worst_ratio is not None]
         return max(ratios) if ratios else None
 
     @property
     def seconds(self) -> float:
-        return sum(float(r.get("duration_s") or 0.0) for r in self.results)
+        return sum(r.duration_s for r in self.results)
+
+
+if __name__ == "__main__":  # python -m core.results: regenerate core/results.schema.json
+    SCHEMA_FILE.write_text(json_schema(), encoding="utf-8")
+    print(f"wrote {SCHEMA_FILE}")

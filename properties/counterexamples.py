@@ -2,7 +2,7 @@
 
 A conformance test runs each example as ``check(kernel, **example)`` (:func:`properties.evidence.check`).
 When one fails, the results plugin calls :func:`save` with the minimal example Hypothesis found
-(``evidence.last_example()``), and prints it with :func:`describe` and the :func:`replay_command`.
+(``evidence.last_example()``), and prints it with :func:`describe` and ``core.results.replay_command``.
 The file (``torch.save``) holds::
 
     {"schema": "normverify.counterexample/1", "spec", "kind", "kernel", "claim",
@@ -26,7 +26,6 @@ import importlib
 import io
 import pickle
 import re
-import shlex
 import sys
 import zipfile
 from collections.abc import Callable
@@ -119,11 +118,6 @@ def save(claim: str, kernel: Kernel, check: Callable, example: dict, directory: 
     path = Path(directory) / f"{stem}-{hashlib.sha256(data).hexdigest()[:10]}.pt"
     write_atomically(path, data)
     return path
-
-
-def replay_command(path: Path) -> str:
-    """The shell command that replays the counterexample file at ``path``."""
-    return f"normverify replay {shlex.quote(str(path))}"
 
 
 def load(path: Path) -> dict:

@@ -13,25 +13,37 @@ worst error/bound ratio of the example (> 1 is a failure) or None where the chec
 other keyword arguments are plot data and description (docs/ARCHITECTURE.md, "points").
 
 Hypothesis runs the minimal failing example last, so after a failure :func:`last_example` is the
-counterexample that the results plugin saves for ``normverify replay``. The plugin calls
-:func:`start` before each test and :func:`take` after it.
+counterexample that the results plugin saves for ``normverify replay``; with several distinct failures it
+runs each one's minimal example last and reports the exceptions they raised, and :func:`failed_example` gives
+the example of each. The plugin calls :func:`start` before each test and :func:`take` after it.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+Example = tuple[Callable, Any, dict]  # (check, kernel, the example's inputs)
+MAX_FAILURES = 32
+
 _examples: list[dict] = []
-_last: tuple[Callable, Any, dict] | None = None
+_last: Example | None = None
+# The latest examples that raised: Hypothesis replays each distinct failure's minimal example last.
+_failures: deque[tuple[BaseException, Example]] = deque(maxlen=MAX_FAILURES)
 
 
 def check(fn: Callable[..., None], kernel: Any, example: dict) -> None:
     """Run ``fn(kernel, **example)``, remembering a copy of the example, taken before the call, as the latest one:
-    a kernel that writes into its inputs must not change the counterexample that replays it."""
+    a kernel that writes into its inputs must not change the counterexample that replays it. An example that
+    raises is remembered with its exception (:func:`failures`)."""
     global _last
     _last = (fn, kernel, {name: _copy(value) for name, value in example.items()})
-    fn(kernel, **example)
+    try:
+        fn(kernel, **example)
+    except BaseException as error:
+        _failures.append((error, _last))
+        raise
 
 
 def _copy(value: Any) -> Any:
@@ -52,13 +64,20 @@ def record(ratio: float | None = None, unchecked: int = 0, **point) -> None:
                       **({"unchecked": int(unchecked)} if unchecked else {})})
 
 
-def last_example() -> tuple[Callable, Any, dict] | None:
+def last_example() -> Example | None:
     return _last
+
+
+def failed_example(error: BaseException) -> Example | None:
+    """The example that raised ``error`` (Hypothesis reports each distinct failure by the exception its minimal
+    example raised when it was run last), None when no example of this test raised it."""
+    return next((example for raised, example in reversed(_failures) if raised is error), None)
 
 
 def start() -> None:
     global _last
     _examples.clear()
+    _failures.clear()
     _last = None
 
 

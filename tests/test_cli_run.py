@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.results import parse
 from verify import cli, runner
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -81,14 +82,18 @@ def test_pytest_command_carries_the_request(tmp_path):
 
 def result(claim: str, status: str, **fields) -> dict:
     return {"claim": claim, "kernel": "torch:layernorm", "kind": "layernorm", "spec": "torch", "test": f"t::{claim}",
-            "status": status, "examples": 20, "worst_ratio": 0.5, "counterexample": None, "message": "",
+            "status": status, "examples": 20, "worst_ratio": 0.5, "counterexamples": [], "message": "",
             "duration_s": 1.0, **fields}
 
 
 FAILED = result("ln.jacobian", "failed", worst_ratio=288.0,
-                message="AssertionError: dx: expected 1.2e-05, got 1.2e-03\nmore",
-                counterexample={"text": "x: float16 (1, 2) = [[1.5, -0.29]]\nweight = None", "file": "ce.pt",
-                                "replay": "normverify replay ce.pt"})
+                message="2 distinct failures\n  AssertionError: dx: expected 1.2e-05, got 1.2e-03\n  KernelFault: NaN",
+                counterexamples=[{"text": "x: float16 (1, 2) = [[1.5, -0.29]]\nweight = None\neps = 1e-05",
+                                  "message": "AssertionError: dx: expected 1.2e-05, got 1.2e-03", "file": "ce.pt",
+                                  "replay": "normverify replay ce.pt", "rerun": "pytest t::ln.jacobian"},
+                                 {"text": "x: float16 (1, 1) = [[0.]]\nweight = None\neps = 1e-12",
+                                  "message": "KernelFault: NaN", "file": "ce2.pt",
+                                  "replay": "normverify replay ce2.pt", "rerun": "pytest t::ln.jacobian"}])
 SKIPPED = result("ln.spectral_norm", "skipped", examples=0, worst_ratio=None, message="no backward: autograd raised")
 DOCUMENT = {"schema": "normverify.results/1", "complete": True, "environment": {}, "progress": {"done": 4, "total": 4},
             "kernels": [], "results": [result("ln.forward", "passed"), FAILED, SKIPPED, SKIPPED], "errors": []}
@@ -106,8 +111,8 @@ def finish_with(monkeypatch):
             request.json_path.parent.mkdir(parents=True, exist_ok=True)
             request.json_path.write_text(json.dumps(document))
             if on_progress:
-                on_progress(document)
-            return runner.RunOutcome(document, 0, request.log_path, seconds=3.0)
+                on_progress(parse(document))
+            return runner.RunOutcome(parse(document), 0, request.log_path, seconds=3.0)
 
         monkeypatch.setattr(runner, "run", run)
 
@@ -125,9 +130,14 @@ def test_summary_table_failure_lines_and_exit_1(finished_run, capsys, tmp_path):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if "ln.jacobian" in line and "│" in line)
     assert "failed" in row and "288" in row and "20" in row
-    assert "FAILED ln.jacobian torch:layernorm: AssertionError: dx: expected 1.2e-05, got 1.2e-03" in out
-    assert "counterexample: x: float16 (1, 2) = [[1.5, -0.29]] (+1 lines)" in out
-    assert "replay: normverify replay ce.pt" in out
+    assert "FAILED ln.jacobian torch:layernorm: 2 distinct failures" in out
+    failures = out[out.index("FAILED ln.jacobian"):].splitlines()[1:9]
+    assert failures == ["  failure 1: AssertionError: dx: expected 1.2e-05, got 1.2e-03",
+                        "    x: float16 (1, 2) = [[1.5, -0.29]]", "    weight = None", "    eps = 1e-05",
+                        "    replay: normverify replay ce.pt",
+                        "  failure 2: KernelFault: NaN", "    x: float16 (1, 1) = [[0.]]", "    weight = None"]
+    assert "replay: normverify replay ce2.pt" in out
+    assert "[2/4] failed ln.jacobian torch:layernorm (20 examples, worst ratio 288, 1.0s)" in out, "progress lines"
     assert "1 failed, 1 passed, 2 skipped in 3s" in out
     assert out.count("SKIPPED ln.spectral_norm torch:layernorm: no backward: autograd raised") == 1
 
@@ -145,7 +155,7 @@ def test_report_gets_the_results(finished_run, monkeypatch, tmp_path):
     monkeypatch.setattr(verify.report, "write_report",
                         lambda results, out_dir, pdf: calls.append((results, out_dir, pdf)) or out_dir / "report.tex")
     assert cli.main(["run", "--kernel", "torch", "--report", str(tmp_path / "rep")]) == 1
-    assert calls == [(DOCUMENT, tmp_path / "rep", False)]
+    assert calls == [(parse(DOCUMENT), tmp_path / "rep", False)]
     assert json.loads((tmp_path / "rep" / "results.json").read_text()) == DOCUMENT
 
 

@@ -167,5 +167,6 @@ def test_the_counterexample_of_an_input_writing_kernel_replays_as_it_failed(corp
 
     (name,) = corpus.kernel_names(Entry("tests/corpus/fused.py:LN_INPUT_OVERWRITTEN"))
     (result,) = [r for r in corpus.results(name) if r["claim"] == "ln.inputs_unmodified"]
-    assert result["counterexample"]["file"], result["counterexample"]
-    assert replay(Path(result["counterexample"]["file"])).outcome == "failed"
+    [counterexample] = result["counterexamples"]
+    assert counterexample["file"], counterexample
+    assert replay(Path(counterexample["file"])).outcome == "failed"

@@ -65,14 +65,15 @@ def result(claim: str, spec: str, status: str = "passed", ratio: float | None = 
     return {"claim": claim, "kernel": f"{spec}:{kind}", "kind": kind, "test": f"properties/test_x.py::test_{claim}",
             "status": status, "examples": 20, "worst_ratio": ratio, "dtypes": ["float32", "float16"],
             "widths": [1, 2, 3, 64, 4096], "worst_case": {"d": 64, "dtype": "float16", "kappa": 1234.5},
-            "points": list(points), "counterexample": counterexample, "message": message, "duration_s": 1.25}
+            "points": list(points), "counterexamples": [counterexample] if counterexample else [], "message": message,
+            "duration_s": 1.25}
 
 
 def results_document(spec: str, broken: bool = False, seed: int = 0) -> dict:
     """A ``normverify.results/1`` document as docs/ARCHITECTURE.md describes it, made by hand."""
     rng = random.Random(seed)
     counterexample = {"text": "x = tensor([[5.0, 5.0, 0.0, 0.0]], dtype=torch.float16)\nweight = None, eps = 1e-05",
-                      "file": "/tmp/runs/counterexamples/x.pt", "replay": REPLAY}
+                      "file": "/tmp/runs/counterexamples/x.pt", "replay": REPLAY, "rerun": "python -m pytest ..."}
     results = [
         result("ln.forward", spec, "failed" if broken else "passed", 517.0 if broken else 0.21,
                forward_points(rng, 600.0 if broken else 0.3), counterexample if broken else None,
@@ -228,7 +229,8 @@ def test_results_are_arranged_claim_by_kernel_with_the_worst_status_and_ratio():
     (None, "no such results file"),
     ('{"schema": "normverify.results/1", "results": [', "not valid JSON"),
     ('{"schema": "something/else"}', "not a normverify results document"),
-    ('{"schema": "normverify.results/1", "kernels": [], "results": [{"status": "passed"}]}', "names no claim"),
+    ('{"schema": "normverify.results/1", "kernels": [], "results": [{"status": "passed"}]}',
+     "results.0.claim: Field required"),
 ])
 def test_bad_results_files_are_one_line_errors(tmp_path, capsys, content, says):
     path = tmp_path / "results.json"
@@ -267,15 +269,29 @@ def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(t
     document = json.loads((report / "results.json").read_text())
     failed = [r for r in document["results"] if r["status"] == "failed"]
     assert failed and {r["claim"] for r in failed} == {"ln.forward"}
-    counterexample = failed[0]["counterexample"]
+    counterexample = failed[0]["counterexamples"][0]
     assert Path(counterexample["file"]).is_file()
     text = squeeze(subprocess.run(["pdftotext", report / "report.pdf", "-"], capture_output=True, text=True,
                                   check=True).stdout)
-    assert "Minimalcounterexample" in text and squeeze(counterexample["replay"]) in text
+    local = f"counterexamples/{Path(counterexample['file']).name}"  # relative to the report: the folder travels
+    assert "Minimalcounterexample" in text and squeeze(f"normverify replay {local}") in text
+    assert (report / local).is_file()
 
-    replay = shlex.split(counterexample["replay"])
-    assert replay[:2] == ["normverify", "replay"]
+    replay = ["normverify", "replay", str(report / local)]
     assert main(replay[1:]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "expected" in out and "got" in out
     assert main([*replay[1:], "--kernel", "torch"]) == 0
+
+
+def test_saved_counterexamples_travel_with_the_report_and_replay_by_relative_paths(tmp_path):
+    saved = tmp_path / "run" / "counterexamples" / "ln.forward-broken-0123456789.pt"
+    saved.parent.mkdir(parents=True)
+    saved.write_bytes(b"a saved counterexample")
+    document = results_document(TRICKY_SPEC, broken=True)
+    [example] = document["results"][0]["counterexamples"]
+    example.update(file=str(saved), replay=f"normverify replay {saved}")
+    tex = write_report(document, tmp_path / "out").read_text()
+    assert (tmp_path / "out" / "counterexamples" / saved.name).read_bytes() == saved.read_bytes()
+    assert f"normverify replay counterexamples/{saved.name}" in tex and str(saved) not in tex
+    assert (tmp_path / "out" / "report.tex").stat().st_mode & 0o777 == 0o644

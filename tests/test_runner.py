@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from core.results import SCHEMA, parse
 from verify import runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def test_ctrl_c_stops_the_run_with_a_partial_summary_and_incomplete_json(tmp_pat
     run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            start_new_session=True)
     deadline = time.monotonic() + 300
-    while not (runner.read_results(out) or {}).get("results") and time.monotonic() < deadline:
+    while not getattr(runner.read_results(out), "results", None) and time.monotonic() < deadline:
         time.sleep(0.2)
     os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
     stdout, _ = run.communicate(timeout=300)
@@ -118,7 +119,7 @@ def test_ctrl_c_stops_the_run_with_a_partial_summary_and_incomplete_json(tmp_pat
 
 def outcome(*statuses: str, complete: bool = True, errors=(), interrupted: bool = False) -> runner.RunOutcome:
     results = [{"claim": "ln.forward", "kernel": f"k{i}", "status": s} for i, s in enumerate(statuses)]
-    document = {"complete": complete, "results": results, "errors": list(errors)}
+    document = parse({"schema": SCHEMA, "complete": complete, "results": results, "errors": list(errors)})
     return runner.RunOutcome(document, 0, Path("log"), interrupted=interrupted)
 
 
@@ -136,14 +137,33 @@ def test_exit_code(case, code):
 
 
 def test_summary_rows_join_the_tests_of_a_claim_and_kernel():
-    document = {"results": [
+    document = parse({"schema": SCHEMA, "results": [
         {"claim": "ln.special_inputs", "kernel": "k", "status": "passed", "examples": 3, "worst_ratio": 0.5},
         {"claim": "ln.special_inputs", "kernel": "k", "status": "failed", "examples": 4, "worst_ratio": 7.0},
         {"claim": "ln.special_inputs", "kernel": "j", "status": "skipped", "examples": 0, "worst_ratio": None},
-    ]}
+    ]})
     rows = runner.summary_rows(document)
     assert [(r.kernel, r.status, r.examples, r.worst_ratio) for r in rows] == [
         ("k", "failed", 7, 7.0), ("j", "skipped", 0, None)]
+
+
+def test_summary_rows_group_claims_by_family_in_proofs_order():
+    claims = ["dropout.values", "ln.forward", "rms.forward", "ln.jacobian", "rms.jacobian"]
+    document = parse({"schema": SCHEMA, "results": [{"claim": c, "status": "passed"} for c in claims]})
+    assert [row.claim for row in runner.summary_rows(document)] == [
+        "ln.jacobian", "ln.forward", "rms.jacobian", "rms.forward", "dropout.values"]
+
+
+def test_a_process_ended_by_a_kernel_names_the_kernel_and_test_without_workers(tmp_path):
+    """-n 0: the pytest process itself dies (os._exit, a segfault); the tests it was running name the kernel."""
+    path = tmp_path / "results.json"
+    running = "properties/test_forward.py::test_forward[mine.py:crashes]"
+    document = parse({"schema": SCHEMA, "progress": {"done": 3, "total": 9, "running": [running]}})
+    runner.name_the_crash(document, -signal.SIGSEGV, path)
+    [error] = runner.read_results(path).errors
+    assert error.test == running
+    assert error.message == ("the test process ended (killed by SIGSEGV) while running this test: did kernel "
+                             "mine.py:crashes crash the process?")
 
 
 def test_known_deviations_and_skips_files_reach_the_suite(tmp_path):

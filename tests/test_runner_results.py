@@ -114,6 +114,21 @@ def test_without_a_finite_bound(kernel):
     outcome.conclude(outcome.compare(5.0, 0.0, float("inf"), "value"))
 
 
+def check_two_ways(kernel, d):
+    evidence.record(ratio=0.0, d=d)
+    if d == 1:
+        raise ValueError("d = 1 has no spread")
+    assert d < 5, f"d = {d} is too wide"
+
+
+@pytest.mark.claim("rms.affine")
+@pytest.mark.parametrize("kernel", KERNELS[:1], ids=lambda k: k.name)
+@settings(max_examples=25, derandomize=True, database=None, print_blob=True, deadline=None)
+@given(d=st.integers(1, 64))
+def test_two_distinct_failures(kernel, d):
+    evidence.check(check_two_ways, kernel, {"d": d})
+
+
 @pytest.mark.claim("dropout.values")
 @pytest.mark.parametrize("kernel", KERNELS[:1], ids=lambda k: k.name)
 def test_zz_crash(kernel):
@@ -154,7 +169,7 @@ def test_a_finished_run_is_complete_with_its_environment(plain_run):
     assert document["schema"] == "normverify.results/1" and document["complete"] is True
     assert set(document["environment"]) >= {"normverify", "python", "torch", "triton", "hypothesis", "device",
                                              "profile", "commit", "date"}
-    assert document["progress"] == {"done": 11, "total": 11}
+    assert document["progress"] == {"done": 12, "total": 12, "running": []}
     kernels = {k["name"]: k for k in document["kernels"]}
     assert kernels["mine:good"]["capabilities"]["dtypes"][0] == "float32"
     assert kernels["mine:good"]["description"] == "F.layer_norm"
@@ -173,6 +188,7 @@ def test_each_outcome_gets_its_status(plain_run):
         "test_expected_failure[mine:good]": "xfailed",
         "test_setup_error[mine:good]": "error",
         "test_without_a_finite_bound[mine:good]": "unchecked",
+        "test_two_distinct_failures[mine:good]": "failed",
         "test_zz_crash[mine:good]": "unchecked",
     }
     unbounded = results["test_without_a_finite_bound[mine:good]"]
@@ -196,14 +212,14 @@ def test_a_passing_property_reports_its_evidence(plain_run):
     assert 0 <= good["worst_ratio"] <= 1
     assert good["worst_case"]["ratio"] == good["worst_ratio"]
     assert good["dtypes"] == ["float32"] and 1 in good["widths"] and max(good["widths"]) <= 64
-    assert good["counterexample"] is None and good["duration_s"] > 0
+    assert good["counterexamples"] == [] and good["duration_s"] > 0
 
 
 def test_a_failure_carries_its_minimal_counterexample_saved_and_rerunnable(plain_run, suite, tmp_path):
     wide = by_test(plain_run[1])["test_forward[mine:wide]"]
     assert wide["message"].startswith("AssertionError: error 0.001 exceeds the bound 1e-5 at d=10")
     assert wide["worst_ratio"] > 50
-    example = wide["counterexample"]
+    [example] = wide["counterexamples"]
     assert example["text"] == "d = 10" and "d=10" in example["hypothesis"]
     assert example["reproduce"].startswith("@reproduce_failure(")
     assert Path(example["file"]).parent.name == "counterexamples" and Path(example["file"]).is_file()
@@ -221,13 +237,13 @@ def test_xdist_workers_give_the_same_records_and_a_crashed_worker_is_an_error(pl
                      crash="exit")
     document = json.loads(out.read_text())
     assert proc.returncode == 1 and document["complete"] is True
-    expected = {name: r["status"] for name, r in by_test(plain_run[1]).items() if r["claim"] != "rms.forward"}
+    expected = {name: r["status"] for name, r in by_test(plain_run[1]).items() if not r["claim"].startswith("rms.")}
     expected["test_zz_crash[mine:good]"] = "error"
     assert {name: r["status"] for name, r in by_test(document).items()} == expected
-    assert document["progress"] == {"done": 9, "total": 9}
+    assert document["progress"] == {"done": 9, "total": 9, "running": []}
     assert "crashed" in by_test(document)["test_zz_crash[mine:good]"]["message"]
     assert all(k["capabilities"]["device"] == "cpu" for k in document["kernels"])  # probed in the worker
-    assert by_test(document)["test_forward[mine:wide]"]["counterexample"]["text"] == "d = 10"
+    assert by_test(document)["test_forward[mine:wide]"]["counterexamples"][0]["text"] == "d = 10"
 
 
 def test_a_run_killed_by_a_crash_leaves_valid_incomplete_json(suite, tmp_path):
@@ -238,4 +254,32 @@ def test_a_run_killed_by_a_crash_leaves_valid_incomplete_json(suite, tmp_path):
     document = json.loads(out.read_text())
     assert document["complete"] is False
     assert [r["status"] for r in document["results"]] == ["xfailed"]
+    assert document["progress"]["running"] == ["test_suite.py::test_zz_crash[mine:good]"]
     assert sorted(p.name for p in out.parent.iterdir()) == ["results.json"]
+
+
+def test_every_distinct_failure_gets_its_own_line_inputs_and_saved_counterexample(plain_run):
+    both = by_test(plain_run[1])["test_two_distinct_failures[mine:good]"]
+    assert both["message"].splitlines()[0] == "2 distinct failures"
+    found = {example["text"]: example for example in both["counterexamples"]}
+    assert set(found) == {"d = 1", "d = 5"}
+    assert found["d = 1"]["message"] == "ValueError: d = 1 has no spread"
+    assert found["d = 5"]["message"] == "AssertionError: d = 5 is too wide"
+    files = {example["file"] for example in found.values()}
+    assert len(files) == 2 and all(Path(f).is_file() for f in files)
+
+
+def test_a_plain_pytest_failure_ends_with_its_replay_commands(plain_run):
+    proc, document = plain_run
+    for example in by_test(document)["test_two_distinct_failures[mine:good]"]["counterexamples"]:
+        assert example["replay"] in proc.stdout
+
+
+def test_a_real_run_validates_against_the_schema_file_and_the_models(plain_run):
+    import jsonschema
+
+    from core.results import SCHEMA_FILE, Document
+
+    document = plain_run[1]
+    jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
+    assert Document.model_validate(document).as_json() == document

@@ -21,24 +21,30 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import properties
 from core.errors import UsageError
+from core.names import split_specs
 from core.registry import Kernel, resolve
-from core.results import NOT_PASSING, SummaryRow
+
+if TYPE_CHECKING:  # pydantic: imported when results are read, not to build the command's parser
+    from core.results import Document, SummaryRow
 
 SUITE = Path(properties.__file__).resolve().parent
 TEST_TIMEOUT_FACTOR = 10
 POLL_S = 0.5
+REFRESH_S = 10.0  # on_progress is called at least this often while the run goes on (a CI log's heartbeat)
 INTERRUPT_GRACE_S = 30.0
+_SIGNALS = {int(s) for s in signal.Signals}
 
 
 @dataclass
@@ -65,16 +71,11 @@ class RunRequest:
 class RunOutcome:
     """What the run left: the results document (None when pytest wrote none), pytest's exit code, and how it ended."""
 
-    results: dict | None
+    results: Document | None
     returncode: int
     log_path: Path
     interrupted: bool = False
     seconds: float = 0.0
-
-
-def split_specs(specs: list[str]) -> list[str]:
-    """``["torch,triton", "my.py:ln"]`` -> ``["torch", "triton", "my.py:ln"]``."""
-    return [spec for given in specs for spec in given.split(",") if spec]
 
 
 def known_claims() -> list[str] | None:
@@ -162,15 +163,17 @@ def pytest_command(request: RunRequest) -> list[str]:
     return command
 
 
-def read_results(path: Path) -> dict | None:
+def read_results(path: Path) -> Document | None:
     """The results document at ``path``, or None while there is none (it is replaced atomically, never partial)."""
+    from core.results import load
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return load(path)
+    except UsageError:
         return None
 
 
-def run(request: RunRequest, on_progress: Callable[[dict], None] | None = None) -> RunOutcome:
+def run(request: RunRequest, on_progress: Callable[[Document], None] | None = None) -> RunOutcome:
     """Run the suite in a child pytest; call ``on_progress(document)`` whenever the results file changes."""
     request.json_path.parent.mkdir(parents=True, exist_ok=True)
     request.json_path.unlink(missing_ok=True)
@@ -185,12 +188,30 @@ def run(request: RunRequest, on_progress: Callable[[dict], None] | None = None) 
         except KeyboardInterrupt:
             interrupted = True
             _stop(child)
-    return RunOutcome(read_results(request.json_path), child.returncode, request.log_path, interrupted,
-                      time.monotonic() - started)
+    document = read_results(request.json_path)
+    if document is not None and not interrupted and not document.complete and document.progress.running:
+        name_the_crash(document, child.returncode, request.json_path)
+    return RunOutcome(document, child.returncode, request.log_path, interrupted, time.monotonic() - started)
 
 
-def _follow(child: subprocess.Popen, path: Path, on_progress: Callable[[dict], None] | None) -> None:
-    seen = None
+def name_the_crash(document: Document, returncode: int, path: Path) -> None:
+    """The process ended inside the tests still running: record each as an error naming its kernel (the test's
+    parameter id), as pytest-xdist does for a worker that died, and rewrite the results file with them."""
+    from core.files import write_atomically
+    from core.results import RunError
+
+    how = f"killed by {signal.Signals(-returncode).name}" if returncode < 0 and -returncode in _SIGNALS \
+        else f"exit code {returncode}"
+    for nodeid in document.progress.running:
+        kernel = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else "its kernel"
+        document.errors.append(RunError(test=nodeid, message=f"the test process ended ({how}) while running this "
+                                                             f"test: did kernel {kernel} crash the process?"))
+    write_atomically(path, document.dumps())
+
+
+def _follow(child: subprocess.Popen, path: Path, on_progress: Callable[[Document], None] | None) -> None:
+    """Call ``on_progress`` whenever the results file changes, and at least every REFRESH_S seconds."""
+    seen, called = None, time.monotonic()
     while True:
         finished = child.poll() is not None
         if on_progress is not None:
@@ -198,10 +219,10 @@ def _follow(child: subprocess.Popen, path: Path, on_progress: Callable[[dict], N
                 stamp = path.stat().st_mtime_ns
             except OSError:
                 stamp = None
-            if stamp is not None and stamp != seen:
+            if stamp is not None and (stamp != seen or time.monotonic() - called >= REFRESH_S):
                 document = read_results(path)
                 if document is not None:
-                    seen = stamp
+                    seen, called = stamp, time.monotonic()
                     on_progress(document)
         if finished:
             return
@@ -225,29 +246,17 @@ def exit_code(outcome: RunOutcome) -> int:
     """0 all applicable claims passed, 1 anything failed, errored, was unchecked or did not finish, 130 interrupted."""
     if outcome.interrupted:
         return 130
-    document = outcome.results
-    if document is None:
-        return 1
-    if not document.get("complete") or document.get("errors"):
-        return 1
-    return 1 if any(r.get("status") in NOT_PASSING for r in document.get("results", [])) else 0
+    return 0 if outcome.results is not None and outcome.results.passed else 1
 
 
-def summary_rows(document: dict) -> list[SummaryRow]:
-    """The results grouped by claim x kernel, claims in proofs' order (then by id), kernels in run order."""
+def summary_rows(document: Document) -> list[SummaryRow]:
+    """The results grouped by claim x kernel, claims by family in proofs' order (then by id), kernels in run order."""
+    from core.results import SummaryRow, ordered_claims
+
     rows: dict[tuple[str, str], SummaryRow] = {}
-    for result in document.get("results", []):
-        key = (str(result.get("claim")), str(result.get("kernel")))
+    for result in document.results:
+        key = (result.claim, result.kernel)
         rows.setdefault(key, SummaryRow(*key, results=[])).results.append(result)
-    order = {claim: index for index, claim in enumerate(known_claims() or [])}
+    order = {claim: index for index, claim in enumerate(ordered_claims((c for c, _ in rows), known_claims() or []))}
     kernels = {name: index for index, name in enumerate(dict.fromkeys(kernel for _, kernel in rows))}
-    return sorted(rows.values(), key=lambda row: (order.get(row.claim, len(order)), row.claim, kernels[row.kernel]))
-
-
-def counts(document: dict) -> dict[str, int]:
-    """How many tests ended in each status."""
-    found: dict[str, int] = {}
-    for result in document.get("results", []):
-        found[result.get("status", "error")] = found.get(result.get("status", "error"), 0) + 1
-    return found
-
+    return sorted(rows.values(), key=lambda row: (order[row.claim], kernels[row.kernel]))

@@ -16,6 +16,7 @@ import torch
 
 from core import guard
 from core.capabilities import dtype_name
+from core.results import SERIES
 from properties import dropout_statistics as statistics
 from properties import norms, outcome, tolerance
 from properties.checks.contracts import strided
@@ -142,8 +143,9 @@ def check_variance_bias(kernel, x: torch.Tensor, p: float, seed: int, alpha: flo
     measured = plan.measured(masks)
     _conclude([Finding(plan.acceptance(), measured)],
               "the variance after dropout is not Var(x) + p(d-1)/(d(1-p)) (Var(x) + mean^2): the mask is not "
-              "i.i.d. Bernoulli(1-p)", p=p, d=row.shape[-1], measured=measured, predicted=plan.null[0],
-              var=float(plan.x.var()), mean=float(plan.x.mean()))
+              "i.i.d. Bernoulli(1-p)", predicted=plan.null[0],
+              **SERIES["dropout"].point(p=p, d=row.shape[-1], measured=measured, var=float(plan.x.var()),
+                                        mean=float(plan.x.mean())))
 
 
 def check_determinism(kernel, x: torch.Tensor, p: float, seed: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import dtype_name
+from core.results import SERIES
 from properties import diagnosis, norms, outcome, tolerance
 
 
@@ -21,4 +22,5 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> Non
     outcome.conclude(comparison, f"the output is farther from {model} than rounding explains "
                                  f"(row condition number {kappa:.3g})",
                      diagnose=diagnosis.of_forward(kernel, x, weight, bias, eps, got),
-                     kappa=kappa, d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+                     **SERIES["ratio"].point(kappa=kappa), d=x.shape[-1], dtype=dtype_name(x.dtype),
+                     **diagnosis.declared_point(declared))

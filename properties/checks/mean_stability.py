@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import dtype_name
+from core.results import SERIES
 from properties import norms, outcome, tolerance
 
 
@@ -34,4 +35,4 @@ def check_shift_invariance(kernel, x: torch.Tensor, shifted: torch.Tensor, weigh
     kappa = float(tolerance.condition_number(shifted, eps).max())
     outcome.conclude(outcome.compare(difference, expected, bound, "LN(x + c) - LN(x)"),
                      f"adding a constant to the row changes the output (shifted row condition number {kappa:.3g})",
-                     kappa=kappa, d=x.shape[-1], dtype=dtype_name(x.dtype))
+                     **SERIES["ratio"].point(kappa=kappa), d=x.shape[-1], dtype=dtype_name(x.dtype))

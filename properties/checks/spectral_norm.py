@@ -21,6 +21,7 @@ import torch
 
 from core import guard
 from core.capabilities import dtype_name
+from core.results import SERIES
 from proofs import oracles
 from properties import norms, outcome, tolerance
 
@@ -49,8 +50,8 @@ def check_spectral_norm(kernel, x: torch.Tensor, weight, eps: float, bias=None) 
     comparisons = [outcome.compare(measured, derived, slack, "||J||_2 vs the derived value"),
                    outcome.compare(max(measured - bound, 0.0), 0.0, slack, "||J||_2 above max|gamma|/sqrt(eps)")]
     outcome.conclude(comparisons, "the kernel's Jacobian does not have the derived spectral norm",
-                     sigma2=_row_statistics(x, kernel.kind), eps=eps, measured=measured, derived=derived,
-                     bound=bound, d=d, dtype=dtype_name(x.dtype))
+                     **SERIES["spectral"].point(sigma2=_row_statistics(x, kernel.kind), eps=eps, measured=measured,
+                                                derived=derived, bound=bound), d=d, dtype=dtype_name(x.dtype))
 
 
 def _power_iteration(kernel, x: torch.Tensor, weight, eps: float, start: torch.Tensor) -> torch.Tensor:
@@ -97,5 +98,5 @@ def check_matrix_free_spectral_norm(kernel, x: torch.Tensor, eps: float, start: 
     comparisons = [outcome.compare(norm_a, derived, slack, "power-iteration ||J||_2 vs the derived value"),
                    outcome.compare(max(norm_a - bound, 0.0), 0.0, slack, "||J||_2 above max|gamma|/sqrt(eps)")]
     outcome.conclude(comparisons, "the kernel's Jacobian does not have the derived spectral norm",
-                     sigma2=_row_statistics(x, kernel.kind), eps=eps, measured=norm_a, derived=derived,
-                     bound=bound, d=x.shape[-1], dtype=dtype_name(x.dtype))
+                     **SERIES["spectral"].point(sigma2=_row_statistics(x, kernel.kind), eps=eps, measured=norm_a,
+                                                derived=derived, bound=bound), d=x.shape[-1], dtype=dtype_name(x.dtype))

@@ -21,9 +21,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verify.report import load_results, write_report  # matplotlib: only when a report is written
+    from core.results import load  # pydantic: only when a report is written
+    from verify.report import write_report  # matplotlib: only when a report is written
 
-    documents = [load_results(path) for path in args.results]
+    documents = [load(path) for path in args.results]
     try:
         written = write_report(documents, args.out, pdf=args.pdf)
     except LatexError as error:

@@ -9,17 +9,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from core.errors import UsageError
+from core.errors import UsageError, one_line
 from core.registry import KINDS
-from core.results import FAILING, NOT_PASSING
+
+if TYPE_CHECKING:
+    from core.results import Document
 from verify import runner
 
 NAME = "run"
@@ -82,7 +86,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from proofs.error_model import DEFAULT_BOUND
     from properties.profiles import chosen as chosen_profile  # the suite (hypothesis, pytest, torch): only to run
-    from properties.results import claim_patterns
+    from properties.selection import claim_patterns
 
     bound = args.bound or DEFAULT_BOUND
     report_writer = _report_writer(args)
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     print_untested(console, document)
     print_failures(console, document)
     print_totals(console, document, outcome, json_path)
-    if code == 0 and not document.get("results"):
+    if code == 0 and not document.results:
         raise UsageError(f"no conformance test matched (claims {args.claims or 'all'}, "
                          f"kinds {', '.join(sorted({k.kind for k in kernels}))})")
     if report_writer is not None:
@@ -146,101 +150,136 @@ def _report_writer(args: argparse.Namespace):
 def _run_with_progress(request: runner.RunRequest, console: Console, quiet: bool) -> runner.RunOutcome:
     if quiet:
         return runner.run(request)
+    if not console.is_terminal:
+        return runner.run(request, on_progress=ProgressLines(console))
+    from core.results import FAILING
+
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[failing]}"))
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("starting pytest", total=None, failing="")
 
-        def update(document: dict) -> None:
-            done = document.get("progress", {}).get("done", 0)
-            bad = sum(1 for r in document.get("results", []) if r.get("status") in FAILING)
-            progress.update(task, description="checking claims", completed=done,
-                            total=document.get("progress", {}).get("total"),
+        def update(document: Document) -> None:
+            bad = sum(1 for r in document.results if r.status in FAILING)
+            progress.update(task, description="checking claims", completed=document.progress.done,
+                            total=document.progress.total,
                             failing=Text(f"{bad} failing", style="bold red") if bad else "")
 
         return runner.run(request, on_progress=update)
+
+
+class ProgressLines:
+    """Progress without a terminal (a CI log): one line per finished test, and one every ``runner.REFRESH_S``
+    seconds naming the tests under way while none finishes."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.shown = 0
+        self.last = time.monotonic()
+
+    def __call__(self, document: Document) -> None:
+        total = document.progress.total or "?"
+        for result in document.results[self.shown:]:
+            self.shown += 1
+            ratio = f", worst ratio {_fmt_ratio(result.worst_ratio)}" if result.worst_ratio is not None else ""
+            self.console.print(Text.assemble(f"[{self.shown}/{total}] ", (result.status, STYLE[result.status]),
+                                             f" {result.claim} {result.kernel} ({result.examples} examples{ratio}, "
+                                             f"{result.duration_s:.1f}s)"), soft_wrap=True)
+            self.last = time.monotonic()
+        if time.monotonic() - self.last >= runner.REFRESH_S and document.progress.running:
+            self.console.print(f"[{self.shown}/{total}] running {', '.join(document.progress.running)}",
+                               markup=False, soft_wrap=True)
+            self.last = time.monotonic()
 
 
 def _fmt_ratio(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.3g}"
 
 
-def summary_table(document: dict) -> Table:
-    """Claim x kernel: verdict, tests, examples run, those unchecked (no finite bound), worst error/bound ratio
-    (> 1 fails), time."""
+def summary_table(document: Document) -> Table:
+    """Claim x kernel, grouped by claim family: verdict, tests, examples run, those unchecked (no finite bound),
+    worst error/bound ratio (> 1 fails), time."""
     table = Table(title="conformance", title_justify="left")
     for header, justify in (("claim", "left"), ("kernel", "left"), ("verdict", "left"), ("tests", "right"),
                             ("examples", "right"), ("unchecked", "right"), ("worst ratio", "right"),
                             ("time", "right")):
         table.add_column(header, justify=justify)
+    from core.results import family
+
+    shown = None
     for row in runner.summary_rows(document):
+        if shown is not None and family(row.claim) != shown:
+            table.add_section()
+        shown = family(row.claim)
         table.add_row(row.claim, row.kernel, Text(row.status, style=STYLE.get(row.status, "")), str(len(row.results)),
                       str(row.examples), Text(str(row.unchecked), style=STYLE["unchecked"] if row.unchecked else ""),
                       _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
     return table
 
 
-def print_untested(console: Console, document: dict) -> None:
+def print_untested(console: Console, document: Document) -> None:
     """Per kernel, the dtypes it was not checked in and why, the faults its probe found, a backward it lacks."""
-    for kernel in document.get("kernels", []):
-        caps, name = kernel.get("capabilities") or {}, kernel.get("name")
-        lines = [("NOT TESTED ", STYLE["skipped"], f"{name} in {dtype}: {reason}")
-                 for dtype, reason in (caps.get("not_tested") or {}).items()]
-        lines += [("PROBE FAULT ", STYLE["error"], f"{name} in {dtype}: {fault}")
-                  for dtype, fault in (caps.get("faults") or {}).items()]
-        if caps.get("backward_fault"):
-            lines.append(("PROBE FAULT ", STYLE["error"], f"{name} backward: {caps['backward_fault']}"))
+    for kernel in document.kernels:
+        caps = kernel.capabilities
+        if caps is None:
+            continue
+        lines = [("NOT TESTED ", STYLE["skipped"], f"{kernel.name} in {dtype}: {reason}")
+                 for dtype, reason in caps.not_tested.items()]
+        lines += [("PROBE FAULT ", STYLE["error"], f"{kernel.name} in {dtype}: {fault}")
+                  for dtype, fault in caps.faults.items()]
+        if caps.backward_fault:
+            lines.append(("PROBE FAULT ", STYLE["error"], f"{kernel.name} backward: {caps.backward_fault}"))
         for label, style, text in lines:
             console.print(Text.assemble((label, style), text), soft_wrap=True)
 
 
-def print_skips(console: Console, document: dict) -> None:
+def print_skips(console: Console, document: Document) -> None:
     """Why claims did not apply: one line per claim x kernel x reason (a skip is never a pass)."""
     seen = set()
-    for result in document.get("results", []):
-        if result.get("status") != "skipped":
+    for result in document.results:
+        if result.status != "skipped":
             continue
-        reason = (result.get("message") or "no reason given").strip().splitlines()[0]
-        key = (result.get("claim"), result.get("kernel"), reason)
+        reason = (result.message or "no reason given").strip().splitlines()[0]
+        key = (result.claim, result.kernel, reason)
         if key not in seen:
             seen.add(key)
             console.print(Text.assemble(("SKIPPED ", STYLE["skipped"]), f"{key[0]} {key[1]}: {reason}"),
                           soft_wrap=True)
 
 
-def print_failures(console: Console, document: dict) -> None:
-    """One line per failing or erroring test, its counterexample and how to replay it; collection errors."""
-    for result in document.get("results", []):
-        if result.get("status") not in NOT_PASSING:
+def print_failures(console: Console, document: Document) -> None:
+    """Per failing, erroring or unchecked test one line, then each distinct failure in its own line with its whole
+    counterexample (every input: eps, weight, bias, dtype, shape) and its replay command; errors outside tests."""
+    for result in document.results:
+        if result.passing:
             continue
-        message = (result.get("message") or "").strip().splitlines()
-        console.print(Text.assemble((f"{result['status'].upper()} ", STYLE[result["status"]]),
-                                    f"{result.get('claim')} {result.get('kernel')}: ",
-                                    message[0] if message else ""), soft_wrap=True)
-        example = result.get("counterexample") or {}
-        if example.get("text"):
-            lines = example["text"].splitlines()
-            console.print(f"    counterexample: {lines[0]}" + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else ""),
-                          markup=False, soft_wrap=True)
-        if example.get("replay"):
-            console.print(f"    replay: {example['replay']}", soft_wrap=True)
-    for error in document.get("errors", []):
-        lines = (error.get("message") or "").strip().splitlines()
-        console.print(Text.assemble(("ERROR ", STYLE["error"]), f"{error.get('test')}: ", lines[-1] if lines else ""),
+        message = result.message.strip().splitlines()
+        console.print(Text.assemble((f"{result.status.upper()} ", STYLE[result.status]),
+                                    f"{result.claim} {result.kernel}: ", message[0] if message else ""),
+                      soft_wrap=True)
+        several = len(result.counterexamples) > 1
+        for number, example in enumerate(result.counterexamples, 1):
+            if several:
+                console.print(f"  failure {number}: {example.message}", markup=False, soft_wrap=True)
+            for line in example.text.splitlines():
+                console.print(f"    {line}", markup=False, soft_wrap=True)
+            console.print(f"    replay: {example.replay}", markup=False, soft_wrap=True)
+    for error in document.errors:
+        lines = error.message.strip().splitlines()
+        console.print(Text.assemble(("ERROR ", STYLE["error"]), f"{error.test}: ", lines[-1] if lines else ""),
                       soft_wrap=True)
 
 
-def print_totals(console: Console, document: dict, outcome: runner.RunOutcome, json_path: Path) -> None:
-    counts = runner.counts(document)
-    parts = [Text(f"{n} {status}", style=STYLE.get(status, "")) for status, n in sorted(counts.items())]
-    if document.get("errors"):
-        parts.append(Text(f"{len(document['errors'])} collection errors", style=STYLE["error"]))
+def print_totals(console: Console, document: Document, outcome: runner.RunOutcome, json_path: Path) -> None:
+    parts = [Text(f"{n} {status}", style=STYLE.get(status, "")) for status, n in sorted(document.counts().items())]
+    if document.errors:
+        parts.append(Text(f"{len(document.errors)} errors outside the tests", style=STYLE["error"]))
     line = Text(", ").join(parts) if parts else Text("no tests ran")
-    state = "interrupted" if outcome.interrupted else ("" if document.get("complete") else "INCOMPLETE")
+    state = "interrupted" if outcome.interrupted else ("" if document.complete else "INCOMPLETE")
     line.append(f" in {outcome.seconds:.0f}s" + (f" ({state})" if state else ""))
     console.print(line)
     console.print(f"results: {json_path}", soft_wrap=True)
-    if not document.get("complete") and not outcome.interrupted:
+    if not document.complete and not outcome.interrupted:
         console.print(f"the run did not finish (pytest exit {outcome.returncode}); see {outcome.log_path}",
                       soft_wrap=True)
 
@@ -256,13 +295,12 @@ def _no_results(console: Console, outcome: runner.RunOutcome) -> int:
     return 2 if outcome.returncode == 4 else 1
 
 
-def _write_report(console: Console, write_report, document: dict, out_dir: Path, pdf: bool) -> int:
+def _write_report(console: Console, write_report, document: Document, out_dir: Path, pdf: bool) -> int:
     """The report of the run; a report that fails is one line and exit 1, the results JSON stays."""
     try:
         written = write_report(document, out_dir, pdf=pdf)
     except Exception as error:  # whatever breaks in the report, the run's results are already safe
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        console.print(f"report not written: {type(error).__name__}: {first} "
+        console.print(f"report not written: {one_line(error)} "
                       f"(`normverify report RESULTS.json --out DIR` retries from the saved results)",
                       markup=False, soft_wrap=True)
         return 1

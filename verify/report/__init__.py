@@ -10,6 +10,5 @@ counterexample and replay command, and the figures its points support.
 """
 
 from verify.report.document import write_report
-from verify.report.model import load_results
 
-__all__ = ["load_results", "write_report"]
+__all__ = ["write_report"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.results import NOT_PASSING, Point, Result
 from verify.report import plots
 from verify.report.model import Report
 from verify.report.tables import label_of, longtable, verdict_word
 from verify.report.texify import command_block, escape, number, verbatim_block
 
 MAX_LISTED_WIDTHS = 12
-NOT_PASSING = ("failed", "error", "xpassed", "unchecked")
+SHOWN_FAILING = NOT_PASSING | {"xpassed"}  # results whose message and counterexamples the section shows
 
 
 def theory_verdicts() -> dict[str, str]:
@@ -68,40 +69,42 @@ EVIDENCE_COLUMNS = (  # (heading, share of the line width)
 )
 
 
-def evidence_table(rows: list[tuple[str, dict]]) -> str:
-    """One row per (kernel column label, result record): status, examples, worst ratio, dtypes, widths, worst case."""
+def evidence_table(rows: list[tuple[str, Result]]) -> str:
+    """One row per (kernel column label, result): status, examples, worst ratio, dtypes, widths, worst case."""
     rows_latex = []
-    for label, record in rows:
-        test = record.get("test", "").rpartition("::")[2]
+    for label, result in rows:
+        test = result.test.rpartition("::")[2]
+        worst_case = result.worst_case.model_dump(exclude_none=True) if result.worst_case is not None else "--"
         rows_latex.append([rf"\textbf{{{escape(label)}}}\newline{{\scriptsize\ttfamily {escape(test)}}}",
-                           verdict_word(record.get("status", "error")), _examples(record),
-                           number(record.get("worst_ratio")),
-                           escape(_listing([str(d).removeprefix("torch.") for d in record.get("dtypes") or []])),
-                           escape(_listing(record.get("widths") or [])),
-                           escape(compact(record.get("worst_case") or "--"))])
+                           verdict_word(result.status), _examples(result), number(result.worst_ratio),
+                           escape(_listing([str(d).removeprefix("torch.") for d in result.dtypes])),
+                           escape(_listing(result.widths)), escape(compact(worst_case))])
     return longtable([share for _, share in EVIDENCE_COLUMNS], [heading for heading, _ in EVIDENCE_COLUMNS],
                      rows_latex)
 
 
-def _examples(record: dict) -> str:
+def _examples(result: Result) -> str:
     """The example count, and how many of them were unchecked (no finite bound: never evidence)."""
-    text = str(int(record.get("examples") or 0))
-    unchecked = int(record.get("unchecked") or 0)
-    return text + (rf"\newline({unchecked} unchecked)" if unchecked else "")
+    return str(result.examples) + (rf"\newline({result.unchecked} unchecked)" if result.unchecked else "")
 
 
-def failure_details(label: str, record: dict) -> str:
-    """Why a kernel did not pass: the message, the minimal counterexample and the command that replays it."""
-    parts = [rf"\textbf{{{escape(label)}}}, {verdict_word(record.get('status', 'error'))} in "
-             rf"\texttt{{{escape(record.get('test', ''))}}}:"]
-    if record.get("message"):
-        parts.append(verbatim_block(record["message"], max_lines=12))
-    counterexample = record.get("counterexample")
-    if counterexample:
-        parts += ["Minimal counterexample:", verbatim_block(counterexample.get("text", ""), max_lines=30)]
-        if counterexample.get("replay"):
-            parts += ["Replay it with:", command_block(counterexample["replay"])]
+def failure_details(label: str, result: Result) -> str:
+    """Why a kernel did not pass: the message, and each distinct failure's minimal counterexample and the
+    command that replays it."""
+    parts = [rf"\textbf{{{escape(label)}}}, {verdict_word(result.status)} in \texttt{{{escape(result.test)}}}:"]
+    if result.message:
+        parts.append(verbatim_block(result.message, max_lines=12))
+    several = len(result.counterexamples) > 1
+    for number_, example in enumerate(result.counterexamples, 1):
+        heading = f"Minimal counterexample {number_} ({escape(example.message)})" if several else \
+            "Minimal counterexample:"
+        parts += [heading, verbatim_block(example.text, max_lines=30), "Replay it with:", command_block(example.replay)]
     return "\n".join(parts) + "\n"
+
+
+def _plain(point: Point) -> dict:
+    """A point as the figures read it: its recorded keys and values."""
+    return point.model_dump(exclude_none=True)
 
 
 def figure(path: Path, caption: str, out_dir: Path) -> str:
@@ -113,15 +116,16 @@ def figure(path: Path, caption: str, out_dir: Path) -> str:
 def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -> str:
     """The section of ``claim``: its derivation, then the evidence of every kernel column and the figures."""
     parts = [derivation_latex(claim), r"\subsection*{Evidence}"]
-    rows, series = [], []
+    rows: list[tuple[str, Result]] = []
+    series = []
     for index, column in enumerate(report.columns):
         cell = report.cell(claim, index)
         if cell is not None:
-            rows += [(column.label, record) for record in cell.results]
-            series.append((column.label, [point for record in cell.results for point in record.get("points") or []]))
+            rows += [(column.label, result) for result in cell.results]
+            series.append((column.label, [_plain(point) for result in cell.results for point in result.points]))
     parts.append(evidence_table(rows))
-    parts += [failure_details(label, record) for label, record in rows
-              if record.get("status") in NOT_PASSING and (record.get("message") or record.get("counterexample"))]
+    parts += [failure_details(label, result) for label, result in rows
+              if result.status in SHOWN_FAILING and (result.message or result.counterexamples)]
     for path, caption in plots.figures(claim, series, figure_dir):
         parts.append(figure(path, caption, out_dir))
     return "\n".join(parts)

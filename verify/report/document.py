@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.files import write_atomically
+from core.results import Document
 from verify.latex import compile_pdf
 from verify.report.claims import claim_section, theory_verdicts
-from verify.report.model import Report, arrange, check_results
+from verify.report.model import Report, arrange, check_results, with_local_counterexamples
 from verify.report.tables import runs_table, summary_table
 from verify.report.texify import escape
 
@@ -23,16 +24,18 @@ REPORT_PACKAGES = r"""\usepackage{array,booktabs,longtable}
 """
 
 
-def write_report(results: dict | Sequence[dict], out_dir: Path, pdf: bool = False) -> Path:
+def write_report(results: Document | dict | Sequence[Document | dict], out_dir: Path, pdf: bool = False) -> Path:
     """Write ``out_dir/report.tex`` (and its figures) from one results document, or several side by side.
 
-    Returns the .tex path, or the compiled PDF's path when ``pdf`` is true. Raises UsageError when a
-    document is not a ``normverify.results/1`` document, ``verify.latex.LatexError`` when pdflatex fails.
+    The saved counterexamples are copied to ``out_dir/counterexamples/`` and replayed from there by relative
+    paths, so the report's folder can be moved or sent as it is. Returns the .tex path, or the compiled PDF's
+    path when ``pdf`` is true. Raises UsageError when a document is not a ``normverify.results/1`` document,
+    ``verify.latex.LatexError`` when pdflatex fails.
     """
-    documents = [results] if isinstance(results, dict) else list(results)
-    for number, document in enumerate(documents, 1):
-        check_results(document, f"results document {number}")
+    given = [results] if isinstance(results, (Document, dict)) else list(results)
     out_dir = Path(out_dir)
+    documents = [with_local_counterexamples(check_results(document, f"results document {number}"), out_dir)
+                 for number, document in enumerate(given, 1)]
     figure_dir = out_dir / FIGURE_DIR
     figure_dir.mkdir(parents=True, exist_ok=True)
     tex = out_dir / TEX_NAME

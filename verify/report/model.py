@@ -2,24 +2,24 @@
 
 One column per kernel SPEC of every document given (a SPEC such as ``torch`` covers its
 layernorm, rmsnorm and dropout kernels: a claim's prefix says which one answered it); one row per
-claim id, in the order of ``proofs.claims.CLAIMS``. A cell joins every result of that claim and
+claim id, grouped by family (ln, rms, dropout, ...) in the order of ``proofs.claims.CLAIMS``
+(``core.results.ordered_claims``). A cell joins every result of that claim and
 SPEC (a ``core.results.SummaryRow``, as in the run's own summary): the worst status, the largest
 error/bound ratio, the examples summed.
 """
 
 from __future__ import annotations
 
-import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import UsageError
+from core import results
 from core.names import short_spec
-from core.results import SummaryRow
+from core.results import NO_KERNEL, Document, Environment, KernelEntry, SummaryRow, ordered_claims
 
-SCHEMA = "normverify.results/1"
-NO_KERNEL = "(no kernel)"  # the column of results whose test had no kernel parameter
+COUNTEREXAMPLE_DIR = "counterexamples"  # next to report.tex: the saved counterexamples the report replays
 
 
 @dataclass
@@ -28,8 +28,8 @@ class Column:
 
     label: str
     spec: str
-    environment: dict
-    kernels: list[dict]
+    environment: Environment
+    kernels: list[KernelEntry]
     complete: bool
 
 
@@ -46,64 +46,57 @@ class Report:
         return self.cells.get((claim, column))
 
 
-def load_results(path: Path) -> dict:
-    """The results document at ``path``; a UsageError (one line) when it is missing or not one."""
-    path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"no such results file: {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {path}: {error}") from None
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}); "
-                         "was the run that wrote it killed before it finished?") from None
-    check_results(document, str(path))
-    return document
+def check_results(document: Document | object, source: str = "results") -> Document:
+    """``document`` as a :class:`core.results.Document` (a dict is validated); a UsageError (one line) when it is
+    not a ``normverify.results/1`` document."""
+    return document if isinstance(document, Document) else results.parse(document, source)
 
 
-def check_results(document: object, source: str = "results") -> None:
-    """Raise a UsageError unless ``document`` has the shape of a ``normverify.results/1`` document."""
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        found = document.get("schema") if isinstance(document, dict) else type(document).__name__
-        raise UsageError(f"{source} is not a normverify results document (schema {found!r}, expected {SCHEMA!r})")
-    for key, kind in (("results", list), ("kernels", list)):
-        if not isinstance(document.get(key, []), kind):
-            raise UsageError(f"{source}: {key!r} must be a list")
-    for number, result in enumerate(document.get("results", []), 1):
-        if not isinstance(result, dict) or not result.get("claim"):
-            raise UsageError(f"{source}: result {number} names no claim")
+def with_local_counterexamples(document: Document, out_dir: Path) -> Document:
+    """``document`` with each saved counterexample copied to ``out_dir/counterexamples/`` and replayed from there
+    by a path relative to ``out_dir`` (a file that no longer exists keeps its entry as it was)."""
+    updated = []
+    for result in document.results:
+        examples = []
+        for example in result.counterexamples:
+            source = Path(example.file) if example.file else None
+            if source is not None and source.is_file():
+                local = Path(COUNTEREXAMPLE_DIR) / source.name
+                (out_dir / COUNTEREXAMPLE_DIR).mkdir(parents=True, exist_ok=True)
+                if source.resolve() != (out_dir / local).resolve():
+                    shutil.copyfile(source, out_dir / local)
+                example = example.model_copy(update={"file": local.as_posix(), "replay": results.replay_command(local)})
+            examples.append(example)
+        updated.append(result.model_copy(update={"counterexamples": examples}))
+    return document.model_copy(update={"results": updated})
 
 
-def arrange(documents: Sequence[dict]) -> Report:
-    """The claim x SPEC grid of ``documents`` (each already checked)."""
+def arrange(documents: Sequence[Document]) -> Report:
+    """The claim x SPEC grid of ``documents``."""
     columns: list[Column] = []
     cells: dict[tuple[str, int], SummaryRow] = {}
     for document in documents:
-        spec_of = {k.get("name"): k.get("spec") or k.get("name") for k in document.get("kernels", [])}
+        spec_of = {k.name: k.spec or k.name for k in document.kernels}
         first_column = len(columns)
-        for result in document.get("results", []):
-            kernel = result.get("kernel") or NO_KERNEL
-            spec = result.get("spec") or spec_of.get(kernel, kernel)
+        for result in document.results:
+            kernel = result.kernel or NO_KERNEL
+            spec = result.spec or spec_of.get(kernel, kernel)
             index = _column_index(columns, first_column, spec, document)
-            cells.setdefault((result["claim"], index), SummaryRow(result["claim"], spec, [])).results.append(result)
-        for kernel in document.get("kernels", []):
-            _column_index(columns, first_column, kernel.get("spec") or kernel.get("name"), document)
+            cells.setdefault((result.claim, index), SummaryRow(result.claim, spec, [])).results.append(result)
+        for kernel in document.kernels:
+            _column_index(columns, first_column, kernel.spec or kernel.name, document)
     _label_columns(columns)
     from proofs.claims import CLAIMS  # imported when a report is made: it brings SymPy
 
-    known = list(CLAIMS)
-    present = {claim for claim, _ in cells}
-    claims = [c for c in known if c in present] + sorted(present - set(known))
-    return Report(columns, claims, cells)
+    return Report(columns, ordered_claims((claim for claim, _ in cells), list(CLAIMS)), cells)
 
 
-def _column_index(columns: list[Column], first: int, spec: str, document: dict) -> int:
+def _column_index(columns: list[Column], first: int, spec: str, document: Document) -> int:
     for index in range(first, len(columns)):
         if columns[index].spec == spec:
             return index
-    kernels = [k for k in document.get("kernels", []) if (k.get("spec") or k.get("name")) == spec]
-    columns.append(Column(spec, spec, document.get("environment", {}), kernels, bool(document.get("complete"))))
+    kernels = [k for k in document.kernels if (k.spec or k.name) == spec]
+    columns.append(Column(spec, spec, document.environment, kernels, document.complete))
     return len(columns) - 1
 
 

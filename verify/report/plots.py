@@ -1,6 +1,6 @@
 """The report's figures (matplotlib, vector PDF), drawn from the ``points`` of the results.
 
-Which figure a claim gets follows from the keys its points carry (docs/ARCHITECTURE.md):
+Which figures a claim gets is declared with the keys its checks record (``core.results.PLOT_SERIES``):
 
     sigma2, eps, measured, derived,    measured ||J||_2 against sigma^2, both relative to eps and to the bound
     bound                              max|gamma|/sqrt(eps), with each example's derived value and the
@@ -24,6 +24,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from core.results import SERIES, PlotSeries, series_of
+
 Series = tuple[str, list[dict]]  # (kernel column label, its points)
 PANELS_PER_ROW = 3
 TINY_RATIO = 1e-6  # ratios of exactly 0 are drawn here on the log axis
@@ -31,16 +33,11 @@ TINY_RATIO = 1e-6  # ratios of exactly 0 are drawn here on the log axis
 
 @dataclass(frozen=True)
 class Plot:
-    """A figure kind: the point keys it needs, how it draws one panel, its caption."""
+    """A figure kind: the declared series it draws (its claims and point keys), how it draws one panel, its caption."""
 
-    name: str
-    keys: frozenset[str]
+    series: PlotSeries
     draw: Callable[[Axes, list[dict], str], None]
     caption: str
-
-
-def _with_keys(points: list[dict], keys: frozenset[str]) -> list[dict]:
-    return [p for p in points if keys <= p.keys() and all(p[k] is not None for k in keys)]
 
 
 def _literal(text: str) -> str:
@@ -120,15 +117,15 @@ def _draw_dropout(ax: Axes, points: list[dict], claim: str) -> None:
 
 
 PLOTS = (
-    Plot("spectral", frozenset({"sigma2", "eps", "measured", "derived", "bound"}), _draw_spectral,
+    Plot(SERIES["spectral"], _draw_spectral,
          r"Measured spectral norm $\|J\|_2$ of the Jacobian (circles) against the row variance $\sigma^2$, "
          r"both relative to $\varepsilon$ and the bound $\max|\gamma|/\sqrt{\varepsilon}$ (dashed): the derived "
          r"value of each example (crosses) and the derived curve for $\gamma = 1$, $d \ge 3$ (gray)."),
-    Plot("ratio", frozenset({"kappa", "ratio"}), _draw_ratio,
+    Plot(SERIES["ratio"], _draw_ratio,
          r"Error divided by the derived bound against the row's condition number $\kappa$; "
          r"a point above the dashed line at 1 is a violation; exact results (ratio 0) are drawn at "
          rf"$10^{{{round(np.log10(TINY_RATIO))}}}$; unchecked examples (no finite bound) are not drawn."),
-    Plot("dropout", frozenset({"p", "d", "measured", "var", "mean"}), _draw_dropout,
+    Plot(SERIES["dropout"], _draw_dropout,
          r"Dropout's measured variance bias per unit of second moment $v+\mu^2$ (circles) against $p$, "
          r"with the derived $p(d-1)/(d(1-p))$ (lines)."),
 )
@@ -137,12 +134,12 @@ PLOTS = (
 def figures(claim: str, series: Sequence[Series], out_dir: Path) -> list[tuple[Path, str]]:
     """Every figure the points of ``claim`` support, written as PDF into ``out_dir``: (path, caption) pairs."""
     made = []
-    for plot in PLOTS:
-        panels = [(label, _with_keys(points, plot.keys)) for label, points in series]
+    for plot in (plot for plot in PLOTS if plot.series in series_of(claim)):
+        panels = [(label, plot.series.of(points)) for label, points in series]
         panels = [(label, points) for label, points in panels if points]
         if not panels:
             continue
-        path = Path(out_dir) / f"{claim.replace('.', '-').replace('_', '-')}-{plot.name}.pdf"
+        path = Path(out_dir) / f"{claim.replace('.', '-').replace('_', '-')}-{plot.series.name}.pdf"
         _draw_panels(panels, plot, claim, path)
         made.append((path, plot.caption))
     return made

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from core.results import SummaryRow
+from core.results import Capabilities, SummaryRow, family
 from verify.report.model import Column, Report
 from verify.report.texify import escape, number
 
@@ -26,22 +26,22 @@ def _kernels(column: Column) -> str:
     """The kinds a SPEC provides, with the kernel's name where it is not SPEC:KIND and its weight convention."""
     described = []
     for kernel in column.kernels:
-        text = kernel.get("kind", "?")
-        if kernel.get("name") != f"{column.spec}:{text}":
-            text += f" ({kernel.get('name')})"
-        if kernel.get("weight_offset"):
-            text += f", weight offset {kernel['weight_offset']:g}"
-        if kernel.get("conventions"):
-            text += f", declared conventions: {', '.join(kernel['conventions'])}"
-        elif kernel.get("backward_precision") == "storage":  # results written before conventions existed
+        text = kernel.kind
+        if kernel.name != f"{column.spec}:{text}":
+            text += f" ({kernel.name})"
+        if kernel.weight_offset:
+            text += f", weight offset {kernel.weight_offset:g}"
+        if kernel.conventions:
+            text += f", declared conventions: {', '.join(kernel.conventions)}"
+        elif kernel.backward_precision == "storage":  # results written before conventions existed
             text += ", backward declared in the storage precision"
-        caps = kernel.get("capabilities") or {}
-        if caps.get("backward") is False:
+        caps = kernel.capabilities or Capabilities()
+        if caps.backward is False:
             text += ", no backward"
-        text += "".join(f", not tested in {dtype}: {why}" for dtype, why in (caps.get("not_tested") or {}).items())
-        text += "".join(f", probe fault in {dtype}: {why}" for dtype, why in (caps.get("faults") or {}).items())
-        if caps.get("backward_fault"):
-            text += f", backward fault: {caps['backward_fault']}"
+        text += "".join(f", not tested in {dtype}: {why}" for dtype, why in caps.not_tested.items())
+        text += "".join(f", probe fault in {dtype}: {why}" for dtype, why in caps.faults.items())
+        if caps.backward_fault:
+            text += f", backward fault: {caps.backward_fault}"
         described.append(text)
     return "; ".join(described) or "--"
 
@@ -50,7 +50,7 @@ RUN_FIELDS = (
     ("SPEC", lambda c: c.spec),
     ("kernels", _kernels),
     ("dtypes", lambda c: ", ".join(_dtypes(c)) or "--"),
-    *((label, lambda c, key=key: str(c.environment.get(key) or "--")) for label, key in ENVIRONMENT_FIELDS),
+    *((label, lambda c, key=key: str(getattr(c.environment, key) or "--")) for label, key in ENVIRONMENT_FIELDS),
     ("run complete", lambda c: "yes" if c.complete else "NO: interrupted, partial results"),
 )
 
@@ -58,7 +58,7 @@ RUN_FIELDS = (
 def _dtypes(column: Column) -> list[str]:
     found: list[str] = []
     for kernel in column.kernels:
-        for dtype in (kernel.get("capabilities") or {}).get("dtypes") or []:
+        for dtype in kernel.capabilities.dtypes if kernel.capabilities else []:
             name = str(dtype).removeprefix("torch.")
             if name not in found:
                 found.append(name)
@@ -123,6 +123,11 @@ def verdict(cell: SummaryRow | None) -> str:
 def summary_table(report: Report, theory: dict[str, str]) -> str:
     """Claim x kernel: the derivation's verdict, then each kernel's status and worst error/bound ratio."""
     head = ["claim", "theory"] + [rf"\textbf{{{escape(c.label)}}}" for c in report.columns]
-    rows = [[rf"\hyperref[{label_of(claim)}]{{{escape(claim)}}}", escape(theory.get(claim, "unknown claim"))]
-            + [verdict(report.cell(claim, i)) for i in range(len(report.columns))] for claim in report.claims]
+    rows, shown = [], None
+    for claim in report.claims:  # grouped by family (core.results.ordered_claims), a heading row for each
+        if family(claim) != shown:
+            shown = family(claim)
+            rows.append([rf"\multicolumn{{{len(head)}}}{{@{{}}l}}{{\textbf{{{escape(shown)}.*}}}}"])
+        rows.append([rf"\hyperref[{label_of(claim)}]{{{escape(claim)}}}", escape(theory.get(claim, "unknown claim"))]
+                    + [verdict(report.cell(claim, i)) for i in range(len(report.columns))])
     return longtable(_shares(0.30, len(report.columns) + 1), head, rows)

@@ -1,0 +1,28 @@
+"""The pytest command that reruns exactly one conformance test, with the run's kernels, kind, bound and profile.
+
+Deterministic in the derandomized ci profile (the default), so a failure's rerun shows the same failure.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+
+from core.names import split_specs
+from properties import profiles
+
+
+def rerun_command(item: pytest.Item) -> str:
+    """``python -m pytest FILE::TEST --kernel SPEC ... [--kind K] [--bound B] --hypothesis-profile P``."""
+    config = item.config
+    node = f"{item.path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else str(item.path)
+    words = [sys.executable, "-m", "pytest", node, "-p", "properties.results"]
+    for spec in split_specs(config.getoption("--kernel", None) or []):
+        words += ["--kernel", spec]
+    for option in ("--kind", "--bound"):
+        if config.getoption(option, None):
+            words += [option, str(config.getoption(option))]
+    words += ["--hypothesis-profile", profiles.chosen(config.getoption("hypothesis_profile", None))]
+    return shlex.join(words)

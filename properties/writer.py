@@ -1,0 +1,123 @@
+"""The results document of a run, assembled in the controlling process and rewritten after every test.
+
+Each test phase's part of a record travels in ``report.user_properties`` (which pytest-xdist serializes), so
+the records of every worker are merged here the same way as those of a plain run. The file is replaced
+atomically (``core.files.write_atomically``) at the start of every test and after it, with
+``"complete": false`` until the session ends normally: an interrupted run (Ctrl-C, a kernel that ends the
+process) leaves valid JSON holding what was done, and ``progress.running`` names the tests that were under
+way (the runner names the kernel that ended the process from it, with or without workers).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.errors import UsageError
+from core.files import write_atomically
+from core.names import split_specs
+from core.registry import resolve
+from core.results import Document, KernelEntry, Progress, Result, RunError, worst
+from properties.environment import environment
+from properties.status import MAX_MESSAGE
+
+RECORD_KEY = "normverify.result"
+
+
+class ResultsWriter:
+    """Assembles the records from the phase reports (of this process or of xdist workers) and writes the JSON."""
+
+    def __init__(self, config: pytest.Config, path: Path) -> None:
+        self.config = config
+        self.path = path
+        self.document = Document()
+        self.pending: dict[str, list[dict]] = {}
+        self.durations: dict[str, float] = {}
+        self.running: list[str] = []
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.document = Document(environment=environment(self.config), kernels=self._kernels())
+        self.write(complete=False)
+
+    def _kernels(self) -> list[dict]:
+        kernels = []
+        for spec in split_specs(self.config.getoption("--kernel", None) or []):
+            try:
+                found = resolve(spec, self.config.getoption("--kind", None))
+            except UsageError:
+                continue
+            kernels += [{**k.as_json(), "spec": k.spec or spec, "capabilities": None} for k in found]
+        return kernels
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:  # under pytest-xdist the controller collects nothing; its workers report below
+            self.document.progress.total = len(session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        self.document.progress.total = len(ids)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.document.errors.append(RunError(test=report.nodeid, message=str(report.longrepr)[-MAX_MESSAGE:]))
+            self.write(complete=False)
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.running.append(nodeid)
+        self.write(complete=False)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = report.nodeid
+        self.durations[nodeid] = self.durations.get(nodeid, 0.0) + (report.duration or 0.0)
+        parts = [value for name, value in report.user_properties if name == RECORD_KEY]
+        self.pending.setdefault(nodeid, []).extend(parts)
+        if report.when not in ("teardown", "???"):
+            return
+        self.document.progress.done += 1
+        if nodeid in self.running:
+            self.running.remove(nodeid)
+        parts = self.pending.pop(nodeid)
+        duration = self.durations.pop(nodeid)
+        if report.when == "???":  # pytest-xdist: the worker died while running this test
+            message = f"{report.longrepr} (did the kernel crash the process?)"
+            if parts:
+                parts.append({"status": "error", "message": message})
+            else:
+                self.document.errors.append(RunError(test=nodeid, message=message))
+        if parts:
+            self.document.results.append(self._record(nodeid, parts, duration))
+        self.write(complete=False)
+
+    def _record(self, nodeid: str, parts: list[dict], duration: float) -> Result:
+        first = parts[0]
+        for part in parts:
+            if "about_kernel" in part:
+                self._note_kernel(KernelEntry.model_validate(part["about_kernel"]))
+        call = next((p for p in parts if p.get("when") == "call"), {})
+        statuses = [p["status"] for p in parts if p.get("status")]
+        fields = {key: call[key] for key in ("examples", "unchecked", "worst_ratio", "dtypes", "widths", "worst_case",
+                                             "points", "counterexamples") if key in call}
+        return Result.model_validate({
+            **{key: first[key] for key in ("claim", "kernel", "kind", "spec") if first.get(key) is not None},
+            **fields, "test": nodeid, "status": worst(statuses) if statuses else "error",
+            "message": "\n".join(p["message"] for p in parts if p.get("message")),
+            "duration_s": round(duration, 3)})
+
+    def _note_kernel(self, about: KernelEntry) -> None:
+        """Fill in the capabilities of a kernel the run was asked for, or add one it was not (a test's own)."""
+        known = next((k for k in self.document.kernels if k.name == about.name), None)
+        if known is None:
+            self.document.kernels.append(about)
+        elif known.capabilities is None:
+            known.capabilities = about.capabilities
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        normal = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+        self.write(complete=bool(normal) and not self.pending)
+
+    def write(self, complete: bool) -> None:
+        self.document.complete = complete
+        self.document.progress = Progress(done=self.document.progress.done, total=self.document.progress.total,
+                                          running=list(self.running))
+        write_atomically(self.path, self.document.dumps())
