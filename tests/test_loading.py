@@ -42,7 +42,7 @@ def test_a_file_imports_its_siblings_under_a_readable_name(tmp_path):
 
 
 def test_a_file_named_like_an_importable_module_gets_another_name(tmp_path):
-    path = write(tmp_path / "p", "json.py", HELPERS + "layer_norm = centred\ncentred.normverify_kind = 'layernorm'\n")
+    path = write(tmp_path / "p", "json.py", "def layer_norm(x, weight, bias, eps):\n    return x\n")
     kernel = resolve(f"{path}:layer_norm")[0]
     assert kernel.fn.__module__ == "json_2" and sys.modules["json"].__name__ == "json"
 
