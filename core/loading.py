@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from core.errors import UsageError
+from core.errors import UsageError, one_line
 
 #: Words of an error that come from CUDA-only host code run on a machine without CUDA.
 CUDA_SIGNS = ("cuda", "active drivers", "no device were detected", "nvidia", "gpu")
@@ -61,7 +61,7 @@ def _failure(spec: str, what: str, error: BaseException, user_dir: Path | None) 
         places.append(f"raised in {frames[-1].filename}:{frames[-1].lineno}")
     if isinstance(error, SyntaxError) and error.filename:
         places.append(f"at {error.filename}:{error.lineno}")
-    message = f"kernel {spec!r}: {what}: {type(error).__name__}: {error}"
+    message = f"kernel {spec!r}: {what}: {one_line(error)}"
     if places:
         message += f" ({'; '.join(places)})"
     if any(sign in str(error).lower() for sign in CUDA_SIGNS):

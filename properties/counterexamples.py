@@ -164,7 +164,7 @@ def _import_check(reference: str) -> Callable:
     try:
         module = importlib.import_module(module_name)
     except Exception as error:
-        raise UsageError(f"cannot import the check {reference}: {type(error).__name__}: {error}") from None
+        raise UsageError(f"cannot import the check {reference}: {one_line(error)}") from None
     check = _attribute(module, name)
     if not callable(check):
         raise UsageError(f"the check {reference} no longer exists")
@@ -206,7 +206,7 @@ def replay(path: Path, spec: str | None = None) -> ReplayResult:
     except KernelFault as error:  # failed for a wrong answer (NaN on finite input), error when it could not run
         result.outcome, result.message = error.status, str(error)
     except Exception as error:
-        result.outcome, result.message = "error", f"the check raised {type(error).__name__}: {error}"
+        result.outcome, result.message = "error", f"the check raised {one_line(error)}"
     return result
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch.func import functional_call
 
-from core.errors import UsageError
+from core.errors import UsageError, one_line
 from core.kernel import Kernel
 
 WEIGHT_NAMES = ("weight", "gamma", "scale", "g", "w")
@@ -120,8 +120,7 @@ def kernel_from_module_class(cls: type[torch.nn.Module], spec: str, kind: str | 
     try:
         probe = cls(_PROBE_SIZE, **({eps_arg: _PROBE_EPS} if eps_arg else {}))
     except Exception as error:
-        raise UsageError(f"kernel {label!r}: {cls.__name__}({_PROBE_SIZE}) failed: "
-                         f"{type(error).__name__}: {error}") from None
+        raise UsageError(f"kernel {label!r}: {cls.__name__}({_PROBE_SIZE}) failed: {one_line(error)}") from None
     eps_attribute = None
     if eps_arg is None:
         eps_attribute = next((n for n in EPS_NAMES if isinstance(getattr(probe, n, None), float)), None)

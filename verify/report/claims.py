@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.errors import one_line
 from core.results import NOT_PASSING, Point, Result
 from verify.report import plots
 from verify.report.model import Report
@@ -37,7 +38,7 @@ def derivation_latex(claim: str) -> str:
     try:
         return render.claim_latex(claim) + "\n"
     except Exception as error:
-        return _unrendered(claim, f"The derivation of {claim} could not be rendered: {type(error).__name__}: {error}")
+        return _unrendered(claim, f"The derivation of {claim} could not be rendered: {one_line(error)}")
 
 
 def _unrendered(claim: str, note: str) -> str:
