@@ -41,13 +41,14 @@ def test_vjp_at_widths_above_1024(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
-@profiles.share(0.25)
+@profiles.share(0.1)
 @given(data=st.data())
 def test_parameter_gradients_over_many_rows(norm_kernel, data):
-    """dgamma and dbeta sum over every row: 64 to 512 rows (a batch times a sequence) of a small width."""
+    """dgamma and dbeta sum over every row: 64 or 128 rows (a batch times a sequence) of a small width (few
+    examples: under Triton's interpreter each row is a program)."""
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, d=st.sampled_from([8, 17, 32]), upstream=True, every_input=True,
-                            n=st.sampled_from([256, 64, 512]))
+                            n=st.sampled_from([128, 64]))
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
 
 
