@@ -306,16 +306,6 @@ def _gradient_factors(width: int, u_acc: float, lam_value: float | None, g_prime
     return first, second
 
 
-def _column_factor(terms: np.ndarray, u_acc: float, lam_value: float | None, pattern: np.ndarray) -> np.ndarray:
-    """The factor of the sums over rows (axis 0 of [rows, d] terms), shape [d]: gamma_{rows-1} or the probabilistic
-    one where the column's ``pattern`` (the signed terms) has independent roundings."""
-    worst = probabilistic.gamma(terms.shape[0] - 1, u_acc) * np.ones(terms.shape[1])
-    if lam_value is None or terms.shape[0] < 2:
-        return worst
-    chance = lam_value * u_acc * (1 + worst) * probabilistic.tree_factor(terms, axis=0)[0]
-    return np.where(probabilistic.independent(pattern, axis=0)[0] & (chance < worst), chance, worst)
-
-
 def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value):
     pieces = _backward_pieces(kind, row, q, weight, dy, u_acc, u_out, lam_value)
     return pieces["dx"], pieces["dweight"], pieces["dbias"], pieces["rho_t"]
@@ -346,11 +336,11 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value) -> 
         if weight is not None:
             terms = (np.abs(dy) * (normalized + xi_j)).reshape(flat)
             exact = np.abs((dy * q["normalized"]).sum(axis=lead))
-            factor = _column_factor(terms, u_acc, lam_value, (dy * q["normalized"]).reshape(flat))
+            factor = probabilistic.sum_factor(terms, u_acc, lam_value, 0, (dy * q["normalized"]).reshape(flat))[0]
             dweight = (np.abs(dy) * xi_j).sum(axis=lead) + _composed_with_product(factor, u_acc) * terms.sum(axis=0)
             dweight = dweight + (exact + dweight) * u_out + _underflow(u_out)
         upstream = dy.reshape(flat)
-        dbias = _column_factor(upstream, u_acc, lam_value, upstream) * np.abs(dy).sum(axis=lead)
+        dbias = probabilistic.sum_factor(upstream, u_acc, lam_value, 0)[0] * np.abs(dy).sum(axis=lead)
         dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_out + _underflow(u_out)
         rho_t = _rho_function(kind)(*row_args)
         dc1 = phi_first * mean(np.abs(g_prime)) if kind == "ln" else np.zeros_like(first)

@@ -79,10 +79,11 @@ def independent(terms: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.moveaxis(result[..., None], -1, axis)
 
 
-def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1) -> np.ndarray:
+def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
+               pattern: np.ndarray | None = None) -> np.ndarray:
     """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
-    min(gamma_{m-1}, P_m) where the roundings may be modelled as independent, gamma_{m-1} elsewhere or when
-    ``lam_value`` is None (the worst case)."""
+    min(gamma_{m-1}, P_m) where the roundings may be modelled as independent (:func:`independent` of ``pattern``,
+    the signed terms, default ``terms``), gamma_{m-1} elsewhere or when ``lam_value`` is None (the worst case)."""
     m = np.shape(terms)[axis]
     worst = gamma(m - 1, u)
     shape = list(np.shape(terms))
@@ -91,4 +92,5 @@ def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int =
         return np.broadcast_to(worst, shape).copy()
     with np.errstate(over="ignore", invalid="ignore"):
         chance = lam_value * u * (1 + worst) * tree_factor(terms, axis)
-    return np.where(independent(terms, axis) & (chance < worst), chance, worst)
+    pattern = terms if pattern is None else pattern
+    return np.where(independent(pattern, axis) & (chance < worst), chance, worst)

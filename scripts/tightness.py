@@ -27,33 +27,12 @@ from core.capabilities import discover
 from core.registry import resolve
 from kernels import interpret
 from proofs import error_model
-from properties import norms, outcome, tolerance
-from properties.strategies import DISTRIBUTIONS, MAX_ELEMENTS, standard_values
+from properties.strategies import MAX_ELEMENTS
+from properties.tightness import GROUP, row_ratios, suite_rows
 
 WIDTHS = (8, 64, 512, 4096, 8192, 65536)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 MEAN_OVER_STD = (0.0, 10.0, 1e3)
-GROUP = 4  # rows per bound evaluation, as the suite's examples (strategies.row_counts)
-
-
-def cell_rows(d: int, ratio: float, dtype: torch.dtype, rows: int, seed: int) -> torch.Tensor:
-    """``rows`` rows of width d: the suite's distributions in turn, offset ratio * std, rounded to dtype."""
-    parts = []
-    for k in range(rows):
-        z = standard_values((1, d), DISTRIBUTIONS[k % len(DISTRIBUTIONS)], seed + k)
-        std = float(z.std(correction=0)) or 1.0
-        parts.append(ratio * std * (1 if k % 2 else -1) + z)
-    return torch.cat(parts).to(dtype)
-
-
-def row_ratios(kernel, x: torch.Tensor, eps: float, model: str) -> np.ndarray:
-    """max_i error_i / bound_i per row, the bound evaluated on groups of GROUP rows; NaN for a row whose bound is
-    not finite (the model does not apply: such a row is not checked, strategies never draw it)."""
-    got = norms.forward(kernel, x, None, None, eps)
-    bound = np.concatenate([tolerance.forward(kernel, part, None, None, eps, model=model)
-                            for part in x.split(GROUP)])
-    ratio = outcome.ratios(got, norms.reference(kernel, x, None, None, eps), bound).max(axis=-1)
-    return np.where(np.isfinite(bound).all(axis=-1), ratio, np.nan)
 
 
 def measure(kernels, widths, rows: int, eps: float = 1e-5) -> list[dict]:
@@ -62,7 +41,7 @@ def measure(kernels, widths, rows: int, eps: float = 1e-5) -> list[dict]:
         if dtype not in discover(kernel).dtypes:
             continue
         n = max(GROUP, min(rows, 4 * MAX_ELEMENTS // d))
-        x = cell_rows(d, ratio, dtype, n, seed=d)
+        x = suite_rows(d, ratio, dtype, n, seed=d)
         row = {"kernel": kernel.name, "d": d, "dtype": name, "ratio": ratio, "rows": n}
         for model in error_model.BOUNDS:
             values = row_ratios(kernel, x, eps, model)

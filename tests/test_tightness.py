@@ -14,8 +14,8 @@ import torch
 
 from core.registry import resolve
 from proofs import error_model, oracles, simulate
-from properties import norms, outcome, tolerance
-from properties.strategies import DISTRIBUTIONS, standard_values
+from properties import outcome
+from properties.tightness import row_ratios, suite_rows
 
 ROWS = 60
 # Floors on the median ratio of torch's kernels, about a third of what was measured (docs/tightness.md): a bound
@@ -26,22 +26,6 @@ FLOORS = {
     ("layernorm", "float16", 64): 0.2, ("rmsnorm", "float16", 64): 0.25,
     ("layernorm", "bfloat16", 64): 0.2, ("rmsnorm", "bfloat16", 64): 0.25,
 }
-
-
-def suite_rows(d: int, mean_over_std: float, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    parts = []
-    for k in range(ROWS):
-        z = standard_values((1, d), DISTRIBUTIONS[k % len(DISTRIBUTIONS)], seed + k)
-        parts.append(mean_over_std * (float(z.std(correction=0)) or 1.0) * (-1) ** k + z)
-    return torch.cat(parts).to(dtype)
-
-
-def row_ratios(kernel, x: torch.Tensor, eps: float = 1e-5, scale: float = 1.0) -> np.ndarray:
-    """Per-row max error/bound, the bound (times ``scale``) evaluated on groups of 4 rows."""
-    got = norms.forward(kernel, x, None, None, eps)
-    exact = norms.reference(kernel, x, None, None, eps)
-    bound = np.concatenate([tolerance.forward(kernel, part, None, None, eps) for part in x.split(4)]) * scale
-    return outcome.ratios(got, exact, bound).max(axis=-1)
 
 
 @pytest.fixture(scope="module", params=["layernorm", "rmsnorm"])
@@ -55,7 +39,7 @@ def torch_kernel(request):
 def test_median_ratio_of_a_correct_kernel_has_a_floor_and_no_ratio_exceeds_one(torch_kernel, dtype, d):
     floor = FLOORS[(torch_kernel.kind, dtype, d)]
     for mean_over_std in (0.0, 10.0):
-        ratios = row_ratios(torch_kernel, suite_rows(d, mean_over_std, getattr(torch, dtype), seed=d))
+        ratios = row_ratios(torch_kernel, suite_rows(d, mean_over_std, getattr(torch, dtype), ROWS, seed=d))
         assert np.isfinite(ratios).all() and ratios.max() <= 1.0
         median = float(np.median(ratios))
         assert median >= floor, f"median error/bound {median:.3g} below the floor {floor} (a looser bound?)"
@@ -63,7 +47,7 @@ def test_median_ratio_of_a_correct_kernel_has_a_floor_and_no_ratio_exceeds_one(t
 
 
 def test_an_inflated_bound_fails_the_floor(torch_kernel):
-    ratios = row_ratios(torch_kernel, suite_rows(64, 0.0, torch.float32, seed=64), scale=10.0)
+    ratios = row_ratios(torch_kernel, suite_rows(64, 0.0, torch.float32, ROWS, seed=64), scale=10.0)
     assert np.median(ratios) < FLOORS[(torch_kernel.kind, "float32", 64)]
 
 
