@@ -12,9 +12,11 @@ from __future__ import annotations
 import pytest
 
 from core.errors import UsageError
+from core.names import split_specs
 from core.registry import KINDS, Kernel, resolve
 from proofs import error_model
 from properties import profiles, tolerance
+from properties.selection import kernel_of
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
 pytest_plugins: list[str] = ["properties.results", "properties.expectations"]
@@ -50,8 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def kernel_specs(config: pytest.Config) -> list[str]:
-    given = config.getoption("--kernel") or [DEFAULT_KERNEL]
-    return [spec for item in given for spec in item.split(",") if spec]
+    return split_specs(config.getoption("--kernel") or [DEFAULT_KERNEL])
 
 
 def kernels_under_test(config: pytest.Config) -> list[Kernel]:
@@ -86,11 +87,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 metafunc.parametrize(fixture, kernels, ids=[k.name for k in kernels])
 
 
-def _kernel_of(item: pytest.Item) -> Kernel | None:
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return next((params[f] for f in KERNEL_FIXTURES if f in params), None)
-
-
 def _wants_a_kernel(item: pytest.Item) -> bool:
     return any(f in getattr(item, "fixturenames", ()) for f in KERNEL_FIXTURES)
 
@@ -117,7 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (first, so that the plugins that select or mark by claim see the final id)."""
     kept, deselected = [], []
     for item in items:
-        kernel = _kernel_of(item)
+        kernel = kernel_of(item)
         if kernel is None and _wants_a_kernel(item):
             deselected.append(item)
             continue
