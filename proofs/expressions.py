@@ -45,8 +45,6 @@ from proofs.algebra import (
 # --- definitions (docs/ARCHITECTURE.md, "Conventions") ----------------------------------------
 LN_SCALE = sp.sqrt(var + eps)  # s
 RMS_SCALE = sp.sqrt(ms + eps)  # r
-XHAT = (x[i] - mu) / LN_SCALE  # normalized element, LN
-XN = x[i] / RMS_SCALE  # normalized element, RMSNorm
 
 LN_DEFINITION = gamma[i] * (x[i] - MEAN_DEF) / sp.sqrt(VAR_DEF + eps) + beta[i]
 RMS_DEFINITION = gamma[i] * x[i] / sp.sqrt(MS_DEF + eps)

@@ -106,7 +106,8 @@ def standard_values(shape: tuple[int, ...], distribution: str, seed: int) -> tor
 @st.composite
 def rows(draw, d: int, n: int | None = None, offset: float | st.SearchStrategy[float] = 0.0,
          scale: float | st.SearchStrategy[float] = 1.0) -> torch.Tensor:
-    """float64 rows [n, d]: ``offset + scale * z`` with z from one of DISTRIBUTIONS (seeded).
+    """float64 rows [n, d]: ``scale * (offset + z)`` with z of order 1 from one of DISTRIBUTIONS (seeded): ``offset``
+    is in units of the scale (a shift of ``offset`` spreads of z).
 
     ``offset``/``scale`` are numbers or strategies; ``n`` defaults to :func:`row_counts`.
     """
