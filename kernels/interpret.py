@@ -55,6 +55,10 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    ``kernel[grid](*args)`` (FlagGems' ``LibEntry``); the interpreter returns None ("'NoneType' object is
    not subscriptable" on the second call). A launch on CPU tensors returns an :class:`InterpretedLaunch`.
 
+10. A load or store out of bounds (a wrong mask or row count) goes through raw pointers in the interpreter:
+    it corrupts the heap ("corrupted size vs. prev_size", the process aborts). Every masked-in address is
+    checked against the storages of the launch's tensor arguments: :class:`OutOfBounds` names the kernel's line.
+
 Also: numpy's floating-point warnings are silenced during a launch (a GPU raises none for NaN/inf).
 
 Not covered: ``inline_asm``, tensor descriptors beyond what the interpreter already supports.
@@ -67,13 +71,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import torch
+import triton
 import triton.language as tl
 from triton.runtime import interpreter
 from triton.runtime.autotuner import Autotuner
@@ -89,6 +96,10 @@ from triton.language.extra.hip import libdevice as hip_libdevice  # isort: skip
 
 
 LogicOnBlockTensor = interpret_logic.LogicOnBlockTensor
+
+
+class OutOfBounds(IndexError):
+    """An interpreted load or store reached memory outside every tensor argument of the launch."""
 
 
 class InterpreterUnsupported(TypeError):
@@ -142,6 +153,52 @@ def _create_extern_elementwise(self, lib_name, lib_path, symbol, arg_list, ret_t
 
 
 _original_implicit_cvt = interpreter._implicit_cvt
+_original_masked_load = interpreter.InterpreterBuilder.create_masked_load
+_original_masked_store = interpreter.InterpreterBuilder.create_masked_store
+_TRITON_DIR = str(Path(triton.__file__).parent)
+
+#: [start, end) byte ranges of the storages of the running launch's tensor arguments (None: no check).
+_bounds: list[tuple[int, int]] | None = None
+
+
+def _kernel_line() -> str:
+    """``FILE:LINE`` of the innermost frame outside triton and this module: the kernel's line being run."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith((_TRITON_DIR, __file__)):
+        frame = frame.f_back
+    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _check_bounds(ptrs: TensorHandle, mask: TensorHandle, what: str) -> None:
+    """Gap 10: every address a masked-in lane touches lies inside a tensor argument, else :class:`OutOfBounds`."""
+    if _bounds is None:
+        return
+    addresses = ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)].astype(np.int64)
+    if addresses.size == 0:
+        return
+    width = interpreter._get_np_dtype(ptrs.get_element_ty()).itemsize
+    inside = np.zeros(addresses.shape, dtype=bool)
+    for start, end in _bounds:
+        inside |= (addresses >= start) & (addresses + width <= end)
+    if not inside.all():
+        raise OutOfBounds(f"{_kernel_line()}: {what} of {int((~inside).sum())} element(s) outside every tensor "
+                          "argument of the launch (a wrong mask, row count or stride); on a GPU that is undefined "
+                          "behaviour, in the interpreter it would corrupt the heap")
+
+
+def _masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    _check_bounds(ptrs, mask, "a load")
+    return _original_masked_load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+
+def _masked_store(self, ptrs, value, mask, cache_policy):
+    _check_bounds(ptrs, mask, "a store")
+    return _original_masked_store(self, ptrs, value, mask, cache_policy)
+
+
+def _storage_ranges(args: tuple, kwargs: dict) -> list[tuple[int, int]]:
+    storages = [t.untyped_storage() for t in _tensors(args, kwargs)]
+    return [(s.data_ptr(), s.data_ptr() + s.nbytes()) for s in storages]
 
 
 def _loop_range(arg1, arg2=None, step=None, **kwargs) -> Iterator[tl.tensor]:
@@ -333,6 +390,7 @@ _original_jit_run = JITFunction.run
 def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
     """``InterpretedFunction.run`` with the gaps above closed for the duration of the launch."""
     _refuse_bfloat16(self.fn.__name__, args, kwargs)
+    global _bounds
     with _launch_lock:
         self.rewrite()  # before any patch, as in interpreted_twin
         found: list[tuple[dict, str, object]] = []
@@ -345,13 +403,15 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
                 patches.setitem(namespace, name, value)
             for namespace in {id(ns): ns for ns, _, _ in [(self.fn.__globals__, "", None), *found]}.values():
                 patches.setitem(namespace, "range", _loop_range)
+            _bounds = _storage_ranges(args, kwargs)
             with np.errstate(all="ignore"):  # NaN/inf in, NaN/inf out, silently: GPUs raise no FP exceptions
                 return _original_interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         except InterpreterError as error:
-            if isinstance(error.__cause__, LogicOnBlockTensor):
+            if isinstance(error.__cause__, (LogicOnBlockTensor, OutOfBounds)):
                 raise error.__cause__ from None  # its one line names the kernel's file and line
             raise
         finally:
+            _bounds = None
             patches.restore()
 
 
@@ -405,6 +465,8 @@ _PATCHES: tuple[tuple[object, str, object], ...] = (
     (interpreter.FunctionRewriter, "ast_transformer", interpret_logic.LogicalTransformer()),
     *((interpreter, name, helper) for name, helper in interpret_logic.HELPERS.items()),
     (interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise),
+    (interpreter.InterpreterBuilder, "create_masked_load", _masked_load),
+    (interpreter.InterpreterBuilder, "create_masked_store", _masked_store),
     (InterpretedFunction, "run", _interpreted_run),
     (JITFunction, "run", _jit_run),
     (Autotuner, "run", _autotuner_run),
@@ -451,5 +513,5 @@ def enabled() -> Iterator[None]:
             disable()
 
 
-__all__ = ["LIBDEVICE_MATH", "InterpreterUnsupported", "LogicOnBlockTensor", "disable", "enable", "enabled",
-           "interpreted_twin", "is_enabled"]
+__all__ = ["LIBDEVICE_MATH", "InterpreterUnsupported", "LogicOnBlockTensor", "OutOfBounds", "disable", "enable",
+           "enabled", "interpreted_twin", "is_enabled"]

@@ -115,6 +115,14 @@ def _python_if_on_a_block(X, n, BLOCK: tl.constexpr):
         tl.store(X + offsets, 1.0, mask=mask)
 
 
+@triton.jit
+def _store_rows(Y, d, BLOCK: tl.constexpr):
+    """Writes a row of d ones into Y per program, with no mask on the rows: a grid too large writes past Y."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tl.store(Y + row * d + cols, tl.full((BLOCK,), 1.0, tl.float32), mask=cols < d)
+
+
 @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
 @triton.jit
 def _autotuned_copy(X, Y, n, BLOCK: tl.constexpr):
@@ -228,6 +236,17 @@ def test_cuda_stand_ins_leave_with_disable():
             triton.runtime.driver.active  # noqa: B018
     finally:
         interpret.enable()
+
+
+def test_an_out_of_bounds_store_is_an_error_naming_the_line_not_a_corrupted_heap():
+    """FlagGems' LayerNorm backward on 3-D input stores S*d gradient values into a dW of d (an abort, before)."""
+    y = torch.zeros(2, 8)
+    _store_rows[(2,)](y, 8, BLOCK=8)
+    assert torch.equal(y, torch.ones(2, 8))
+    lines, first = inspect.getsourcelines(_store_rows.fn)
+    line = first + next(i for i, text in enumerate(lines) if "tl.store(" in text)
+    with pytest.raises(interpret.OutOfBounds, match=rf"test_interpret\.py:{line}: a store of 8 element\(s\) outside"):
+        _store_rows[(3,)](torch.zeros(2, 8), 8, BLOCK=8)
 
 
 def test_bfloat16_is_refused_in_one_line():
