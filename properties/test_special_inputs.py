@@ -12,9 +12,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, profiles, tolerance
+from properties import evidence, norms, profiles, tolerance
 from properties.checks.forward import check_forward
-from properties.checks.special_inputs import check_nonfinite_stays_in_its_row
+from properties.checks.special_inputs import (
+    check_exact_statistics,
+    check_exact_statistics_vjp,
+    check_nonfinite_stays_in_its_row,
+)
+from properties.exact_rows import exact_statistics_rows
 from properties.strategies import norm_examples, rounded, storage_dtypes
 
 
@@ -26,11 +31,13 @@ def largest_safe_magnitude(d: int, dtype: torch.dtype) -> float:
 
 @st.composite
 def constant_rows(draw, kernel) -> dict:
-    """Rows that are constant (c in {0, 1, -3.5, 1e3}), each row its own c, with any weights."""
-    example = draw(norm_examples(kernel, d=st.sampled_from([1, 2, 3, 8, 64, 1000])))
+    """Rows that are constant (c in {0, 1, -3.5, 1e3}), each row its own c, with any weights, at widths that are
+    powers of two (where sum / d and sum * (1/d) are both exact: the statistics are exact, properties.exact_rows)."""
+    example = draw(norm_examples(kernel, d=st.sampled_from([1, 2, 4, 8, 64, 1024])))
     values = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0, -3.5, 1e3]), min_size=example["x"].shape[0],
                                         max_size=example["x"].shape[0])), dtype=torch.float64)
     example["x"] = rounded(values[:, None].expand_as(example["x"]), example["x"].dtype, example["x"].device)
+    example["centred"] = torch.zeros_like(example["x"]) if kernel.kind == "layernorm" else example["x"]
     return example
 
 
@@ -63,7 +70,26 @@ def test_widths_one_two_three(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_constant_and_zero_rows(norm_kernel, data):
-    _forward_check(norm_kernel, data.draw(constant_rows(norm_kernel), "example"))
+    evidence.check(check_exact_statistics, norm_kernel, data.draw(constant_rows(norm_kernel), "example"))
+
+
+@pytest.mark.claim("ln.special_inputs", "rms.special_inputs")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_exact_values_at_widths_one_and_two_at_every_magnitude(norm_kernel, data):
+    """d = 1 (LayerNorm: beta), d = 2 pairs m +- delta (+-delta / sqrt(delta^2 + eps)), constant rows, with |m| over
+    the whole range the dtype allows (properties.exact_rows)."""
+    evidence.check(check_exact_statistics, norm_kernel, data.draw(exact_statistics_rows(norm_kernel), "example"))
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_gradients_at_widths_one_and_two_at_every_magnitude(norm_kernel, data):
+    """The gradients (dx, dgamma, dbeta) on the same rows: d = 1 gives dx = 0, dgamma = 0, dbeta = sum of dy."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(exact_statistics_rows(norm_kernel, upstream=True), "example")
+    evidence.check(check_exact_statistics_vjp, norm_kernel, example)
 
 
 @pytest.mark.claim("ln.special_inputs", "rms.special_inputs")

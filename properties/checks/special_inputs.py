@@ -2,8 +2,10 @@
 
 d = 1, 2, 3; constant rows (LayerNorm: output beta, finite; RMSNorm: gamma c / sqrt(c^2 + eps)); zero
 rows; eps = 1e-12 with float16 data; |mean|/std up to 1e4 with float32 data; very large and very small
-magnitudes; NaN/inf in one row. The numerical ones are the forward claim's check (kernel vs oracle on
-the rounded inputs, within the error-model bound) on these inputs; NaN/inf is a contract: the other
+magnitudes; rows whose statistics are exact at any magnitude (d = 1, pairs m +- delta, constant rows:
+properties.exact_rows), checked within the bound of their centred rows; NaN/inf in one row. The numerical
+ones are the forward claim's check (kernel vs oracle on the rounded inputs, within the error-model bound) on
+these inputs; NaN/inf is a contract: the other
 rows' outputs are exactly those of the same call without the non-finite value.
 
 "Very large" is bounded by the condition of the error model that the sum of squares of a row is
@@ -15,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import dtype_name
-from properties import norms, outcome
+from properties import norms, outcome, tolerance
 from properties.checks.contracts import rows_that_differ
 
 
@@ -27,3 +29,25 @@ def check_nonfinite_stays_in_its_row(kernel, x: torch.Tensor, poisoned: torch.Te
     moved = rows_that_differ(clean[1:], dirty[1:]) + 1
     outcome.exact(moved.numel() == 0, f"a non-finite value in row 0 changed output rows {moved.tolist()[:8]}",
                   "NaN/inf must stay within their row", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_exact_statistics(kernel, x: torch.Tensor, centred: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """Rows whose mean every correct kernel computes exactly (properties.exact_rows: d = 1, pairs m +- delta,
+    constant rows; any magnitude): the output is the oracle's within the bound of the centred rows."""
+    got = norms.forward(kernel, x, weight, bias, eps)
+    bound = tolerance.forward(kernel, centred, weight, bias, eps)
+    comparison = outcome.compare(got, norms.reference(kernel, x, weight, bias, eps), bound, "output")
+    outcome.conclude(comparison, "on rows with exact statistics the output depends on the offset |mean| (a residue "
+                                 "of x * rstd - mean * rstd, or the statistics lose x - mean)",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), magnitude=float(x.abs().max()))
+
+
+def check_exact_statistics_vjp(kernel, x: torch.Tensor, centred: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                               bias=None) -> None:
+    """The gradients on rows with exact statistics: the oracle's within the backward bound of the centred rows."""
+    got = norms.vjp(kernel, x, weight, bias, eps, dy)
+    expected = norms.reference_vjp(kernel, x, weight, eps, dy)
+    bounds = tolerance.backward(kernel, centred, weight, eps, dy)
+    outcome.conclude([outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got],
+                     "on rows with exact statistics the gradients depend on the offset |mean|",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), magnitude=float(x.abs().max()))

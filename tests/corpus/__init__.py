@@ -155,6 +155,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
+    _broken("contract.py:LN_AFFINE_RESIDUE", "ln.special_inputs"),
     # residual.py, dropout_add.py, groupnorm.py, blocks.py
     *(_broken(f"residual.py:{norm.upper()}_{bug}", *(f"add_{norm}.{claim}" for claim in claims))
       for norm in ("ln", "rms") for bug, claims in RESIDUAL_BUGS.items()),

@@ -167,6 +167,17 @@ def rmsnorm_reused_output_buffer(x, weight, eps):
     return out.copy_(y)
 
 
+def layernorm_affine_residue(x, weight, bias, eps):
+    """x_hat as x * rstd - mean * rstd in float32 (the affine folded into y = x * a + b, a = rstd gamma,
+    b = beta - mean a): exact for small |mean|, wrong by O(1) where |mean| rstd ~ 1/u; tiny widths used to be drawn
+    with modest magnitudes only. Must fail ln.special_inputs (exact values at d = 1, 2 and constant rows)."""
+    x32 = x.float()
+    mean, rstd = _layernorm_statistics(x32, eps, x.dtype)
+    scale = rstd if weight is None else rstd * weight.float()
+    shift = -mean * scale if bias is None else bias.float() - mean * scale
+    return (x32 * scale + shift).to(x.dtype)
+
+
 def _kernel(name: str, kind: str, fn, attr: str, **declared) -> Kernel:
     return Kernel(name, kind, fn, spec=SPEC + attr, description=" ".join(fn.__doc__.split()), **declared)
 
@@ -188,3 +199,4 @@ RMS_WEIGHT_ASSUMED_CONTIGUOUS = _kernel("rms_weight_assumed_contiguous", "rmsnor
                                         "RMS_WEIGHT_ASSUMED_CONTIGUOUS")
 RMS_REUSED_OUTPUT_BUFFER = _kernel("rms_reused_output_buffer", "rmsnorm", rmsnorm_reused_output_buffer,
                                    "RMS_REUSED_OUTPUT_BUFFER")
+LN_AFFINE_RESIDUE = _kernel("ln_affine_residue", "layernorm", layernorm_affine_residue, "LN_AFFINE_RESIDUE")
