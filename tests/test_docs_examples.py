@@ -55,16 +55,19 @@ class Block:
         return f"{self.doc.relative_to(ROOT)}:{self.line}"
 
     @property
+    def first_line(self) -> str:
+        return next((line for line in self.text.splitlines() if line.strip()), "-")
+
+    @property
     def file_name(self) -> str | None:
-        match = FILE_HEADER.match(self.text.splitlines()[0])
+        match = FILE_HEADER.match(self.first_line)
         return match[1] if match else None
 
     @property
     def is_example(self) -> bool:
-        first = self.text.splitlines()[0]
         if self.file_name is not None or self.language not in TEXT:
             return True
-        return not self.language and Path(first.split()[0]).name in COMMANDS
+        return not self.language and Path(self.first_line.split(maxsplit=1)[0]).name in COMMANDS
 
 
 def blocks(doc: Path) -> list[Block]:
