@@ -34,9 +34,9 @@ def diagnoses(run: CorpusRun, entry: Entry) -> list[tuple[str, list[dict]]]:
     found = []
     for name in run.kernel_names(entry):
         for result in run.results(name):
-            case = result.get("worst_case") or {}
-            if result["status"] == "failed" and case.get("diagnosis") is not None:
-                found.append((result["claim"], case["diagnosis"]))
+            diagnosed = result.get("diagnosis") or (result.get("worst_case") or {}).get("diagnosis")
+            if result["status"] == "failed" and diagnosed is not None:
+                found.append((result["claim"], diagnosed))
     return found
 
 
@@ -76,8 +76,8 @@ def test_no_diagnosis_of_a_broken_kernel_names_another_mechanism_alone(corpus: C
 @pytest.mark.parametrize("entry", CORRECT, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
 def test_correct_kernels_never_get_a_diagnosis(corpus: CorpusRun, entry: Entry):  # noqa: F811
     for name in corpus.kernel_names(entry):
-        diagnosed = [r["claim"] for r in corpus.results(name)
-                     if any("diagnosis" in p for p in [r.get("worst_case") or {}, *r.get("points", [])])]
+        diagnosed = [r["claim"] for r in corpus.results(name) if r.get("diagnosis")
+                     or any("diagnosis" in p for p in [r.get("worst_case") or {}, *r.get("points", [])])]
         assert not diagnosed, f"{name}: {diagnosed}"
 
 
