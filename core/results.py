@@ -210,11 +210,10 @@ class Result(_Model):
     worst_ratio: float | None = None
     dtypes: list[str] = Field(default_factory=list)
     widths: list[int] = Field(default_factory=list)
+    # examples per class of each axis of the draw (properties.evidence.coverage_of): dtypes, layout, width, dims
+    coverage: dict[str, dict[str, int]] = Field(default_factory=dict)
     worst_case: Point | None = None
     points: list[Point] = Field(default_factory=list)
-    # the diagnosis of the reported failing example (properties.diagnosis; its point is the last one diagnosed,
-    # not necessarily the worst case once Hypothesis has shrunk it)
-    diagnosis: list[Diagnosis] | None = None
     counterexamples: list[Counterexample] = Field(default_factory=list)  # one per distinct failure
     message: str = ""
     duration_s: float = 0.0

@@ -29,6 +29,7 @@ MAX_FAILURES = 32
 
 _examples: list[dict] = []
 _last: Example | None = None
+_draw: dict[str, str] = {}  # the classes of the example being checked (coverage_of), added to its records
 # The latest examples that raised: Hypothesis replays each distinct failure's minimal example last.
 _failures: deque[tuple[BaseException, Example]] = deque(maxlen=MAX_FAILURES)
 
@@ -37,13 +38,43 @@ def check(fn: Callable[..., None], kernel: Any, example: dict) -> None:
     """Run ``fn(kernel, **example)``, remembering a copy of the example, taken before the call, as the latest one:
     a kernel that writes into its inputs must not change the counterexample that replays it. An example that
     raises is remembered with its exception (:func:`failures`)."""
-    global _last
+    global _last, _draw
     _last = (fn, kernel, {name: _copy(value) for name, value in example.items()})
+    _draw = coverage_of(example)
     try:
         fn(kernel, **example)
     except BaseException as error:
         _failures.append((error, _last))
         raise
+    finally:
+        _draw = {}
+
+
+WIDTH_CLASSES = ((3, "d <= 3"), (1024, "4 <= d <= 1024"), (None, "d > 1024"))
+
+
+def coverage_of(example: dict) -> dict[str, str]:
+    """The classes of an example's draw, for the coverage the report shows per claim: ``dtypes`` (x's dtype and, where
+    they differ, the weight's and bias'), ``layout`` (contiguous, strided, or a view into a larger buffer: a
+    non-zero storage offset of any tensor input), ``width`` (WIDTH_CLASSES) and ``dims`` (x's dimensions)."""
+    tensors = {name: t for name, t in example.items() if hasattr(t, "stride") and hasattr(t, "dtype")}
+    x = tensors.get("x")
+    if x is None:
+        return {}
+    dtypes = str(x.dtype).removeprefix("torch.")
+    parameters = sorted({str(t.dtype).removeprefix("torch.") for name, t in tensors.items()
+                         if name in ("weight", "bias") and t.dtype != x.dtype})
+    if parameters:
+        dtypes += " x, " + "/".join(parameters) + " weight"
+    if any(t.storage_offset() for t in tensors.values()):
+        layout = "view into a larger buffer"
+    elif all(t.is_contiguous() for t in tensors.values()):
+        layout = "contiguous"
+    else:
+        layout = "strided"
+    d = x.shape[-1]
+    width = next(label for top, label in WIDTH_CLASSES if top is None or d <= top)
+    return {"dtypes": dtypes, "layout": layout, "width": width, "dims": f"{x.dim()}-D"}
 
 
 def _copy(value: Any) -> Any:
@@ -61,7 +92,8 @@ def record(ratio: float | None = None, unchecked: int = 0, **point) -> None:
     ``unchecked``: how many of its compared values had no finite bound. Such an example is counted and shown as
     *unchecked*, never as evidence that the claim holds (a ratio error/inf = 0 would read as exact)."""
     _examples.append({"ratio": None if ratio is None else float(ratio), **point,
-                      **({"unchecked": int(unchecked)} if unchecked else {})})
+                      **({"unchecked": int(unchecked)} if unchecked else {}),
+                      **({"draw": dict(_draw)} if _draw else {})})
 
 
 def last_example() -> Example | None:

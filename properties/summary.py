@@ -1,4 +1,5 @@
-"""A test's examples summed up for its result: count, unchecked, worst ratio, dtypes, widths, worst case, points.
+"""A test's examples summed up for its result: count, unchecked, worst ratio, dtypes, widths, coverage, worst case,
+points.
 
 The examples are what the test's checks recorded (``properties.evidence.record``), turned into plain JSON data
 here, in the process that ran the test (they may cross from a pytest-xdist worker).
@@ -43,13 +44,24 @@ def summarize(examples: list[dict]) -> dict:
     return {
         "examples": len(examples),
         "unchecked": sum(1 for e in examples if e.get("unchecked")),
+        "coverage": coverage(examples),
         "worst_ratio": worst_ratio if worst_ratio is not None and math.isfinite(worst_ratio) else None,
         "dtypes": sorted({str(p["dtype"]) for p in points if p.get("dtype") is not None}),
         "widths": sorted({int(p["d"]) for p in points if isinstance(p.get("d"), (int, float))}),
         "worst_case": points[worst_index] if worst_index is not None else None,
         "points": bounded(points, worst_index),
-        "diagnosis": next((p["diagnosis"] for p in reversed(points) if p.get("diagnosis") is not None), None),
     }
+
+
+def coverage(examples: list[dict]) -> dict[str, dict[str, int]]:
+    """How many examples fell in each class of each axis of their draw (properties.evidence.coverage_of): dtypes,
+    layout, width, dims."""
+    found: dict[str, dict[str, int]] = {}
+    for example in examples:
+        for axis, label in (example.get("draw") or {}).items():
+            found.setdefault(axis, {})
+            found[axis][label] = found[axis].get(label, 0) + 1
+    return found
 
 
 def bounded(points: list[dict], keep: int | None) -> list[dict]:

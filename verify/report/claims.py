@@ -84,6 +84,25 @@ def evidence_table(rows: list[tuple[str, Result]]) -> str:
                      rows_latex)
 
 
+def coverage_paragraph(rows: list[tuple[str, Result]]) -> str:
+    """What the examples of each kernel column covered (``Result.coverage`` summed over its tests): examples per
+    dtypes (x and parameters), layout class, width class and dimensions of x; so a reader sees what "passed" covered."""
+    totals: dict[str, dict[str, dict[str, int]]] = {}
+    for label, result in rows:
+        for axis, classes in result.coverage.items():
+            for name, count in classes.items():
+                cell = totals.setdefault(label, {}).setdefault(axis, {})
+                cell[name] = cell.get(name, 0) + count
+    if not totals:
+        return ""
+    lines = [r"\paragraph{What the examples covered.}"]
+    for label, axes in totals.items():
+        described = "; ".join(f"{axis}: " + ", ".join(f"{name} {count}" for name, count in sorted(classes.items()))
+                              for axis, classes in axes.items())
+        lines.append(rf"\textbf{{{escape(label)}}}: {escape(described)}.\par")
+    return "\n".join(lines) + "\n"
+
+
 def _examples(result: Result) -> str:
     """The example count, and how many of them were unchecked (no finite bound: never evidence)."""
     return str(result.examples) + (rf"\newline({result.unchecked} unchecked)" if result.unchecked else "")
@@ -125,6 +144,7 @@ def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -
             rows += [(column.label, result) for result in cell.results]
             series.append((column.label, [_plain(point) for result in cell.results for point in result.points]))
     parts.append(evidence_table(rows))
+    parts.append(coverage_paragraph(rows))
     parts += [failure_details(label, result) for label, result in rows
               if result.status in SHOWN_FAILING and (result.message or result.counterexamples)]
     for path, caption in plots.figures(claim, series, figure_dir):
