@@ -214,6 +214,9 @@ class Result(_Model):
     coverage: dict[str, dict[str, int]] = Field(default_factory=dict)
     worst_case: Point | None = None
     points: list[Point] = Field(default_factory=list)
+    # the diagnosis of the reported failing example (properties.diagnosis; its point is the last one diagnosed,
+    # not necessarily the worst case once Hypothesis has shrunk it)
+    diagnosis: list[Diagnosis] | None = None
     counterexamples: list[Counterexample] = Field(default_factory=list)  # one per distinct failure
     message: str = ""
     duration_s: float = 0.0

@@ -50,6 +50,7 @@ def summarize(examples: list[dict]) -> dict:
         "widths": sorted({int(p["d"]) for p in points if isinstance(p.get("d"), (int, float))}),
         "worst_case": points[worst_index] if worst_index is not None else None,
         "points": bounded(points, worst_index),
+        "diagnosis": next((p["diagnosis"] for p in reversed(points) if p.get("diagnosis") is not None), None),
     }
 
 
