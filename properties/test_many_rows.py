@@ -21,7 +21,7 @@ from properties.strategies import rounded, standard_values
 
 ROWS = 65_537
 WIDTH = 8
-PROBE_ROWS = 64
+PROBE_ROWS = 8
 BUDGET_S = 60.0
 
 

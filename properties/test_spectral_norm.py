@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from core.capabilities import discover
-from properties import evidence, norms, profiles
+from properties import evidence, norms, profiles, tolerance
 from properties.checks.spectral_norm import check_matrix_free_spectral_norm, check_spectral_norm
 from properties.strategies import norm_examples
 
@@ -31,6 +31,8 @@ def test_spectral_norm_by_svd(norm_kernel, data):
     # the Jacobian is measured in the storage dtype: it must be representable there (norms.representable)
     assume(norms.representable(norms.reference_jacobian(norm_kernel, x[:1], example["weight"], example["eps"]),
                                x.dtype))
+    # ... and inside the backward bound's domain (strategies.backward_width_limit): never an unchecked example
+    assume(tolerance.backward_covered(norm_kernel, x, example["eps"]))
     evidence.check(check_spectral_norm, norm_kernel, example)
 
 
