@@ -10,6 +10,7 @@ way (the runner names the kernel that ended the process from it, with or without
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ class ResultsWriter:
         self.pending: dict[str, list[dict]] = {}
         self.durations: dict[str, float] = {}
         self.running: list[str] = []
+        self.result_texts: list[str] = []  # each result serialized once, when it is added (the file is rewritten often)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.document = Document(environment=environment(self.config), kernels=self._kernels())
@@ -86,7 +88,9 @@ class ResultsWriter:
             else:
                 self.document.errors.append(RunError(test=nodeid, message=message))
         if parts:
-            self.document.results.append(self._record(nodeid, parts, duration))
+            result = self._record(nodeid, parts, duration)
+            self.document.results.append(result)
+            self.result_texts.append(json.dumps(result.model_dump(mode="json"), allow_nan=False))
         self.write(complete=False)
 
     def _record(self, nodeid: str, parts: list[dict], duration: float) -> Result:
@@ -117,7 +121,11 @@ class ResultsWriter:
         self.write(complete=bool(normal) and not self.pending)
 
     def write(self, complete: bool) -> None:
+        """The document as ``Document.dumps`` writes it, with the results already serialized spliced in."""
         self.document.complete = complete
         self.document.progress = Progress(done=self.document.progress.done, total=self.document.progress.total,
                                           running=list(self.running))
-        write_atomically(self.path, self.document.dumps())
+        head = self.document.model_copy(update={"results": []}).as_json()
+        fields = {key: json.dumps(value, allow_nan=False) for key, value in head.items()}
+        fields["results"] = "[" + ", ".join(self.result_texts) + "]"
+        write_atomically(self.path, "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in fields.items()) + "}\n")
