@@ -137,7 +137,7 @@ def test_summary_table_failure_lines_and_exit_1(finished_run, capsys, tmp_path):
                         "    replay: normverify replay ce.pt",
                         "  failure 2: KernelFault: NaN", "    x: float16 (1, 1) = [[0.]]", "    weight = None"]
     assert "replay: normverify replay ce2.pt" in out
-    assert "[2/4] failed ln.jacobian torch:layernorm (20 examples, worst ratio 288, 1.0s)" in out, "progress lines"
+    assert "[2/4] failed ln.jacobian torch:layernorm ln.jacobian (20 examples, worst ratio 288, 1.0s)" in out
     assert "1 failed, 1 passed, 2 skipped in 3s" in out
     assert out.count("SKIPPED ln.spectral_norm torch:layernorm: no backward: autograd raised") == 1
 

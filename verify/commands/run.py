@@ -183,13 +183,19 @@ class ProgressLines:
             self.shown += 1
             ratio = f", worst ratio {_fmt_ratio(result.worst_ratio)}" if result.worst_ratio is not None else ""
             self.console.print(Text.assemble(f"[{self.shown}/{total}] ", (result.status, STYLE[result.status]),
-                                             f" {result.claim} {result.kernel} ({result.examples} examples{ratio}, "
-                                             f"{result.duration_s:.1f}s)"), soft_wrap=True)
+                                             f" {result.claim} {result.kernel} {_test_name(result.test)} "
+                                             f"({result.examples} examples{ratio}, {result.duration_s:.1f}s)"),
+                               soft_wrap=True)
             self.last = time.monotonic()
         if time.monotonic() - self.last >= runner.REFRESH_S and document.progress.running:
             self.console.print(f"[{self.shown}/{total}] running {', '.join(document.progress.running)}",
                                markup=False, soft_wrap=True)
             self.last = time.monotonic()
+
+
+def _test_name(nodeid: str) -> str:
+    """``properties/test_forward.py::test_forward_wide[torch:layernorm]`` -> ``test_forward_wide``."""
+    return nodeid.rpartition("::")[2].partition("[")[0]
 
 
 def _fmt_ratio(ratio: float | None) -> str:
