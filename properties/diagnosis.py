@@ -181,8 +181,10 @@ def sentence(claim: str, ratio: float, matches: list[Match], kernel: Kernel) -> 
         return f"{head}; no mechanism of the library (proofs.mechanisms) explains it"
     top = leading(matches)
     text = f"{head}; consistent with " + " or ".join(f"{m.mechanism}: {m.text}" for m in top)
-    if len(top) > 1:
-        text += " (as good a fit on this example)" if top[0].tight else " (loose models, tightest first)"
+    if not top[0].tight:
+        text += " (loose models only, tightest first: weak evidence)"
+    elif len(top) > 1:
+        text += " (as good a fit on this example)"
     rest = [m.mechanism for m in matches if m not in top]
     if rest:
         text += f"; also, more loosely, with {', '.join(rest)}"
