@@ -36,7 +36,7 @@ import torch
 
 from core.guard import KernelFault
 from properties import evidence
-from properties.results import claim_of, kernel_of
+from properties.selection import claim_of, kernel_of
 
 OPTIONS = {"skip": "--skips-file", "xfail": "--xfails-file"}
 
