@@ -136,6 +136,8 @@ def test_broken_kernel_fails_every_claim_meant_to_catch_it(corpus: CorpusRun, en
 def acceptable_for_a_correct_kernel(result: dict) -> bool:
     if result["status"] == "skipped":
         return bool(result["message"])
+    if result["status"] == "xfailed":  # a built-in's declared deviation (properties.expectations), with its reason
+        return result["message"].startswith("declared deviation of")
     return result["status"] == "passed"
 
 

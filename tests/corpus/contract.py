@@ -93,13 +93,17 @@ def _correct_backward(x, weight, dy, xhat, rstd, block: int | None = None):
 
 def _off_by_five_where_the_bound_was_infinite(x, weight, dy, xhat, rstd):
     dx, dweight, dbias = _correct_backward(x, weight, dy, xhat, rstd)
-    return (dx + 5 if x.dtype == torch.bfloat16 and x.shape[-1] >= 16 else dx), dweight, dbias
+    g = dy if weight is None else dy * weight.float()
+    off = 5 * (1 + rstd * g.abs().amax(-1, keepdim=True))  # dx's own scale |g| rstd, 5 times: beyond the bound
+    return (dx + off if x.dtype == torch.bfloat16 and x.shape[-1] >= 2 else dx), dweight, dbias
 
 
 def layernorm_storage_gradient_off_by_five(x, weight, bias, eps):
-    """Declares its backward in the storage precision (as torch's CPU LayerNorm) and adds 5 to dx in bfloat16 at
-    d >= 16: there the storage-precision bound was infinite (bf16 d >= ~40), so the examples counted as passed
-    with ratio 0. Must fail ln.jacobian (examples are drawn inside the bound's domain)."""
+    """Declares its backward in the storage precision (as torch's CPU LayerNorm) and adds 5 (1 + rstd max|g|) to dx in
+    bfloat16 (d >= 2): the storage-precision bound was infinite at bf16 d >= ~40, and those examples counted as
+    passed with ratio 0 (3 of 15 ln.jacobian examples of torch in a ci run). Now every bfloat16 gradient example is
+    drawn where its bound is finite (d <= ~64; wider ones are not drawn, the coverage says so). Must fail
+    ln.jacobian."""
     return _Backward.apply(x, weight, bias, eps, _off_by_five_where_the_bound_was_infinite)
 
 
