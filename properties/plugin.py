@@ -78,10 +78,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize each kernel fixture over the kernels of its kinds, with the kernel's name as id.
 
     A fixture with no kernel of its kind in this run is left unparametrized; its tests are then
-    deselected (:func:`pytest_collection_modifyitems`) rather than reported as skipped.
+    deselected (:func:`pytest_collection_modifyitems`) rather than reported as skipped. A fixture of the
+    same name defined by the tests themselves is theirs: the plugin (loaded in every pytest run through its
+    entry point) leaves it alone.
     """
     for fixture, kinds in KERNEL_FIXTURES.items():
-        if fixture in metafunc.fixturenames:
+        # A test module or conftest that defines a fixture of that name supplies its own kernels.
+        if fixture in metafunc.fixturenames and not metafunc.definition._fixtureinfo.name2fixturedefs.get(fixture):
             kernels = [k for k in metafunc.config._normverify_kernels if k.kind in kinds]
             if kernels:
                 metafunc.parametrize(fixture, kernels, ids=[k.name for k in kernels])
