@@ -1,8 +1,14 @@
 """Loading the module and attribute a user's SPEC names (``PATH.py:ATTR`` or ``MODULE:ATTR``).
 
-* ``PATH.py`` is imported under a readable name (its stem, e.g. ``wrap``, or ``wrap_2`` when that name
-  is taken or importable otherwise), with its directory first on ``sys.path`` while it loads, so that it
-  imports its sibling files as it would when run from its directory (``from helpers import rsqrt``).
+* ``PATH.py`` is imported under a readable name: its stem, e.g. ``wrap``, or ``wrap_2`` when that name
+  is one of normverify's packages (:data:`OUR_PACKAGES`), already imported, or importable otherwise, so a
+  user's ``kernels.py`` becomes module ``kernels_2`` (its functions' ``__module__`` says so) and never
+  replaces ours. Its directory is first on ``sys.path`` while it loads, so that it imports its sibling
+  files as it would when run from its directory (``from helpers import rsqrt``).
+* Our packages resolve first, whatever precedes them on ``sys.path`` (``python -m verify`` puts the
+  working directory there, a user file's directory is there while it loads): a finder first on
+  ``sys.meta_path`` answers their top-level names from normverify's own directory only. A
+  user's sibling file named like one of them is therefore not importable by that name.
 * Before a user's module is imported, Triton kernels are made runnable on CPU tensors
   (:func:`kernels.interpret.enable`, when triton is installed): the interpreter's gaps are closed and
   CUDA host queries at import (``DEVICE = triton.runtime.driver.active.get_active_torch_device()``,
@@ -16,6 +22,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import traceback
@@ -30,7 +38,27 @@ CUDA_REMEDY = ("likely cause: CUDA-only host code run at import, which normverif
                "(docs/kernels.md, 'Not covered'); create tensors on x.device rather than 'cuda', or run that "
                "code only when torch.cuda.is_available()")
 
+#: normverify's top-level packages: always ours, never a user's file of that name.
+OUR_PACKAGES = ("core", "kernels", "proofs", "properties", "verify")
+#: The directory that holds them.
+OUR_ROOT = Path(__file__).resolve().parents[1]
+
 _loaded: dict[Path, ModuleType] = {}
+
+
+class _OursFirst(importlib.abc.MetaPathFinder):
+    """Finds the top-level names of :data:`OUR_PACKAGES` in :data:`OUR_ROOT` only."""
+
+    def find_spec(self, name: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
+        if path is None and name in OUR_PACKAGES:
+            return importlib.machinery.PathFinder.find_spec(name, [str(OUR_ROOT)])
+        return None
+
+
+def _ours_first() -> None:
+    """Put :class:`_OursFirst` ahead of the other finders (once)."""
+    if not any(isinstance(finder, _OursFirst) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _OursFirst())
 
 
 def _enable_interpreter() -> None:
@@ -41,10 +69,11 @@ def _enable_interpreter() -> None:
 
 
 def _readable_name(path: Path) -> str:
-    """The file's stem, unless a loaded or importable module has that name: then ``stem_2``, ``stem_3`` ..."""
+    """The file's stem, unless it names one of our packages or a loaded or importable module: then ``stem_2``,
+    ``stem_3`` ..."""
     stem = "".join(c if c.isalnum() or c == "_" else "_" for c in path.stem)
     name, number = stem, 1
-    while name in sys.modules or importlib.util.find_spec(name) is not None:
+    while name in OUR_PACKAGES or name in sys.modules or importlib.util.find_spec(name) is not None:
         number += 1
         name = f"{stem}_{number}"
     return name
@@ -71,6 +100,7 @@ def _failure(spec: str, what: str, error: BaseException, user_dir: Path | None) 
 
 def load_module(target: str, spec: str) -> ModuleType:
     """The module ``target`` (a ``.py`` path or a module name) of ``spec``; UsageError in one line when it fails."""
+    _ours_first()
     _enable_interpreter()
     if not target.endswith(".py"):
         try:
@@ -111,4 +141,4 @@ def load_attribute(module: ModuleType, attr: str, spec: str) -> object:
     return obj
 
 
-__all__ = ["CUDA_REMEDY", "load_attribute", "load_module"]
+__all__ = ["CUDA_REMEDY", "OUR_PACKAGES", "OUR_ROOT", "load_attribute", "load_module"]

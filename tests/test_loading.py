@@ -3,6 +3,7 @@ answered on a CPU, import failures and wrong attribute names reported in one lin
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 
@@ -45,6 +46,18 @@ def test_a_file_named_like_an_importable_module_gets_another_name(tmp_path):
     path = write(tmp_path / "p", "json.py", "def layer_norm(x, weight, bias, eps):\n    return x\n")
     kernel = resolve(f"{path}:layer_norm")[0]
     assert kernel.fn.__module__ == "json_2" and sys.modules["json"].__name__ == "json"
+
+
+def test_a_file_named_like_our_package_never_shadows_it(tmp_path):
+    """A user's ``kernels.py`` in the working directory, which ``python -c``/``-m`` put first on sys.path, loads as
+    ``kernels_2``, and ``kernels`` (with its submodules imported later) is still ours."""
+    write(tmp_path, "kernels.py", "def layer_norm(x, weight, bias, eps):\n    return x\n")
+    script = ("from core.loading import OUR_ROOT, load_module; module = load_module('kernels.py', 'kernels.py:ln'); "
+              "import kernels, kernels.interpret; "
+              "print(module.__name__, kernels.interpret.__file__.startswith(str(OUR_ROOT)), module.__file__)")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["kernels_2", "True", str(tmp_path / "kernels.py")]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-ins exist only without CUDA")
