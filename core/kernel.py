@@ -25,6 +25,9 @@ KINDS = ("layernorm", "rmsnorm", "dropout", "add_layernorm", "add_rmsnorm", "dro
 # Claim ids are prefixed by the kind's short name (proofs.claims).
 KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout", "add_layernorm": "add_ln",
                "add_rmsnorm": "add_rms", "dropout_add_layernorm": "drop_add_ln", "groupnorm": "gn"}
+# The claim families checked on a kind's kernels: its own prefix, and for LayerNorm the block claims too
+# (blocks.jacobians is checked on a Post-LN block built from a LayerNorm kernel: properties/test_blocks.py).
+KIND_FAMILIES = {kind: (prefix, "blocks") if kind == "layernorm" else (prefix,) for kind, prefix in KIND_PREFIX.items()}
 RESIDUAL_DTYPES = ("storage", "float32")
 IN_PLACE_INPUTS = ("residual", "dy")
 NO_GRADIENT_PARAMETERS = ("weight", "bias")
@@ -115,6 +118,11 @@ class Kernel:
     @property
     def prefix(self) -> str:
         return KIND_PREFIX[self.kind]
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The claim families (id prefixes) checked on this kernel: :data:`KIND_FAMILIES` of its kind."""
+        return KIND_FAMILIES[self.kind]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def no_pytest(monkeypatch):
 
     monkeypatch.setattr(runner, "run", refuse)
     monkeypatch.setattr(runner, "known_claims", lambda: ["ln.forward", "ln.jacobian", "rms.forward",
-                                                         "dropout.values", "numerics.error_model"])
+                                                         "dropout.values", "numerics.error_model", "blocks.jacobians"])
 
 
 @pytest.mark.parametrize(("argv", "words"), [
@@ -34,6 +34,7 @@ def no_pytest(monkeypatch):
     (["--kernel", "torch", "--claims", "ln.forwrd"], "'ln.forwrd' matches no claim id; did you mean ln.forward"),
     (["--kernel", "torch", "--claims", "x"], "'x' matches no claim id; claim ids: ln.forward, ln.jacobian, "),
     (["--kernel", "torch", "--kind", "dropout", "--claims", "ln.*"], "no claim of the kernels' kinds (dropout)"),
+    (["--kernel", "torch", "--kind", "rmsnorm", "--claims", "blocks.*"], "no claim of the kernels' kinds (rmsnorm)"),
     (["--kernel", "torch", "--timeout", "0"], "--timeout must be positive"),
     (["--kernel", "torch", "--pdf"], "--pdf needs --report DIR"),
     (["--kernel", "torch", "--xfails-file", "/nowhere/x.txt"], "--xfails-file: no such file /nowhere/x.txt"),
@@ -49,6 +50,12 @@ def test_bad_requests_are_one_line_and_exit_2(capsys, argv, words):
     assert cli.main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and err.startswith("normverify run: ")
+
+
+def test_the_block_claims_are_claims_of_layernorm_kernels(tmp_path):
+    """blocks.jacobians is checked on a Post-LN block built from a LayerNorm kernel (properties/test_blocks.py)."""
+    request = runner.RunRequest(["torch"], tmp_path / "results.json", kind="layernorm", claims=["blocks.jacobians"])
+    assert [kernel.kind for kernel in runner.check_request(request)] == ["layernorm"]
 
 
 def test_an_unknown_profile_in_the_environment_is_one_line_and_exit_2(capsys, monkeypatch):

@@ -112,7 +112,7 @@ def check_request(request: RunRequest) -> list[Kernel]:
             raise UsageError(f"{option}: no such file {path}")
     claims = known_claims()
     if request.claims and claims is not None:
-        prefixes = {kernel.prefix for kernel in kernels}
+        prefixes = {family for kernel in kernels for family in kernel.families}
         for pattern in request.claims:
             matching = [c for c in claims if fnmatch.fnmatchcase(c, pattern)]
             if not matching:
