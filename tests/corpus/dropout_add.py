@@ -36,11 +36,13 @@ def _make(bug: str):
 
 
 DROP_ADD_NO_RESCALE = Kernel("drop_add_no_rescale", "dropout_add_layernorm", _make("rescale"),
-                             spec=f"{SPEC}DROP_ADD_NO_RESCALE", description="kept values not rescaled by 1/(1-p)")
+                             spec=f"{SPEC}DROP_ADD_NO_RESCALE",
+                             description="kept values not rescaled by 1/(1-p): drop_add_ln.values")
 DROP_ADD_ONE_MASK_FOR_ROWS = Kernel("drop_add_one_mask_for_rows", "dropout_add_layernorm", _make("rows"),
-                                    spec=f"{SPEC}DROP_ADD_ONE_MASK_FOR_ROWS", description="the same mask in every row")
+                                    spec=f"{SPEC}DROP_ADD_ONE_MASK_FOR_ROWS",
+                                    description="the same mask in every row: drop_add_ln.variance_bias")
 DROP_ADD_NORM_WITHOUT_DROPOUT = Kernel("drop_add_norm_without_dropout", "dropout_add_layernorm", _make("skipped"),
                                        spec=f"{SPEC}DROP_ADD_NORM_WITHOUT_DROPOUT",
-                                       description="y normalizes residual + x, not residual_out")
+                                       description="y normalizes residual + x, not residual_out: drop_add_ln.forward")
 DROP_ADD_CORRECT = Kernel("drop_add_correct", "dropout_add_layernorm", _make(""), spec=f"{SPEC}DROP_ADD_CORRECT",
                           description="the same implementation, unbroken: the control")

@@ -45,9 +45,13 @@ def _kernel(name: str, bug: str, description: str) -> Kernel:
     return Kernel(name.lower(), "groupnorm", fn, spec=f"{SPEC}{name}", description=description)
 
 
-GN_STATISTICS_OVER_BATCH = _kernel("GN_STATISTICS_OVER_BATCH", "batch", "group statistics over the batch axis too")
-GN_CHANNELS_LAST_IGNORED = _kernel("GN_CHANNELS_LAST_IGNORED", "channels_last", "channels-last layout ignored")
-GN_INPUT_OVERWRITTEN = _kernel("GN_INPUT_OVERWRITTEN", "in_place", "writes y into x")
-GN_VARIANCE_DETACHED = _kernel("GN_VARIANCE_DETACHED", "detached", "variance term missing from the backward")
-GN_UNBIASED_VARIANCE = _kernel("GN_UNBIASED_VARIANCE", "unbiased", "unbiased variance: NaN on one-element groups")
+GN_STATISTICS_OVER_BATCH = _kernel("GN_STATISTICS_OVER_BATCH", "batch",
+                                   "group statistics over the batch axis too: gn.forward")
+GN_CHANNELS_LAST_IGNORED = _kernel("GN_CHANNELS_LAST_IGNORED", "channels_last",
+                                   "channels-last layout ignored: gn.layout_invariance")
+GN_INPUT_OVERWRITTEN = _kernel("GN_INPUT_OVERWRITTEN", "in_place", "writes y into x: gn.inputs_unmodified")
+GN_VARIANCE_DETACHED = _kernel("GN_VARIANCE_DETACHED", "detached",
+                               "variance term missing from the backward: gn.jacobian")
+GN_UNBIASED_VARIANCE = _kernel("GN_UNBIASED_VARIANCE", "unbiased",
+                               "unbiased variance: NaN on one-element groups: gn.degenerate")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")

@@ -3,7 +3,7 @@
 the backward) with exactly one thing broken, for both norms. Each bug's description names the claim that must
 catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
 
-    RESIDUAL_OUT_MISSING       returns y alone, not (y, residual_out)                -> {ln,rms}.residual_out
+    RESIDUAL_OUT_MISSING       returns y alone, not (y, residual_out)                -> residual_out, forward
     RESIDUAL_OUT_ROUNDED       declares float32 residual_out but rounds h to storage -> residual_out
     RESIDUAL_GRADIENT_DROPPED  residual_out detached: dL/d(residual_out) never flows -> jacobian
     NORMALIZES_THE_BRANCH      y = N(x), not N(x + residual)                         -> forward
@@ -65,17 +65,19 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
     return fn, residual_dtype, in_place
 
 
+# Each description names its claims with the kind's prefix ({p}: add_ln or add_rms), the ids the manifest lists.
 BUGS = {
-    "RESIDUAL_OUT_MISSING": ("missing", "returns y alone, not the pair (y, residual_out): residual_out"),
+    "RESIDUAL_OUT_MISSING": ("missing", "returns y alone, not the pair (y, residual_out): {p}.residual_out, "
+                                        "{p}.forward"),
     "RESIDUAL_OUT_ROUNDED": ("rounded", "declares residual_dtype float32 but rounds x + residual to the storage dtype "
-                                        "first: residual_out"),
+                                        "first: {p}.residual_out"),
     "RESIDUAL_GRADIENT_DROPPED": ("dropped", "returns residual_out detached, so dL/d(residual_out) never reaches x "
-                                             "or the residual: jacobian"),
-    "NORMALIZES_THE_BRANCH": ("branch", "y = N(x) instead of N(x + residual): forward"),
-    "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: row_independence"),
-    "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: layout_invariance"),
+                                             "or the residual: {p}.jacobian"),
+    "NORMALIZES_THE_BRANCH": ("branch", "y = N(x) instead of N(x + residual): {p}.forward"),
+    "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: {p}.row_independence"),
+    "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: {p}.layout_invariance"),
     "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
-                                    "inputs_unmodified"),
+                                    "{p}.inputs_unmodified"),
 }
 
 
@@ -83,11 +85,12 @@ def _kernels(kind: str) -> dict[str, Kernel]:
     made = {}
     for name, (bug, description) in BUGS.items():
         fn, residual_dtype, in_place = _make(bug, kind, "float32" if bug == "rounded" else "storage")
-        made[name] = Kernel(f"{kind}_{name.lower()}", KIND[kind], fn, spec=f"{SPEC}{kind.upper()}_{name}",
-                            residual_dtype=residual_dtype, in_place=in_place, description=description,
+        made[name] = Kernel(f"add_{kind}_{name.lower()}", KIND[kind], fn, spec=f"{SPEC}{kind.upper()}_{name}",
+                            residual_dtype=residual_dtype, in_place=in_place,
+                            description=description.format(p=f"add_{kind}"),
                             dtypes=(torch.float32, torch.float16))
     fn, _, in_place = _make("declared", kind, in_place=("residual",))
-    made["IN_PLACE_DECLARED"] = Kernel(f"{kind}_in_place_declared", KIND[kind], fn,
+    made["IN_PLACE_DECLARED"] = Kernel(f"add_{kind}_in_place_declared", KIND[kind], fn,
                                        spec=f"{SPEC}{kind.upper()}_IN_PLACE_DECLARED", in_place=in_place,
                                        dtypes=(torch.float32,),
                                        description="writes residual_out into residual, declared: correct (float32 "
@@ -95,6 +98,4 @@ def _kernels(kind: str) -> dict[str, Kernel]:
     return made
 
 
-for _kind in KIND:
-    for _name, _kernel in _kernels(_kind).items():
-        globals()[f"{_kind.upper()}_{_name}"] = _kernel
+globals().update({f"{kind.upper()}_{name}": made for kind in KIND for name, made in _kernels(kind).items()})
