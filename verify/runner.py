@@ -87,6 +87,22 @@ def known_claims() -> list[str] | None:
     return list(CLAIMS)
 
 
+def _refuse_when_none_runs(kernels: list[Kernel]) -> None:
+    """A UsageError (one line) when no kernel of the request runs in any dtype: nothing could be checked. A kernel
+    that runs nowhere beside one that runs is not refused: its claims run and end in ``error`` with its fault, and
+    the run goes on. The built-ins are known to run; the users' kernels are probed until one runs."""
+    if any(":" not in kernel.spec for kernel in kernels):
+        return
+    from core.capabilities import unusable
+
+    reasons = []
+    for kernel in kernels:
+        if not (reason := unusable(kernel)):
+            return
+        reasons.append(reason)
+    raise UsageError("; ".join(reasons))
+
+
 def check_request(request: RunRequest) -> list[Kernel]:
     """The kernels of the request; a UsageError (one line) for a SPEC that does not load or claims selecting nothing."""
     if not request.specs:
@@ -101,12 +117,7 @@ def check_request(request: RunRequest) -> list[Kernel]:
     except ValueError as error:
         raise UsageError(f"{error} (--profile or NORMVERIFY_PROFILE)") from None
     check_writable(request.json_path, "--json")
-    for kernel in kernels:
-        if ":" in kernel.spec:  # a user's kernel; the built-ins are known to run
-            from core.capabilities import unusable
-
-            if reason := unusable(kernel):
-                raise UsageError(reason)
+    _refuse_when_none_runs(kernels)
     for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):
         if path is not None and not path.is_file():
             raise UsageError(f"{option}: no such file {path}")
