@@ -1,5 +1,5 @@
 """GroupNorm kernels (kind groupnorm, x [N, C, *]): gn.forward, gn.jacobian, gn.degenerate, gn.layout_invariance,
-gn.inputs_unmodified. The checks and the bounds they use: :mod:`properties.checks.groupnorm`."""
+gn.independence, gn.inputs_unmodified. The checks and the bounds they use: :mod:`properties.checks.groupnorm`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from core.capabilities import discover
 from properties import evidence, profiles
-from properties.checks.groupnorm import check_channels_last, check_forward, check_inputs_unmodified, check_vjp
+from properties.checks.groupnorm import (
+    check_channels_last,
+    check_forward,
+    check_independence,
+    check_inputs_unmodified,
+    check_vjp,
+)
 from properties.norms import require_backward
 from properties.strategies import (
     biases,
@@ -31,12 +37,16 @@ SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9))
 @st.composite
 def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL, instance: bool = False,
                        upstream: bool = False, every_input: bool = False) -> dict:
-    """x [N, C, *spatial] (N = 2, 3; offset and scale), num_groups a divisor of C (C with ``instance``),
+    """x [N, C, *spatial] (N = 2, 3; offset and scale), num_groups a divisor of C (C with ``instance``; one strictly
+    between 1 and C half the time where C has one),
     per-channel weight and bias; dy with ``upstream``."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
     channels = draw(st.sampled_from(CHANNELS))
-    groups = channels if instance else draw(st.sampled_from([g for g in range(1, channels + 1) if channels % g == 0]))
+    divisors = [g for g in range(1, channels + 1) if channels % g == 0]
+    between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
+    pool = between if between and draw(st.booleans()) else divisors
+    groups = channels if instance else draw(st.sampled_from(pool))
     # N >= 2: torch's F.group_norm refuses N (C/G) S = 1 in training mode (docs/findings.md, GroupNorm)
     shape = (draw(st.integers(2, 3)), channels, *draw(st.sampled_from(spatial)))
     ratio = max(-10.0, min(draw(offset_ratios(dtype)), 10.0))
@@ -89,6 +99,17 @@ def test_channels_last_input(groupnorm_kernel, data):
         example["bias"] = None if example["bias"] is None else example["bias"].repeat(2)
     example["x"] = example["x"].to(memory_format=torch.channels_last)
     evidence.check(check_channels_last, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.independence")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_samples_and_groups_are_independent(groupnorm_kernel, data):
+    example = data.draw(groupnorm_examples(groupnorm_kernel), "example")
+    x = example["x"]
+    other = rounded(standard_values(tuple(x.shape), "normal", data.draw(seeds(), "other seed")) * 7, x.dtype,
+                    x.device)
+    evidence.check(check_independence, groupnorm_kernel, {**example, "other": other})
 
 
 @pytest.mark.claim("gn.inputs_unmodified")

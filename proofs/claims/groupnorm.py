@@ -150,6 +150,11 @@ CLAIMS = (
           _no_derivation),
     Claim("gn.layout_invariance", "GroupNorm does not depend on memory layout", "", "(contract)",
           r"A channels-last input gives the contiguous input's result.", (), "contract", "", _no_derivation),
+    Claim("gn.independence", "GroupNorm samples and groups are independent", "", "(contract)",
+          r"Changing sample $n$ of $x$ changes no other sample of $y$; changing the channels of group $g$ of a "
+          r"sample changes no output outside group $g$ of that sample (the per-sample Jacobian is block-diagonal "
+          r"over the groups, claim \texttt{gn.jacobian}; statistics over the batch or over other channels break "
+          r"it).", (), "contract", "", _no_derivation),
     Claim("gn.inputs_unmodified", "GroupNorm leaves its inputs alone", "", "(contract)",
           r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",
           _no_derivation),

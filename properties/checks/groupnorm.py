@@ -11,6 +11,9 @@ the per-element weight:
       |dweight_c error| <= (1 + g) sum (|dy| f + u |dy xhat|) + g sum |dy xhat| + u_out |dweight_c|,
       |dbias_c error|   <= g sum |dy| + u_out |dbias_c|          (plus the oracle's 2^-53 relative);
 - gn.layout_invariance: a channels-last x gives the contiguous call's y within twice the forward bound;
+- gn.independence: replacing sample 0 leaves every other sample of y bit for bit; replacing the channels of group 0
+  of the last sample leaves the other samples and that sample's other groups bit for bit (same shapes, same
+  computation: as the norms' row independence);
 - gn.inputs_unmodified: x, weight, bias, dy unchanged;
 - gn.degenerate: one-element groups (InstanceNorm at spatial size 1) give beta: the forward check there.
 """
@@ -24,6 +27,7 @@ from core import guard
 from core.capabilities import discover, dtype_name
 from proofs import error_model, fused_oracles
 from properties import outcome
+from properties.checks.contracts import rows_that_differ
 from properties.norms import as_float64, effective_weight
 from properties.tolerance import bound_in_use, unit_roundoffs
 
@@ -120,6 +124,29 @@ def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: f
     bound = forward_bound(kernel, x, num_groups, weight, bias, eps)
     outcome.conclude(outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y"),
                      "the kernel reads a channels-last x as if it were contiguous", dtype=dtype_name(x.dtype))
+
+
+def check_independence(kernel, x: torch.Tensor, other: torch.Tensor, num_groups: int, weight, eps: float,
+                       bias=None) -> None:
+    """``other`` (x's shape) supplies the replaced values: sample 0 of y moves nothing else, group 0 of the last
+    sample moves nothing outside it."""
+    size = x.shape[1] // num_groups  # channels per group
+    y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True)
+    sample = x.clone()
+    sample[0] = other[0]
+    group = x.clone()
+    group[-1, :size] = other[-1, :size]
+    moved_samples = rows_that_differ(y[1:], _call(kernel, sample, num_groups, weight, bias, eps,
+                                                  allow_nonfinite=True)[1:]) + 1
+    after = _call(kernel, group, num_groups, weight, bias, eps, allow_nonfinite=True)
+    outside = [int(n) for n in rows_that_differ(y[:-1], after[:-1])]
+    other_groups = rows_that_differ(y[-1:, size:], after[-1:, size:]).numel() > 0
+    problems = ([f"replacing sample 0 changed samples {moved_samples.tolist()[:8]}"] if moved_samples.numel() else [])
+    problems += [f"replacing group 0 of sample {x.shape[0] - 1} changed samples {outside[:8]}"] if outside else []
+    problems += [f"replacing group 0 of sample {x.shape[0] - 1} changed its other groups"] if other_groups else []
+    outcome.exact(not problems, "; ".join(problems) or "independent",
+                  "the statistics mix samples or groups (over the batch, or channels of other groups)",
+                  num_groups=num_groups, channels=int(x.shape[1]), dtype=dtype_name(x.dtype))
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor,

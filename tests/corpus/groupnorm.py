@@ -2,7 +2,10 @@
 float32, per-channel weight and bias, autograd backward) with exactly one thing broken; the manifest
 (tests/corpus/__init__.py) lists the claims that must catch each.
 
-    GN_STATISTICS_OVER_BATCH  group statistics over the batch axis too (N x group): wrong axis -> gn.forward
+    GN_STATISTICS_OVER_BATCH  group statistics over the batch axis too (N x group): wrong axis -> gn.forward,
+                                                                                      gn.independence
+    GN_GROUPS_INTERLEAVED     group g = channels c with c % G == g, not a run of C/G channels -> gn.forward,
+                                                                                      gn.independence
     GN_CHANNELS_LAST_IGNORED  reads x's memory as if contiguous (NCHW)                    -> gn.layout_invariance
     GN_INPUT_OVERWRITTEN      normalizes x in place                                        -> gn.inputs_unmodified
     GN_VARIANCE_DETACHED      the variance a constant for autograd (its gradient dropped)  -> gn.jacobian
@@ -23,13 +26,19 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
         x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
     n, channels = x.shape[:2]
     values = x.float()
-    grouped = values.reshape(n, num_groups, -1)
+    if bug == "interleaved":  # [N, C/G, G, S]: the groups along the faster channel axis
+        grouped = values.reshape(n, channels // num_groups, num_groups, -1).transpose(1, 2).reshape(n, num_groups, -1)
+    else:
+        grouped = values.reshape(n, num_groups, -1)
     axes = (0, -1) if bug == "batch" else (-1,)  # the batch axis reduced too: BatchNorm's axis, per group
     mean = grouped.mean(axes, keepdim=True)
     variance = grouped.var(axes, keepdim=True, unbiased=bug == "unbiased")
     if bug == "detached":
         variance = variance.detach()
-    y = ((grouped - mean) * torch.rsqrt(variance + eps)).reshape(values.shape)
+    y = (grouped - mean) * torch.rsqrt(variance + eps)
+    if bug == "interleaved":
+        y = y.reshape(n, num_groups, channels // num_groups, -1).transpose(1, 2)
+    y = y.reshape(values.shape)
     shape = (1, channels) + (1,) * (x.dim() - 2)
     y = y if weight is None else y * weight.float().reshape(shape)
     y = (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
@@ -46,7 +55,9 @@ def _kernel(name: str, bug: str, description: str) -> Kernel:
 
 
 GN_STATISTICS_OVER_BATCH = _kernel("GN_STATISTICS_OVER_BATCH", "batch",
-                                   "group statistics over the batch axis too: gn.forward")
+                                   "group statistics over the batch axis too: gn.forward, gn.independence")
+GN_GROUPS_INTERLEAVED = _kernel("GN_GROUPS_INTERLEAVED", "interleaved",
+                                "groups of every G-th channel, not runs of C/G channels: gn.forward, gn.independence")
 GN_CHANNELS_LAST_IGNORED = _kernel("GN_CHANNELS_LAST_IGNORED", "channels_last",
                                    "channels-last layout ignored: gn.layout_invariance")
 GN_INPUT_OVERWRITTEN = _kernel("GN_INPUT_OVERWRITTEN", "in_place", "writes y into x: gn.inputs_unmodified")
