@@ -6,30 +6,13 @@ The checks, and the derivation each rests on: :mod:`properties.checks.affine`.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import discover
 from properties import evidence, profiles
 from properties.checks.affine import check_affine
-from properties.strategies import rounded, row_counts, seeds, standard_values, storage_dtypes, widths
-
-
-@st.composite
-def affine_examples(draw, kernel) -> dict:
-    """x with sigma^2 near eps (where eps matters), a in {0, +-1/2, 2, -4, 3}, b (LN only), eps in {1e-2, 1e-5}."""
-    dtype = draw(storage_dtypes(kernel))
-    eps = draw(st.sampled_from([1e-2, 1e-5]))
-    d = draw(widths(max_width=512))
-    x = np.sqrt(eps) * draw(st.sampled_from([0.3, 1.0, 3.0])) * standard_values(
-        (draw(row_counts(d)), d), "normal", draw(seeds()))
-    a = draw(st.sampled_from([0.5, -0.5, 2.0, -4.0, 3.0, 0.0]))
-    b = draw(st.sampled_from([0.0, 1.0, -3.5])) * np.sqrt(eps) if kernel.kind == "layernorm" else 0.0
-    device = discover(kernel).device
-    x = rounded(x, dtype, device)
-    return {"x": x, "transformed": rounded(a * x.double() + b, dtype, device), "a": a, "eps": eps}
+from properties.regime_strategies import ENDS_AND_DTYPES, affine_examples
 
 
 @pytest.mark.claim("ln.affine", "rms.affine")
@@ -37,3 +20,14 @@ def affine_examples(draw, kernel) -> dict:
 @given(data=st.data())
 def test_affine_identity(norm_kernel, data):
     evidence.check(check_affine, norm_kernel, data.draw(affine_examples(norm_kernel), label="example"))
+
+
+@pytest.mark.claim("ln.affine", "rms.affine")
+@pytest.mark.parametrize(("end", "dtype"), ENDS_AND_DTYPES, ids=str)
+@profiles.share(0.15)
+@given(data=st.data())
+def test_affine_identity_across_the_exponent_range(norm_kernel, end, dtype, data):
+    """a = +-2^k with x at the smallest or largest scale the error model covers, eps/a^2 far from forward's eps:
+    the regime of this claim that ln/rms.forward never draws (properties.regime_strategies)."""
+    example = affine_examples(norm_kernel, end, dtypes=(dtype,))
+    evidence.check(check_affine, norm_kernel, data.draw(example, label="example"))

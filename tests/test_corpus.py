@@ -133,6 +133,19 @@ def test_broken_kernel_fails_every_claim_meant_to_catch_it(corpus: CorpusRun, en
     assert not missed, f"{name}: not caught on {missed}; all results: {_statuses(corpus.results(name))}"
 
 
+MISSED = tuple(entry for entry in BROKEN if entry.missed_by)
+
+
+@pytest.mark.parametrize("entry", MISSED, ids=lambda entry: entry.spec.removeprefix("tests/corpus/"))
+def test_broken_kernel_passes_the_claims_whose_inputs_miss_it(corpus: CorpusRun, entry: Entry):
+    """A bug only a derived-property claim's regime reaches: every test of the claims of ``missed_by`` (``*.forward``)
+    ran on the kernel and passed, while the claims of ``expect`` failed it (the test above)."""
+    (name,) = corpus.kernel_names(entry)
+    statuses = {claim: corpus.claim_status(name, claim) for claim in sorted(entry.missed_by)}
+    caught = {claim: status or "not run" for claim, status in statuses.items() if status != "passed"}
+    assert not caught, f"{name}: expected to pass {caught}; all results: {_statuses(corpus.results(name))}"
+
+
 def acceptable_for_a_correct_kernel(result: dict) -> bool:
     if result["status"] == "skipped":
         return bool(result["message"])

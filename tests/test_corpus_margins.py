@@ -21,8 +21,10 @@ from corpus import BROKEN, WIDE_MARGIN
 
 from core.registry import Kernel, resolve
 from properties import evidence
+from properties.checks.affine import check_affine
 from properties.checks.dropout import check_variance_bias
 from properties.checks.forward import check_forward
+from properties.checks.mean_stability import check_shift_invariance
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRECT_MAX_RATIO = 1.0
@@ -83,6 +85,39 @@ def test_numerical_bug_fails_ln_forward_by_a_wide_margin(spec):
 def test_correct_kernels_pass_where_the_bugs_show(spec, correct):
     ratio = forward_ratio(kernel(correct), SHOWING[spec])
     assert ratio < CORRECT_MAX_RATIO, f"error/bound {ratio:.3g}"
+
+
+# The derived-property claims' own regimes (tests/corpus/derived.py, ``missed_by`` *.forward): each bug fails its
+# claim by a wide margin at one point of that regime, where the correct kernels pass. Two float32 rows of 64:
+# shifted by 0 and 5e3 std (the per-row shifts of ln.shift_invariance); at 2^-62 (squares partly subnormal) against
+# a = 2^54, eps/a^2 = 1e-5 / 2^108 (the small end of ln/rms.affine's exponent range).
+_Z = torch.randn(2, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+_AT_2_TO_MINUS_62 = {"x": (2.0**-62 * _Z).float(), "transformed": (2.0**-8 * _Z).float(), "a": 2.0**54, "eps": 1e-5}
+REGIMES = {
+    "tests/corpus/derived.py:LN_ONE_PASS_AROUND_ONE_SHIFT": (check_shift_invariance, {
+        "x": _Z.float(), "shifted": (_Z + torch.tensor([[0.0], [5e3]]) * _Z.std(-1, keepdim=True)).float(),
+        "weight": None, "bias": None, "eps": 1e-5}),
+    "tests/corpus/derived.py:LN_FLUSH_TO_ZERO": (check_affine, _AT_2_TO_MINUS_62),
+    "tests/corpus/derived.py:RMS_FLUSH_TO_ZERO": (check_affine, _AT_2_TO_MINUS_62),
+}
+CORRECT_OF_KIND = {"layernorm": [*CORRECT_LAYERNORMS, "torch"],
+                   "rmsnorm": ["tests/corpus/statistics.py:RMS_TEXTBOOK",
+                               "tests/corpus/correct.py:RMS_TWO_PASS_FLOAT64", "torch"]}
+
+
+def test_every_bug_missed_by_forward_has_an_input_in_its_regime_here():
+    assert {entry.spec for entry in BROKEN if entry.missed_by} == set(REGIMES)
+
+
+@pytest.mark.parametrize("spec", REGIMES, ids=lambda spec: spec.split(":")[-1])
+def test_bug_of_a_derived_regime_fails_its_claim_by_a_wide_margin_and_correct_kernels_pass(spec):
+    check, example = REGIMES[spec]
+    bug = kernel(spec)
+    ratio = recorded_ratio(check, bug, example)
+    assert ratio > WIDE_MARGIN, f"error/bound {ratio:.3g}"
+    for correct in CORRECT_OF_KIND[bug.kind]:
+        (found,) = [k for k in resolve(correct if correct == "torch" else str(ROOT / correct)) if k.kind == bug.kind]
+        assert recorded_ratio(check, found, example) < CORRECT_MAX_RATIO, found.name
 
 
 SHARED_OR_FIXED_MASKS = ("DROPOUT_MASK_PER_ROW", "DROPOUT_FIXED_COUNT_PER_ROW", "DROPOUT_BLOCKS_OF_2",

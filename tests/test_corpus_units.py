@@ -155,6 +155,11 @@ FORWARD_BUGS = {
     "statistics.py:RMS_GEMMA_OFFSET_MISSING": ((rows(8, D), None, None, 1e-5), (rows(8, D), W, None, 1e-5)),
     "rows.py:LN_SEQUENCE_FIRST_FLATTEN": ((rows(6, D), W, B, 1e-5), (rows(6, D).reshape(2, 3, D), W, B, 1e-5)),
     "padded_block.py:LN_PADDED_LANES": ((rows(8, D), W, B, 1e-5), (rows(8, D - 1, mean=1.0), W[:-1], B[:-1], 1e-5)),
+    "derived.py:LN_ONE_PASS_AROUND_ONE_SHIFT": ((rows(8, D, mean=100.0), W, B, 1e-5),
+                                                (torch.cat([rows(1, D), rows(1, D, mean=1e4)]), W, B, 1e-5)),
+    "derived.py:LN_FLUSH_TO_ZERO": ((rows(8, D, std=1e-3), W, B, 1e-12), (rows(8, D, std=2.0**-64), W, B, 4.0**-64)),
+    "derived.py:RMS_FLUSH_TO_ZERO": ((rows(8, D, std=1e-3), W, None, 1e-12),
+                                     (rows(8, D, std=2.0**-64), W, None, 4.0**-64)),
 }
 AGREES = 1e-4  # fp32 output vs float64: a correct kernel is within ~1e-6 here
 DISAGREES = 1e-2

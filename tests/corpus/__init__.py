@@ -4,6 +4,8 @@ Each entry names a SPEC (``tests/corpus/<file>.py:<ATTR>``, relative to the repo
 and ``expect``, the claim ids on which the suite MUST fail that kernel; for a correct kernel ``expect`` is
 empty and the suite must pass it on every claim that applies. ``margin`` names the claim on which a
 numerical bug must be caught by a wide margin (worst error/bound ratio above :data:`WIDE_MARGIN`).
+``missed_by`` names claims that must PASS the broken kernel: a bug that only a derived-property claim's own
+regime reaches (tests/corpus/derived.py) is shown to lie outside ``*.forward``'s inputs.
 ``mechanism`` is the ``proofs.mechanisms`` id the bug plants, where the library has it: the diagnosis of its
 failed forward/gradient checks must name it (tests/test_diagnosis.py).
 
@@ -15,6 +17,8 @@ The files, by where the bug is:
     padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
     dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward + Bernoulli control
     correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
+    derived.py       caught only in a derived-property claim's regime (per-row shifts, the ends of the exponent
+                     range), missed by ``*.forward``: one-pass moments around one shift per call, flush-to-zero
     residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
     dropout_add.py   fused dropout + add + LayerNorm: rescale, one mask for all rows, y without dropout + control
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
@@ -42,6 +46,7 @@ class Entry:
     margin: str | None = None
     mechanism: str | None = None  # the proofs.mechanisms id it plants (None: its bug is not in the library)
     status: str = "failed"  # what the claims of ``expect`` must end in: "failed", or "error" for a kernel fault
+    missed_by: frozenset[str] = frozenset()  # claims whose inputs must not catch it (they must pass the kernel)
 
     @property
     def correct(self) -> bool:
@@ -49,8 +54,8 @@ class Entry:
 
 
 def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str | None = None,
-            status: str = "failed") -> Entry:
-    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism, status)
+            status: str = "failed", missed_by: tuple[str, ...] = ()) -> Entry:
+    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism, status, frozenset(missed_by))
 
 
 def _correct(spec: str) -> Entry:
@@ -169,6 +174,12 @@ CORPUS: tuple[Entry, ...] = (
     _broken("groupnorm.py:GN_VARIANCE_DETACHED", "gn.jacobian"),
     _broken("groupnorm.py:GN_UNBIASED_VARIANCE", "gn.degenerate"),
     _broken("blocks.py:LN_RSTD_CLAMPED", "ln.contraction", "blocks.jacobians"),
+    # derived.py: caught in a derived-property claim's own regime, missed by *.forward's inputs (issue 11, point 6)
+    _broken("derived.py:LN_ONE_PASS_AROUND_ONE_SHIFT", "ln.shift_invariance", margin="ln.shift_invariance",
+            missed_by=("ln.forward",)),
+    _broken("derived.py:LN_FLUSH_TO_ZERO", "ln.affine", "ln.variance_insensitivity", margin="ln.affine",
+            missed_by=("ln.forward",)),
+    _broken("derived.py:RMS_FLUSH_TO_ZERO", "rms.affine", margin="rms.affine", missed_by=("rms.forward",)),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),
