@@ -35,7 +35,9 @@ import numpy as np
 from scipy import special, stats
 
 RUN_FALSE_ALARM = 1e-10
-"""Per kernel and run, every dropout statistical test together: <= 1e-9 for a run of up to ten kernels."""
+"""Per kernel and run, every dropout statistical test together: <= 1e-9 for a run of up to ten kernels. A kernel
+runs the claims of one family: ``dropout.*`` (kind dropout) or ``drop_add_ln.*`` (kind dropout_add_layernorm, the
+mask read from residual_out), each family's budgets summing to RUN_FALSE_ALARM."""
 BUDGET = {
     "dropout.keep_rate": 2e-11,
     "dropout.mask_distribution": 2e-11,
@@ -43,6 +45,10 @@ BUDGET = {
     "dropout.seeds": 1e-11,
     "dropout.layout_invariance": 2e-11,
     "dropout.variance_bias": 1e-11,
+    "drop_add_ln.keep_rate": 3e-11,
+    "drop_add_ln.independence": 3e-11,
+    "drop_add_ln.seeds": 2e-11,
+    "drop_add_ln.variance_bias": 2e-11,
 }
 
 

@@ -122,6 +122,14 @@ def float16_rstd_overflows(example: dict) -> bool:
     return bool(torch.isinf(rstd.to(torch.float16)).any())
 
 
+def float16_rstd_overflows_at_residual_out(example: dict) -> bool:
+    """The fused kinds' norm input is residual_out, not x: a float16 example of width 1 (residual_out's rows are
+    constant, var = 0, whatever the mask) with 1/sqrt(eps) > 65504 (eps = 1e-12): rstd is inf in float16."""
+    x = example.get("x")
+    return (isinstance(x, torch.Tensor) and x.dtype == torch.float16 and x.shape[-1] == 1
+            and bool(torch.isinf(torch.rsqrt(torch.tensor(example["eps"])).to(torch.float16))))
+
+
 def affine_residue_shows(example: dict) -> bool:
     """An ``x`` of exact statistics (properties.exact_rows: it has ``centred`` rows): for the gradients (with ``dy``)
     any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU layer_norm
@@ -147,6 +155,10 @@ BUILTIN_DEVIATIONS = (
               "torch's CPU layer_norm keeps rstd in float16 (its declared backward_precision 'storage'); where "
               "1/sqrt(var + eps) > 65504 it is inf, and the backward's (x - mean) * rstd = 0 * inf is NaN "
               "(docs/findings.md [H])"),
+    Deviation(("torch-fused:add_layernorm", "torch-fused:dropout_add_layernorm"), "*", "nonfinite",
+              float16_rstd_overflows_at_residual_out,
+              "torch-fused normalizes residual_out with torch's CPU layer_norm, which keeps rstd in float16: at "
+              "d = 1 with eps = 1e-12 rstd is inf and the backward's 0 * inf is NaN (docs/findings.md [H])"),
     Deviation(("torch:layernorm", "torch-module:layernorm", "torch-compile:layernorm"), "ln.*", "value",
               affine_residue_shows,
               "torch's CPU layer_norm computes x_hat as x * rstd - mean * rstd (the float16/bfloat16 forward, and "

@@ -18,6 +18,7 @@ from core.capabilities import discover
 from core.registry import Kernel
 from proofs import fused_oracles
 from properties import fused, fused_tolerance
+from properties.dropout_strategies import SCALES, TESTED_PROBABILITIES, nonzero_values
 from properties.norms import as_float64, representable
 from properties.strategies import (
     BIAS_FORMS,
@@ -39,6 +40,13 @@ from properties.strategies import (
 )
 
 RESIDUAL_FORMS = ("independent", "independent", "independent", "cancelling")
+MASK_RESIDUALS = ("zeros", "within x")
+# The sizes of the dropout + add kind's statistical tests (tests/test_dropout_add_statistics.py derives their power
+# there) and their share of the profile's examples: few, wide rows (an interpreted Triton kernel runs a program per
+# row: 64 x 1024 takes 0.8 s, 1024 x 64 13 s on an idle core).
+MASK_SHAPES, KEEP_RATE_FRACTION, INDEPENDENCE_FRACTION = ((16, 4096), (64, 1024)), 0.25, 0.15
+SEED_SHAPES, SEED_FRACTION = ((4, 4096), (16, 1024)), 0.15
+LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel may switch to another code path
 
 
 @st.composite
@@ -80,4 +88,48 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         exact = fused_oracles.add_norm_vjp(h, gamma64, example["eps"], as_float64(example["dy"]),
                                            as_float64(example["dh"]), fused.norm_kind(kernel))
         assume(all(g is None or representable(g, dtype) for g in exact))
+    return example
+
+
+def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str) -> dict:
+    """weight (and bias for LayerNorm) in any of their forms, rounded to ``dtype``."""
+    gamma = draw(effective_weights(d, WEIGHT_FORMS))
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(d, dtype=torch.float64)
+    parameters = {"weight": None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)}
+    if fused.has_bias(kernel):
+        beta = draw(biases(d, BIAS_FORMS))
+        parameters["bias"] = None if beta is None else rounded(beta, dtype, device)
+    return parameters
+
+
+@st.composite
+def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | None = None,
+                    probabilities: tuple[float, ...] = TESTED_PROBABILITIES, upstream: bool = False) -> dict:
+    """An example of kind dropout_add_layernorm whose mask residual_out shows exactly (claim drop_add_ln.keep_rate):
+    x with no zero (dropout_strategies.nonzero_values), the residual zeros or x times u, u uniform in [-1, 1]
+    element by element (so |residual_i| <= |x_i| after rounding), p from ``probabilities``, a seed; [rows, d] from
+    ``shapes`` (default: up to 4 rows of a width up to 1024). With ``upstream``, dy and dh (the residual is then
+    never zero: a row dropped entirely is the residual row, not a zero row of the norm)."""
+    caps = discover(kernel)
+    dtype = draw(storage_dtypes(kernel))
+    if shapes is None:
+        d = draw(widths(max_width=1024))
+        shape = (draw(st.integers(1, 4)), d)
+    else:
+        shape = draw(st.sampled_from(shapes))
+    x64 = nonzero_values(shape, draw(seeds()), draw(st.sampled_from([0.0, 1.0])), draw(st.sampled_from(SCALES)))
+    x = rounded(x64, dtype, caps.device)
+    form = "within x" if upstream else draw(st.sampled_from(MASK_RESIDUALS))
+    fraction = torch.zeros(shape, dtype=torch.float64)
+    if form == "within x":
+        generator = torch.Generator().manual_seed(draw(seeds()))
+        fraction = torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
+    example = {"x": x, "residual": rounded(x.to("cpu", torch.float64) * fraction, dtype, caps.device),
+               **_parameters(draw, kernel, shape[-1], dtype, caps.device), "eps": draw(epsilons()),
+               "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}
+    if upstream:
+        h_dtype = fused.residual_dtype(kernel, example["residual"])
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
+        example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
     return example

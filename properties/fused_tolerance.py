@@ -12,8 +12,10 @@ norm of the stored h (the contract, docs/validate-your-kernel.md). So:
   With the error model's bound B on the accumulated J^T dy (u_out = u_acc: no rounding to storage before the
   add) and t = J^T dy + dh exact:
       |fl_o(fl_acc(a_hat + dh)) - t| <= B (1 + u_acc)(1 + u_o) + ((1 + u_acc)(1 + u_o) - 1) |t|.
-  Dropout multiplies d by fl_acc(1/(1 - p)) once more (one rounding of the scale, one of the product):
-      |dx - m t/(1 - p)| <= s B' (1 + u_acc)^2 (1 + u_o) + ((1 + u_acc)^2 (1 + u_o) - 1) s |t|, s = 1/(1 - p),
+  Dropout multiplies d by the scale s = 1/(1 - p): fused, fl_o(fl_acc(d fl_acc(s))); unfused (dropout applied to
+  the branch in storage before the add, as torch's F.dropout is: its backward gets d rounded to the output dtype),
+  fl_o(fl(fl_o(d) fl_o(s))). Four roundings at most, each within u_o >= u_acc:
+      |dx - m t/(1 - p)| <= s B' (1 + u_o)^4 + ((1 + u_o)^4 - 1) s |t|,
   with B' the bound of d before its rounding to the output dtype. Every bound adds the float64 oracle's own
   error (2^-53 relative, of the same sums).
 """
@@ -75,8 +77,7 @@ def backward(h: np.ndarray, gamma: np.ndarray | None, eps: float, dy: np.ndarray
         u_o = unit_roundoffs(dtypes[name])[1]
         if name == "x" and dropout_scale is not None:
             scale = dropout_scale
-            bound = (scale * before_rounding * (1 + u_acc) ** 2 * (1 + u_o)
-                     + ((1 + u_acc) ** 2 * (1 + u_o) - 1) * scale * magnitude
+            bound = (scale * before_rounding * (1 + u_o) ** 4 + ((1 + u_o) ** 4 - 1) * scale * magnitude
                      + U64 * scale * magnitude)
         else:
             bound = before_rounding * (1 + u_o) + u_o * magnitude + U64 * magnitude

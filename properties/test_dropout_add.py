@@ -1,26 +1,56 @@
 """Fused dropout + add + LayerNorm kernels (kind dropout_add_layernorm, fn(x, residual, weight, bias, eps, p, seed)):
 drop_add_ln.forward (y = LN(residual_out)), drop_add_ln.values (each residual_out element is residual or
-residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's statistics, over 1024 masks).
+residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's statistics, over 1024 masks), and
+the dropout part, its mask read exactly from residual_out: drop_add_ln.keep_rate, .independence, .seeds (the tests
+of properties/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale).
 
-The checks: :mod:`properties.checks.fused` (the statistical one states its false-alarm probability).
+The checks: :mod:`properties.checks.fused` and :mod:`properties.checks.dropout_add`. Each statistical test spends
+its share of ``dropout_statistics.BUDGET["drop_add_ln.*"]`` evenly over its examples; its power at the sizes of
+properties/fused_strategies.py is derived in tests/test_dropout_add_statistics.py.
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from properties import dropout_statistics as statistics
 from properties import evidence, profiles
+from properties.checks.dropout_add import (
+    check_determinism,
+    check_gradient,
+    check_independence,
+    check_keep_rate,
+    check_seeds,
+)
 from properties.checks.fused import check_dropout_values, check_dropout_variance_bias, check_forward
-from properties.fused_strategies import add_norm_examples
+from properties.dropout_strategies import KEEP_RATE_PROBABILITIES
+from properties.fused_strategies import (
+    INDEPENDENCE_FRACTION,
+    KEEP_RATE_FRACTION,
+    LARGE_PATH_SHAPE,
+    MASK_SHAPES,
+    SEED_FRACTION,
+    SEED_SHAPES,
+    add_norm_examples,
+    masked_examples,
+)
+from properties.norms import require_backward
 from properties.strategies import seeds
+
+DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
 
 
 @st.composite
 def dropout_add_examples(draw, kernel, d=None) -> dict:
     example = draw(add_norm_examples(kernel, d=d, residual="independent"))
-    return {**example, "p": draw(st.sampled_from([0.1, 0.25, 0.5, 0.75])), "seed": draw(seeds())}
+    return {**example, "p": draw(st.sampled_from(DROP_PROBABILITIES)), "seed": draw(seeds())}
+
+
+def _alpha(claim: str, fraction: float) -> float:
+    """The false alarm of one example of a test running ``fraction`` of the profile's examples."""
+    return statistics.per_example(claim, max(1, round(settings.default.max_examples * fraction)))
 
 
 @pytest.mark.claim("drop_add_ln.forward")
@@ -43,4 +73,55 @@ def test_each_element_is_dropped_or_rescaled(dropout_add_kernel, data):
 @given(data=st.data())
 def test_variance_bias_of_the_norms_input(dropout_add_kernel, data):
     example = data.draw(dropout_add_examples(dropout_add_kernel, d=st.sampled_from([8, 16, 64])), "example")
-    evidence.check(check_dropout_variance_bias, dropout_add_kernel, example)
+    evidence.check(check_dropout_variance_bias, dropout_add_kernel,
+                   {**example, "alpha": _alpha("drop_add_ln.variance_bias", 0.25)})
+
+
+@pytest.mark.claim("drop_add_ln.keep_rate")
+@profiles.share(KEEP_RATE_FRACTION)
+@given(data=st.data())
+def test_keep_rate(dropout_add_kernel, data):
+    example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES, KEEP_RATE_PROBABILITIES), "example")
+    evidence.check(check_keep_rate, dropout_add_kernel,
+                   {**example, "alpha": _alpha("drop_add_ln.keep_rate", KEEP_RATE_FRACTION)})
+
+
+@pytest.mark.claim("drop_add_ln.independence")
+@profiles.share(INDEPENDENCE_FRACTION)
+@given(data=st.data())
+def test_mask_bits_are_independent(dropout_add_kernel, data):
+    example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES), "example")
+    evidence.check(check_independence, dropout_add_kernel,
+                   {**example, "alpha": _alpha("drop_add_ln.independence", INDEPENDENCE_FRACTION)})
+
+
+@pytest.mark.claim("drop_add_ln.seeds")
+@profiles.share(SEED_FRACTION)
+@given(data=st.data())
+def test_different_seeds_give_independent_masks(dropout_add_kernel, data):
+    example = data.draw(masked_examples(dropout_add_kernel, SEED_SHAPES), "example")
+    evidence.check(check_seeds, dropout_add_kernel, {**example, "alpha": _alpha("drop_add_ln.seeds", SEED_FRACTION)})
+
+
+@pytest.mark.claim("drop_add_ln.determinism")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_same_seed_same_outputs(dropout_add_kernel, data):
+    evidence.check(check_determinism, dropout_add_kernel, data.draw(masked_examples(dropout_add_kernel), "example"))
+
+
+@pytest.mark.claim("drop_add_ln.determinism")
+@profiles.share(1 / 20)
+@given(data=st.data())
+def test_same_seed_same_outputs_above_65536_elements(dropout_add_kernel, data):
+    example = data.draw(masked_examples(dropout_add_kernel, (LARGE_PATH_SHAPE,)), "example")
+    evidence.check(check_determinism, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_gradient_uses_the_forward_mask(dropout_add_kernel, data):
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
+    evidence.check(check_gradient, dropout_add_kernel, example)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from proofs import expressions, fused_oracles
 from proofs.algebra import concrete_row, d, dy, eps, i, j, mu, p, row_sum, var
-from proofs.claims import CLAIMS, blocks, checks, groupnorm
+from proofs.claims import CLAIMS, blocks, checks, fused, groupnorm
 from proofs.derivation import Equal
 
 
@@ -40,6 +40,21 @@ def test_the_dropout_bias_in_the_norm_inputs_statistics_is_rejected():
     sum_mean_square = row_sum((z[k] + sp.IndexedBase("x", real=True)[k]) ** 2, k) / d
     wrong = p * (d - 1) / (d * (1 - p)) * sum_mean_square  # the seed's formula applied to h = z + x
     assert not dataclasses.replace(step, rhs=wrong).verify()
+
+
+def test_a_dropout_gradient_without_the_mask_or_the_scale_is_rejected():
+    step = _step("drop_add_ln.gradient", "chain rule")
+    assert step.verify()
+    t, m = fused.through, sp.IndexedBase("m", real=True)
+    assert not dataclasses.replace(step, rhs=t[j] / (1 - p)).verify()  # every element rescaled: no mask
+    assert not dataclasses.replace(step, rhs=t[j] * m[j]).verify()  # the mask without 1/(1-p)
+
+
+def test_the_mask_is_not_recoverable_when_the_residual_outgrows_the_branch():
+    """The condition |residual| <= |x| of drop_add_ln.keep_rate's derivation is needed: a large residual swallows a
+    kept element (fl(r + s) = r), so residual_out != residual would miss it."""
+    assert fused._storage_sums_move([1.0, 3.0], [1.0, -0.5], 0.1, torch.float16)
+    assert not fused._storage_sums_move([1.0, 3.0], [4096.0, 2000.0], 0.1, torch.float16)
 
 
 def test_groupnorm_groups_are_dense_inside_and_zero_across():

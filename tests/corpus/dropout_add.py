@@ -1,9 +1,18 @@
 """Broken fused dropout + add + LayerNorm kernels (kind dropout_add_layernorm): residual_out = residual + dropout(x)
 (mask of the seed, i.i.d. Bernoulli(1-p) per element), y = LN(residual_out), with exactly one thing broken.
 
-    DROP_ADD_NO_RESCALE          kept values not divided by 1 - p              -> drop_add_ln.values
-    DROP_ADD_ONE_MASK_FOR_ROWS   every row gets the same mask (a per-column mask) -> drop_add_ln.variance_bias
-    DROP_ADD_NORM_WITHOUT_DROPOUT y = LN(residual + x): the dropout skipped for y -> drop_add_ln.forward
+    DROP_ADD_NO_RESCALE           kept values not divided by 1 - p                -> drop_add_ln.values
+    DROP_ADD_ONE_MASK_FOR_ROWS    every row gets the same mask (a per-column mask) -> drop_add_ln.variance_bias,
+                                                                                     drop_add_ln.independence
+    DROP_ADD_NORM_WITHOUT_DROPOUT y = LN(residual + x): the dropout skipped for y   -> drop_add_ln.forward
+    DROP_ADD_KEEP_DROP_SWAPPED    keeps an element with probability p, not 1 - p  -> drop_add_ln.keep_rate
+    DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
+    DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
+    DROP_ADD_BACKWARD_OTHER_MASK  the backward drops with another mask            -> drop_add_ln.gradient
+    DROP_ADD_BACKWARD_UNSCALED    the backward forgets the 1/(1-p) scale           -> drop_add_ln.gradient
+
+The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
+backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): declared for float32 only.
 """
 
 from __future__ import annotations
@@ -13,20 +22,35 @@ import torch
 from core.kernel import Kernel
 
 SPEC = "tests/corpus/dropout_add.py:"
+FIXED_SEED = 1234
 
 
-def _mask(shape, p: float, seed: int, one_for_rows: bool) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    if one_for_rows:
+def _mask(shape, p: float, seed: int, bug: str) -> torch.Tensor:
+    if bug == "unseeded":
+        return torch.rand(shape) >= p
+    generator = torch.Generator().manual_seed(FIXED_SEED if bug == "fixed_seed" else seed)
+    if bug == "rows":
         return (torch.rand(shape[-1], generator=generator) >= p).expand(shape)
-    return torch.rand(shape, generator=generator) >= p
+    draws = torch.rand(shape, generator=generator)
+    return draws < p if bug == "swapped" else draws >= p
+
+
+def _value_of_first_gradient_of_second(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """first's value, second's gradient."""
+    return first.detach() + (second - second.detach())
 
 
 def _make(bug: str):
     def fn(x, residual, weight, bias, eps, p, seed):
-        kept = _mask(x.shape, p, seed, bug == "rows").to(x.device)
+        kept = _mask(x.shape, p, seed, bug).to(x.device)
         scale = 1.0 if bug == "rescale" else 1.0 / (1.0 - p)
-        h = (residual.float() + torch.where(kept, x.float() * scale, 0.0)).to(residual.dtype)
+        branch = torch.where(kept, x.float() * scale, 0.0)
+        if bug == "other_mask":
+            other = _mask(x.shape, p, seed + 1, "").to(x.device)
+            branch = _value_of_first_gradient_of_second(branch, torch.where(other, x.float() * scale, 0.0))
+        if bug == "unscaled":
+            branch = _value_of_first_gradient_of_second(branch, torch.where(kept, x.float(), 0.0))
+        h = (residual.float() + branch).to(residual.dtype)
         normalized = (residual.float() + x.float()) if bug == "skipped" else h.float()
         y = torch.nn.functional.layer_norm(normalized, x.shape[-1:], None if weight is None else weight.float(),
                                            None if bias is None else bias.float(), eps)
@@ -35,14 +59,27 @@ def _make(bug: str):
     return fn
 
 
-DROP_ADD_NO_RESCALE = Kernel("drop_add_no_rescale", "dropout_add_layernorm", _make("rescale"),
-                             spec=f"{SPEC}DROP_ADD_NO_RESCALE",
-                             description="kept values not rescaled by 1/(1-p): drop_add_ln.values")
-DROP_ADD_ONE_MASK_FOR_ROWS = Kernel("drop_add_one_mask_for_rows", "dropout_add_layernorm", _make("rows"),
-                                    spec=f"{SPEC}DROP_ADD_ONE_MASK_FOR_ROWS",
-                                    description="the same mask in every row: drop_add_ln.variance_bias")
-DROP_ADD_NORM_WITHOUT_DROPOUT = Kernel("drop_add_norm_without_dropout", "dropout_add_layernorm", _make("skipped"),
-                                       spec=f"{SPEC}DROP_ADD_NORM_WITHOUT_DROPOUT",
-                                       description="y normalizes residual + x, not residual_out: drop_add_ln.forward")
-DROP_ADD_CORRECT = Kernel("drop_add_correct", "dropout_add_layernorm", _make(""), spec=f"{SPEC}DROP_ADD_CORRECT",
-                          description="the same implementation, unbroken: the control")
+def _kernel(name: str, bug: str, description: str, **declared) -> Kernel:
+    return Kernel(name.lower(), "dropout_add_layernorm", _make(bug), spec=f"{SPEC}{name}", description=description,
+                  **declared)
+
+
+DROP_ADD_NO_RESCALE = _kernel("DROP_ADD_NO_RESCALE", "rescale",
+                              "kept values not rescaled by 1/(1-p): drop_add_ln.values")
+DROP_ADD_ONE_MASK_FOR_ROWS = _kernel("DROP_ADD_ONE_MASK_FOR_ROWS", "rows", "the same mask in every row: "
+                                     "drop_add_ln.variance_bias, drop_add_ln.independence")
+DROP_ADD_NORM_WITHOUT_DROPOUT = _kernel("DROP_ADD_NORM_WITHOUT_DROPOUT", "skipped",
+                                        "y normalizes residual + x, not residual_out: drop_add_ln.forward")
+DROP_ADD_KEEP_DROP_SWAPPED = _kernel("DROP_ADD_KEEP_DROP_SWAPPED", "swapped",
+                                     "keeps with probability p instead of 1 - p: drop_add_ln.keep_rate")
+DROP_ADD_FIXED_INTERNAL_SEED = _kernel("DROP_ADD_FIXED_INTERNAL_SEED", "fixed_seed",
+                                       "ignores the seed argument (one fixed generator seed): drop_add_ln.seeds")
+DROP_ADD_UNSEEDED = _kernel("DROP_ADD_UNSEEDED", "unseeded",
+                            "draws the mask from torch's global generator, not the seed: drop_add_ln.determinism")
+DROP_ADD_BACKWARD_OTHER_MASK = _kernel("DROP_ADD_BACKWARD_OTHER_MASK", "other_mask",
+                                       "the backward drops with the mask of seed + 1: drop_add_ln.gradient")
+DROP_ADD_BACKWARD_UNSCALED = _kernel("DROP_ADD_BACKWARD_UNSCALED", "unscaled",
+                                     "the backward does not rescale by 1/(1-p): drop_add_ln.gradient")
+DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control (float32 only: in "
+                           "16-bit storage its autograd rounds dL/d(residual_out) twice, [R1])",
+                           dtypes=(torch.float32,))

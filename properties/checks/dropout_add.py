@@ -1,0 +1,106 @@
+"""The dropout part of fused dropout + add + LayerNorm kernels (kind dropout_add_layernorm): drop_add_ln.keep_rate,
+.independence, .seeds, .determinism, .gradient (proofs/claims/fused.py).
+
+A fused kernel does not return its mask, but residual_out shows it: with 0 < |x_i| and |residual_i| <= |x_i|
+(properties.fused_strategies.masked_examples draws them so), element i was kept exactly when
+residual_out_i != residual_i, in any dtype and along any rounding path (the derivation of drop_add_ln.keep_rate).
+The statistical checks judge that mask with the tests of :mod:`properties.dropout_statistics`, as the dropout
+kind's do (properties.checks.dropout): ``alpha`` is the false alarm the example may spend, its test's share of
+``dropout_statistics.BUDGET["drop_add_ln.*"]``; the powers at the sizes the tests use are derived in
+tests/test_dropout_add_statistics.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from core.capabilities import dtype_name
+from proofs import fused_oracles
+from properties import dropout_statistics as statistics
+from properties import fused, fused_tolerance, outcome
+from properties.checks.dropout import SEED_PARTNERS
+from properties.dropout_statistics import Finding
+from properties.norms import as_float64
+
+
+def kept_mask(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+              bias=None) -> np.ndarray:
+    """The kernel's mask as int8 [rows, d]: residual_out != residual (exact under the drawn inputs)."""
+    _, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    return (as_float64(h) != as_float64(residual)).reshape(-1, x.shape[-1]).astype(np.int8)
+
+
+def _conclude(findings: list[Finding], meaning: str, **point) -> None:
+    comparisons = [outcome.Comparison(finding.ratio, finding.describe()) for finding in findings]
+    outcome.conclude(comparisons, meaning, label="statistic/threshold", **point)
+
+
+def check_keep_rate(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                    alpha: float, bias=None) -> None:
+    """The kept count of the n elements is Binomial(n, 1-p): exact two-sided test at level alpha."""
+    masks = kept_mask(kernel, x, residual, weight, eps, p, seed, bias)
+    acceptance = statistics.binomial_acceptance(masks.size, 1.0 - p, alpha, f"kept count of {masks.size} elements")
+    kept = int(masks.sum())
+    _conclude([Finding(acceptance, kept)], "the branch's keep rate is not 1 - p", p=p, d=x.shape[-1],
+              measured=kept / masks.size, predicted=1.0 - p)
+
+
+def check_independence(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                       alpha: float, bias=None) -> None:
+    """Neighbouring bits, one column of two rows and the counts of two rows: those of independent bits."""
+    masks = kept_mask(kernel, x, residual, weight, eps, p, seed, bias)
+    _conclude(statistics.independence_findings(masks, p, alpha),
+              "the branch's mask bits are not independent (neighbours or rows share draws)", p=p, d=x.shape[-1])
+
+
+def check_seeds(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                alpha: float, bias=None) -> None:
+    """The masks of seed s and of s + 1, s XOR 1, s + 2 agree on Binomial(n, p^2 + (1-p)^2) elements (alpha/3 each)."""
+    first = kept_mask(kernel, x, residual, weight, eps, p, seed, bias)
+    findings = []
+    for name, partner in zip(SEED_PARTNERS, (seed + 1, seed ^ 1, seed + 2), strict=True):
+        other = kept_mask(kernel, x, residual, weight, eps, p, partner, bias)
+        findings.append(statistics.agreement_finding(*statistics.pair_agreement(first, other), p, alpha / 3,
+                                                     f"seeds s and {name}"))
+    _conclude(findings, "masks of different seeds are not independent (the seed is ignored or truncated)",
+              p=p, d=x.shape[-1], seed=seed)
+
+
+def check_determinism(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                      bias=None) -> None:
+    """Two calls with the same seed return the same y and residual_out, bit for bit."""
+    first = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    second = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    differ = [f"{name} in {int((a != b).sum())} of {a.numel()} elements"
+              for name, a, b in zip(("y", "residual_out"), first, second, strict=True) if not torch.equal(a, b)]
+    outcome.exact(not differ, f"two calls with seed {seed} differ: {'; '.join(differ)}",
+                  "dropout + add + norm must be a function of (x, residual, p, seed)", p=p, d=x.shape[-1],
+                  n=x.numel())
+
+
+def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                   dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
+    """dL/dx = m t/(1-p) with m the forward's mask (read from its residual_out) and t = J^T dy + dh at residual_out:
+    0 exactly where it dropped; dL/dresidual = t; dweight, dbias LayerNorm's at residual_out
+    (fused_tolerance.backward with the dropout scale). An element whose exact gradient is not representable in its
+    dtype has no finite bound: counted unchecked, never passed."""
+    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
+    h, grads = fused.vjp(kernel, example, dy, dh)
+    kept = as_float64(h) != as_float64(residual)
+    gamma, _ = fused.gammas(kernel, weight, bias)
+    h64, dy64 = as_float64(h), as_float64(dy)
+    t, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, as_float64(dh.to(h.dtype)),
+                                                fused.norm_kind(kernel))
+    expected = {"x": np.where(kept, t / (1.0 - p), 0.0), "residual": t,
+                **dict(zip(("weight", "bias"), parameters, strict=False))}
+    bounds = fused_tolerance.backward(h64, gamma, eps, dy64, t, fused.norm_kind(kernel),
+                                      {name: g.dtype for name, g in grads.items()}, dropout_scale=1.0 / (1.0 - p),
+                                      backward_precision=kernel.backward_precision)
+    bounds["x"] = np.where(kept, bounds["x"], 0.0)
+    comparisons = []
+    for name, g in grads.items():
+        bound = np.where(np.abs(expected[name]) <= torch.finfo(g.dtype).max, bounds[name], np.inf)
+        comparisons.append(outcome.compare(g, expected[name], bound, f"d{name}"))
+    outcome.conclude(comparisons, "the backward does not drop the forward's mask and rescale by 1/(1-p), or does not "
+                                  "pass J^T dy + dh to the residual", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))

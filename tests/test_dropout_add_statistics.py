@@ -1,0 +1,82 @@
+"""The dropout + add kind's statistical tests (properties/test_dropout_add.py): the mask they read from residual_out
+is the mask the kernel drew, and each test has its stated power against named alternatives at the sizes and false
+alarms it runs with under ci (the tests themselves, and their false alarms, are properties/dropout_statistics.py's,
+shown there by tests/test_dropout_statistics.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from corpus.dropout_add import DROP_ADD_CORRECT, _mask
+from hypothesis import settings
+
+from properties import dropout_statistics as ds
+from properties import fused_strategies as sizes
+from properties.checks.dropout_add import kept_mask
+from properties.dropout_strategies import KEEP_RATE_PROBABILITIES, TESTED_PROBABILITIES, nonzero_values
+
+CI_EXAMPLES = settings.get_profile("ci").max_examples
+
+
+def ci_alpha(claim: str, fraction: float) -> float:
+    return ds.per_example(claim, max(1, round(CI_EXAMPLES * fraction)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("residual", ["zeros", "within x"])
+def test_the_mask_read_from_residual_out_is_the_mask_drawn(dtype, residual):
+    """The corpus control draws its mask from torch.Generator(seed): residual_out != residual recovers it exactly."""
+    shape, p, seed = (8, 512), 0.3, 7
+    x = nonzero_values(shape, 1, 1.0, 0.01).to(dtype)
+    fraction = torch.zeros(shape, dtype=torch.float64) if residual == "zeros" else torch.rand(shape) * 2 - 1
+    r = (x.double() * fraction).to(dtype)
+    assert (kept_mask(DROP_ADD_CORRECT, x, r, None, 1e-5, p, seed) == _mask(shape, p, seed, "").numpy()).all()
+
+
+def power_table() -> list[tuple[str, float, str, float]]:
+    """(test, p, alternative, derived power) of the fused kind's statistical tests at their ci sizes."""
+    rows = []
+    n = sizes.MASK_SHAPES[0][0] * sizes.MASK_SHAPES[0][1]
+    alpha = ci_alpha("drop_add_ln.keep_rate", sizes.KEEP_RATE_FRACTION)
+    for p in KEEP_RATE_PROBABILITIES:
+        acceptance = ds.binomial_acceptance(n, 1 - p, alpha)
+        if p != 0.5:
+            rows.append(("keep_rate", p, "keep probability p (keep and drop swapped)", ds.binomial_power(acceptance,
+                                                                                                          n, p)))
+        if p < 0.1:
+            rows.append(("keep_rate", p, "no dropout for p < 0.1", ds.binomial_power(acceptance, n, 1.0)))
+    alpha = ci_alpha("drop_add_ln.independence", sizes.INDEPENDENCE_FRACTION) / 4
+    for rows_, d in sizes.MASK_SHAPES:
+        neighbours, column_pairs = rows_ * (d // 2), (rows_ // 2) * d
+        for p in TESTED_PROBABILITIES:
+            acceptance = ds.binomial_acceptance(neighbours, ds.agreement_rate(p), alpha)
+            rows.append(("independence", p, "blocks of 2 (neighbours agree)",
+                         ds.binomial_power(acceptance, neighbours, 1.0)))
+            rows.append(("independence", p, "neighbour correlation 0.1 (reported)",
+                         ds.binomial_power(acceptance, neighbours, ds.agreement_rate(p, 0.1))))
+            acceptance = ds.binomial_acceptance(column_pairs, ds.agreement_rate(p), alpha)
+            rows.append(("independence", p, "one mask for every row (rows agree)",
+                         ds.binomial_power(acceptance, column_pairs, 1.0)))
+    alpha = ci_alpha("drop_add_ln.seeds", sizes.SEED_FRACTION) / 3
+    for rows_, d in sizes.SEED_SHAPES:
+        for p in TESTED_PROBABILITIES:
+            acceptance = ds.binomial_acceptance(rows_ * d, ds.agreement_rate(p), alpha)
+            rows.append(("seeds", p, "seed ignored, or seed % 2 (s + 2)", ds.binomial_power(acceptance, rows_ * d,
+                                                                                             1.0)))
+    return rows
+
+
+def test_every_statistical_test_has_its_stated_power_at_its_ci_size():
+    weak = [row for row in power_table() if "(reported)" not in row[2] and row[3] < 1 - 1e-6]
+    assert not weak, weak
+
+
+def test_neighbour_correlation_power_as_stated():
+    """The weak alternative, stated: correlation 0.1 between neighbours (32 768 pairs, alpha ~ 1.5e-12) is detected
+    with probability >= 0.9 for 0.1 <= p <= 0.9 (1 - 1e-6 for 0.3 <= p <= 0.7); at p = 0.05 only 0.09."""
+    powers = {}
+    for _, p, alternative, power in power_table():
+        if alternative.startswith("neighbour correlation"):
+            powers[p] = min(power, powers.get(p, 1.0))
+    assert all(powers[p] >= 0.9 for p in (0.1, 0.9)) and all(powers[p] > 1 - 1e-6 for p in (0.3, 0.5, 0.7)), powers
+    assert 0.05 < powers[0.05] < 0.2, powers
