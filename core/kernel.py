@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core.errors import UsageError
+from proofs.reduction import Reduction
 
 if TYPE_CHECKING:
     import torch
@@ -66,6 +67,11 @@ class Kernel:
     ``residual_dtype``: residual_out kept in the residual's dtype (``"storage"``) or in ``"float32"``
     (flash-attention's ``residual_in_fp32``); ``in_place=("residual",)`` declares that the kernel writes
     residual_out into its residual argument (vLLM's ``fused_add_rms_norm``). The suite checks what is declared.
+
+    ``reduction`` declares how the kernel sums a row for its statistics (:class:`proofs.reduction.Reduction`: runs,
+    lanes, cascade, blocks; two-pass or Welford), read from its source: the error model then bounds each sum by the
+    shape's depth D instead of d - 1 (any order). None (the default) keeps the order-agnostic bound: a shape is never
+    assumed. A declaration the kernel does not follow is caught like any other wrong claim (its bound is tighter).
     """
 
     name: str
@@ -81,6 +87,7 @@ class Kernel:
     no_gradient: tuple[str, ...] = ()
     residual_dtype: str = "storage"
     in_place: tuple[str, ...] = ()
+    reduction: Reduction | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -113,6 +120,7 @@ class Kernel:
                 "backward_precision": self.backward_precision, "conventions": list(self.conventions),
                 "residual_dtype": self.residual_dtype, "in_place": list(self.in_place),
                 "no_gradient": list(self.no_gradient),
+                "reduction": None if self.reduction is None else self.reduction.as_json(),
                 "description": self.description}
 
     @property

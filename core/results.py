@@ -136,6 +136,21 @@ class Capabilities(_Model):
     error: str | None = None
 
 
+class ReductionEntry(_Model):
+    """A kernel's declared reduction shape (``proofs.reduction.Reduction.as_json()``), the statistics' sums its bound
+    used; a kernel without one was checked with the order-agnostic bound."""
+
+    run: int
+    lanes: int = 1
+    fan: int = 2
+    level_cost: int = 1
+    finish: int = 0
+    block: int = 0
+    max_width: int = 0
+    two_pass: bool = False
+    source: str = ""
+
+
 class KernelEntry(_Model):
     """A kernel of the run: ``core.kernel.Kernel.as_json()`` and its capabilities (None until a test probed it)."""
 
@@ -148,6 +163,7 @@ class KernelEntry(_Model):
     residual_dtype: str | None = None
     in_place: list[str] = Field(default_factory=list)
     no_gradient: list[str] = Field(default_factory=list)
+    reduction: ReductionEntry | None = None
     description: str = ""
     capabilities: Capabilities | None = None
 

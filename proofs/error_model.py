@@ -42,7 +42,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import probabilistic
+from proofs import probabilistic, reduction
 
 C_RSQRT = 4
 C_WEIGHT = 1
@@ -167,21 +167,24 @@ def _at_most(worst: np.ndarray, *relative: np.ndarray) -> np.ndarray:
 
 def statistic_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, row: np.ndarray) -> tuple:
     """(phi_mu, phi_v) per row, axis kept: the worst case WORST_CASE_FACTORS, or with the probabilistic sum factor
-    (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies."""
+    (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies. With a declared reduction
+    (q["reduction"], proofs.reduction) the sums' d - 1 additions become its depth D (both models)."""
     width, g = row.shape[-1], probabilistic.gamma
+    depth = reduction.depth(q.get("reduction"), width)
     mean_k, var_k = _WORST_ROUNDINGS[kind]
     shape = (*row.shape[:-1], 1)
-    phi_mean = np.zeros(shape) if mean_k is None else np.full(shape, g(width + mean_k, u_acc))
-    phi_var = np.full(shape, g(width + var_k, u_acc))
+    phi_mean = np.zeros(shape) if mean_k is None else np.full(shape, g(depth + 1 + mean_k, u_acc))
+    phi_var = np.full(shape, g(depth + 1 + var_k, u_acc))
     if lam_value is None:
         return phi_mean, phi_var
     if kind == "ln":
-        phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value), g(2, u_acc))
+        phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value, depth=depth), g(2, u_acc))
         square_error = g(3, u_acc)
     else:
         square_error = g(1, u_acc)
     squares = np.square(q["normalized"])
-    phi_var = _at_most(phi_var, square_error, probabilistic.sum_factor(squares, u_acc, lam_value), g(3, u_acc))
+    phi_var = _at_most(phi_var, square_error, probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth),
+                       g(3, u_acc))
     return phi_mean, phi_var
 
 
@@ -204,19 +207,21 @@ def _rho_function(kind: str):
 
 
 def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
-                  u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND) -> np.ndarray:
+                  u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
+                  declared: reduction.Reduction | None = None) -> np.ndarray:
     """Per-element bound B with |y_kernel - y_oracle| <= B (module docstring), shape of x.
 
     ``model``: "probabilistic" (default: the sums' factors of proofs.probabilistic, exceeded by a correct kernel
     with probability at most probabilistic.FALSE_ALARM per call) or "worst-case" (always holds).
+    ``declared``: the kernel's declared reduction shape (proofs.reduction), None for a sum in any order.
     Includes the float64 oracle's own error. inf where the model does not apply (d u_acc too large,
     rho_t >= 1) and NaN where the function is undefined (sigma^2 + eps = 0).
     """
     kind = _check_kind(kind)
     row = np.asarray(x, dtype=np.float64)
     q = {**_row_quantities(row, eps, kind), "eps": eps}
-    factors, rho_t = _forward_rho(kind, row, q, u_acc, model)
-    kernel = _forward_bound_at(kind, row, q, weight, bias, u_acc, u_out, factors)
+    factors, rho_t = _forward_rho(kind, row, _declared(q, declared, row.shape[-1]), u_acc, model)
+    kernel = _forward_bound_at(kind, row, _declared(q, declared, row.shape[-1]), weight, bias, u_acc, u_out, factors)
     oracle = _forward_bound_at(kind, row, q, weight, bias, 2.0**-53, 2.0**-53,
                                statistic_factors(kind, q, 2.0**-53, None, row))
     return _where_valid(kernel + oracle, row.shape[-1], u_acc, rho_t, q["inv_s2"])
@@ -232,14 +237,24 @@ def _forward_rho(kind: str, row: np.ndarray, q: dict, u_acc: float, model: str) 
     return factors, rho_t
 
 
-def forward_bound_finite(x: np.ndarray, eps: float, u_acc: float, kind: str, model: str = DEFAULT_BOUND) -> bool:
+def forward_bound_finite(x: np.ndarray, eps: float, u_acc: float, kind: str, model: str = DEFAULT_BOUND, *,
+                         declared: reduction.Reduction | None = None) -> bool:
     """Whether :func:`forward_bound` is finite on every row of x (rho_t < 1, (d + 9) u_acc < 1, sigma^2 + eps > 0),
     without evaluating it."""
     kind = _check_kind(kind)
     row = np.asarray(x, dtype=np.float64)
     q = _row_quantities(row, eps, kind)
-    rho_t = _forward_rho(kind, row, q, u_acc, model)[1]
+    rho_t = _forward_rho(kind, row, _declared(q, declared, row.shape[-1]), u_acc, model)[1]
     return bool(np.all(np.isfinite(_where_valid(np.zeros_like(rho_t), row.shape[-1], u_acc, rho_t, q["inv_s2"]))))
+
+
+def _declared(q: dict, declared: reduction.Reduction | None, width: int) -> dict:
+    """The row quantities of a kernel with a declared reduction: q["reduction"] (read by :func:`statistic_factors`),
+    and kappa 0 where it declares a two-pass variance (kappa enters the bound only through the first-order Welford
+    term 2 phi_mu kappa of rho_t; a two-pass variance has the mean's error only squared, d e^2)."""
+    if declared is None:
+        return q
+    return {**q, "reduction": declared, "kappa": q["kappa"] if declared.welford(width) else np.zeros_like(q["kappa"])}
 
 
 def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray, inv_s2: np.ndarray) -> np.ndarray:
@@ -361,7 +376,8 @@ def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None) -> 
 
 
 def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray, u_acc: float,
-                    u_out: float, kind: str, model: str = DEFAULT_BOUND) -> dict[str, np.ndarray]:
+                    u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
+                    declared: reduction.Reduction | None = None) -> dict[str, np.ndarray]:
     """Bounds on the errors of the gradient identities of a kernel's dx, per row, from their cancellation
     (claim ln.gradient_identities), not from summed element bounds: {"sum": |sum_i dx_i - 0| (LayerNorm),
     "c_dot": |c . dx - (eps/s^2) c . g'/s|}, c = x - mu (LN) or x (RMS), g' = gamma dy, r = 1/s.
@@ -381,7 +397,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
     q = _row_quantities(row, eps, kind)
     rows, width = int(np.prod(row.shape[:-1])), row.shape[-1]
     lam_value = _lam(model, rows * 12 + 2 * width)
-    p = _backward_pieces(kind, row, q, weight, upstream, u_acc, u_out, lam_value)
+    p = _backward_pieces(kind, row, _declared(q, declared, width), weight, upstream, u_acc, u_out, lam_value)
     g = probabilistic.gamma
     g_round, x_round, combine = g(1 + C_WEIGHT, u_acc), g(2 if kind == "ln" else 1, u_acc), g(C_COMBINE, u_acc)
     outer, float64 = (1 + u_acc) * (1 + u_out) - 1, g(width, 2.0**-53)
@@ -431,12 +447,14 @@ def mean(values: np.ndarray) -> np.ndarray:
 
 
 def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray,
-                   u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND) -> tuple:
+                   u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
+                   declared: reduction.Reduction | None = None) -> tuple:
     """Per-element bounds of the backward: (B_dx, B_dweight, B_dbias) for LN, (B_dx, B_dweight) for RMSNorm.
 
     B_dx has the shape of x; B_dweight and B_dbias the shape [d] (the gradients summed over the
     leading axes, in any order: gamma_{rows} for the cross-row sums, or the probabilistic factor);
-    B_dweight is None without weight. ``model`` as in :func:`forward_bound`.
+    B_dweight is None without weight. ``model`` and ``declared`` as in :func:`forward_bound` (the declared shape is
+    that of the statistics the backward's xhat comes from; the gradient's own sums stay order-agnostic).
     Includes the float64 oracle's own error; inf where the model does not apply, NaN on undefined rows.
     """
     kind = _check_kind(kind)
@@ -444,7 +462,7 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     q = _row_quantities(row, eps, kind)
     rows = int(np.prod(row.shape[:-1]))
     lam_value = _lam(model, rows * 4 + 2 * row.shape[-1])
-    kernel = _backward_at(kind, row, q, weight, upstream, u_acc, u_out, lam_value)
+    kernel = _backward_at(kind, row, _declared(q, declared, row.shape[-1]), weight, upstream, u_acc, u_out, lam_value)
     oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
     dx = _where_valid(kernel[0] + oracle[0], row.shape[-1], u_acc, kernel[3], q["inv_s2"])
     lead = tuple(range(row.ndim - 1))

@@ -80,17 +80,20 @@ def independent(terms: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
-               pattern: np.ndarray | None = None) -> np.ndarray:
+               pattern: np.ndarray | None = None, depth: int | None = None) -> np.ndarray:
     """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
-    min(gamma_{m-1}, P_m) where the roundings may be modelled as independent (:func:`independent` of ``pattern``,
-    the signed terms, default ``terms``), gamma_{m-1} elsewhere or when ``lam_value`` is None (the worst case)."""
+    min(gamma_D, P) where the roundings may be modelled as independent (:func:`independent` of ``pattern``,
+    the signed terms, default ``terms``), gamma_D elsewhere or when ``lam_value`` is None (the worst case).
+    D = ``depth``, the declared depth of the summation tree (proofs.reduction), default m - 1 (any order); P is
+    P_m (step 4) and with a declared depth at most lambda u (1 + gamma_D) sqrt(D) (sum_v A_v^2 <= D T^2)."""
     m = np.shape(terms)[axis]
-    worst = gamma(m - 1, u)
+    depth = m - 1 if depth is None else min(depth, m - 1)
+    worst = gamma(depth, u)
     shape = list(np.shape(terms))
     shape[axis] = 1
     if lam_value is None or m < 2:
         return np.broadcast_to(worst, shape).copy()
     with np.errstate(over="ignore", invalid="ignore"):
-        chance = lam_value * u * (1 + worst) * tree_factor(terms, axis)
+        chance = lam_value * u * (1 + worst) * np.minimum(tree_factor(terms, axis), np.sqrt(depth))
     pattern = terms if pattern is None else pattern
     return np.where(independent(pattern, axis) & (chance < worst), chance, worst)

@@ -9,6 +9,8 @@ inputs the kernel received, with
   (what every mixed-precision norm kernel does), the storage dtype otherwise, and for the backward
   of a kernel that declares ``backward_precision="storage"``;
 - the width d and the row's condition number (:func:`condition_number`), both inside the bound;
+- the kernel's declared reduction shape (``Kernel.reduction``, proofs.reduction: each statistic's sum bounded by
+  the shape's depth instead of d - 1; none declared: a sum in any order);
 - the bound model of the run (:func:`use_bound`, pytest ``--bound``): ``probabilistic`` (default: each sum's
   rounding error as a martingale, exceeded by a correct kernel with probability at most
   ``proofs.probabilistic.FALSE_ALARM`` per bound evaluation; worst case on structured rows) or
@@ -74,14 +76,15 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
     u_acc, u_out = unit_roundoffs(x.dtype)
     beta = as_float64(bias) if kernel.kind == "layernorm" else None
     bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
-                                      u_acc, u_out, kernel.kind, model or bound_in_use())
+                                      u_acc, u_out, kernel.kind, model or bound_in_use(),
+                                      declared=kernel.reduction)
     return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
 
 
 def covered(kernel: Kernel, x: torch.Tensor, eps: float) -> bool:
     """Whether the forward bound is finite on every row of x (the error model applies: rho_t < 1)."""
     return error_model.forward_bound_finite(as_float64(x), eps, unit_roundoffs(x.dtype)[0], kernel.kind,
-                                            bound_in_use())
+                                            bound_in_use(), declared=kernel.reduction)
 
 
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
@@ -92,7 +95,8 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     if kernel.backward_precision == "storage":
         u_acc = u_out
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                        u_acc, u_out, kernel.kind, model or bound_in_use())
+                                        u_acc, u_out, kernel.kind, model or bound_in_use(),
+                                        declared=kernel.reduction)
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
@@ -105,7 +109,7 @@ def identities(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps
     if kernel.backward_precision == "storage":
         u_acc = u_out
     return error_model.identity_bounds(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                       u_acc, u_out, kernel.kind, model or bound_in_use())
+                                       u_acc, u_out, kernel.kind, model or bound_in_use(), declared=kernel.reduction)
 
 
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:

@@ -18,11 +18,14 @@ from properties import outcome
 from properties.tightness import row_ratios, suite_rows
 
 ROWS = 60
-# Floors on the median ratio of torch's kernels, about a third of what was measured (docs/tightness.md): a bound
-# ten times looser would put the median below them (asserted too, so the floor keeps that power).
+# Floors on the median ratio of torch's kernels (with their declared reductions, core.adapters.torch_native), about a
+# third of what was measured (docs/tightness.md): a bound ten times looser would put the median below them (asserted
+# too, so the floor keeps that power).
 FLOORS = {
-    ("layernorm", "float32", 8): 0.015, ("layernorm", "float32", 64): 0.004, ("layernorm", "float32", 512): 0.0015,
-    ("rmsnorm", "float32", 8): 0.025, ("rmsnorm", "float32", 64): 0.01, ("rmsnorm", "float32", 512): 0.005,
+    ("layernorm", "float32", 8): 0.015, ("layernorm", "float32", 64): 0.01, ("layernorm", "float32", 512): 0.006,
+    ("layernorm", "float32", 4096): 0.004,
+    ("rmsnorm", "float32", 8): 0.025, ("rmsnorm", "float32", 64): 0.02, ("rmsnorm", "float32", 512): 0.017,
+    ("rmsnorm", "float32", 4096): 0.011,
     ("layernorm", "float16", 64): 0.2, ("rmsnorm", "float16", 64): 0.25,
     ("layernorm", "bfloat16", 64): 0.2, ("rmsnorm", "bfloat16", 64): 0.25,
 }
@@ -31,6 +34,8 @@ FLOORS = {
 @pytest.fixture(scope="module", params=["layernorm", "rmsnorm"])
 def torch_kernel(request):
     (kernel,) = resolve("torch", request.param)
+    if kernel.reduction is None:
+        pytest.skip("torch's reduction shape is declared for x86 AVX2/AVX512 CPUs only (the floors assume it)")
     return kernel
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from core.kernel import Builtin, Kernel
+from proofs.reduction import Reduction
 
 if TYPE_CHECKING:
     import torch
@@ -46,11 +47,48 @@ def layer_norm_backward_precision() -> str:
     return "float32" if torch.cuda.is_available() else "storage"
 
 
+def cpu_reductions() -> dict[str, Reduction]:
+    """The reduction shapes of torch's CPU layer_norm and rms_norm statistics, read from ATen's source, for this
+    process (x86 vector width, threads); {} where they are not known (CUDA, other CPUs): nothing is declared there.
+
+    V = float32 lanes of at::vec::Vectorized<float> (8 with AVX2, 16 with AVX512).
+
+    layer_norm: aten/src/ATen/native/cpu/moments_utils.h, RowwiseMomentsImpl: per lane, Welford updates over
+    chunks of kChunkSize = 16 vectors (the first update is exact), each chunk merged into a binary-counter cascade of
+    Chan updates (AddMomentsVec; at most one real merge per level, then the final sweep of the stack into level 0:
+    2 per level; 16-bit input merges two float vectors per chunk: 2 more), then the V lanes merged one after another
+    into the remainder's moments (AddMoments; the remainder is at most 2V - 1 sequential Welford updates). Welford/
+    Chan: the variance keeps the first-order mean term.
+    rms_norm: the composite aten/src/ATen/native/layer_norm.cpp rms_norm_symint (pow(2).mean in float32), whose sum
+    is SumKernel.cpp cascade_sum: multi_row_sum over 4 ILP rows of V lanes, 4 levels of runs of 16 (level_power 4
+    while a lane holds < 2^16 terms: d < 2^18 V), then 3 level merges, 3 + 3 ILP merges, the V lanes one after
+    another, and a split of one row across at most torch.get_num_threads() threads (one more addition each).
+    Both compute r = 1/std::sqrt(t) or Vectorized::rsqrt (a divide by a correctly rounded sqrt).
+    """
+    import torch
+
+    lanes = {"AVX2": 8, "AVX512": 16}.get(torch.backends.cpu.get_cpu_capability())
+    if torch.cuda.is_available() or lanes is None:
+        return {}
+    threads = torch.get_num_threads()
+    return {
+        "layernorm": Reduction(run=16, lanes=lanes, level_cost=2, finish=lanes + max(2, 2 * lanes - 17),
+                               source="ATen cpu/moments_utils.h RowwiseMomentsImpl (Welford chunks of 16 vectors, "
+                                      "binary Chan cascade, lanes merged sequentially)"),
+        "rmsnorm": Reduction(run=16, lanes=4 * lanes, fan=16, level_cost=16, finish=9 + lanes + threads,
+                             max_width=2**18 * lanes,
+                             source="ATen cpu/SumKernel.cpp cascade_sum (multi_row_sum: 4 ILP rows, levels of 16; "
+                                    "lanes merged sequentially; a row split over threads)"),
+    }
+
+
 def _load() -> list[Kernel]:
+    declared = cpu_reductions()
     return [
         Kernel("torch:layernorm", "layernorm", layernorm, spec="torch", description="F.layer_norm",
-               backward_precision=layer_norm_backward_precision()),
-        Kernel("torch:rmsnorm", "rmsnorm", rmsnorm, spec="torch", description="F.rms_norm"),
+               backward_precision=layer_norm_backward_precision(), reduction=declared.get("layernorm")),
+        Kernel("torch:rmsnorm", "rmsnorm", rmsnorm, spec="torch", description="F.rms_norm",
+               reduction=declared.get("rmsnorm")),
         Kernel("torch:dropout", "dropout", dropout, spec="torch", description="F.dropout (training)"),
     ]
 

@@ -10,10 +10,12 @@ Compiled Triton on a CUDA device (float32, float16, bfloat16); Triton's interpre
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from typing import TYPE_CHECKING
 
 from core.kernel import Builtin, Kernel
+from proofs.reduction import NUMPY_PAIRWISE, Reduction
 
 if TYPE_CHECKING:
     import torch
@@ -33,16 +35,33 @@ def device_and_dtypes() -> tuple[str, tuple[torch.dtype, ...]]:
     return "cpu", (torch.float32, torch.float16)
 
 
+def interpreted_reduction() -> Reduction:
+    """The statistics' reduction of kernels/norm.py under TRITON_INTERPRET=1 (declared there only; compiled on a GPU,
+    tl.sum is a per-thread run then a shuffle tree, not declared).
+
+    merge_block reduces a row in blocks of kernels.rows.MAX_BLOCK: per block tl.sum, which the interpreter computes
+    with numpy's sum of the block (triton/runtime/interpreter.py ReduceOps.sum), i.e. numpy's pairwise summation
+    (numpy/_core/src/umath/loops_utils.h.src pairwise_sum: 8 accumulators over runs of at most 16 terms, a 3-level
+    tree of them, halves above 128 terms; masked-off zeros add exactly); the block's variance two-pass from its own
+    mean; blocks merged one after another by Chan's update (the first merge is exact)."""
+    from kernels.rows import MAX_BLOCK
+
+    return dataclasses.replace(NUMPY_PAIRWISE, block=MAX_BLOCK, two_pass=True,
+                               source="kernels/norm.py merge_block: numpy pairwise tl.sum per block (interpreter), "
+                                      "two-pass block variance, Chan merges across blocks")
+
+
 def _load() -> list[Kernel]:
     import kernels
 
     device, dtypes = device_and_dtypes()
     where = "compiled" if device == "cuda" else "Triton interpreter"
+    declared = None if device == "cuda" else interpreted_reduction()
     return [
         Kernel("triton:layernorm", "layernorm", kernels.layer_norm, spec="triton", device=device, dtypes=dtypes,
-               description=f"our Triton LayerNorm, fwd+bwd ({where})"),
+               description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared),
         Kernel("triton:rmsnorm", "rmsnorm", kernels.rms_norm, spec="triton", device=device, dtypes=dtypes,
-               description=f"our Triton RMSNorm, fwd+bwd ({where})"),
+               description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared),
         Kernel("triton:dropout", "dropout", kernels.dropout, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton inverted dropout, Philox RNG ({where})"),
     ]

@@ -8,7 +8,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, expressions, oracles, probabilistic, simulate
+from proofs import error_model, expressions, oracles, probabilistic, reduction, simulate
 from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
@@ -177,6 +177,60 @@ def _identity_cancellation_steps() -> tuple:
     )
 
 
+def _declared_sums_within_the_depth_bounds() -> bool:
+    """numpy's float32 pairwise sum (np.sum: the Triton interpreter's tl.sum) of the suite's row distributions stays
+    within min(gamma_D, P_D) sum|x|, D = reduction.NUMPY_PAIRWISE's depth; a sequential float32 sum of offset rows at
+    d = 65536 exceeds that bound on most rows (a false declaration is caught) but not the order-agnostic one."""
+    rng = np.random.default_rng(13)
+    u = error_model.unit_roundoff("float32")
+    lam = probabilistic.lam(1)
+    for width, offset in itertools.product((8, 100, 1000, 8192, 65536), (0.0, 10.0, 1e3)):
+        depth = reduction.NUMPY_PAIRWISE.depth(width)
+        for values in (rng.standard_normal((8, width)), rng.uniform(-1, 1, (8, width)),
+                       rng.integers(-8, 9, (8, width)).astype(float)):
+            rows = (offset + values).astype(np.float32)
+            exact = rows.astype(np.float64)
+            bound = probabilistic.sum_factor(exact, u, lam, depth=depth)[..., 0] * np.abs(exact).sum(-1)
+            if np.any(np.abs(np.sum(rows, axis=-1).astype(np.float64) - exact.sum(-1)) > bound):
+                return False
+    rows = (1e3 + rng.standard_normal((16, 65536))).astype(np.float32)
+    exact = rows.astype(np.float64)
+    error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
+    declared = probabilistic.sum_factor(exact, u, lam, depth=reduction.NUMPY_PAIRWISE.depth(65536))[..., 0]
+    agnostic = probabilistic.sum_factor(exact, u, lam)[..., 0]
+    total = np.abs(exact).sum(-1)
+    caught = error / (declared * total)
+    return bool(np.median(caught) > 1 and caught.max() > 3 and np.all(error < agnostic * total))
+
+
+def _declared_shape_steps() -> tuple:
+    """A declared reduction shape (proofs.reduction): the error of a tree sum through each term's path, the depth D."""
+    a = sp.symbols("a_1:5", nonnegative=True)
+    leaves = list(sp.symbols("x_1:5", real=True))
+    d1_, d2_, d3_ = sp.symbols("delta_1:4", real=True)
+    pairwise = ((leaves[0] + leaves[1]) * (1 + d1_) + (leaves[2] + leaves[3]) * (1 + d2_)) * (1 + d3_)
+    paths = ((1 + d1_) * (1 + d3_),) * 2 + ((1 + d2_) * (1 + d3_),) * 2
+    sequential_nodes = (a[0] + a[1]) + (a[0] + a[1] + a[2]) + sum(a)
+    return (
+        Equal(pairwise, sum(x_i * path for x_i, path in zip(leaves, paths, strict=True)),
+              r"a tree sum is $\sum_i x_i \prod_{v \ni i}(1+\delta_v)$ over the $D_i$ additions on $i$'s path "
+              r"(pairwise, 4 terms: $D_i = 2$), so $|\mathrm{fl}(\sum) - \sum| \le \gamma_D \sum|x_i|$, "
+              r"$D = \max_i D_i$ (Higham 2002, eq. (4.3)): the declared depth replaces $d - 1$, no assumption",
+              aggregates={}),
+        Equal(sequential_nodes, 3 * a[0] + 3 * a[1] + 2 * a[2] + a[3],
+              r"$\sum_v A_v = \sum_i |x_i| D_i$ (sequential, 4 terms: $D = 3, 3, 2, 1$); with $A_v \le T$, "
+              r"$\sum_v A_v^2 \le T \sum_v A_v \le D\,T^2$: the probabilistic factor of a declared shape is at most "
+              r"$\lambda u (1+\gamma_D)\sqrt{D}$", aggregates={}),
+        Fact(r"|\mathrm{fl}_{32}^{\text{numpy}}(\textstyle\sum x) - \sum x| \le \min(\gamma_D, P_D)\sum|x|;\ "
+             r"\text{a sequential sum declared pairwise exceeds it}",
+             r"numpy's pairwise float32 sum (the Triton interpreter's \texttt{tl.sum}), $D$ of "
+             r"\texttt{reduction.NUMPY\_PAIRWISE}, normal/uniform/integer rows, offsets to $10^3$, $d$ to 65536; a "
+             r"sequential sum at $d = 65536$, $|\mu|/\sigma = 10^3$, exceeds that bound on most rows (up to "
+             r"$> 3\times$) and stays within the order-agnostic one: a declaration is a claim the check can refute",
+             _declared_sums_within_the_depth_bounds),
+    )
+
+
 _lam, _events, _false_alarm, _q, _c = sp.symbols(r"\lambda N p Q c", positive=True)
 
 
@@ -231,6 +285,7 @@ def _error_model() -> Derivation:
     drho = sp.diff((1 - rho) ** sp.Rational(-1, 2) + (1 + rho) ** sp.Rational(-1, 2), rho)
     return Derivation((
         *_probabilistic_steps(),
+        *_declared_shape_steps(),
         *_identity_cancellation_steps(),
         Fact(r"|\mathrm{fl}(\textstyle\sum_k x_k) - \sum_k x_k| \le \gamma_{d-1}\sum_k|x_k|,\ "
              r"\gamma_m = \frac{m u}{1-m u}, \text{ any order}",
@@ -324,7 +379,10 @@ CLAIMS = (
           r"(probabilistic) bound replaces each sum's $\gamma_{m-1}$ by $\min(\gamma_{m-1}, P_m)$, "
           r"$P_m = \lambda u (1+\gamma_{m-1})\sqrt{\sum_{k=2}^m T_k^2}/T_m \le \lambda u(1+\gamma_{m-1})\sqrt{m-1}$ "
           r"for a sum in any order, $\lambda = \sqrt{2\ln(2N/p)}$ for $N$ sums per evaluation and false-alarm "
-          r"probability $p = 10^{-13}$ per evaluation.",
+          r"probability $p = 10^{-13}$ per evaluation. A kernel that declares its reduction shape "
+          r"(\texttt{Kernel.reduction}, \texttt{proofs.reduction}) has each statistic's $m - 1$ replaced by the "
+          r"shape's depth $D$ (pairwise: $\lceil\log_2 d\rceil$) in both bounds, and $\sqrt{D}$ caps "
+          r"$\sqrt{\sum_k T_k^2}/T_m$; a two-pass declaration drops the Welford term $2\gamma_{d+1}\kappa$.",
           (r"inputs already rounded, exactly representable in the accumulation dtype",
            r"probabilistic bound: the roundings of a sum are mean independent (Higham and Mary 2019; Hallman and "
            r"Ipsen 2023) -- assumed, used only for sums whose terms are not dominated by one repeated value "

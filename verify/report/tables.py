@@ -35,6 +35,8 @@ def _kernels(column: Column) -> str:
             text += f", declared conventions: {', '.join(kernel.conventions)}"
         elif kernel.backward_precision == "storage":  # results written before conventions existed
             text += ", backward declared in the storage precision"
+        if kernel.reduction is not None:
+            text += f", declared reduction: {kernel.reduction.source or kernel.reduction.model_dump()}"
         caps = kernel.capabilities or Capabilities()
         if caps.backward is False:
             text += ", no backward"
@@ -117,6 +119,8 @@ def verdict(cell: SummaryRow | None) -> str:
         text += rf"\newline ratio {number(cell.worst_ratio)}"
     if cell.unchecked:
         text += rf"\newline {cell.unchecked} unchecked"
+    if cell.view is not None:
+        text += rf"\newline view of {escape(cell.view.of)}"
     return text
 
 

@@ -1,0 +1,86 @@
+"""A declared reduction shape: how a kernel sums the d terms of a row for its statistics, and what that buys.
+
+A summation tree computes fl(sum) = sum_i x_i prod_{v on i's path} (1 + delta_v), |delta_v| <= u, so with D the
+largest number of additions any term passes through (its *depth*),
+
+    |fl(sum) - sum| <= gamma_D sum_i |x_i|                          (Higham 2002, eq. (4.3); no assumption)
+
+and, under the mean-independence model of proofs.probabilistic (step 3), with sum_v A_v^2 <= max_v A_v sum_v A_v
+= T sum_i |x_i| depth_i <= D T^2 (T = sum_i |x_i|, A_v the sum of |x_i| under node v),
+
+    |fl(sum) - sum| <= lambda u (1 + gamma_D) sqrt(D) T    with probability >= 1 - 2 exp(-lambda^2 / 2).
+
+Any order has D <= d - 1 (a sequential loop), which is the order-agnostic bound; a pairwise tree has
+D = ceil(log2 d). Both are derived and checked in claim numerics.error_model (proofs/claims/numerics.py).
+
+:class:`Reduction` describes the shapes real kernels use: runs of at most ``run`` terms added one after another
+in each of ``lanes`` accumulators side by side (a *chunk* is run x lanes consecutive terms), the chunks' partial
+results combined by a cascade of fan-in ``fan`` in which a partial passes through at most ``level_cost`` additions
+per level, then at most ``finish`` further additions (the lanes combined, remainder loops). Rows wider than
+``block`` are reduced one block at a time and the block results combined one after another. ``max_width``: the
+widest row the shape is declared for (wider rows: the order-agnostic bound). ``two_pass``: the variance is the sum
+of squared deviations from the block's computed mean (a mean error e enters it as d e^2 only); otherwise
+(Welford/Chan updates, blocks merged by Chan's update) the first-order term 2 phi_mu kappa of the error model
+stays.
+
+A declaration is a claim about the kernel's source; the conformance suite checks the kernel against the bound it
+implies, so a kernel that declares a shallower shape than it follows fails (tests/test_tightness.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A kernel's declared reduction shape (module docstring); ``source`` cites the code it was read from."""
+
+    run: int
+    lanes: int = 1
+    fan: int = 2
+    level_cost: int = 1
+    finish: int = 0
+    block: int = 0  # 0: the whole row is one block
+    max_width: int = 0  # 0: any width
+    two_pass: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if min(self.run, self.lanes, self.fan - 1, self.level_cost) < 1 or min(self.finish, self.block,
+                                                                              self.max_width) < 0:
+            raise ValueError(f"a reduction needs run, lanes, level_cost >= 1, fan >= 2 and "
+                             f"finish, block, max_width >= 0; got {self}")
+
+    def declared_for(self, d: int) -> bool:
+        """Whether the shape is declared for rows of width d (``max_width``)."""
+        return not self.max_width or d <= self.max_width
+
+    def depth(self, d: int) -> int:
+        """D: the most additions a term of a row of width d passes through, at most d - 1 (any order)."""
+        if d < 2 or not self.declared_for(d):
+            return max(d - 1, 0)
+        block = min(d, self.block) if self.block else d
+        chunks = -(-block // (self.run * self.lanes))
+        levels = 0
+        while self.fan**levels < chunks:
+            levels += 1
+        within = min(self.run, -(-block // self.lanes)) - 1 + self.level_cost * levels + self.finish
+        return min(d - 1, within + -(-d // block) - 1)
+
+    def welford(self, d: int) -> bool:
+        """Whether the variance of a width-d row carries the first-order mean term (Welford, Chan merges)."""
+        return not (self.two_pass and self.declared_for(d) and (not self.block or d <= self.block))
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+# numpy's pairwise summation of a contiguous float array (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum):
+# 8 accumulators over runs of at most 16 terms, combined by a 3-level tree, and halves combined above 128 terms.
+NUMPY_PAIRWISE = Reduction(run=16, lanes=8, finish=3, source="numpy pairwise_sum (loops_utils.h.src)")
+
+
+def depth(reduction: Reduction | None, d: int) -> int:
+    """The declared depth of a width-d sum, d - 1 (any order) when nothing is declared."""
+    return max(d - 1, 0) if reduction is None else reduction.depth(d)

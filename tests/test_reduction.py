@@ -1,0 +1,67 @@
+"""A declared reduction shape (core.kernel.Kernel.reduction, proofs.reduction) is a claim the suite checks: its depth
+is what the source does, the bound it implies holds for kernels that follow it, and a kernel that declares a shallower
+shape than it follows fails where the same kernel undeclared passes (claim numerics.error_model)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from core.kernel import Kernel
+from core.registry import resolve
+from proofs import simulate
+from proofs.reduction import NUMPY_PAIRWISE, Reduction
+from properties.tightness import row_ratios, suite_rows
+
+
+def sequential_layernorm(x: torch.Tensor, weight, bias, eps: float) -> torch.Tensor:
+    """A correct two-pass LayerNorm whose sums run left to right in float32 (depth d - 1)."""
+    y = simulate.layernorm_two_pass(x.detach().numpy().astype(np.float32), eps, order="sequential")
+    return torch.from_numpy(np.ascontiguousarray(y))
+
+
+PAIRWISE_TWO_PASS = dataclasses.replace(NUMPY_PAIRWISE, two_pass=True)
+
+
+def test_depths_of_the_shapes():
+    assert [NUMPY_PAIRWISE.depth(d) for d in (1, 2, 8, 64, 128, 256, 4096)] == [0, 1, 3, 10, 18, 19, 23]
+    assert Reduction(run=1).depth(1024) == 10  # a balanced pairwise tree: ceil(log2 d)
+    # runs of 4, a pairwise tree of the 4 runs of a block of 16, then the 4 blocks merged one after another
+    assert Reduction(run=4, block=16, max_width=64).depth(64) == 3 + 2 + 3
+    assert Reduction(run=4, max_width=64).depth(65) == 64  # beyond the declared widths: any order
+    with pytest.raises(ValueError):
+        Reduction(run=0)
+
+
+def test_numpy_pairwise_sum_matches_the_declared_shape():
+    """The depth is numpy's: an exact float32 reimplementation of pairwise_sum agrees with np.sum bit for bit."""
+    rng = np.random.default_rng(0)
+    for width in (8, 100, 129, 4096):
+        row = (rng.standard_normal(width) * 10.0 ** rng.uniform(-3, 3, width)).astype(np.float32)
+        assert np.sum(row) == simulate.summed(row[None], "numpy_pairwise")[0]
+
+
+def test_a_false_declaration_fails_where_the_undeclared_kernel_passes():
+    """A sequential kernel declaring numpy's pairwise shape: its float32 sums err like u sqrt(d), its declared bound
+    allows u log2(d); at d = 65536 most rows fail, up to 4x. Undeclared, the same kernel uses < 0.1 of its bound."""
+    declared = Kernel("sequential-declared-pairwise", "layernorm", sequential_layernorm, reduction=PAIRWISE_TWO_PASS)
+    undeclared = dataclasses.replace(declared, reduction=None)
+    x = suite_rows(65536, 10.0, torch.float32, 20, seed=1)
+    x = x[[k for k in range(len(x)) if k % 5 in (0, 1)]]  # normal and uniform rows (strategies.DISTRIBUTIONS)
+    caught = row_ratios(declared, x)
+    assert np.median(caught) > 1 and caught.max() > 2, caught
+    assert row_ratios(undeclared, x).max() <= 0.1
+
+
+def test_the_built_ins_declare_what_their_source_does():
+    """torch's CPU kernels declare their ATen shapes (x86), our Triton kernels numpy's pairwise sum under the
+    interpreter; both pass their bound on the suite's rows at every width (tests/test_tightness.py pins the floors)."""
+    for spec in ("torch", "triton"):
+        for kernel in resolve(spec):
+            if kernel.kind in ("layernorm", "rmsnorm") and kernel.reduction is not None:
+                assert kernel.reduction.source and kernel.as_json()["reduction"]["run"] == kernel.reduction.run
+                x = suite_rows(65536, 10.0, torch.float32, 4, seed=3)
+                assert np.nanmax(row_ratios(kernel, x)) <= 1
