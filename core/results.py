@@ -212,6 +212,17 @@ class Counterexample(_Model):
     save_problem: str | None = None  # why the file could not be saved
 
 
+class View(_Model):
+    """The claim's evidence is a view of another claim's (``proofs.claims.base.Claim.view_of``): its check is bounded
+    by that claim's bounds on its own inputs and it has no input regime of its own."""
+
+    of: str
+    reason: str
+
+    def text(self) -> str:
+        return f"a view of the {self.of} evidence: {self.reason}"
+
+
 class Result(_Model):
     """One claim x kernel test."""
 
@@ -221,6 +232,7 @@ class Result(_Model):
     spec: str | None = None
     test: str = ""
     status: Status
+    view: View | None = None  # shown next to the status: the claim is a view of another claim's evidence
     examples: int = 0
     unchecked: int = 0  # examples with a compared value without a finite bound: counted, never evidence
     worst_ratio: float | None = None
@@ -360,6 +372,11 @@ class SummaryRow:
     @property
     def seconds(self) -> float:
         return sum(r.duration_s for r in self.results)
+
+    @property
+    def view(self) -> View | None:
+        """The claim's evidence as a view of another claim's (Result.view), or None."""
+        return next((r.view for r in self.results if r.view is not None), None)
 
 
 if __name__ == "__main__":  # python -m core.results: regenerate core/results.schema.json

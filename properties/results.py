@@ -90,6 +90,9 @@ def phase_record(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
                     "kind": kernel.kind if kernel else None, "spec": kernel.spec if kernel else None,
                     "when": report.when, "status": status.phase_status(item, call, report),
                     "message": status.phase_message(call, report)}
+    view = claim_view(claim)
+    if view is not None:
+        record["view"] = view
     if report.when == "setup" and kernel is not None:
         record["about_kernel"] = {**kernel.as_json(), "capabilities": capabilities_of(kernel)}
     if report.when == "call":
@@ -102,6 +105,14 @@ def phase_record(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
             record["counterexamples"] = counterexamples_of(item, call.excinfo.value, claim, kernel,
                                                            counterexample_folder(item.config))
     return record
+
+
+def claim_view(claim: str) -> dict | None:
+    """{"of", "reason"} where proofs declares the claim's evidence a view of another claim's (Claim.view_of)."""
+    from proofs.claims import CLAIMS
+
+    found = CLAIMS.get(claim)
+    return {"of": found.view_of, "reason": found.view_reason} if found is not None and found.view_of else None
 
 
 def counterexample_folder(config: pytest.Config) -> Path:

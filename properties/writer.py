@@ -103,7 +103,7 @@ class ResultsWriter:
         fields = {key: call[key] for key in ("examples", "unchecked", "worst_ratio", "dtypes", "widths", "coverage",
                                              "worst_case", "points", "diagnosis", "counterexamples") if key in call}
         return Result.model_validate({
-            **{key: first[key] for key in ("claim", "kernel", "kind", "spec") if first.get(key) is not None},
+            **{key: first[key] for key in ("claim", "kernel", "kind", "spec", "view") if first.get(key) is not None},
             **fields, "test": nodeid, "status": worst(statuses) if statuses else "error",
             "message": "\n".join(p["message"] for p in parts if p.get("message")),
             "duration_s": round(duration, 3)})

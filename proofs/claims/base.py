@@ -21,10 +21,17 @@ class Claim:
     verdict: str
     verdict_note: str  # LaTeX: what exactly holds, and the witness where the seed is wrong
     builder: Callable[[], Derivation] = field(repr=False, compare=False)
+    # A derived property whose check is bounded by the forward bounds of its own inputs, where no input regime of its
+    # own exists beyond the forward claim's draws: its evidence is a view of that claim's (issue 11, point 6). The id
+    # of that claim, and why (plain text); results and reports show it next to the claim's verdict.
+    view_of: str | None = None
+    view_reason: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"claim {self.id}: verdict {self.verdict!r} is not one of {VERDICTS}")
+        if (self.view_of is None) != (not self.view_reason):
+            raise ValueError(f"claim {self.id}: view_of and view_reason go together (the claim viewed, and why)")
 
     def derive(self) -> Derivation:
         """The derivation, built afresh (each step is verified by :meth:`Derivation.check`)."""

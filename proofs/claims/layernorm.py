@@ -277,6 +277,13 @@ def _seed_example() -> Derivation:
 SEED_000_JACOBIAN = ("By the chain rule, J_ij = gamma_i ((delta_ij - 1/d)/sqrt(sigma^2+eps) - (x_i-mu)(x_j-mu)/"
                      "(d (sigma^2+eps)^(3/2))); the Jacobian is dense.")
 
+MEAN_STABILITY_VIEW = (
+    "the row mean of the outputs is bounded by the mean of ln.forward's element bounds, so a kernel within "
+    "ln.forward's bound on a row passes on that row; its condition (a constant or absent gamma) and its rows "
+    "(every width and dtype, |mean|/std up to the error model's limit) are among ln.forward's draws, and a row-wise "
+    "kernel's output mean depends on its own row alone (rows that differ within a call are ln.shift_invariance's "
+    "regime): no bug fails it that ln.forward's inputs miss")
+
 CLAIMS = (
     Claim("ln.jacobian", "Jacobian of LayerNorm", "000", SEED_000_JACOBIAN,
           r"$\partial y_i/\partial x_j = \frac{\gamma_i}{s}\left(\delta_{ij} - \frac1d - \frac{\hat{x}_i\hat{x}_j}{d}"
@@ -308,7 +315,7 @@ CLAIMS = (
           r"Exactly $\beta$ when $\gamma$ and $\beta$ are the same for every feature (the seed's simplification); "
           r"with per-feature $\gamma$ the mean depends on the input. Witness: $x = (1,-1)$, $\gamma = (1,0)$, "
           r"$\epsilon = 0$: mean $1/2$.",
-          _mean_stability),
+          _mean_stability, view_of="ln.forward", view_reason=MEAN_STABILITY_VIEW),
     Claim("ln.shift_invariance", "Invariance to a shift of the row", "003",
           "Applied per time step, LN makes the model insensitive to per-step shifts of all features.",
           r"$\mathrm{LN}(x + c\mathbf{1}) = \mathrm{LN}(x)$ for every real $c$; a per-feature shift $x + v$ is "

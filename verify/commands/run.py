@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return _no_results(console, outcome)
     if not args.quiet:
         console.print(summary_table(document))
+        print_views(console, document)
         print_skips(console, document)
     print_untested(console, document)
     print_failures(console, document)
@@ -217,10 +218,20 @@ def summary_table(document: Document) -> Table:
         if shown is not None and family(row.claim) != shown:
             table.add_section()
         shown = family(row.claim)
-        table.add_row(row.claim, row.kernel, Text(row.status, style=STYLE.get(row.status, "")), str(len(row.results)),
+        verdict = Text(row.status, style=STYLE.get(row.status, ""))
+        if row.view is not None:
+            verdict.append(f" (view of {row.view.of})")
+        table.add_row(row.claim, row.kernel, verdict, str(len(row.results)),
                       str(row.examples), Text(str(row.unchecked), style=STYLE["unchecked"] if row.unchecked else ""),
                       _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
     return table
+
+
+def print_views(console: Console, document: Document) -> None:
+    """One line per claim whose evidence is a view of another claim's (core.results.View): what its pass means."""
+    views = {result.claim: result.view for result in document.results if result.view is not None}
+    for claim, view in views.items():
+        console.print(Text.assemble(("VIEW ", "bold"), f"{claim}: {view.text()}"), soft_wrap=True)
 
 
 def print_untested(console: Console, document: Document) -> None:

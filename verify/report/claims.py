@@ -103,6 +103,12 @@ def coverage_paragraph(rows: list[tuple[str, Result]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def view_paragraph(rows: list[tuple[str, Result]]) -> str:
+    """What a pass of a claim declared a view of another claim's evidence (core.results.View) means, once."""
+    views = dict.fromkeys(result.view.text() for _, result in rows if result.view is not None)
+    return "".join(rf"\paragraph{{A view.}} This claim's evidence is {escape(text)}." + "\n" for text in views)
+
+
 def _examples(result: Result) -> str:
     """The example count, and how many of them were unchecked (no finite bound: never evidence)."""
     return str(result.examples) + (rf"\newline({result.unchecked} unchecked)" if result.unchecked else "")
@@ -144,6 +150,7 @@ def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -
             rows += [(column.label, result) for result in cell.results]
             series.append((column.label, [_plain(point) for result in cell.results for point in result.points]))
     parts.append(evidence_table(rows))
+    parts.append(view_paragraph(rows))
     parts.append(coverage_paragraph(rows))
     parts += [failure_details(label, result) for label, result in rows
               if result.status in SHOWN_FAILING and (result.message or result.counterexamples)]
