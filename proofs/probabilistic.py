@@ -6,7 +6,9 @@ arXiv 2107.01604): every addition of a summation tree returns fl(a + b) = (a + b
 |delta_v| <= u, and the deltas are *mean independent*: E[delta_v | the roundings before it] = 0.
 This is an assumption about round-to-nearest, stated, not proved; it fails on structured data
 (constant rows, few repeated values: the same rounding recurs), so :func:`independent` detects such
-sums and the tolerance falls back to the worst case there.
+sums, and :func:`aligned` those whose terms share their residues modulo the partial sums' ulps (rows shifted far
+beyond their spread, integers with a fractional shift: a sequential sum's roundings then share a sign), and the
+tolerance falls back to the worst case there.
 
 Derivation (each step checked in claim numerics.error_model):
 1. For any tree with internal nodes v (m - 1 of them for m terms), fl(sum) - sum = sum_v delta_v t_v,
@@ -39,6 +41,10 @@ FALSE_ALARM = 1e-13
 # share of its nonzero terms (constant rows, a few repeated values, tiled rows fall back to the worst case).
 REPEATED_SHARE = 1 / 8
 MIN_TERMS = 8
+# A sum is treated as having mean-zero roundings only when its terms' residues modulo the partial sums' ulps are
+# spread: mean resultant length at most ALIGNED_R / sqrt(m) (:func:`aligned`; evenly spread residues exceed 4/sqrt(m)
+# with probability about exp(-16)).
+ALIGNED_R = 4.0
 
 
 def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
@@ -79,6 +85,26 @@ def independent(terms: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.moveaxis(result[..., None], -1, axis)
 
 
+def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
+    """Whether the terms' residues modulo the partial sums' ulps are concentrated (axis kept): then the roundings of a
+    long run of additions share a sign and a sequential sum's error grows like m, not sqrt(m) (rows shifted far from 0
+    with a spread below the ulp of their partial sums, integer-valued rows with a fractional shift). Measured for each
+    q = 2u 2^floor(log2 T) / 2^j, j < 8 (T = sum|x|: the largest ulp a partial sum reaches, and finer ones) by the
+    mean resultant length R_q = |mean exp(2 pi i x / q)| of the nonzero terms: residues spread evenly give R_q about
+    m^(-1/2), and a rounding bias of at most R_q q / pi per addition stays below the sqrt bound while
+    R_q <= ALIGNED_R / sqrt(m)."""
+    a = np.moveaxis(np.asarray(terms, dtype=np.float64), axis, -1)
+    nonzero = np.maximum(np.count_nonzero(a, axis=-1), 1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        total = np.sum(np.abs(a), axis=-1, keepdims=True)
+        top = 2 * u * np.exp2(np.floor(np.log2(np.where(total > 0, total, 1.0))))
+        worst = np.zeros(a.shape[:-1])
+        for j in range(8):
+            phase = np.exp(2j * np.pi * np.mod(a, top / 2**j) / (top / 2**j))
+            worst = np.maximum(worst, np.abs(np.sum(np.where(a != 0, phase, 0), axis=-1)) / nonzero)
+    return np.moveaxis((worst > ALIGNED_R / np.sqrt(nonzero))[..., None], -1, axis)
+
+
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
                pattern: np.ndarray | None = None, depth: int | None = None) -> np.ndarray:
     """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
@@ -96,4 +122,5 @@ def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int =
     with np.errstate(over="ignore", invalid="ignore"):
         chance = lam_value * u * (1 + worst) * np.minimum(tree_factor(terms, axis), np.sqrt(depth))
     pattern = terms if pattern is None else pattern
-    return np.where(independent(pattern, axis) & (chance < worst), chance, worst)
+    modelled = independent(pattern, axis) & ~aligned(pattern, u, axis)
+    return np.where(modelled & (chance < worst), chance, worst)

@@ -157,6 +157,25 @@ def _float32_sums_within_the_probabilistic_factor() -> bool:
     return error > 2 * sqrt_bound and not probabilistic.independent(constant)[0, 0]
 
 
+def _aligned_rows_fall_back() -> bool:
+    """Rows whose residues modulo the partial sums' ulps are concentrated break the sqrt bound in a sequential float32
+    sum (shifted far from 0 at d = 65536; integers plus a fractional shift at d = 8192), and probabilistic.aligned
+    flags them (the worst case applies); normal rows with a small offset are not flagged."""
+    rng = np.random.default_rng(17)
+    u = error_model.unit_roundoff("float32")
+    lam = probabilistic.lam(1)
+    shifted = (999.7 + rng.standard_normal((4, 65536))).astype(np.float32)
+    integers = (49.3 + rng.integers(-8, 9, (4, 8192))).astype(np.float32)
+    for rows in (shifted, integers):
+        exact = rows.astype(np.float64)
+        error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
+        sqrt_bound = lam * u * probabilistic.tree_factor(exact)[..., 0] * np.abs(exact).sum(-1)
+        if not (np.all(error > sqrt_bound) and np.all(probabilistic.aligned(exact, u))):
+            return False
+    spread = (10.0 + rng.standard_normal((4, 8192))).astype(np.float32).astype(np.float64)
+    return not np.any(probabilistic.aligned(spread, u))
+
+
 def _identity_cancellation_steps() -> tuple:
     """What survives of the kernel's errors in sum_i dx_i and c . dx (d = 3 written out; error_model.identity_bounds):
     with g^_i = g_i (1 + alpha_i), c1^ = c1 + e_1, x^_i = xhat_i + xi_i, c2^ = c2 + e_2, sum g = 3 c1, sum xhat = 0
@@ -262,6 +281,11 @@ def _probabilistic_steps() -> tuple:
              r"$m$ to 8192; a constant row (0.1, $m = 65536$) summed sequentially breaks $P_m$: "
              r"\texttt{probabilistic.independent} sends such rows to the worst case",
              _float32_sums_within_the_probabilistic_factor),
+        Fact(r"R_q = |\overline{e^{2\pi i x/q}}| > 4/\sqrt{m} \Rightarrow \text{worst case}",
+             r"roundings share a sign when the terms' residues modulo the partial sums' ulps $q$ are concentrated: "
+             r"a sequential float32 sum of rows $999.7 + N(0,1)$ at $m = 65536$ and of integers $+ 49.3$ at "
+             r"$m = 8192$ breaks the sqrt bound; \texttt{probabilistic.aligned} sends such sums to the worst case "
+             r"(evenly spread residues give $R_q \approx m^{-1/2}$)", _aligned_rows_fall_back),
     )
 
 
