@@ -15,12 +15,14 @@ exactly the residual stream the next layer receives), whose own accuracy the res
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 from core import guard
+from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
 from proofs import fused_oracles
 from properties.norms import as_float64, effective_weight
@@ -31,6 +33,15 @@ NORM_OF = {"add_layernorm": "layernorm", "add_rmsnorm": "rmsnorm", "dropout_add_
 def norm_kind(kernel: Kernel) -> str:
     """The norm a fused kernel applies: "layernorm" or "rmsnorm"."""
     return NORM_OF[kernel.kind]
+
+
+def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None:
+    """The kernel as a kernel of its norm's kind, whose declared conventions' models (properties.diagnosis) are
+    evaluated at residual_out h; None when it declares no convention beyond the storage-precision backward (which
+    properties.fused_tolerance applies) or when h is not in y's dtype (the models round to one storage dtype)."""
+    if h.dtype != x.dtype or not [c for c in kernel.conventions if c != STORAGE_BACKWARD]:
+        return None
+    return dataclasses.replace(kernel, kind=norm_kind(kernel), residual_dtype="storage", in_place=())
 
 
 def has_bias(kernel: Kernel) -> bool:

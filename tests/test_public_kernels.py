@@ -68,3 +68,22 @@ def test_flaggems_layernorm_keeps_its_statistics_in_the_input_dtype():
     x = torch.randn(4, 16).half()
     _, mean, rstd = ops.layer_norm(x, [16], torch.ones(16).half(), torch.zeros(16).half(), 1e-5)
     assert mean.dtype == rstd.dtype == torch.float16
+
+
+def test_flash_attention_fused_kinds_run_on_cpu_as_the_guide_adapts_them():
+    """flash-attn-fused (docs/validate-your-kernel.md's adapter): residual_out is the float32 sum, y the LayerNorm /
+    RMSNorm of it, and the dropout + add kind keeps a mask of the seed (the same seed, the same residual_out)."""
+    if not installed("flash_attn"):
+        pytest.skip(f"flash_attn is not installed: {flashattn.RECIPE}")
+    kernels = {kernel.kind: kernel for kernel in resolve("flash-attn-fused")}
+    x, residual = torch.randn(6, 40).half(), torch.randn(6, 40).half()
+    y, h = kernels["add_layernorm"].fn(x, residual, None, None, 1e-5)
+    assert h.dtype == torch.float32 and torch.equal(h, x.float() + residual.float())
+    torch.testing.assert_close(y.float(), torch.nn.functional.layer_norm(h, (40,), eps=1e-5), atol=2e-3, rtol=0)
+    y, h = kernels["add_rmsnorm"].fn(x, residual, None, 1e-5)
+    torch.testing.assert_close(y.float(), torch.nn.functional.rms_norm(h, (40,), eps=1e-5), atol=2e-3, rtol=0)
+    zero = torch.zeros_like(residual)
+    first = kernels["dropout_add_layernorm"].fn(x, zero, None, None, 1e-5, 0.5, 3)[1]
+    again = kernels["dropout_add_layernorm"].fn(x, zero, None, None, 1e-5, 0.5, 3)[1]
+    assert torch.equal(first, again) and 0.3 < (first != 0).float().mean() < 0.7
+    assert torch.equal(first[first != 0], (x.float() * 2)[first != 0])

@@ -2,6 +2,12 @@
 
     flash-attn-layernorm   layer_norm_fn(x, weight, bias, eps=eps)
     flash-attn-rmsnorm     rms_norm_fn(x, weight, None, eps=eps)
+    flash-attn-fused       the fused kinds through the same functions, the residual stream in float32
+                           (docs/validate-your-kernel.md): layer_norm_fn / rms_norm_fn with residual=residual.float(),
+                           prenorm=True; dropout_add_layernorm with dropout_p=p after torch.manual_seed(seed) (its
+                           per-row dropout seeds come from torch's generator). ``residual_in_fp32=True`` applies only
+                           when residual is None (the first layer): residual_out has the residual's dtype, so a model
+                           with residual_in_fp32 passes every later layer a float32 residual, as here.
 
 Both require a weight: a test's ``None`` becomes ones. Without a GPU: ``flash_attn/__init__.py`` imports the
 CUDA attention extension (``flash_attn_2_cuda``), which the Triton norms do not use and which is not built
@@ -59,9 +65,35 @@ def _load_rmsnorm() -> list[Kernel]:
                    description="flash-attention rms_norm_fn (Triton)")]
 
 
+def _load_fused() -> list[Kernel]:
+    module = _layer_norm_module()
+    import torch
+
+    def add_layernorm(x, residual, weight, bias, eps):
+        return module.layer_norm_fn(x, weight_or_ones(weight, x), bias, residual=residual.float(), eps=eps,
+                                    prenorm=True)
+
+    def add_rmsnorm(x, residual, weight, eps):
+        return module.rms_norm_fn(x, weight_or_ones(weight, x), None, residual=residual.float(), eps=eps,
+                                  prenorm=True)
+
+    def dropout_add_layernorm(x, residual, weight, bias, eps, p, seed):
+        torch.manual_seed(seed)
+        return module.layer_norm_fn(x, weight_or_ones(weight, x), bias, residual=residual.float(), eps=eps,
+                                    dropout_p=p, prenorm=True)
+
+    return [Kernel(f"flash-attn-fused:{kind}", kind, fn, spec="flash-attn-fused", residual_dtype="float32",
+                   description=f"flash-attention {name}(..., residual=residual.float(), prenorm=True)")
+            for kind, fn, name in (("add_layernorm", add_layernorm, "layer_norm_fn"),
+                                   ("add_rmsnorm", add_rmsnorm, "rms_norm_fn"),
+                                   ("dropout_add_layernorm", dropout_add_layernorm, "layer_norm_fn(dropout_p=p)"))]
+
+
 BUILTINS = [
     Builtin("flash-attn-layernorm", "flash-attention LayerNorm (Triton; CPU through the interpreter)",
             _load_layernorm, missing("flash_attn", RECIPE)),
     Builtin("flash-attn-rmsnorm", "flash-attention RMSNorm (Triton; CPU through the interpreter)",
             _load_rmsnorm, missing("flash_attn", RECIPE)),
+    Builtin("flash-attn-fused", "flash-attention add + LayerNorm/RMSNorm and dropout + add + LayerNorm, residual_out "
+            "in float32 (Triton; CPU through the interpreter)", _load_fused, missing("flash_attn", RECIPE)),
 ]

@@ -13,8 +13,9 @@
     torch-groupnorm      F.group_norm(x, num_groups, weight, bias, eps)
     liger-groupnorm      Liger-Kernel's LigerGroupNormFunction.apply(x, weight, bias, C, num_groups, eps)
 
-Liger's casting modes are those of its RMSNorm (core.adapters.liger.RMS_MODES); its residual_out is the sum in
-the input dtype, kept in storage.
+Liger's casting modes are those of its RMSNorm (core.adapters.liger.RMS_MODES), and so are the conventions they
+declare (core.adapters.liger.CONVENTIONS: llama's double rounding of x_hat, in y and in dW, as its
+fused_add_rms_norm.py does); its residual_out is the sum in the input dtype, kept in storage.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _liger_loader(mode_name: str):
 
         return [Kernel(name, "add_rmsnorm", add_rmsnorm, spec=name, weight_offset=offset,
                        description=f"Liger-Kernel LigerFusedAddRMSNormFunction, casting mode {casting_mode!r}: "
-                                   f"{description}")]
+                                   f"{description}", conventions=liger.CONVENTIONS.get(casting_mode, ()))]
 
     return name, load
 

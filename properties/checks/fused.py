@@ -17,7 +17,7 @@ import torch
 
 from core.capabilities import discover, dtype_name
 from proofs import fused_oracles
-from properties import fused, fused_tolerance, outcome
+from properties import diagnosis, fused, fused_tolerance, outcome
 from properties.checks.contracts import rows_that_differ
 from properties.norms import as_float64
 from properties.tolerance import unit_roundoffs
@@ -25,13 +25,21 @@ from properties.tolerance import unit_roundoffs
 
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
                   seed=None) -> None:
-    """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise."""
+    """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
+    conventions, the norm's declared model at residual_out (properties.diagnosis.expected_forward)."""
     y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
-    gamma, beta = fused.gammas(kernel, weight, bias)
-    bound = fused_tolerance.forward(as_float64(h), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
-    outcome.conclude(outcome.compare(y, fused.reference(kernel, h, weight, bias, eps), bound, "y"),
-                     "y is not the normalization of the residual_out the kernel returned",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+    view = fused.norm_view(kernel, h, x)
+    if view is None:
+        gamma, beta = fused.gammas(kernel, weight, bias)
+        expected = fused.reference(kernel, h, weight, bias, eps)
+        bound = fused_tolerance.forward(as_float64(h), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
+        declared = ()
+    else:
+        expected, bound, declared = diagnosis.expected_forward(view, h, weight, bias, eps)
+    model = f" (the declared {' and '.join(declared)} model)" if declared else ""
+    outcome.conclude(outcome.compare(y, expected, bound, "y"),
+                     "y is not the normalization of the residual_out the kernel returned" + model,
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
 
 
 def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
@@ -64,9 +72,35 @@ def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
     bounds = fused_tolerance.backward(h64, gamma, eps, dy64, through, fused.norm_kind(kernel),
                                       {name: g.dtype for name, g in grads.items()},
                                       backward_precision=kernel.backward_precision)
+    declared = _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
-    outcome.conclude(comparisons, "the backward is not J^T dy + dh at residual_out (a gradient dropped or wrong)",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+    model = f" (the declared {' and '.join(declared)} model)" if declared else ""
+    outcome.conclude(comparisons, "the backward is not J^T dy + dh at residual_out (a gradient dropped or wrong)"
+                     + model, d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+
+
+def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                       expected: dict, bounds: dict) -> tuple[str, ...]:
+    """Under declared conventions (fused.norm_view), in place: the weight (and bias) gradients are the norm's
+    declared model at residual_out; the gradient of x and of the residual, J^T dy (the norm's, modelled) + dh
+    rounded once, keeps its center and bound widened by the model's distance from the oracle plus the model's
+    bound (properties.diagnosis.identity_bounds), times (1 + u_acc)(1 + u_out) <= 2. The conventions applied."""
+    view = fused.norm_view(kernel, h, x)
+    if view is None:
+        return ()
+    centers, model_bounds, declared = diagnosis.expected_backward(view, h, weight, eps, dy)
+    widening = 2 * diagnosis.identity_bounds(view, h, weight, eps, dy)["x"]
+    for name in ("x", "residual"):
+        if name in bounds:
+            bounds[name] = bounds[name] + widening
+    rows = int(np.prod(h.shape[:-1]))
+    for name in ("weight", "bias"):
+        if name in expected and name in centers:
+            # the model widens each rounding relatively; a product or the stored sum that underflows errs by up to
+            # half the smallest subnormal instead (proofs.error_model's eta): rows + 1 such roundings at most
+            finfo = torch.finfo(x.dtype)
+            expected[name], bounds[name] = centers[name], model_bounds[name] + (rows + 1) * finfo.tiny * finfo.eps / 2
+    return declared
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
