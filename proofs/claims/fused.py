@@ -34,7 +34,7 @@ from proofs.algebra import (
     var,
     x,
 )
-from proofs.claims import checks
+from proofs.claims import checks, dropout
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
 
@@ -216,12 +216,10 @@ def _mask_from_residual_out() -> Derivation:
 
 def _mask_claim(name: str, title: str, statement: str) -> Claim:
     return Claim(f"drop_add_ln.{name}", f"Fused dropout + add: {title}", "003" if name != "seeds" else "",
-                 SEED_003_RATE if name != "seeds" else "(contract)", statement, (r"$0 < p < 1$",), "contract", "",
+                 dropout.SEED_RATE if name != "seeds" else "(contract)", statement, (r"$0 < p < 1$",), "contract", "",
                  _mask_from_residual_out)
 
 
-SEED_003_RATE = ("During training, dropout zeroes each element independently with probability p and scales the kept "
-                 "ones by 1/(1-p).")
 SEED_000_RESIDUAL = ("In Pre-LN the Jacobian has an additive structure J_pre = I + J_F J_LN; the identity I comes from "
                      "the residual connection on the trunk and gives the gradient a highway straight to the lower "
                      "layers, not attenuated by J_LN.")
