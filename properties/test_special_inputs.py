@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, norms, profiles, tolerance
+from properties import evidence, norms, profiles
 from properties.checks.forward import check_forward
 from properties.checks.special_inputs import (
     check_exact_statistics,
@@ -20,13 +20,8 @@ from properties.checks.special_inputs import (
     check_nonfinite_stays_in_its_row,
 )
 from properties.exact_rows import exact_statistics_rows
+from properties.regime_strategies import largest_safe_magnitude
 from properties.strategies import norm_examples, rounded, storage_dtypes
-
-
-def largest_safe_magnitude(d: int, dtype: torch.dtype) -> float:
-    """A power of ten <= sqrt(max / d) / 4, max the largest finite value of the accumulation and storage dtypes."""
-    largest = min(torch.finfo(tolerance.accumulation_dtype(dtype)).max, torch.finfo(dtype).max**2)
-    return 10.0 ** math.floor(math.log10(math.sqrt(largest / d) / 4))
 
 
 @st.composite
