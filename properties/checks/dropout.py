@@ -11,6 +11,8 @@ every verdict is the same on every run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -33,9 +35,25 @@ def kept_mask(kernel, x: torch.Tensor, p: float, seed: int) -> np.ndarray:
     return (y != 0).reshape(-1, x.shape[-1]).to("cpu", torch.int8).numpy()
 
 
-def _conclude(findings: list[Finding], meaning: str, **point) -> None:
+def conclude(findings: list[Finding], meaning: str, **point) -> None:
+    """Record the statistical findings of one example (their statistic/threshold ratios); fail if one rejects."""
     comparisons = [outcome.Comparison(finding.ratio, finding.describe()) for finding in findings]
     outcome.conclude(comparisons, meaning, label="statistic/threshold", **point)
+
+
+def keep_rate_finding(masks: np.ndarray, p: float, alpha: float) -> Finding:
+    """The exact two-sided binomial test of the kept count of ``masks`` (Binomial(n, 1-p) under H0) at level alpha."""
+    acceptance = statistics.binomial_acceptance(masks.size, 1.0 - p, alpha, f"kept count of {masks.size} elements")
+    return Finding(acceptance, int(masks.sum()))
+
+
+def seed_findings(mask_of: Callable[[int], np.ndarray], seed: int, p: float, alpha: float) -> list[Finding]:
+    """The masks of seed s and of s + 1, s XOR 1, s + 2 (``mask_of(seed)``) agree on Binomial(n, p^2 + (1-p)^2)
+    elements: alpha/3 each."""
+    first = mask_of(seed)
+    return [statistics.agreement_finding(*statistics.pair_agreement(first, mask_of(partner)), p, alpha / 3,
+                                         f"seeds s and {name}")
+            for name, partner in zip(SEED_PARTNERS, (seed + 1, seed ^ 1, seed + 2), strict=True)]
 
 
 def check_values(kernel, x: torch.Tensor, p: float, seed: int) -> None:
@@ -77,10 +95,8 @@ def check_gradient(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tenso
 def check_keep_rate(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
     """The kept count of the n elements is Binomial(n, 1-p): exact two-sided test at level alpha."""
     masks = kept_mask(kernel, x, p, seed)
-    acceptance = statistics.binomial_acceptance(masks.size, 1.0 - p, alpha, f"kept count of {masks.size} elements")
-    kept = int(masks.sum())
-    _conclude([Finding(acceptance, kept)], "the keep rate is not 1 - p", p=p, d=x.shape[-1],
-              measured=kept / masks.size, predicted=1.0 - p)
+    conclude([keep_rate_finding(masks, p, alpha)], "the keep rate is not 1 - p", p=p, d=x.shape[-1],
+             measured=float(masks.mean()), predicted=1.0 - p)
 
 
 def check_mask_distribution(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
@@ -88,7 +104,7 @@ def check_mask_distribution(kernel, x: torch.Tensor, p: float, seed: int, alpha:
     Binomial(d, 1-p): the two-sided Chernoff test of their dispersion at level alpha."""
     half = max(1, x.shape[0] // 2)
     masks = np.concatenate([kept_mask(kernel, x[:half], p, seed), kept_mask(kernel, x[half:], p, seed + 1)])
-    _conclude([statistics.dispersion_finding(masks, p, alpha)],
+    conclude([statistics.dispersion_finding(masks, p, alpha)],
               "the per-row kept count is not Binomial(d, 1-p) (a fixed count per row, or shared draws)",
               p=p, d=x.shape[-1])
 
@@ -96,7 +112,7 @@ def check_mask_distribution(kernel, x: torch.Tensor, p: float, seed: int, alpha:
 def check_independence(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
     """Neighbouring bits, bits of one column of two rows, and the counts of two rows are those of independent bits."""
     masks = kept_mask(kernel, x, p, seed)
-    _conclude(statistics.independence_findings(masks, p, alpha),
+    conclude(statistics.independence_findings(masks, p, alpha),
               "mask bits are not independent (neighbours or rows share draws)", p=p, d=x.shape[-1])
 
 
@@ -105,13 +121,9 @@ SEED_PARTNERS = ("s + 1", "s XOR 1", "s + 2")
 
 def check_seeds(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
     """The masks of seed s and of s + 1, s XOR 1, s + 2 agree on Binomial(n, p^2 + (1-p)^2) elements (alpha/3 each)."""
-    first = kept_mask(kernel, x, p, seed)
-    findings = []
-    for name, partner in zip(SEED_PARTNERS, (seed + 1, seed ^ 1, seed + 2), strict=True):
-        agreeing, pairs = statistics.pair_agreement(first, kept_mask(kernel, x, p, partner))
-        findings.append(statistics.agreement_finding(agreeing, pairs, p, alpha / 3, f"seeds s and {name}"))
-    _conclude(findings, "masks of different seeds are not independent (the seed is ignored or truncated)",
-              p=p, d=x.shape[-1], seed=seed)
+    conclude(seed_findings(lambda s: kept_mask(kernel, x, p, s), seed, p, alpha),
+             "masks of different seeds are not independent (the seed is ignored or truncated)", p=p, d=x.shape[-1],
+             seed=seed)
 
 
 LAYOUTS = ("transposed", "every other column")
@@ -127,7 +139,7 @@ def check_layout_invariance(kernel, x: torch.Tensor, p: float, seed: int, alpha:
         masks = kept_mask(kernel, strided(x, layout), p, seed)
         findings += [finding.named(layout) for finding in (statistics.dispersion_finding(masks, p, share / 2),
                                                            *statistics.independence_findings(masks, p, share / 2))]
-    _conclude(findings, "a non-contiguous input gets a mask that is not i.i.d. Bernoulli(1-p)", p=p,
+    conclude(findings, "a non-contiguous input gets a mask that is not i.i.d. Bernoulli(1-p)", p=p,
               d=x.shape[-1])
 
 
@@ -141,7 +153,7 @@ def check_variance_bias(kernel, x: torch.Tensor, p: float, seed: int, alpha: flo
     row = x[:1]
     masks = kept_mask(kernel, row.expand(plan.replicas, row.shape[-1]).contiguous(), p, seed)
     measured = plan.measured(masks)
-    _conclude([Finding(plan.acceptance(), measured)],
+    conclude([Finding(plan.acceptance(), measured)],
               "the variance after dropout is not Var(x) + p(d-1)/(d(1-p)) (Var(x) + mean^2): the mask is not "
               "i.i.d. Bernoulli(1-p)", predicted=plan.null[0],
               **SERIES["dropout"].point(p=p, d=row.shape[-1], measured=measured, var=float(plan.x.var()),

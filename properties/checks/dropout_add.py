@@ -19,8 +19,7 @@ from core.capabilities import dtype_name
 from proofs import fused_oracles
 from properties import dropout_statistics as statistics
 from properties import fused, fused_tolerance, outcome
-from properties.checks.dropout import SEED_PARTNERS
-from properties.dropout_statistics import Finding
+from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
 from properties.norms import as_float64
 
 
@@ -31,40 +30,28 @@ def kept_mask(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
     return (as_float64(h) != as_float64(residual)).reshape(-1, x.shape[-1]).astype(np.int8)
 
 
-def _conclude(findings: list[Finding], meaning: str, **point) -> None:
-    comparisons = [outcome.Comparison(finding.ratio, finding.describe()) for finding in findings]
-    outcome.conclude(comparisons, meaning, label="statistic/threshold", **point)
-
-
 def check_keep_rate(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                     alpha: float, bias=None) -> None:
     """The kept count of the n elements is Binomial(n, 1-p): exact two-sided test at level alpha."""
     masks = kept_mask(kernel, x, residual, weight, eps, p, seed, bias)
-    acceptance = statistics.binomial_acceptance(masks.size, 1.0 - p, alpha, f"kept count of {masks.size} elements")
-    kept = int(masks.sum())
-    _conclude([Finding(acceptance, kept)], "the branch's keep rate is not 1 - p", p=p, d=x.shape[-1],
-              measured=kept / masks.size, predicted=1.0 - p)
+    conclude([keep_rate_finding(masks, p, alpha)], "the branch's keep rate is not 1 - p", p=p, d=x.shape[-1],
+             measured=float(masks.mean()), predicted=1.0 - p)
 
 
 def check_independence(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                        alpha: float, bias=None) -> None:
     """Neighbouring bits, one column of two rows and the counts of two rows: those of independent bits."""
     masks = kept_mask(kernel, x, residual, weight, eps, p, seed, bias)
-    _conclude(statistics.independence_findings(masks, p, alpha),
+    conclude(statistics.independence_findings(masks, p, alpha),
               "the branch's mask bits are not independent (neighbours or rows share draws)", p=p, d=x.shape[-1])
 
 
 def check_seeds(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                 alpha: float, bias=None) -> None:
     """The masks of seed s and of s + 1, s XOR 1, s + 2 agree on Binomial(n, p^2 + (1-p)^2) elements (alpha/3 each)."""
-    first = kept_mask(kernel, x, residual, weight, eps, p, seed, bias)
-    findings = []
-    for name, partner in zip(SEED_PARTNERS, (seed + 1, seed ^ 1, seed + 2), strict=True):
-        other = kept_mask(kernel, x, residual, weight, eps, p, partner, bias)
-        findings.append(statistics.agreement_finding(*statistics.pair_agreement(first, other), p, alpha / 3,
-                                                     f"seeds s and {name}"))
-    _conclude(findings, "masks of different seeds are not independent (the seed is ignored or truncated)",
-              p=p, d=x.shape[-1], seed=seed)
+    conclude(seed_findings(lambda s: kept_mask(kernel, x, residual, weight, eps, p, s, bias), seed, p, alpha),
+             "masks of different seeds are not independent (the seed is ignored or truncated)", p=p, d=x.shape[-1],
+             seed=seed)
 
 
 def check_determinism(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
