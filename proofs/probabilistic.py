@@ -43,7 +43,8 @@ REPEATED_SHARE = 1 / 8
 MIN_TERMS = 8
 # A sum is treated as having mean-zero roundings only when its terms' residues modulo the partial sums' ulps are
 # spread: mean resultant length at most ALIGNED_R / sqrt(m) (:func:`aligned`; evenly spread residues exceed 4/sqrt(m)
-# with probability about exp(-16)).
+# with probability about exp(-16)). Measured on a sequential float32 sum of the suite's rows (d 512..65536,
+# |mean|/std 0..5e3): ratio <= 0.21 at 4; at 24 integer rows at d = 512 reach 0.99, shifted rows at d = 65536 fail.
 ALIGNED_R = 4.0
 
 
@@ -92,7 +93,7 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
     q = 2u 2^floor(log2 T) / 2^j, j < 8 (T = sum|x|: the largest ulp a partial sum reaches, and finer ones) by the
     mean resultant length R_q = |mean exp(2 pi i x / q)| of the nonzero terms: residues spread evenly give R_q about
     m^(-1/2), and a rounding bias of at most R_q q / pi per addition stays below the sqrt bound while
-    R_q <= ALIGNED_R / sqrt(m)."""
+    R_q <= ALIGNED_R / sqrt(m) (see ALIGNED_R)."""
     a = np.moveaxis(np.asarray(terms, dtype=np.float64), axis, -1)
     nonzero = np.maximum(np.count_nonzero(a, axis=-1), 1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

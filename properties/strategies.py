@@ -129,12 +129,17 @@ def valid_offset_ratio(d: int, dtype: torch.dtype, model: str | None = None) -> 
     """The largest |mean|/std the error model (``model``, default the run's bound) covers at width d: its bound is
     finite while 2 phi_mu kappa stays below 1 (proofs.error_model, rho_t). Worst case, phi_mu = gamma_{d+1}:
     0.05 / ((d + 1) u_acc) keeps it below 0.1; probabilistic, phi_mu <= lambda u_acc sqrt(d) (lambda of 8 sums):
-    1 / (4 lambda u_acc sqrt(d)) keeps it below 0.5 (the larger of the two)."""
+    1 / (4 lambda u_acc sqrt(d)) keeps it below 0.5 (the larger of the two), and rows of spread 1 about |mean| = c
+    keep their residues modulo the partial sums' ulps q <= 2 u_acc d c spread (proofs.probabilistic.aligned:
+    R = exp(-(2 pi / q)^2 / 2) <= 4 / sqrt(d)) while c <= pi / (u_acc d sqrt(2 ln(sqrt(d) / 4)))."""
     u_acc = tolerance.unit_roundoffs(dtype)[0]
     worst = 0.05 / ((d + 1) * u_acc)
     if (model or tolerance.bound_in_use()) == "worst-case":
         return min(MAX_OFFSET_RATIO[dtype], worst)
-    return min(MAX_OFFSET_RATIO[dtype], max(worst, 1 / (4 * probabilistic.lam(8) * u_acc * math.sqrt(d))))
+    chance = 1 / (4 * probabilistic.lam(8) * u_acc * math.sqrt(d))
+    if d > 16 * math.e**2:
+        chance = min(chance, math.pi / (u_acc * d * math.sqrt(2 * math.log(math.sqrt(d) / 4))))
+    return min(MAX_OFFSET_RATIO[dtype], max(worst, chance))
 
 
 def scales(dtype: torch.dtype) -> st.SearchStrategy[float]:
@@ -205,9 +210,10 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     epsilon = draw(eps if eps is not None else epsilons())
     count = draw(n if n is not None else row_counts(d))
     shape = draw(leading_shapes(count, draw(ndims) if ndims is not None else 2))
-    # rows whose sums fall back to the worst case (structured, proofs.probabilistic.independent) are drawn again
-    # within its range, then centred: an example whose bound is not finite is never checked (it would pass unseen)
-    for model, target in ((None, ratio), ("worst-case", ratio), (None, 0.0)):
+    # rows whose sums fall back to the worst case (structured, proofs.probabilistic.independent or .aligned) are
+    # drawn again a tenth as far from 0 (residues modulo the partial sums' ulps spread again), then within the worst
+    # case's range, then centred: an example whose bound is not finite is never checked (it would pass unseen)
+    for model, target in ((None, ratio), (None, ratio / 10), ("worst-case", ratio), (None, 0.0)):
         cap = valid_offset_ratio(d, dtype, model)
         x = rounded(draw(rows(d, count, offset=max(-cap, min(target, cap)), scale=scales(dtype))), dtype, caps.device)
         if tolerance.covered(kernel, x, epsilon) and (not upstream or tolerance.backward_covered(kernel, x, epsilon)):
