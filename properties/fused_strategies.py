@@ -49,6 +49,18 @@ SEED_SHAPES, SEED_FRACTION = ((4, 4096), (16, 1024)), 0.15
 LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel may switch to another code path
 
 
+def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, every_input: bool = False) -> dict:
+    """weight (and bias for LayerNorm) in any of their forms (present ones with ``every_input``), in ``dtype``."""
+    gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS))
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(d, dtype=torch.float64)
+    parameters = {"weight": None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)}
+    if fused.has_bias(kernel):
+        beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS))
+        parameters["bias"] = None if beta is None else rounded(beta, dtype, device)
+    return parameters
+
+
 @st.composite
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
                       every_input: bool = False, residual: str | None = None) -> dict:
@@ -67,15 +79,8 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         r = -x
     else:
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
-    example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device)}
-    gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS))
-    if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(d, dtype=torch.float64)
-    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
-    if fused.has_bias(kernel):
-        beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS))
-        example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
-    example["eps"] = draw(epsilons())
+    example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device),
+               **_parameters(draw, kernel, d, dtype, caps.device, every_input), "eps": draw(epsilons())}
     h_dtype = fused.residual_dtype(kernel, example["residual"])
     h, _ = fused_tolerance.residual_out(example["x"], example["residual"], h_dtype)
     gamma64, beta64 = fused.gammas(kernel, example["weight"], example.get("bias"))
@@ -89,18 +94,6 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
                                            as_float64(example["dh"]), fused.norm_kind(kernel))
         assume(all(g is None or representable(g, dtype) for g in exact))
     return example
-
-
-def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str) -> dict:
-    """weight (and bias for LayerNorm) in any of their forms, rounded to ``dtype``."""
-    gamma = draw(effective_weights(d, WEIGHT_FORMS))
-    if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(d, dtype=torch.float64)
-    parameters = {"weight": None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)}
-    if fused.has_bias(kernel):
-        beta = draw(biases(d, BIAS_FORMS))
-        parameters["bias"] = None if beta is None else rounded(beta, dtype, device)
-    return parameters
 
 
 @st.composite
