@@ -11,6 +11,11 @@ Discovered once per kernel (cached), unless declared on the :class:`~core.regist
   shape or device, or NaN/inf for finite input) is a fault of the kernel, never a missing dtype: the
   dtype stays, the fault is kept in ``faults``, and every claim drawing that dtype reports it
   (:meth:`Capabilities.raise_fault`: ``error``, or ``failed`` for NaN/inf);
+- ``mixes``: the parameter dtype mixes (:data:`PARAMETER_MIXES`: float32 weight/bias with 16-bit x, 16-bit ones with
+  float32 x) a LayerNorm/RMSNorm kernel takes, probed in x's dtypes unless it declares ``parameter_dtypes="same"``.
+  A mix whose probe raises (torch's CPU ``layer_norm``: "mixed dtype (CPU): expect parameter to have scalar type
+  of Float") is refused: not checked, with the reason in :attr:`Capabilities.not_tested`, never a pass; a mix that
+  computes is checked like any other input (wrong values or output dtype fail its claims);
 - ``backward``: the output has a ``grad_fn``. A forward-only kernel (no ``grad_fn``) has no backward and
   its gradient claims are skipped with ``backward_reason``; a backward that exists but raises or gives
   NaN/inf is checked like any other, so its claims end in ``error``/``failed`` (``backward_fault`` says
@@ -35,6 +40,10 @@ from core.errors import one_line
 from core.kernel import Kernel
 
 PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# (x's dtype, weight's and bias' dtype): autocast / mixed-precision training, and 16-bit weights in float32 inference
+PARAMETER_MIXES = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float16),
+                   (torch.float32, torch.bfloat16))
+MIXED_KINDS = ("layernorm", "rmsnorm")
 _PROBE_SHAPE = (2, 8)
 _PROBE_TIMEOUT_S = guard.DEFAULT_TIMEOUT_S  # NORMVERIFY_CALL_TIMEOUT, normverify run --timeout
 
@@ -52,12 +61,15 @@ class Capabilities:
     dtype_reasons: dict[str, str] = field(default_factory=dict)
     faults: dict[str, guard.KernelFault] = field(default_factory=dict)  # dtype name -> the probe's fault
     backward_fault: str = ""
+    mixes: tuple[tuple[torch.dtype, torch.dtype], ...] = ()
+    mix_reasons: dict[str, str] = field(default_factory=dict)  # mix_name -> why it is not checked
 
     @property
     def not_tested(self) -> dict[str, str]:
-        """{dtype name: why} for each probed dtype the kernel is not checked in (declared or unsupported)."""
-        return {dtype_name(d): self.dtype_reasons.get(dtype_name(d), "not among its declared dtypes")
-                for d in PROBED_DTYPES if d not in self.dtypes}
+        """{dtype name or mix_name: why} for each probed dtype and parameter dtype mix the kernel is not checked in
+        (declared, unsupported or refused)."""
+        return {**{dtype_name(d): self.dtype_reasons.get(dtype_name(d), "not among its declared dtypes")
+                   for d in PROBED_DTYPES if d not in self.dtypes}, **self.mix_reasons}
 
     def raise_fault(self, dtypes: tuple[torch.dtype, ...] | list[torch.dtype]) -> None:
         """Raise the probe's KernelFault (anew) in the first of ``dtypes`` that has one."""
@@ -87,14 +99,20 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def probe_arguments(kernel: Kernel, x: torch.Tensor) -> tuple:
-    """The kernel's positional arguments for input x: unit weight, zero bias, eps 1e-5, p 0.5, seed 0; a fused
-    kind's residual is x reversed; GroupNorm takes x [2, 8] as [N, C] with 2 groups."""
+def mix_name(x_dtype: torch.dtype, parameter_dtype: torch.dtype) -> str:
+    """``(float16, float32)`` -> ``"float16 x, float32 weight/bias"``."""
+    return f"{dtype_name(x_dtype)} x, {dtype_name(parameter_dtype)} weight/bias"
+
+
+def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtype | None = None) -> tuple:
+    """The kernel's positional arguments for input x: unit weight, zero bias (in ``parameter_dtype``, default x's),
+    eps 1e-5, p 0.5, seed 0; a fused kind's residual is x reversed; GroupNorm takes x [2, 8] as [N, C] with 2
+    groups."""
     d = x.shape[-1]
     if kernel.kind == "dropout":
         return (x, 0.5, 0)
-    weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=x.dtype, device=x.device)
-    bias = torch.zeros(d, dtype=x.dtype, device=x.device)
+    weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=parameter_dtype or x.dtype, device=x.device)
+    bias = torch.zeros(d, dtype=parameter_dtype or x.dtype, device=x.device)
     residual = x.flip(-1).detach()
     return {"rmsnorm": (x, weight, 1e-5), "layernorm": (x, weight, bias, 1e-5),
             "add_rmsnorm": (x, residual, weight, 1e-5), "add_layernorm": (x, residual, weight, bias, 1e-5),
@@ -141,6 +159,30 @@ def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.Ker
     except guard.KernelFault as fault:
         return fault
     return None
+
+
+def _mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str) -> tuple[tuple, dict[str, str]]:
+    """(the parameter dtype mixes the kernel takes, {mix_name: why not} for the others): a mix is refused when its
+    probe raises or times out (its output is not judged here: the claims check its values and dtype). Mixes whose
+    x dtype is not among ``dtypes`` are neither: that dtype's own not-tested reason covers them."""
+    if kernel.kind not in MIXED_KINDS:
+        return (), {}
+    taken, reasons = [], {}
+    for x_dtype, parameter_dtype in PARAMETER_MIXES:
+        name = mix_name(x_dtype, parameter_dtype)
+        if x_dtype not in dtypes:
+            continue
+        if kernel.parameter_dtypes == "same":
+            reasons[name] = "declared: weight and bias only in x's dtype (parameter_dtypes='same')"
+        else:
+            x = _probe_input(x_dtype, device)
+            try:
+                guard.limited(kernel, lambda x=x, p=parameter_dtype: kernel.fn(*probe_arguments(kernel, x, p)),
+                              timeout=_PROBE_TIMEOUT_S)
+                taken.append((x_dtype, parameter_dtype))
+            except guard.KernelFault as fault:
+                reasons[name] = f"refused: {fault}"
+    return tuple(taken), reasons
 
 
 def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
@@ -220,10 +262,11 @@ def discover(kernel: Kernel) -> Capabilities:
     working = [d for d in dtypes if dtype_name(d) not in faults]
     probe_dtype = torch.float32 if torch.float32 in working else (working or [*dtypes, torch.float32])[0]
     backward_reason, double_reason, backward_fault = _backward_problems(kernel, probe_dtype, device)
+    mixes, mix_reasons = _mixes(kernel, dtypes, device)
     return Capabilities(device=device, dtypes=dtypes, backward=not backward_reason,
                         double_backward=not double_reason, backward_reason=backward_reason,
                         double_backward_reason=double_reason, dtype_reasons=reasons, faults=faults,
-                        backward_fault=backward_fault)
+                        backward_fault=backward_fault, mixes=mixes, mix_reasons=mix_reasons)
 
 
 def unusable(kernel: Kernel) -> str:

@@ -105,15 +105,18 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
     return box["value"]
 
 
-def _check_tensor(name: str, out: object, like: torch.Tensor | None, what: str) -> torch.Tensor:
+def _check_tensor(name: str, out: object, like: torch.Tensor | None, what: str,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise KernelFault(name, "type", f"returned {type(out).__name__}, not a tensor, for {what}")
     if like is not None:
         if out.shape != like.shape:
             raise KernelFault(name, "shape", f"returned shape {tuple(out.shape)} for {what} of shape "
                                              f"{tuple(like.shape)}")
-        if out.dtype != like.dtype:
-            raise KernelFault(name, "dtype", f"returned {out.dtype} for {what} of dtype {like.dtype}")
+        expected = dtype or like.dtype
+        if out.dtype != expected:
+            raise KernelFault(name, "dtype", f"returned {out.dtype} for {what} of dtype {like.dtype}"
+                                             + ("" if expected == like.dtype else f" (expected {expected})"))
         if out.device != like.device:
             raise KernelFault(name, "device", f"returned a tensor on {out.device} for {what} on {like.device}")
     return out
@@ -142,8 +145,9 @@ def limited(kernel, work: Callable[[], object], *, timeout: float | None = DEFAU
 
 
 def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool = False,
-         timeout: float | None = DEFAULT_TIMEOUT_S, **kwargs) -> torch.Tensor:
-    """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have).
+         timeout: float | None = DEFAULT_TIMEOUT_S, dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
+    """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have;
+    ``dtype``: the output's dtype when it is not like's, e.g. by a declared output-dtype rule).
 
     ``kernel`` is a :class:`core.registry.Kernel` or a plain callable. Non-finite outputs are a
     fault only when every tensor argument is finite and ``allow_nonfinite`` is false.
@@ -151,7 +155,7 @@ def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool 
     name = _name(kernel)
     fn = getattr(kernel, "fn", kernel)
     out = limited(kernel, lambda: fn(*args, **kwargs), timeout=timeout)
-    out = _check_tensor(name, out, like, "the output")
+    out = _check_tensor(name, out, like, "the output", dtype)
     if not allow_nonfinite:
         _check_finite(name, out, args, "the output")
     return out

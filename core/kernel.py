@@ -31,6 +31,13 @@ KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout", "add_l
 KIND_FAMILIES = {kind: (prefix, "blocks") if kind == "layernorm" else (prefix,) for kind, prefix in KIND_PREFIX.items()}
 RESIDUAL_DTYPES = ("storage", "float32")
 IN_PLACE_INPUTS = ("residual", "dy")
+# The dtype of the output when weight/bias come in another dtype than x: "input" (x's dtype, torch's rule:
+# F.layer_norm / rms_norm / group_norm), "promoted" (torch.promote_types(x, weight): HF LlamaRMSNorm's
+# weight * x_hat.to(x.dtype)), "weight" (the weight's dtype: HF T5LayerNorm). Same-dtype inputs give x's dtype in all.
+OUTPUT_DTYPE_RULES = ("input", "promoted", "weight")
+# Which dtypes a kernel takes weight/bias in: "any" (x's, or another: float32 with 16-bit x, 16-bit with float32 x),
+# or "same" (only x's dtype, declared: the mixed-dtype claims are then not checked, and the report says so).
+PARAMETER_DTYPES = ("any", "same")
 NO_GRADIENT_PARAMETERS = ("weight", "bias")
 BACKWARD_PRECISIONS = ("float32", "storage")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
@@ -68,6 +75,10 @@ class Kernel:
     (flash-attention's ``residual_in_fp32``); ``in_place=("residual",)`` declares that the kernel writes
     residual_out into its residual argument (vLLM's ``fused_add_rms_norm``). The suite checks what is declared.
 
+    Parameters in another dtype than x (float32 weight/bias with 16-bit x under autocast, 16-bit ones with float32
+    x): ``output_dtype`` declares the output's dtype then (:data:`OUTPUT_DTYPE_RULES`, default torch's rule, x's
+    dtype); ``parameter_dtypes="same"`` declares that the kernel takes weight/bias only in x's dtype.
+
     ``reduction`` declares how the kernel sums a row for its statistics (:class:`proofs.reduction.Reduction`: runs,
     lanes, cascade, blocks; two-pass or Welford), read from its source: the error model then bounds each sum by the
     shape's depth D instead of d - 1 (any order). None (the default) keeps the order-agnostic bound: a shape is never
@@ -87,6 +98,8 @@ class Kernel:
     no_gradient: tuple[str, ...] = ()
     residual_dtype: str = "storage"
     in_place: tuple[str, ...] = ()
+    output_dtype: str = "input"
+    parameter_dtypes: str = "any"
     reduction: Reduction | None = None
 
     def __post_init__(self) -> None:
@@ -100,6 +113,9 @@ class Kernel:
         if self.residual_dtype not in RESIDUAL_DTYPES or not set(self.in_place) <= set(IN_PLACE_INPUTS):
             raise UsageError(f"kernel {self.name!r}: residual_dtype must be one of {', '.join(RESIDUAL_DTYPES)} and "
                              f"in_place a subset of {IN_PLACE_INPUTS}")
+        if self.output_dtype not in OUTPUT_DTYPE_RULES or self.parameter_dtypes not in PARAMETER_DTYPES:
+            raise UsageError(f"kernel {self.name!r}: output_dtype must be one of {', '.join(OUTPUT_DTYPE_RULES)} and "
+                             f"parameter_dtypes one of {', '.join(PARAMETER_DTYPES)}")
         conventions = tuple(self.conventions)
         if conventions:
             from proofs.mechanisms import CONVENTIONS
@@ -119,7 +135,8 @@ class Kernel:
         return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,
                 "backward_precision": self.backward_precision, "conventions": list(self.conventions),
                 "residual_dtype": self.residual_dtype, "in_place": list(self.in_place),
-                "no_gradient": list(self.no_gradient),
+                "no_gradient": list(self.no_gradient), "output_dtype": self.output_dtype,
+                "parameter_dtypes": self.parameter_dtypes,
                 "reduction": None if self.reduction is None else self.reduction.as_json(),
                 "description": self.description}
 

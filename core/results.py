@@ -163,6 +163,8 @@ class KernelEntry(_Model):
     residual_dtype: str | None = None
     in_place: list[str] = Field(default_factory=list)
     no_gradient: list[str] = Field(default_factory=list)
+    output_dtype: Literal["input", "promoted", "weight"] = "input"
+    parameter_dtypes: Literal["any", "same"] = "any"
     reduction: ReductionEntry | None = None
     description: str = ""
     capabilities: Capabilities | None = None

@@ -4,8 +4,13 @@ Model (Higham, Accuracy and Stability of Numerical Algorithms, ch. 2-4): every o
 accumulation dtype returns fl(a op b) = (a op b)(1 + delta), |delta| <= u (u = u_acc), plus an absolute
 error of at most eta (half the smallest subnormal) where the result underflows; storing rounds with
 u_out (eta_out). The inputs x, weight, bias, dy are the already-rounded values the kernel received,
-exactly representable in the accumulation dtype. A sum of n terms in ANY order (sequential, blocked,
-tree) has |error| <= gamma_{n-1} sum |terms|, gamma_m = m u / (1 - m u) (Higham Lemma 3.1/3.3).
+exactly representable in the accumulation dtype. Mixed storage (weight/bias in another dtype than x): the
+parameters enter exactly as received (float32 parameters with 16-bit x: the accumulation dtype is float32
+whenever any operand is 16-bit, so they are exact in it; a kernel that rounds them first is wrong by that
+rounding), and each output is rounded once to its own dtype: y with u_out of the output's dtype, dx with u_out
+of x's, dweight with u_weight of the weight's, dbias with u_bias of the bias' (backward_bound).
+A sum of n terms in ANY order (sequential, blocked, tree) has |error| <= gamma_{n-1} sum |terms|,
+gamma_m = m u / (1 - m u) (Higham Lemma 3.1/3.3).
 
 LN forward, two-pass (or Welford) in any order, with s = sqrt(sigma^2 + eps):
     mean:       |mu_hat - mu| <= gamma_{d+1} mean|x| =: E s                  (d-1 additions, 1/d, product)
@@ -321,13 +326,16 @@ def _gradient_factors(width: int, u_acc: float, lam_value: float | None, g_prime
     return first, second
 
 
-def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value):
-    pieces = _backward_pieces(kind, row, q, weight, dy, u_acc, u_out, lam_value)
+def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_weight=None, u_bias=None):
+    pieces = _backward_pieces(kind, row, q, weight, dy, u_acc, u_out, lam_value, u_weight, u_bias)
     return pieces["dx"], pieces["dweight"], pieces["dbias"], pieces["rho_t"]
 
 
-def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value) -> dict:
-    """The per-row and per-element pieces of the backward bound (names as in :func:`backward_terms`)."""
+def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_weight=None, u_bias=None) -> dict:
+    """The per-row and per-element pieces of the backward bound (names as in :func:`backward_terms`); dweight and
+    dbias stored with u_weight and u_bias (default u_out, dx's)."""
+    u_weight = u_out if u_weight is None else u_weight
+    u_bias = u_out if u_bias is None else u_bias
     xi_of, eps_r_of, dx_of = _backward_functions(kind)
     width = row.shape[-1]
     scale = np.ones(width) if weight is None else np.asarray(weight, dtype=np.float64)
@@ -353,10 +361,10 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value) -> 
             exact = np.abs((dy * q["normalized"]).sum(axis=lead))
             factor = probabilistic.sum_factor(terms, u_acc, lam_value, 0, (dy * q["normalized"]).reshape(flat))[0]
             dweight = (np.abs(dy) * xi_j).sum(axis=lead) + _composed_with_product(factor, u_acc) * terms.sum(axis=0)
-            dweight = dweight + (exact + dweight) * u_out + _underflow(u_out)
+            dweight = dweight + (exact + dweight) * u_weight + _underflow(u_weight)
         upstream = dy.reshape(flat)
         dbias = probabilistic.sum_factor(upstream, u_acc, lam_value, 0)[0] * np.abs(dy).sum(axis=lead)
-        dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_out + _underflow(u_out)
+        dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_bias + _underflow(u_bias)
         rho_t = _rho_function(kind)(*row_args)
         dc1 = phi_first * mean(np.abs(g_prime)) if kind == "ln" else np.zeros_like(first)
         dc2 = phi_second * mean(magnitudes) + mean(np.abs(g_prime) * xi_j)
@@ -448,9 +456,12 @@ def mean(values: np.ndarray) -> np.ndarray:
 
 def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray,
                    u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
+                   u_weight: float | None = None, u_bias: float | None = None,
                    declared: reduction.Reduction | None = None) -> tuple:
     """Per-element bounds of the backward: (B_dx, B_dweight, B_dbias) for LN, (B_dx, B_dweight) for RMSNorm.
 
+    Each gradient is stored in its own dtype: dx with ``u_out``, dweight with ``u_weight`` and dbias with ``u_bias``
+    (both default ``u_out``: parameters in x's dtype).
     B_dx has the shape of x; B_dweight and B_dbias the shape [d] (the gradients summed over the
     leading axes, in any order: gamma_{rows} for the cross-row sums, or the probabilistic factor);
     B_dweight is None without weight. ``model`` and ``declared`` as in :func:`forward_bound` (the declared shape is
@@ -462,7 +473,8 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     q = _row_quantities(row, eps, kind)
     rows = int(np.prod(row.shape[:-1]))
     lam_value = _lam(model, rows * 4 + 2 * row.shape[-1])
-    kernel = _backward_at(kind, row, _declared(q, declared, row.shape[-1]), weight, upstream, u_acc, u_out, lam_value)
+    kernel = _backward_at(kind, row, _declared(q, declared, row.shape[-1]), weight, upstream, u_acc, u_out, lam_value,
+                          u_weight, u_bias)
     oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
     dx = _where_valid(kernel[0] + oracle[0], row.shape[-1], u_acc, kernel[3], q["inv_s2"])
     lead = tuple(range(row.ndim - 1))

@@ -55,8 +55,10 @@ WIDTH_CLASSES = ((3, "d <= 3"), (1024, "4 <= d <= 1024"), (None, "d > 1024"))
 
 def coverage_of(example: dict) -> dict[str, str]:
     """The classes of an example's draw, for the coverage the report shows per claim: ``dtypes`` (x's dtype and, where
-    they differ, the weight's and bias'), ``layout`` (contiguous, strided, or a view into a larger buffer: a
-    non-zero storage offset of any tensor input), ``width`` (WIDTH_CLASSES) and ``dims`` (x's dimensions)."""
+    they differ, the weight's and bias'), ``parameter dtypes`` (the dtype mix: none, x's, float32 with 16-bit x,
+    16-bit with float32 x; core.capabilities.PARAMETER_MIXES), ``layout`` (contiguous, strided, or a view into a
+    larger buffer: a non-zero storage offset of any tensor input), ``width`` (WIDTH_CLASSES) and ``dims`` (x's
+    dimensions)."""
     tensors = {name: t for name, t in example.items() if hasattr(t, "stride") and hasattr(t, "dtype")}
     x = tensors.get("x")
     if x is None:
@@ -66,6 +68,7 @@ def coverage_of(example: dict) -> dict[str, str]:
                          if name in ("weight", "bias") and t.dtype != x.dtype})
     if parameters:
         dtypes += " x, " + "/".join(parameters) + " weight"
+    mix = _parameter_mix(x, [t for name, t in tensors.items() if name in ("weight", "bias")])
     if any(t.storage_offset() for t in tensors.values()):
         layout = "view into a larger buffer"
     elif all(t.is_contiguous() for t in tensors.values()):
@@ -74,7 +77,17 @@ def coverage_of(example: dict) -> dict[str, str]:
         layout = "strided"
     d = x.shape[-1]
     width = next(label for top, label in WIDTH_CLASSES if top is None or d <= top)
-    return {"dtypes": dtypes, "layout": layout, "width": width, "dims": f"{x.dim()}-D"}
+    return {"dtypes": dtypes, "parameter dtypes": mix, "layout": layout, "width": width, "dims": f"{x.dim()}-D"}
+
+
+def _parameter_mix(x: Any, parameters: list) -> str:
+    """The class of the example's parameter dtypes against x's (coverage_of)."""
+    if not parameters:
+        return "no weight or bias"
+    if all(t.dtype == x.dtype for t in parameters):
+        return "x's dtype"
+    wider = all(t.dtype.itemsize > x.dtype.itemsize for t in parameters)
+    return "wider than x (float32 with 16-bit x)" if wider else "narrower than x (16-bit with float32 x)"
 
 
 def _copy(value: Any) -> Any:

@@ -24,10 +24,21 @@ def arguments(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias
     return (x, weight, eps) if kernel.kind == "rmsnorm" else (x, weight, bias, eps)
 
 
+def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
+    """The dtype the kernel's output must have (core.kernel.OUTPUT_DTYPE_RULES): x's (torch's rule, the default),
+    torch.promote_types(x, weight) (``output_dtype="promoted"``) or the weight's (``"weight"``); x's without a
+    weight."""
+    if weight is None or kernel.output_dtype == "input":
+        return x.dtype
+    return torch.promote_types(x.dtype, weight.dtype) if kernel.output_dtype == "promoted" else weight.dtype
+
+
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
             eps: float = 1e-5, allow_nonfinite: bool = False) -> torch.Tensor:
-    """The kernel's output for x (guarded: faults become one-line KernelFault errors)."""
-    return guard.call(kernel, *arguments(kernel, x, weight, bias, eps), like=x, allow_nonfinite=allow_nonfinite)
+    """The kernel's output for x (guarded: faults become one-line KernelFault errors; an output dtype other than
+    :func:`output_dtype` is a ``dtype`` fault)."""
+    return guard.call(kernel, *arguments(kernel, x, weight, bias, eps), like=x, allow_nonfinite=allow_nonfinite,
+                      dtype=output_dtype(kernel, x, weight))
 
 
 def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,

@@ -20,7 +20,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from core.capabilities import discover, dtype_name
+from core.capabilities import discover, dtype_name, mix_name
 from core.registry import Kernel
 from proofs import probabilistic
 from properties import norms, tolerance
@@ -190,7 +190,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   dtypes: tuple[torch.dtype, ...] | None = None, weights: bool = True,
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
-                  n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None) -> dict:
+                  n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None,
+                  parameter_dtype: torch.dtype | None = None) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
@@ -200,7 +201,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     With ``upstream``, examples whose exact gradients overflow the storage dtype are left out
     (:func:`properties.norms.representable`), and x is drawn inside the domain of the backward bound as well
     (finite on every row: :func:`backward_width_limit`, then |mean|/std 0 if the drawn one leaves it): an
-    example whose bound is not finite would be unchecked.
+    example whose bound is not finite would be unchecked. ``parameter_dtype``: weight and bias rounded to it instead
+    of x's dtype (:func:`mixed_parameter_examples`); dy is in the output's dtype (properties.norms.output_dtype).
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
@@ -224,17 +226,31 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64)
-    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+    parameters = parameter_dtype or dtype
+    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     if kernel.kind == "layernorm":
         beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS)) if weights else None
-        example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
+        example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)
     example["eps"] = epsilon
     if upstream:
         dy = standard_values(tuple(example["x"].shape), "normal", draw(seeds()))
-        example["dy"] = rounded(dy, dtype, caps.device)
+        example["dy"] = rounded(dy, norms.output_dtype(kernel, example["x"], example["weight"]), caps.device)
         exact = norms.reference_vjp(kernel, example["x"], example["weight"], example["eps"], example["dy"])
         assume(all(norms.representable(gradient, dtype) for gradient in exact.values()))
     return example
+
+
+def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype],
+                             **options) -> st.SearchStrategy[dict]:
+    """:func:`norm_examples` with x in ``mix[0]`` and weight and bias (always present, random) in ``mix[1]``
+    (core.capabilities.PARAMETER_MIXES). A mix the kernel refuses or declares it does not take skips the test with
+    the reason (also listed as not tested in the results: never a pass); a probe fault in x's dtype fails it."""
+    caps = discover(kernel)
+    if mix not in caps.mixes:
+        name, x_dtype = mix_name(*mix), dtype_name(mix[0])
+        why = caps.not_tested.get(name) or f"not tested in {x_dtype}: {caps.not_tested.get(x_dtype, '')}"
+        pytest.skip(f"{kernel.name} not checked with {name}: {why}")
+    return norm_examples(kernel, dtypes=mix[:1], every_input=True, parameter_dtype=mix[1], **options)
 
 
 @st.composite

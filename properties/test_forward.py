@@ -11,9 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import PARAMETER_MIXES, mix_name
 from properties import evidence, profiles
-from properties.checks.forward import check_forward
-from properties.strategies import norm_examples, widths
+from properties.checks.forward import check_forward, check_forward_with_parameter_dtypes
+from properties.strategies import mixed_parameter_examples, norm_examples, widths
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
@@ -48,3 +49,14 @@ def test_forward_at_model_widths(norm_kernel, d, data):
     """float32 rows of d = 1024, 4096, 8192 at the largest |mean|/std the model covers there."""
     example = norm_examples(norm_kernel, d=d, dtypes=(torch.float32,), offset_ratio=LARGE_OFFSETS)
     evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambda mix: mix_name(*mix).replace(" ", ""))
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_with_parameters_in_another_dtype(norm_kernel, mix, data):
+    """float32 weight and bias with 16-bit x (autocast), 16-bit ones with float32 x: the output in the rule's dtype,
+    within the bound of the dtypes received (weight and bias exact as given)."""
+    example = data.draw(mixed_parameter_examples(norm_kernel, mix), label="example")
+    evidence.check(check_forward_with_parameter_dtypes, norm_kernel, example)

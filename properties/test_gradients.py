@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import PROBED_DTYPES
+from core.capabilities import PARAMETER_MIXES, PROBED_DTYPES, mix_name
 from properties import evidence, norms, profiles, tolerance
 from properties.checks.gradients import check_gradient_identities, check_vjp
-from properties.strategies import backward_width_limit, norm_examples
+from properties.strategies import backward_width_limit, mixed_parameter_examples, norm_examples
 
 # Gradient claims see 2-D, 3-D and 4-D x: dgamma and dbeta sum over every leading dimension, not only the first.
 NDIMS = st.sampled_from([2, 3, 4])
@@ -67,6 +67,31 @@ def test_gradient_identities(norm_kernel, data):
 def test_gradient_identities_at_widths_above_1024(norm_kernel, data):
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, d=WIDE, dtypes=wide_dtypes(norm_kernel), upstream=True, ndims=NDIMS)
+    evidence.check(check_gradient_identities, norm_kernel, data.draw(example, label="example"))
+
+
+MIXES = pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambda mix: mix_name(*mix).replace(" ", ""))
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@MIXES
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_with_parameters_in_another_dtype(norm_kernel, mix, data):
+    """dx in x's dtype, dweight and dbias in the parameters' own dtype, each within its bound (float32 weight and
+    bias with 16-bit x, 16-bit ones with float32 x)."""
+    norms.require_backward(norm_kernel)
+    example = mixed_parameter_examples(norm_kernel, mix, upstream=True, ndims=NDIMS)
+    evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.gradient_identities", "rms.gradient_identities")
+@MIXES
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_identities_with_parameters_in_another_dtype(norm_kernel, mix, data):
+    norms.require_backward(norm_kernel)
+    example = mixed_parameter_examples(norm_kernel, mix, upstream=True, ndims=NDIMS)
     evidence.check(check_gradient_identities, norm_kernel, data.draw(example, label="example"))
 
 

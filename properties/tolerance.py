@@ -4,7 +4,9 @@ Every bound is derived, none is chosen: the per-element bounds are those of the 
 analysis in :mod:`proofs.error_model` (``numerics.error_model``), evaluated on the exact rounded
 inputs the kernel received, with
 
-- ``u_out``: the unit roundoff of the storage dtype (the output is rounded to it once);
+- ``u_out``: the unit roundoff of each output's own dtype (:func:`operand_roundoffs`): y is rounded once to the
+  output dtype (x's by torch's rule, or the kernel's declared ``output_dtype``), dx to x's, dweight to the
+  weight's and dbias to the bias' (float32 parameters with 16-bit x: float32 dweight/dbias);
 - ``u_acc``: the unit roundoff of the accumulation dtype: float32 for float16/bfloat16 storage
   (what every mixed-precision norm kernel does), the storage dtype otherwise, and for the backward
   of a kernel that declares ``backward_precision="storage"``;
@@ -32,7 +34,7 @@ import torch
 from core.capabilities import dtype_name
 from core.registry import Kernel
 from proofs import error_model, oracles
-from properties.norms import as_float64, effective_weight
+from properties.norms import as_float64, effective_weight, output_dtype
 
 # float16/bfloat16 data is accumulated in float32; a kernel that declares backward_precision="storage"
 # (core.registry.Kernel) has its backward checked with u_acc = u_storage instead.
@@ -65,6 +67,19 @@ def unit_roundoffs(storage: torch.dtype) -> tuple[float, float]:
             error_model.unit_roundoff(dtype_name(storage)))
 
 
+def operand_roundoffs(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None) -> dict[str, float]:
+    """Unit roundoffs per operand, for parameters in x's dtype or another: ``acc`` (float32 whenever any operand is
+    16-bit: x's accumulation dtype, which float32 or 16-bit parameters never lower), ``y`` (the output's dtype,
+    properties.norms.output_dtype), ``x`` (dx, in x's dtype), ``weight`` and ``bias`` (dweight, dbias in their
+    parameter's dtype; x's when the parameter is absent). Weight and bias enter the bound exactly as received."""
+    u = error_model.unit_roundoff
+    u_acc, u_x = unit_roundoffs(x.dtype)
+    return {"acc": u_acc, "y": u(dtype_name(output_dtype(kernel, x, weight))), "x": u_x,
+            "weight": u_x if weight is None else u(dtype_name(weight.dtype)),
+            "bias": u_x if bias is None else u(dtype_name(bias.dtype))}
+
+
 def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:
     """Per-row condition number of the statistics (proofs.error_model), e.g. ~ |mean|/std for LayerNorm."""
     return np.asarray(error_model.condition_number(as_float64(x), eps))
@@ -73,10 +88,10 @@ def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
             eps: float, model: str | None = None) -> np.ndarray:
     """Per-element bound on |kernel(x) - oracle(x)|, shape of x (``model``: the run's, :func:`bound_in_use`)."""
-    u_acc, u_out = unit_roundoffs(x.dtype)
+    u = operand_roundoffs(kernel, x, weight, bias)
     beta = as_float64(bias) if kernel.kind == "layernorm" else None
     bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
-                                      u_acc, u_out, kernel.kind, model or bound_in_use(),
+                                      u["acc"], u["y"], kernel.kind, model or bound_in_use(),
                                       declared=kernel.reduction)
     return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
 
@@ -90,13 +105,13 @@ def covered(kernel: Kernel, x: torch.Tensor, eps: float) -> bool:
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
              dy: torch.Tensor, model: str | None = None) -> dict[str, np.ndarray]:
     """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)};
-    no "weight" entry without a weight."""
-    u_acc, u_out = unit_roundoffs(x.dtype)
-    if kernel.backward_precision == "storage":
-        u_acc = u_out
+    no "weight" entry without a weight. Each rounded to its own dtype (:func:`operand_roundoffs`; the bias is
+    taken in the weight's dtype, as the strategies draw it)."""
+    u = operand_roundoffs(kernel, x, weight, weight)
+    u_acc = u["x"] if kernel.backward_precision == "storage" else u["acc"]
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                        u_acc, u_out, kernel.kind, model or bound_in_use(),
-                                        declared=kernel.reduction)
+                                        u_acc, u["x"], kernel.kind, model or bound_in_use(),
+                                        u_weight=u["weight"], u_bias=u["bias"], declared=kernel.reduction)
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 

@@ -151,6 +151,21 @@ def test_a_kernel_that_runs_in_no_dtype_is_unusable_and_a_working_one_is_not():
 
 def test_dtypes_left_out_say_why_in_the_json():
     caps = capabilities.discover(Kernel("no-half-2", "layernorm", _no_half))
-    assert set(caps.as_json()["not_tested"]) == {"float16", "bfloat16"}
+    # float32 x with 16-bit weights: torch's CPU layer_norm refuses the mix ("mixed dtype (CPU)"), said as such
+    refused = {capabilities.mix_name(torch.float32, p) for p in (torch.float16, torch.bfloat16)}
+    assert set(caps.as_json()["not_tested"]) == {"float16", "bfloat16"} | refused
+    assert all("refused" in caps.not_tested[name] and "mixed dtype" in caps.not_tested[name] for name in refused)
     declared = capabilities.discover(Kernel("declared-2", "layernorm", _no_half, dtypes=(torch.float32,)))
     assert declared.not_tested["float16"] == "not among its declared dtypes"
+
+
+def test_parameter_dtype_mixes_are_probed_or_declared_same_dtype_only():
+    """A kernel that takes float32 weights with 16-bit x (and the reverse) has every mix; one that declares
+    parameter_dtypes='same' has none, each listed as not tested with the declaration (never dropped silently)."""
+    rms = capabilities.discover(Kernel("rms-any", "rmsnorm", lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps)))
+    assert rms.mixes == capabilities.PARAMETER_MIXES and not rms.mix_reasons
+    same = capabilities.discover(Kernel("rms-same", "rmsnorm", lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
+                                        parameter_dtypes="same"))
+    assert not same.mixes
+    assert all("parameter_dtypes='same'" in same.not_tested[capabilities.mix_name(*m)]
+               for m in capabilities.PARAMETER_MIXES)

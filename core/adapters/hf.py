@@ -7,6 +7,11 @@ module path (:mod:`core.adapters.modules`) with the test's weight:
     GemmaRMSNorm   y = (x_f32 * rsqrt(mean(x_f32^2) + eps) * (1 + w_f32)).to(x.dtype)   weight_offset 1
     T5LayerNorm    y = w * (x * rsqrt(mean(x_f32^2) + eps)) cast to w's dtype when w is half;
                    despite its name an RMSNorm: no mean subtraction, no bias
+
+With weights in another dtype than x their outputs follow their own rules (measured, docs/findings.md [M]):
+Llama's ``w * x_hat.to(x.dtype)`` has the promoted dtype (float32 for float32 weights with 16-bit x), T5's the
+weight's (16-bit for 16-bit weights with float32 x); Gemma casts back to x's dtype (torch's rule). Each declares it
+(``Kernel.output_dtype``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ HF_NORMS = {
                         "T5: an RMSNorm (no centring, no bias), variance in fp32",
                         ("double_rounding", "storage_statistics_backward")),
 }
+# builtin name -> its output dtype with parameters in another dtype than x (core.kernel.OUTPUT_DTYPE_RULES)
+OUTPUT_DTYPES = {"hf-llama-rmsnorm": "promoted", "hf-t5-layernorm": "weight"}
 
 
 def _unavailable() -> str | None:
@@ -46,7 +53,7 @@ def _loader(name: str):
         cls = getattr(importlib.import_module(module_name), class_name)
         kernel = kernel_from_module_class(cls, name, "rmsnorm", name=name, weight_offset=weight_offset,
                                           description=f"transformers {class_name}: {description}")
-        return [dataclasses.replace(kernel, conventions=conventions)]
+        return [dataclasses.replace(kernel, conventions=conventions, output_dtype=OUTPUT_DTYPES.get(name, "input"))]
 
     return load
 

@@ -54,6 +54,7 @@ class Case:
     accumulation: str
     dy: np.ndarray | None = None  # upstream gradient (backward)
     bound: str = error_model.DEFAULT_BOUND  # the error model's bound: "probabilistic" or "worst-case"
+    output: str = ""  # the output's dtype where it is not the storage's (weights in another dtype: the kernel's rule)
 
     @property
     def u_acc(self) -> float:

@@ -186,48 +186,68 @@ def _float16_two_pass(row, eps, out, order):
 # --- double rounding (Llama's casting) ----------------------------------------------------------------------------
 
 
-def _rounded_normalized(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """[R(p_lo), R(p_hi)]: the computed x_hat (accumulation roundoff) rounded to the storage dtype."""
+def _rounded_normalized(case: Case, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """[R(p_lo), R(p_hi)]: the computed x_hat (accumulation roundoff) rounded to ``dtype``."""
     mean_error, t_lo, t_hi = _two_pass_t(case, case.u_acc, (case.eps,), welford=True)
     lo, hi = _normalized(case, case.u_acc, mean_error, t_lo, t_hi)
-    return round_to(lo, case.storage), round_to(hi, case.storage)
+    return round_to(lo, dtype), round_to(hi, dtype)
+
+
+def _rounding_variants(case: Case) -> list[tuple[str, str]]:
+    """(the dtype x_hat is rounded to, the dtype the product is rounded to) of a double-rounding kernel: the storage
+    dtype twice, or none where that is the accumulation dtype (the cast rounds nothing). With weights in another
+    dtype the output has its own (case.output, the kernel's output-dtype rule): x_hat is rounded to the narrower
+    of x's and the output's dtype (Llama: a float16 x_hat times a float32 weight, stored in float32; T5: x_hat cast
+    to a 16-bit weight's dtype), or, where the output is the wider, kept in it (T5 with float32 weights) -- both
+    variants, as implementations differ; the product is rounded to the output's dtype."""
+    out = case.output or case.storage
+    if out == case.storage:
+        return [] if case.u_out == case.u_acc else [(out, out)]
+    narrower = max((case.storage, out), key=error_model.unit_roundoff)
+    return list(dict.fromkeys([(narrower, out), (out, out)]))
 
 
 def _double_rounding(case: Case) -> list[Prediction]:
-    if case.u_out == case.u_acc:  # x_hat is computed in the storage dtype: the cast rounds nothing
-        return []
-    lo, hi = _rounded_normalized(case)
-    if case.gamma is not None:  # the product in the storage dtype (or in float32, then rounded: the widening)
-        lo, hi = _widened(*_times(lo, hi, case.gamma), case.u_acc)
-        lo, hi = round_to(lo, case.storage), round_to(hi, case.storage)
-    if case.beta is not None:
-        lo, hi = _widened(lo + case.beta, hi + case.beta, case.u_acc)
-        lo, hi = round_to(lo, case.storage), round_to(hi, case.storage)
-    lo, hi = _widened(lo, hi, FLOAT64_SLACK)
-    center, half = interval(lo, hi)
-    return [Prediction({"y": center}, {"y": np.where(np.isfinite(half), half, np.inf)})]
+    predictions = []
+    for first, out in _rounding_variants(case):
+        lo, hi = _rounded_normalized(case, first)
+        if case.gamma is not None:  # the product in the storage dtype (or in float32, then rounded: the widening)
+            lo, hi = _widened(*_times(lo, hi, case.gamma), case.u_acc)
+            lo, hi = round_to(lo, out), round_to(hi, out)
+        if case.beta is not None:
+            lo, hi = _widened(lo + case.beta, hi + case.beta, case.u_acc)
+            lo, hi = round_to(lo, out), round_to(hi, out)
+        lo, hi = _widened(lo, hi, FLOAT64_SLACK)
+        center, half = interval(lo, hi)
+        predictions.append(Prediction({"y": center}, {"y": np.where(np.isfinite(half), half, np.inf)}))
+    return predictions
 
 
 def _double_rounding_backward(case: Case) -> list[Prediction]:
     """dgamma = sum over rows of dy R(x_hat) (each product rounded to storage, summed in the accumulation dtype,
-    stored); dx from g' = gamma dy exact or rounded to storage (either, as implementations differ)."""
-    if case.u_out == case.u_acc or case.gamma is None:
+    stored); dx from g' = gamma dy exact or rounded to storage (either, as implementations differ). With weights in
+    another dtype, R and the storage are the dtype of each of :func:`_rounding_variants`' x_hat roundings."""
+    if case.gamma is None:
         return []
+    return [_double_rounding_gradients(case, first) for first in dict.fromkeys(f for f, _ in _rounding_variants(case))]
+
+
+def _double_rounding_gradients(case: Case, storage: str) -> Prediction:
+    u_out = error_model.unit_roundoff(storage)
     exact = gradients(case)
-    rounded_upstream = gradients(case, gamma=np.ones_like(case.gamma), dy=round_to(case.gamma * case.dy,
-                                                                                   case.storage))
-    lo, hi = _rounded_normalized(case)
-    terms_lo, terms_hi = _widened(*_times(lo, hi, case.dy), case.u_out)
+    rounded_upstream = gradients(case, gamma=np.ones_like(case.gamma), dy=round_to(case.gamma * case.dy, storage))
+    lo, hi = _rounded_normalized(case, storage)
+    terms_lo, terms_hi = _widened(*_times(lo, hi, case.dy), u_out)
     rows = int(np.prod(case.x.shape[:-1]))
     lead = tuple(range(case.x.ndim - 1))
     magnitude = np.maximum(np.abs(terms_lo), np.abs(terms_hi)).sum(axis=lead)
     sum_error = gamma_n(max(rows - 1, 0), case.u_acc) * magnitude
-    low, high = _widened(terms_lo.sum(axis=lead) - sum_error, terms_hi.sum(axis=lead) + sum_error, case.u_out)
+    low, high = _widened(terms_lo.sum(axis=lead) - sum_error, terms_hi.sum(axis=lead) + sum_error, u_out)
     both = [exact.values["x"] - exact.bounds["x"], exact.values["x"] + exact.bounds["x"],
             rounded_upstream.values["x"] - rounded_upstream.bounds["x"],
             rounded_upstream.values["x"] + rounded_upstream.bounds["x"]]
-    return [replaced(exact, x=interval(np.minimum(both[0], both[2]), np.maximum(both[1], both[3])),
-                     weight=interval(low, high))]
+    return replaced(exact, x=interval(np.minimum(both[0], both[2]), np.maximum(both[1], both[3])),
+                    weight=interval(low, high))
 
 
 def _double_rounding_derivation() -> Derivation:

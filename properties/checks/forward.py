@@ -1,12 +1,15 @@
 """ln.forward / rms.forward: the kernel's output is the float64 oracle's on the same rounded inputs,
 within the error-model bound (properties.tolerance), for every width, dtype, weight and eps; or, for a kernel
 that declares conventions, within their derived model (properties.diagnosis). A failure names the mechanisms
-that explain it."""
+that explain it. With weight and bias in another dtype than x (float32 with 16-bit x, 16-bit with float32 x) the
+output must also have the output-dtype rule's dtype (properties.norms.output_dtype: x's, torch's rule, unless the
+kernel declares another), and the bound is that of the dtypes received (properties.tolerance.operand_roundoffs)."""
 
 from __future__ import annotations
 
 import torch
 
+from core import guard
 from core.capabilities import dtype_name
 from core.results import SERIES
 from properties import diagnosis, norms, outcome, tolerance
@@ -24,3 +27,19 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> Non
                      diagnose=diagnosis.of_forward(kernel, x, weight, bias, eps, got),
                      **SERIES["ratio"].point(kappa=kappa), d=x.shape[-1], dtype=dtype_name(x.dtype),
                      **diagnosis.declared_point(declared))
+
+
+def check_forward_with_parameter_dtypes(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """:func:`check_forward` where weight and bias may be in another dtype than x: an output in another dtype than
+    the rule's is a failure of the claim (not a fault that stops the check), with the rule in the message."""
+    try:
+        check_forward(kernel, x, weight, eps, bias)
+    except guard.KernelFault as fault:
+        if fault.reason != "dtype":
+            raise
+        rule = norms.output_dtype(kernel, x, weight)
+        declared = "torch's rule" if kernel.output_dtype == "input" else f"declared {kernel.output_dtype!r}"
+        outcome.exact(False, f"{fault}: with {dtype_name(x.dtype)} x and {dtype_name(weight.dtype)} weight the "
+                             f"output must be {dtype_name(rule)} ({declared})",
+                      "the output dtype does not follow the output-dtype rule (docs/validate-your-kernel.md)",
+                      d=x.shape[-1], dtype=dtype_name(x.dtype))
