@@ -3,7 +3,7 @@ convention's derived model); undeclared, the suite must fail them and the diagno
 
     RMS_LLAMA_CASTING            Hugging Face's LlamaRMSNorm as written: weight * (x_f32 * rstd).to(dtype): x_hat
                                  rounded to storage before the weight multiply (double_rounding), undeclared
-    RMS_LLAMA_CASTING_DECLARED   the same function, ``conventions=("double_rounding",)``
+    RMS_LLAMA_CASTING_DECLARED   the same function, ``conventions=("double_rounding",)``, ``output_dtype="promoted"``
     LN_TORCH_UNDECLARED          F.layer_norm as a plain function: on the CPU torch keeps mean and rstd in the
                                  storage dtype for the backward (storage_statistics_backward), undeclared
 """
@@ -42,7 +42,9 @@ RMS_LLAMA_CASTING = Kernel("rms_llama_casting", "rmsnorm", rmsnorm_llama_casting
                                                  "diagnosed as double_rounding."))
 RMS_LLAMA_CASTING_DECLARED = Kernel(
     "rms_llama_casting_declared", "rmsnorm", rmsnorm_llama_casting, spec=SPEC + "RMS_LLAMA_CASTING_DECLARED",
-    conventions=("double_rounding",), description=_describe(rmsnorm_llama_casting, "Declared: correct."))
+    conventions=("double_rounding",), output_dtype="promoted",
+    description=_describe(rmsnorm_llama_casting, "Declared (with transformers' output dtype, promoted: float32 for "
+                                                 "float32 weights with 16-bit x): correct."))
 LN_TORCH_UNDECLARED = Kernel("ln_torch_undeclared", "layernorm", layernorm_torch, spec=SPEC + "LN_TORCH_UNDECLARED",
                              description=_describe(layernorm_torch, "Must fail ln.jacobian (CPU), diagnosed as "
                                                    "storage_statistics_backward."))
