@@ -20,7 +20,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from core.capabilities import discover, dtype_name, mix_name
+from core.capabilities import PARAMETER_MIXES, discover, dtype_name, mix_name
 from core.registry import Kernel
 from proofs import probabilistic
 from properties import norms, tolerance
@@ -238,6 +238,10 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
         exact = norms.reference_vjp(kernel, example["x"], example["weight"], example["eps"], example["dy"])
         assume(all(norms.representable(gradient, dtype) for gradient in exact.values()))
     return example
+
+
+# A test over every parameter dtype mix (core.capabilities.PARAMETER_MIXES), one parametrized case per mix.
+over_parameter_mixes = pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambda mix: mix_name(*mix).replace(" ", ""))
 
 
 def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype],

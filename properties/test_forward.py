@@ -11,10 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import PARAMETER_MIXES, mix_name
 from properties import evidence, profiles
 from properties.checks.forward import check_forward, check_forward_with_parameter_dtypes
-from properties.strategies import mixed_parameter_examples, norm_examples, widths
+from properties.strategies import mixed_parameter_examples, norm_examples, over_parameter_mixes, widths
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
@@ -52,7 +51,7 @@ def test_forward_at_model_widths(norm_kernel, d, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
-@pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambda mix: mix_name(*mix).replace(" ", ""))
+@over_parameter_mixes
 @profiles.share(0.25)
 @given(data=st.data())
 def test_forward_with_parameters_in_another_dtype(norm_kernel, mix, data):

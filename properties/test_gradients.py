@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import PARAMETER_MIXES, PROBED_DTYPES, mix_name
+from core.capabilities import PROBED_DTYPES
 from properties import evidence, norms, profiles, tolerance
 from properties.checks.gradients import check_gradient_identities, check_vjp
-from properties.strategies import backward_width_limit, mixed_parameter_examples, norm_examples
+from properties.strategies import backward_width_limit, mixed_parameter_examples, norm_examples, over_parameter_mixes
 
 # Gradient claims see 2-D, 3-D and 4-D x: dgamma and dbeta sum over every leading dimension, not only the first.
 NDIMS = st.sampled_from([2, 3, 4])
@@ -70,11 +70,8 @@ def test_gradient_identities_at_widths_above_1024(norm_kernel, data):
     evidence.check(check_gradient_identities, norm_kernel, data.draw(example, label="example"))
 
 
-MIXES = pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambda mix: mix_name(*mix).replace(" ", ""))
-
-
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
-@MIXES
+@over_parameter_mixes
 @profiles.share(0.25)
 @given(data=st.data())
 def test_vjp_with_parameters_in_another_dtype(norm_kernel, mix, data):
@@ -86,7 +83,7 @@ def test_vjp_with_parameters_in_another_dtype(norm_kernel, mix, data):
 
 
 @pytest.mark.claim("ln.gradient_identities", "rms.gradient_identities")
-@MIXES
+@over_parameter_mixes
 @profiles.share(0.25)
 @given(data=st.data())
 def test_gradient_identities_with_parameters_in_another_dtype(norm_kernel, mix, data):
