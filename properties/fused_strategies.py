@@ -9,6 +9,8 @@ within it; an example whose derived forward bound is not finite is left out (``a
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from hypothesis import assume
@@ -22,9 +24,11 @@ from properties.dropout_strategies import SCALES, TESTED_PROBABILITIES, nonzero_
 from properties.norms import as_float64, representable
 from properties.strategies import (
     BIAS_FORMS,
+    CI_MAX_WIDTH,
     PRESENT_BIAS_FORMS,
     PRESENT_WEIGHT_FORMS,
     WEIGHT_FORMS,
+    backward_width_limit,
     biases,
     effective_weights,
     epsilons,
@@ -38,6 +42,7 @@ from properties.strategies import (
     valid_offset_ratio,
     widths,
 )
+from properties.tolerance import bound_in_use
 
 RESIDUAL_FORMS = ("independent", "independent", "independent", "cancelling")
 MASK_RESIDUALS = ("zeros", "within x")
@@ -64,11 +69,21 @@ def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, e
 @st.composite
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
                       every_input: bool = False, residual: str | None = None) -> dict:
-    """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``)."""
+    """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``).
+
+    With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
+    declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
+    an example whose gradients' bound is still not finite is left out (never an unchecked example)."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
-    d = draw(widths()) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
-    limit = valid_offset_ratio(d, dtype) / 2
+    storage_backward = (upstream and kernel.backward_precision == "storage"
+                        and dtype in (torch.float16, torch.bfloat16))
+    if d is None:
+        view = dataclasses.replace(kernel, kind=fused.norm_kind(kernel))
+        d = draw(widths(backward_width_limit(view, dtype, bound_in_use()) if storage_backward else CI_MAX_WIDTH))
+    elif isinstance(d, st.SearchStrategy):
+        d = draw(d)
+    limit = 0.0 if storage_backward else valid_offset_ratio(d, dtype) / 2
 
     def ratio() -> float:
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
@@ -93,6 +108,10 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         exact = fused_oracles.add_norm_vjp(h, gamma64, example["eps"], as_float64(example["dy"]),
                                            as_float64(example["dh"]), fused.norm_kind(kernel))
         assume(all(g is None or representable(g, dtype) for g in exact))
+        names = {"x": dtype, "residual": dtype, "weight": dtype, "bias": dtype}
+        bounds = fused_tolerance.backward(h, gamma64, example["eps"], as_float64(example["dy"]), exact[0],
+                                          fused.norm_kind(kernel), names, backward_precision=kernel.backward_precision)
+        assume(all(bool(np.isfinite(b).all()) for b in bounds.values()))
     return example
 
 
@@ -103,15 +122,21 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     x with no zero (dropout_strategies.nonzero_values), the residual zeros or x times u, u uniform in [-1, 1]
     element by element (so |residual_i| <= |x_i| after rounding), p from ``probabilities``, a seed; [rows, d] from
     ``shapes`` (default: up to 4 rows of a width up to 1024). With ``upstream``, dy and dh (the residual is then
-    never zero: a row dropped entirely is the residual row, not a zero row of the norm)."""
+    never zero: a row dropped entirely is the residual row, not a zero row of the norm), and for a kernel that
+    declares a 16-bit storage-precision backward centred rows no wider than strategies.backward_width_limit."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
+    storage_backward = (upstream and kernel.backward_precision == "storage"
+                        and dtype in (torch.float16, torch.bfloat16))
     if shapes is None:
-        d = draw(widths(max_width=1024))
+        view = dataclasses.replace(kernel, kind=fused.norm_kind(kernel))
+        d = draw(widths(max_width=min(1024, backward_width_limit(view, dtype, bound_in_use()))
+                        if storage_backward else 1024))
         shape = (draw(st.integers(1, 4)), d)
     else:
         shape = draw(st.sampled_from(shapes))
-    x64 = nonzero_values(shape, draw(seeds()), draw(st.sampled_from([0.0, 1.0])), draw(st.sampled_from(SCALES)))
+    offset = 0.0 if storage_backward else draw(st.sampled_from([0.0, 1.0]))  # centred: the bound's domain
+    x64 = nonzero_values(shape, draw(seeds()), offset, draw(st.sampled_from(SCALES)))
     x = rounded(x64, dtype, caps.device)
     form = "within x" if upstream else draw(st.sampled_from(MASK_RESIDUALS))
     fraction = torch.zeros(shape, dtype=torch.float64)
