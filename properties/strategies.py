@@ -191,7 +191,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
                   n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None,
-                  parameter_dtype: torch.dtype | None = None) -> dict:
+                  parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
@@ -202,7 +202,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     (:func:`properties.norms.representable`), and x is drawn inside the domain of the backward bound as well
     (finite on every row: :func:`backward_width_limit`, then |mean|/std 0 if the drawn one leaves it): an
     example whose bound is not finite would be unchecked. ``parameter_dtype``: weight and bias rounded to it instead
-    of x's dtype (:func:`mixed_parameter_examples`); dy is in the output's dtype (properties.norms.output_dtype).
+    of x's dtype (:func:`mixed_parameter_examples`); ``mixed``: their dtype drawn among x's and those the kernel takes
+    beside x's (core.capabilities: Capabilities.mixes); dy is in the output's dtype (properties.norms.output_dtype).
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
@@ -226,7 +227,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64)
-    parameters = parameter_dtype or dtype
+    taken = [p for x_dtype, p in caps.mixes if x_dtype == dtype] if mixed else []
+    parameters = parameter_dtype or (draw(st.sampled_from([dtype, *taken])) if taken else dtype)
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     if kernel.kind == "layernorm":
         beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS)) if weights else None

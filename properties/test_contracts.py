@@ -84,7 +84,7 @@ def test_noncontiguous_upstream_gradient(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(norm_kernel, data):
-    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True), "example")
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, mixed=True), "example")
     evidence.check(check_inputs_unmodified, norm_kernel, example)
 
 
@@ -92,8 +92,9 @@ def test_inputs_unmodified(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_views_into_larger_buffers(norm_kernel, data):
-    """x and dy with a storage offset and row stride d + 3; weight and bias offset, sometimes every other element."""
-    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True,
+    """x and dy with a storage offset and row stride d + 3; weight and bias offset, sometimes every other element, in
+    x's dtype or another the kernel takes (float32 with 16-bit x, 16-bit with float32 x)."""
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, mixed=True,
                                       ndims=st.sampled_from([2, 3])), label="example")
     parameters = data.draw(st.sampled_from(["offset", "every other element"]), label="weight and bias layout")
     views = {name: inside_a_larger_buffer(t, parameters if name in ("weight", "bias") else "offset")
