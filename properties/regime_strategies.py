@@ -148,7 +148,8 @@ def affine_examples(draw, kernel: Kernel, end: str | None = None,
 def rows_with_variance_near_eps(draw, kernel: Kernel, end: str | None = None,
                                 dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
     """Rows with sigma^2 = t eps exactly (standardized, then scaled; rounded), t = 10^k with k uniform in [-1, 1],
-    shifted by m s (s = sqrt(sigma^2 + eps)), |m| up to the model's |mean|/std limit (near-constant rows).
+    shifted by m s (s = sqrt(sigma^2 + eps)), |m| up to the model's |mean|/std limit (near-constant rows) and
+    :func:`largest_safe_magnitude` (else not shifted).
 
     ``end`` None: eps in {1e-2, 1e-5, 1e-6} (float32; 1e-2 for 16-bit storage), widths of strategies.widths;
     "smallest"/"largest": eps = 2^(2e) with e at that end of the exponent range (:func:`magnitude_exponents`).
@@ -167,9 +168,9 @@ def rows_with_variance_near_eps(draw, kernel: Kernel, end: str | None = None,
     sign = draw(st.sampled_from([0.0, 1.0, -1.0]), label="offset sign")
     offset = sign * valid_offset_ratio(d, dtype) ** draw(st.floats(0.0, 1.0), label="offset exponent")
     device = discover(kernel).device
-    for ratio in (offset, 0.0):
+    for ratio in (offset, 0.0):  # the offset must keep the row inside the model, its squares representable included
         x = rounded(math.sqrt(t * eps) * z + ratio * math.sqrt((1 + t) * eps), dtype, device)
-        if tolerance.covered(kernel, x, eps):
+        if tolerance.covered(kernel, x, eps) and float(x.abs().max()) <= largest_safe_magnitude(d, dtype):
             break
     else:
         assume(False)
