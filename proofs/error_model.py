@@ -173,9 +173,11 @@ def _at_most(worst: np.ndarray, *relative: np.ndarray) -> np.ndarray:
 def statistic_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, row: np.ndarray) -> tuple:
     """(phi_mu, phi_v) per row, axis kept: the worst case WORST_CASE_FACTORS, or with the probabilistic sum factor
     (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies. With a declared reduction
-    (q["reduction"], proofs.reduction) the sums' d - 1 additions become its depth D (both models)."""
+    (q["reduction"], proofs.reduction) the sums' d - 1 additions become its depth D (both models), and a declared
+    exact tree gives the probabilistic factor its own sum_v A_v^2."""
     width, g = row.shape[-1], probabilistic.gamma
-    depth = reduction.depth(q.get("reduction"), width)
+    declared = q.get("reduction")
+    depth = reduction.depth(declared, width)
     mean_k, var_k = _WORST_ROUNDINGS[kind]
     shape = (*row.shape[:-1], 1)
     phi_mean = np.zeros(shape) if mean_k is None else np.full(shape, g(depth + 1 + mean_k, u_acc))
@@ -183,13 +185,16 @@ def statistic_factors(kind: str, q: dict, u_acc: float, lam_value: float | None,
     if lam_value is None:
         return phi_mean, phi_var
     if kind == "ln":
-        phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value, depth=depth), g(2, u_acc))
+        exact = None if declared is None else declared.tree_factor(row)
+        phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value, depth=depth, exact=exact),
+                            g(2, u_acc))
         square_error = g(3, u_acc)
     else:
         square_error = g(1, u_acc)
     squares = np.square(q["normalized"])
-    phi_var = _at_most(phi_var, square_error, probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth),
-                       g(3, u_acc))
+    exact = None if declared is None else declared.tree_factor(squares)
+    phi_var = _at_most(phi_var, square_error,
+                       probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth, exact=exact), g(3, u_acc))
     return phi_mean, phi_var
 
 

@@ -44,8 +44,12 @@ MIN_TERMS = 8
 # A sum is treated as having mean-zero roundings only when its terms' residues modulo the partial sums' ulps are
 # spread: mean resultant length at most ALIGNED_R / sqrt(m) (:func:`aligned`; evenly spread residues exceed 4/sqrt(m)
 # with probability about exp(-16)). Measured on a sequential float32 sum of the suite's rows (d 512..65536,
-# |mean|/std 0..5e3): ratio <= 0.21 at 4; at 24 integer rows at d = 512 reach 0.99, shifted rows at d = 65536 fail.
+# |mean|/std 0..5e3): ratio <= 0.21 at 4 (8 or 4 ulp scales alike); at 24 integer rows at d = 512 reach 0.99 and
+# shifted rows at d = 65536 fail.
 ALIGNED_R = 4.0
+# The ulps checked: the largest a partial sum reaches and ULP_SCALES - 1 finer ones (each halving, a sequential sum
+# of like terms spends half as many additions below it: the bias they add shrinks geometrically).
+ULP_SCALES = 4
 
 
 def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
@@ -90,8 +94,9 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
     """Whether the terms' residues modulo the partial sums' ulps are concentrated (axis kept): then the roundings of a
     long run of additions share a sign and a sequential sum's error grows like m, not sqrt(m) (rows shifted far from 0
     with a spread below the ulp of their partial sums, integer-valued rows with a fractional shift). Measured for each
-    q = 2u 2^floor(log2 T) / 2^j, j < 8 (T = sum|x|: the largest ulp a partial sum reaches, and finer ones) by the
-    mean resultant length R_q = |mean exp(2 pi i x / q)| of the nonzero terms: residues spread evenly give R_q about
+    q = 2u 2^floor(log2 T) / 2^j, j < ULP_SCALES (T = sum|x|: the largest ulp a partial sum reaches, and finer
+    ones) by the mean resultant length R_q = |mean exp(2 pi i x / q)| of the nonzero terms (phases in float32):
+    residues spread evenly give R_q about
     m^(-1/2), and a rounding bias of at most R_q q / pi per addition stays below the sqrt bound while
     R_q <= ALIGNED_R / sqrt(m) (see ALIGNED_R)."""
     a = np.moveaxis(np.asarray(terms, dtype=np.float64), axis, -1)
@@ -100,19 +105,23 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
         total = np.sum(np.abs(a), axis=-1, keepdims=True)
         top = 2 * u * np.exp2(np.floor(np.log2(np.where(total > 0, total, 1.0))))
         worst = np.zeros(a.shape[:-1])
-        for j in range(8):
-            phase = np.exp(2j * np.pi * np.mod(a, top / 2**j) / (top / 2**j))
-            worst = np.maximum(worst, np.abs(np.sum(np.where(a != 0, phase, 0), axis=-1)) / nonzero)
+        for j in range(ULP_SCALES):
+            angle = (2 * np.pi * (np.mod(a, top / 2**j) / (top / 2**j))).astype(np.float32)
+            cos = np.sum(np.where(a != 0, np.cos(angle), 0), axis=-1, dtype=np.float64)
+            sin = np.sum(np.where(a != 0, np.sin(angle), 0), axis=-1, dtype=np.float64)
+            worst = np.maximum(worst, np.hypot(cos, sin) / nonzero)
     return np.moveaxis((worst > ALIGNED_R / np.sqrt(nonzero))[..., None], -1, axis)
 
 
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
-               pattern: np.ndarray | None = None, depth: int | None = None) -> np.ndarray:
+               pattern: np.ndarray | None = None, depth: int | None = None,
+               exact: np.ndarray | None = None) -> np.ndarray:
     """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
     min(gamma_D, P) where the roundings may be modelled as independent (:func:`independent` of ``pattern``,
     the signed terms, default ``terms``), gamma_D elsewhere or when ``lam_value`` is None (the worst case).
     D = ``depth``, the declared depth of the summation tree (proofs.reduction), default m - 1 (any order); P is
-    P_m (step 4) and with a declared depth at most lambda u (1 + gamma_D) sqrt(D) (sum_v A_v^2 <= D T^2)."""
+    P_m (step 4) and with a declared depth at most lambda u (1 + gamma_D) sqrt(D) (sum_v A_v^2 <= D T^2), or with
+    ``exact`` (sqrt(sum_v A_v^2) / T of the sum's own tree, proofs.reduction.Reduction.tree_factor) at most that."""
     m = np.shape(terms)[axis]
     depth = m - 1 if depth is None else min(depth, m - 1)
     worst = gamma(depth, u)
@@ -121,7 +130,11 @@ def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int =
     if lam_value is None or m < 2:
         return np.broadcast_to(worst, shape).copy()
     with np.errstate(over="ignore", invalid="ignore"):
-        chance = lam_value * u * (1 + worst) * np.minimum(tree_factor(terms, axis), np.sqrt(depth))
+        share = np.minimum(tree_factor(terms, axis), np.sqrt(depth))
+        chance = lam_value * u * (1 + worst) * (share if exact is None else np.minimum(share, exact))
     pattern = terms if pattern is None else pattern
+    smaller = chance < worst
+    if not np.any(smaller):  # the worst case is the smaller factor (a declared shallow tree): nothing to model
+        return np.broadcast_to(worst, np.shape(chance)).copy()
     modelled = independent(pattern, axis) & ~aligned(pattern, u, axis)
-    return np.where(modelled & (chance < worst), chance, worst)
+    return np.where(modelled & smaller, chance, worst)

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Reduction:
@@ -44,6 +46,7 @@ class Reduction:
     block: int = 0  # 0: the whole row is one block
     max_width: int = 0  # 0: any width
     two_pass: bool = False
+    exact_tree: str = ""  # "numpy_pow2": a single block is np.sum over it zero-padded to a power of two
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -72,8 +75,44 @@ class Reduction:
         """Whether the variance of a width-d row carries the first-order mean term (Welford, Chan merges)."""
         return not (self.two_pass and self.declared_for(d) and (not self.block or d <= self.block))
 
+    def tree_factor(self, terms: np.ndarray) -> np.ndarray | None:
+        """sqrt(sum_v A_v^2) / T of the row's own summation tree (last axis kept), where the shape declares it
+        exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies)."""
+        width = np.shape(terms)[-1]
+        if self.exact_tree != "numpy_pow2" or not self.declared_for(width) or (self.block and width > self.block):
+            return None
+        magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
+        padded = 1 << max(width - 1, 0).bit_length()
+        magnitudes = np.concatenate([magnitudes, np.zeros((*magnitudes.shape[:-1], padded - width))], axis=-1)
+        total, squares = _numpy_pairwise_squares(magnitudes)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(total > 0, np.sqrt(squares) / np.where(total > 0, total, 1.0), 0.0)[..., None]
+
     def as_json(self) -> dict:
         return asdict(self)
+
+
+def _numpy_pairwise_squares(magnitudes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T, sum_v A_v^2) over the addition nodes of numpy's pairwise_sum of rows whose width is a power of two
+    (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum; else
+    blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
+    blocks' totals."""
+    width = magnitudes.shape[-1]
+    if width < 8:
+        partial = np.cumsum(magnitudes, axis=-1)
+        return partial[..., -1], np.sum(partial[..., 1:] ** 2, axis=-1)
+    block = min(width, 128)
+    lanes = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], width // block, block // 8, 8), axis=-2)
+    squares = np.sum(lanes[..., 1:, :] ** 2, axis=(-3, -2, -1))  # each addition to a lane: its running sum
+    level = lanes[..., -1, :]
+    for _ in range(3):  # ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) in each block
+        level = level[..., 0::2] + level[..., 1::2]
+        squares = squares + np.sum(level**2, axis=(-2, -1))
+    totals = level[..., 0]
+    while totals.shape[-1] > 1:  # the halves, pairwise over consecutive blocks
+        totals = totals[..., 0::2] + totals[..., 1::2]
+        squares = squares + np.sum(totals**2, axis=-1)
+    return totals[..., 0], squares
 
 
 # numpy's pairwise summation of a contiguous float array (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum):

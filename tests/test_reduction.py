@@ -75,3 +75,38 @@ def test_the_order_agnostic_bound_holds_for_a_sequential_kernel(width, mean_over
     undeclared = Kernel("sequential", "layernorm", sequential_layernorm)
     ratios = row_ratios(undeclared, suite_rows(width, mean_over_std, torch.float32, 10, seed=width))
     assert np.nanmax(ratios, initial=0.0) <= 1
+
+
+def _numpy_tree(magnitudes: np.ndarray) -> tuple[float, float]:
+    """(T, sum_v A_v^2) of numpy's pairwise_sum tree, node by node (numpy/_core/src/umath/loops_utils.h.src)."""
+    width = len(magnitudes)
+    if width < 8:
+        partial = np.cumsum(magnitudes)
+        return partial[-1], float(np.sum(partial[1:] ** 2))
+    if width > 128:
+        half = width // 2 - (width // 2) % 8
+        (left, q_left), (right, q_right) = _numpy_tree(magnitudes[:half]), _numpy_tree(magnitudes[half:])
+        return left + right, q_left + q_right + (left + right) ** 2
+    lanes, squares = list(magnitudes[:8]), 0.0
+    for start in range(8, width - width % 8, 8):
+        for j in range(8):
+            lanes[j] += magnitudes[start + j]
+            squares += lanes[j] ** 2
+    while len(lanes) > 1:
+        lanes = [lanes[k] + lanes[k + 1] for k in range(0, len(lanes), 2)]
+        squares += sum(v**2 for v in lanes)
+    total = lanes[0]
+    for value in magnitudes[width - width % 8:]:
+        total += value
+        squares += total**2
+    return total, squares
+
+
+def test_the_exact_tree_factor_is_numpys_tree_over_the_padded_block():
+    shape = dataclasses.replace(NUMPY_PAIRWISE, exact_tree="numpy_pow2", block=8192)
+    rng = np.random.default_rng(5)
+    for width in (5, 8, 100, 512, 4096, 8192):
+        row = np.abs(rng.standard_normal(width)) * 10.0 ** rng.uniform(-2, 2, width)
+        total, squares = _numpy_tree(np.concatenate([row, np.zeros((1 << (width - 1).bit_length()) - width)]))
+        assert np.isclose(shape.tree_factor(row[None])[0, 0], np.sqrt(squares) / total, rtol=1e-12)
+    assert shape.tree_factor(np.ones((1, 8193))) is None  # several blocks: Chan merges, the cap sqrt(D) applies

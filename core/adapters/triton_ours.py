@@ -42,11 +42,12 @@ def interpreted_reduction() -> Reduction:
     merge_block reduces a row in blocks of kernels.rows.MAX_BLOCK: per block tl.sum, which the interpreter computes
     with numpy's sum of the block (triton/runtime/interpreter.py ReduceOps.sum), i.e. numpy's pairwise summation
     (numpy/_core/src/umath/loops_utils.h.src pairwise_sum: 8 accumulators over runs of at most 16 terms, a 3-level
-    tree of them, halves above 128 terms; masked-off zeros add exactly); the block's variance two-pass from its own
-    mean; blocks merged one after another by Chan's update (the first merge is exact)."""
+    tree of them, halves above 128 terms; masked-off zeros add exactly): a single block's tree is exactly numpy's over
+    the row zero-padded to BLOCK = next_pow2(d) (``exact_tree="numpy_pow2"``); the block's variance two-pass from its
+    own mean; blocks merged one after another by Chan's update (the first merge is exact)."""
     from kernels.rows import MAX_BLOCK
 
-    return dataclasses.replace(NUMPY_PAIRWISE, block=MAX_BLOCK, two_pass=True,
+    return dataclasses.replace(NUMPY_PAIRWISE, block=MAX_BLOCK, two_pass=True, exact_tree="numpy_pow2",
                                source="kernels/norm.py merge_block: numpy pairwise tl.sum per block (interpreter), "
                                       "two-pass block variance, Chan merges across blocks")
 

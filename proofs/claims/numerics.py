@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from functools import cache
 
@@ -198,20 +199,27 @@ def _identity_cancellation_steps() -> tuple:
 
 def _declared_sums_within_the_depth_bounds() -> bool:
     """numpy's float32 pairwise sum (np.sum: the Triton interpreter's tl.sum) of the suite's row distributions stays
-    within min(gamma_D, P_D) sum|x|, D = reduction.NUMPY_PAIRWISE's depth; a sequential float32 sum of offset rows at
+    within min(gamma_D, P_D) sum|x|, D = reduction.NUMPY_PAIRWISE's depth, and zero-padded to a power of two within
+    the factor of its own tree's sum_v A_v^2 (exact_tree="numpy_pow2"); a sequential float32 sum of offset rows at
     d = 65536 exceeds that bound on most rows (a false declaration is caught) but not the order-agnostic one."""
     rng = np.random.default_rng(13)
     u = error_model.unit_roundoff("float32")
     lam = probabilistic.lam(1)
+    padded = dataclasses.replace(reduction.NUMPY_PAIRWISE, exact_tree="numpy_pow2")
     for width, offset in itertools.product((8, 100, 1000, 8192, 65536), (0.0, 10.0, 1e3)):
         depth = reduction.NUMPY_PAIRWISE.depth(width)
         for values in (rng.standard_normal((8, width)), rng.uniform(-1, 1, (8, width)),
                        rng.integers(-8, 9, (8, width)).astype(float)):
             rows = (offset + values).astype(np.float32)
             exact = rows.astype(np.float64)
-            bound = probabilistic.sum_factor(exact, u, lam, depth=depth)[..., 0] * np.abs(exact).sum(-1)
-            if np.any(np.abs(np.sum(rows, axis=-1).astype(np.float64) - exact.sum(-1)) > bound):
-                return False
+            zeros = np.zeros((8, (1 << (width - 1).bit_length()) - width), np.float32)
+            trees = [(np.sum(rows, axis=-1), None)]
+            if width <= 8192:
+                trees.append((np.sum(np.concatenate([rows, zeros], -1), axis=-1), padded.tree_factor(exact)))
+            for got, tree in trees:
+                factor = probabilistic.sum_factor(exact, u, lam, depth=depth, exact=tree)[..., 0]
+                if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > factor * np.abs(exact).sum(-1)):
+                    return False
     rows = (1e3 + rng.standard_normal((16, 65536))).astype(np.float32)
     exact = rows.astype(np.float64)
     error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
@@ -242,7 +250,8 @@ def _declared_shape_steps() -> tuple:
               r"$\lambda u (1+\gamma_D)\sqrt{D}$", aggregates={}),
         Fact(r"|\mathrm{fl}_{32}^{\text{numpy}}(\textstyle\sum x) - \sum x| \le \min(\gamma_D, P_D)\sum|x|;\ "
              r"\text{a sequential sum declared pairwise exceeds it}",
-             r"numpy's pairwise float32 sum (the Triton interpreter's \texttt{tl.sum}), $D$ of "
+             r"numpy's pairwise float32 sum (the Triton interpreter's \texttt{tl.sum}; zero-padded to a power of "
+             r"two also within $\lambda u (1+\gamma_D)\sqrt{\sum_v A_v^2}$ of its own tree), $D$ of "
              r"\texttt{reduction.NUMPY\_PAIRWISE}, normal/uniform/integer rows, offsets to $10^3$, $d$ to 65536; a "
              r"sequential sum at $d = 65536$, $|\mu|/\sigma = 10^3$, exceeds that bound on most rows (up to "
              r"$> 3\times$) and stays within the order-agnostic one: a declaration is a claim the check can refute",
