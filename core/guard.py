@@ -36,6 +36,9 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 # could not be checked" (error).
 WRONG_ANSWER_REASONS = frozenset({"nonfinite"})
 
+# guard.call(dtype=ANY_DTYPE): the output's dtype is not judged (a check about something else, e.g. its inputs)
+ANY_DTYPE = "any"
+
 # id(fn) -> (fn, message) of kernels with a call still running past its time limit. The function
 # is kept so that its id cannot be reused by another object.
 _hung: dict[int, tuple[Callable, str]] = {}
@@ -114,7 +117,7 @@ def _check_tensor(name: str, out: object, like: torch.Tensor | None, what: str,
             raise KernelFault(name, "shape", f"returned shape {tuple(out.shape)} for {what} of shape "
                                              f"{tuple(like.shape)}")
         expected = dtype or like.dtype
-        if out.dtype != expected:
+        if expected != ANY_DTYPE and out.dtype != expected:
             raise KernelFault(name, "dtype", f"returned {out.dtype} for {what} of dtype {like.dtype}"
                                              + ("" if expected == like.dtype else f" (expected {expected})"))
         if out.device != like.device:
@@ -147,7 +150,7 @@ def limited(kernel, work: Callable[[], object], *, timeout: float | None = DEFAU
 def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool = False,
          timeout: float | None = DEFAULT_TIMEOUT_S, dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
     """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have;
-    ``dtype``: the output's dtype when it is not like's, e.g. by a declared output-dtype rule).
+    ``dtype``: the output's dtype when it is not like's, e.g. by a declared output-dtype rule; ANY_DTYPE: not judged).
 
     ``kernel`` is a :class:`core.registry.Kernel` or a plain callable. Non-finite outputs are a
     fault only when every tensor argument is finite and ``allow_nonfinite`` is false.

@@ -34,15 +34,17 @@ def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -
 
 
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-            eps: float = 1e-5, allow_nonfinite: bool = False) -> torch.Tensor:
+            eps: float = 1e-5, allow_nonfinite: bool = False, any_dtype: bool = False) -> torch.Tensor:
     """The kernel's output for x (guarded: faults become one-line KernelFault errors; an output dtype other than
-    :func:`output_dtype` is a ``dtype`` fault)."""
+    :func:`output_dtype` is a ``dtype`` fault, unless ``any_dtype``: for checks about something else, which compare
+    the kernel with itself)."""
     return guard.call(kernel, *arguments(kernel, x, weight, bias, eps), like=x, allow_nonfinite=allow_nonfinite,
-                      dtype=output_dtype(kernel, x, weight))
+                      dtype=guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, weight))
 
 
 def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-        dy: torch.Tensor, *, same_tensors: bool = False, allow_nonfinite: bool = False) -> dict[str, torch.Tensor]:
+        dy: torch.Tensor, *, same_tensors: bool = False, allow_nonfinite: bool = False,
+        any_dtype: bool = False) -> dict[str, torch.Tensor]:
     """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones).
 
     Parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight) are passed but not
@@ -50,7 +52,7 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
     bias, unless ``same_tensors``: then the
     given tensors themselves are the autograd leaves for the call (so that a kernel writing into them
     writes into the caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf
-    values and gradients are not a fault (for checks about something else).
+    values and gradients are not a fault (for checks about something else); ``any_dtype``: nor is the output's dtype.
     """
     given = {"x": x, "weight": weight, "bias": bias if kernel.kind == "layernorm" else None}
     leaves = {name: (t if same_tensors else t.detach().clone()).requires_grad_(name not in kernel.no_gradient)
@@ -58,7 +60,7 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
     differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
     try:
         with torch.enable_grad():
-            y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite)
+            y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite, any_dtype)
             # a copy unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not
             # change the dy the caller's reference is computed from; inputs_unmodified is the claim about that
             upstream = dy if same_tensors else copy_with_strides(dy)

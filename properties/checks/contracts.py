@@ -14,6 +14,8 @@ output and gradients as they were.
 Views into larger buffers (q/k/v split from one projection, a row range of a cache): x, weight, bias and the
 upstream gradient with a non-zero storage offset and rows longer than the width give the contiguous call's
 result within twice the bound (layout_invariance).
+Both draw weight and bias in x's dtype or another the kernel takes; neither judges the output's dtype (the forward
+claim's business, like its accuracy).
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: tor
     writes_dy = "dy" in kernel.in_place
     inputs = {"x": x, "weight": weight, "bias": bias, **({} if writes_dy else {"upstream gradient": dy})}
     before = {name: t.clone() for name, t in inputs.items() if t is not None}
-    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     written_by_forward = any(not torch.equal(copy, inputs[name]) for name, copy in before.items())
     if discover(kernel).backward and not written_by_forward:  # autograd refuses a backward through a written input
-        grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True)
+        grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True, any_dtype=True)
         if writes_dy:
             outcome.exact(torch.equal(dy, grads["x"]), "the upstream gradient does not hold dx after the backward",
                           "the kernel declares in_place=('dy',): its backward writes dx into dy",
@@ -119,15 +121,15 @@ def check_views_into_larger_buffers(kernel, x: torch.Tensor, weight, eps: float,
     gradients are the contiguous call's within twice their bounds."""
     contiguous = {name: t if t is None else t.contiguous() for name, t in (("x", x), ("weight", weight),
                                                                          ("bias", bias), ("dy", dy))}
-    got = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
+    got = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     expected = norms.forward(kernel, contiguous["x"], contiguous["weight"], contiguous["bias"], eps,
-                             allow_nonfinite=True)
+                             allow_nonfinite=True, any_dtype=True)
     comparisons = [outcome.compare(got, expected, 2 * tolerance.forward(kernel, x, weight, bias, eps),
                                    "output: views vs contiguous")]
     if discover(kernel).backward:
-        grads = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True)
+        grads = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True, any_dtype=True)
         reference = norms.vjp(kernel, contiguous["x"], contiguous["weight"], contiguous["bias"], eps, contiguous["dy"],
-                              allow_nonfinite=True)
+                              allow_nonfinite=True, any_dtype=True)
         bounds = tolerance.backward(kernel, x, weight, eps, dy)
         comparisons += [outcome.compare(grads[name], reference[name], 2 * bounds[name], f"d{name}: views vs contiguous")
                         for name in grads]
