@@ -148,6 +148,7 @@ class ReductionEntry(_Model):
     block: int = 0
     max_width: int = 0
     two_pass: bool = False
+    exact_tree: str = ""
     source: str = ""
 
 

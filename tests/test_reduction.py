@@ -12,6 +12,7 @@ import torch
 
 from core.kernel import Kernel
 from core.registry import resolve
+from core.results import KernelEntry
 from proofs import simulate
 from proofs.reduction import NUMPY_PAIRWISE, Reduction
 from properties.tightness import row_ratios, suite_rows
@@ -63,6 +64,7 @@ def test_the_built_ins_declare_what_their_source_does():
         for kernel in resolve(spec):
             if kernel.kind in ("layernorm", "rmsnorm") and kernel.reduction is not None:
                 assert kernel.reduction.source and kernel.as_json()["reduction"]["run"] == kernel.reduction.run
+                assert KernelEntry.model_validate(kernel.as_json()).reduction.source == kernel.reduction.source
                 x = suite_rows(65536, 10.0, torch.float32, 4, seed=3)
                 assert np.nanmax(row_ratios(kernel, x)) <= 1
 
