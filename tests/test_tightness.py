@@ -75,3 +75,17 @@ def test_the_worst_order_uses_a_good_share_of_the_probabilistic_bound(order):
         assert medians[4096] > medians[256] / 3, medians
     else:
         assert medians[4096] < medians[256], medians
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_our_triton_kernels_use_their_exact_tree(kind):
+    """Our Triton kernels under the interpreter declare numpy's pairwise tree exactly (core.adapters.triton_ours): at
+    d = 4096 their median ratio is 0.05-0.08 (docs/tightness.md); the floor fails a bound 10x looser, e.g. gamma_D
+    of the depth alone would halve the median."""
+    (kernel,) = resolve("triton", kind)
+    if kernel.reduction is None or not kernel.reduction.exact_tree:
+        pytest.skip("compiled on a GPU: no exact tree declared")
+    floor = 0.02
+    for mean_over_std in (0.0, 10.0):
+        ratios = row_ratios(kernel, suite_rows(4096, mean_over_std, torch.float32, 16, seed=4096))
+        assert ratios.max() <= 1.0 and floor <= np.median(ratios) < 10 * floor, ratios
