@@ -151,3 +151,15 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
         example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
         example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
     return example
+
+
+@st.composite
+def row_zero_changed(draw, example: dict) -> dict:
+    """The example with at least two rows (x's and the residual's rows repeated) and ``changed``: x with row 0
+    replaced by 7 z (z normal), for the row-independence claims."""
+    x, residual = example["x"], example["residual"]
+    if x.shape[0] < 2:
+        x, residual = torch.cat([x, x.flip(0) * 0.5]), torch.cat([residual, residual])
+    changed = x.clone()
+    changed[0] = rounded(standard_values(x.shape[-1:], "normal", draw(seeds())) * 7, x.dtype, x.device)
+    return {**example, "x": x, "residual": residual, "changed": changed}

@@ -2,7 +2,8 @@
 drop_add_ln.forward (y = LN(residual_out)), drop_add_ln.values (each residual_out element is residual or
 residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's statistics, over 1024 masks), and
 the dropout part, its mask read exactly from residual_out: drop_add_ln.keep_rate, .independence, .seeds (the tests
-of properties/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale).
+of properties/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale); and the
+contracts drop_add_ln.inputs_unmodified and .row_independence (the same seed: a mask drawn by position).
 
 The checks: :mod:`properties.checks.fused` and :mod:`properties.checks.dropout_add`. Each statistical test spends
 its share of ``dropout_statistics.BUDGET["drop_add_ln.*"]`` evenly over its examples; its power at the sizes of
@@ -24,7 +25,13 @@ from properties.checks.dropout_add import (
     check_keep_rate,
     check_seeds,
 )
-from properties.checks.fused import check_dropout_values, check_dropout_variance_bias, check_forward
+from properties.checks.fused import (
+    check_changing_one_row,
+    check_dropout_values,
+    check_dropout_variance_bias,
+    check_forward,
+    check_inputs_unmodified,
+)
 from properties.dropout_strategies import KEEP_RATE_PROBABILITIES
 from properties.fused_strategies import (
     INDEPENDENCE_FRACTION,
@@ -35,6 +42,7 @@ from properties.fused_strategies import (
     SEED_SHAPES,
     add_norm_examples,
     masked_examples,
+    row_zero_changed,
 )
 from properties.norms import require_backward
 from properties.strategies import seeds
@@ -43,8 +51,8 @@ DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
 
 
 @st.composite
-def dropout_add_examples(draw, kernel, d=None) -> dict:
-    example = draw(add_norm_examples(kernel, d=d, residual="independent"))
+def dropout_add_examples(draw, kernel, d=None, **options) -> dict:
+    example = draw(add_norm_examples(kernel, d=d, residual="independent", **options))
     return {**example, "p": draw(st.sampled_from(DROP_PROBABILITIES)), "seed": draw(seeds())}
 
 
@@ -125,3 +133,19 @@ def test_gradient_uses_the_forward_mask(dropout_add_kernel, data):
     require_backward(dropout_add_kernel)
     example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
     evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.inputs_unmodified")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_inputs_unmodified(dropout_add_kernel, data):
+    example = data.draw(dropout_add_examples(dropout_add_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_inputs_unmodified, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.row_independence")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_changing_one_row_changes_no_other(dropout_add_kernel, data):
+    example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
+    evidence.check(check_changing_one_row, dropout_add_kernel, data.draw(row_zero_changed(example), "changed"))

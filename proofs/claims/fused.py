@@ -309,6 +309,12 @@ CLAIMS = (
     _mask_claim("seeds", "different seeds, independent masks",
                 r"The masks of seeds $s$ and $s+1$, $s \oplus 1$, $s+2$ agree on Binomial$(n, p^2 + (1-p)^2)$ "
                 r"elements."),
+    Claim("drop_add_ln.inputs_unmodified", "Fused dropout + add + LayerNorm leaves its inputs alone", "",
+          "(contract)", r"$x$, the residual, weight, bias and both upstream gradients are never written.", (),
+          "contract", "", _no_derivation),
+    Claim("drop_add_ln.row_independence", "Fused dropout + add + LayerNorm rows are independent", "", "(contract)",
+          r"With the same seed, changing one row of $x$ changes no other row of $y$ or residual\_out (the mask is "
+          r"drawn by position, not from the values).", (), "contract", "", _no_derivation),
     Claim("drop_add_ln.determinism", "Fused dropout + add: same seed, same outputs", "", "(contract)",
           r"Two calls with the same $x$, residual, $p$ and seed return the same $y$ and residual\_out, bit for bit.",
           (), "contract", "", _no_derivation),

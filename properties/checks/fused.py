@@ -104,28 +104,30 @@ def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: fl
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
-                            dh: torch.Tensor, bias=None) -> None:
-    """x, residual (unless declared in place), weight, bias, dy and dh are bit for bit the same after the call."""
+                            dh: torch.Tensor, bias=None, p=None, seed=None) -> None:
+    """x, residual (unless declared in place), weight, bias, dy and dh are bit for bit the same after the call
+    (p and seed: the dropout + add kind's)."""
     inputs = {"x": x, "weight": weight, "bias": bias, "upstream gradient of y": dy,
               "upstream gradient of residual_out": dh}
     if "residual" not in kernel.in_place:
         inputs["residual"] = residual
     before = {name: t.clone() for name, t in inputs.items() if t is not None}
-    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps}
+    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
     if discover(kernel).backward:
         fused.vjp(kernel, example, dy, dh, same_tensors=True, allow_nonfinite=True)
     else:
-        fused.forward(kernel, x, residual, weight, bias, eps, allow_nonfinite=True)
+        fused.forward(kernel, x, residual, weight, bias, eps, p, seed, allow_nonfinite=True)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}",
                   "inputs must be read-only unless declared", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, residual: torch.Tensor, weight,
-                           eps: float, bias=None) -> None:
-    """``changed`` differs from x in row 0 only: rows 1.. of y and residual_out are identical."""
-    before = fused.forward(kernel, x, residual.clone(), weight, bias, eps, allow_nonfinite=True)
-    after = fused.forward(kernel, changed, residual.clone(), weight, bias, eps, allow_nonfinite=True)
+                           eps: float, bias=None, p=None, seed=None) -> None:
+    """``changed`` differs from x in row 0 only: rows 1.. of y and residual_out are identical (with dropout, the
+    same seed: a mask drawn by position, not by value)."""
+    before = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    after = fused.forward(kernel, changed, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
     moved = sorted({int(r) + 1 for a, b in zip(before, after, strict=True) for r in rows_that_differ(a[1:], b[1:])})
     outcome.exact(not moved, f"changing row 0 of x changed rows {moved[:8]} of y or residual_out",
                   "the statistics mix rows", d=x.shape[-1], dtype=dtype_name(x.dtype))

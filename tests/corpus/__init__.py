@@ -180,6 +180,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout_add.py:DROP_ADD_UNSEEDED", "drop_add_ln.determinism"),
     _broken("dropout_add.py:DROP_ADD_BACKWARD_OTHER_MASK", "drop_add_ln.gradient"),
     _broken("dropout_add.py:DROP_ADD_BACKWARD_UNSCALED", "drop_add_ln.gradient"),
+    _broken("dropout_add.py:DROP_ADD_RESIDUAL_WRITTEN", "drop_add_ln.inputs_unmodified"),
+    _broken("dropout_add.py:DROP_ADD_WHOLE_TENSOR_STATISTICS", "drop_add_ln.row_independence"),
     _broken("groupnorm.py:GN_STATISTICS_OVER_BATCH", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_GROUPS_INTERLEAVED", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_CHANNELS_LAST_IGNORED", "gn.layout_invariance"),

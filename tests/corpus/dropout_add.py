@@ -10,6 +10,8 @@
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
     DROP_ADD_BACKWARD_OTHER_MASK  the backward drops with another mask            -> drop_add_ln.gradient
     DROP_ADD_BACKWARD_UNSCALED    the backward forgets the 1/(1-p) scale           -> drop_add_ln.gradient
+    DROP_ADD_RESIDUAL_WRITTEN     writes residual_out into the residual argument  -> drop_add_ln.inputs_unmodified
+    DROP_ADD_WHOLE_TENSOR_STATISTICS  LayerNorm statistics over the whole tensor  -> drop_add_ln.row_independence
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
 backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): declared for float32 only.
@@ -51,9 +53,13 @@ def _make(bug: str):
         if bug == "unscaled":
             branch = _value_of_first_gradient_of_second(branch, torch.where(kept, x.float(), 0.0))
         h = (residual.float() + branch).to(residual.dtype)
+        if bug == "written":
+            residual.data.copy_(h.detach())
         normalized = (residual.float() + x.float()) if bug == "skipped" else h.float()
-        y = torch.nn.functional.layer_norm(normalized, x.shape[-1:], None if weight is None else weight.float(),
-                                           None if bias is None else bias.float(), eps)
+        shape = normalized.shape if bug == "whole" else x.shape[-1:]  # the whole tensor's statistics
+        y = torch.nn.functional.layer_norm(normalized, shape, None, None, eps)
+        y = y if weight is None else y * weight.float()
+        y = y if bias is None else y + bias.float()
         return y.to(x.dtype), h
 
     return fn
@@ -80,6 +86,10 @@ DROP_ADD_BACKWARD_OTHER_MASK = _kernel("DROP_ADD_BACKWARD_OTHER_MASK", "other_ma
                                        "the backward drops with the mask of seed + 1: drop_add_ln.gradient")
 DROP_ADD_BACKWARD_UNSCALED = _kernel("DROP_ADD_BACKWARD_UNSCALED", "unscaled",
                                      "the backward does not rescale by 1/(1-p): drop_add_ln.gradient")
+DROP_ADD_RESIDUAL_WRITTEN = _kernel("DROP_ADD_RESIDUAL_WRITTEN", "written", "writes residual_out into the residual "
+                                    "argument: drop_add_ln.inputs_unmodified")
+DROP_ADD_WHOLE_TENSOR_STATISTICS = _kernel("DROP_ADD_WHOLE_TENSOR_STATISTICS", "whole", "LayerNorm's mean and variance "
+                                           "over the whole tensor, not per row: drop_add_ln.row_independence")
 DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control (float32 only: in "
                            "16-bit storage its autograd rounds dL/d(residual_out) twice, [R1])",
                            dtypes=(torch.float32,))
