@@ -37,6 +37,8 @@ def _kernels(column: Column) -> str:
             text += ", backward declared in the storage precision"
         if kernel.reduction is not None:
             text += f", declared reduction: {kernel.reduction.source or kernel.reduction.model_dump()}"
+        if kernel.output_dtype != "input" or kernel.parameter_dtypes != "any":
+            text += f", declared output dtype {kernel.output_dtype!r}, parameter dtypes {kernel.parameter_dtypes!r}"
         caps = kernel.capabilities or Capabilities()
         if caps.backward is False:
             text += ", no backward"
