@@ -185,7 +185,8 @@ def rounded(values, dtype: str):
 
     values = np.asarray(values, dtype=np.float64)
     if dtype != "bfloat16":
-        return values.astype(dtype).astype(np.float64)
+        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, as torch's conversion gives
+            return values.astype(dtype).astype(np.float64)
     significand, exponent = np.frexp(values)
     bits = _SIGNIFICAND_BITS[dtype]
     return np.ldexp(np.round(significand * 2.0**bits) / 2.0**bits, exponent)
