@@ -214,12 +214,14 @@ class MaskLaw:
 
 @dataclass(frozen=True)
 class VarianceBiasPlan:
-    """The variance-bias test of one row ``x`` (float64, d <= 16) at drop probability ``p``."""
+    """The variance-bias test of one row ``x`` (float64, d <= 16) at drop probability ``p``: of Var(z), z = x m / q,
+    or, with a ``residual`` row r (the fused dropout + add kind), of Var(r + x m / q)."""
 
     x: np.ndarray
     p: float
     alpha: float
     max_replicas: int = 2**16
+    residual: np.ndarray | None = None
     masks: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -228,10 +230,15 @@ class VarianceBiasPlan:
             raise ValueError(f"the variance-bias plan needs 2 <= d <= {MAX_ENUMERATED_WIDTH} and 0 < p < 1")
         object.__setattr__(self, "masks", ((np.arange(2**d)[:, None] >> np.arange(d)) & 1).astype(bool))
 
+    def _variance(self, masks: np.ndarray) -> np.ndarray:
+        """Var(z) (population), z = [r +] x m / q, of each mask (row of ``masks``)."""
+        z = self.x / (1.0 - self.p) * masks
+        return (z if self.residual is None else self.residual + z).var(axis=-1)
+
     @cached_property
     def variances(self) -> np.ndarray:
-        """Var(z) (population) for every mask."""
-        return (self.x / (1.0 - self.p) * self.masks).var(axis=-1)
+        """Var(z) for every mask."""
+        return self._variance(self.masks)
 
     def laws(self) -> list[MaskLaw]:
         """H0 first, then the named alternatives: a fixed count per row, blocks of k = 2, 4 (k | d), a mask per row."""
@@ -293,8 +300,8 @@ class VarianceBiasPlan:
                           f"mean of Var(z) over {self.replicas} masks")
 
     def measured(self, masks: np.ndarray) -> float:
-        """Mean over the rows of ``masks`` ([R, d], 0/1) of Var(x m / q)."""
-        return float((self.x / (1.0 - self.p) * masks).var(axis=-1).mean())
+        """Mean over the rows of ``masks`` ([R, d], 0/1) of Var([r +] x m / q)."""
+        return float(self._variance(masks).mean())
 
 
 # --- statistics of a batch of masks -----------------------------------------------------------------------------

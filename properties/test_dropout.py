@@ -86,9 +86,14 @@ def _require_native_speed(kernel) -> None:
                     f"{PROBE_ELEMENTS}-element calls, scaled), above {LARGE_CALL_LIMIT_S} s")
 
 
+# The loaded profile's example count, read at import as profiles.share reads it: inside a test, settings.default is
+# the test's own settings (profiles.share's count), not the profile's.
+PROFILE_EXAMPLES = settings.default.max_examples
+
+
 def _alpha(claim: str, fraction: float, share: float = 1.0) -> float:
     """The false alarm of one example of a test running ``fraction`` of the profile's examples."""
-    examples = max(1, round(settings.default.max_examples * fraction))
+    examples = max(1, round(PROFILE_EXAMPLES * fraction))
     return statistics.per_example(claim, examples, share)
 
 

@@ -1,6 +1,7 @@
 """Fused dropout + add + LayerNorm kernels (kind dropout_add_layernorm, fn(x, residual, weight, bias, eps, p, seed)):
 drop_add_ln.forward (y = LN(residual_out)), drop_add_ln.values (each residual_out element is residual or
-residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's statistics, over 1024 masks), and
+residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's statistics, from the exact law of
+Var(r + x m/(1-p)) over all masks of an 8-element row), and
 the dropout part, its mask read exactly from residual_out: drop_add_ln.keep_rate, .independence, .seeds (the tests
 of properties/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale); and the
 contracts drop_add_ln.inputs_unmodified and .row_independence (the same seed: a mask drawn by position).
@@ -13,7 +14,8 @@ properties/fused_strategies.py is derived in tests/test_dropout_add_statistics.p
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+import torch
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from properties import dropout_statistics as statistics
@@ -24,15 +26,15 @@ from properties.checks.dropout_add import (
     check_independence,
     check_keep_rate,
     check_seeds,
+    check_variance_bias,
 )
 from properties.checks.fused import (
     check_changing_one_row,
     check_dropout_values,
-    check_dropout_variance_bias,
     check_forward,
     check_inputs_unmodified,
 )
-from properties.dropout_strategies import KEEP_RATE_PROBABILITIES
+from properties.dropout_strategies import KEEP_RATE_PROBABILITIES, variance_bias_inputs
 from properties.fused_strategies import (
     INDEPENDENCE_FRACTION,
     KEEP_RATE_FRACTION,
@@ -44,7 +46,7 @@ from properties.fused_strategies import (
     masked_examples,
     row_zero_changed,
 )
-from properties.norms import require_backward
+from properties.norms import as_float64, require_backward
 from properties.strategies import seeds
 
 DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
@@ -56,9 +58,14 @@ def dropout_add_examples(draw, kernel, d=None, **options) -> dict:
     return {**example, "p": draw(st.sampled_from(DROP_PROBABILITIES)), "seed": draw(seeds())}
 
 
+# The loaded profile's example count, read at import as profiles.share reads it: inside a test, settings.default is
+# the test's own settings (profiles.share's count), not the profile's.
+PROFILE_EXAMPLES = settings.default.max_examples
+
+
 def _alpha(claim: str, fraction: float) -> float:
     """The false alarm of one example of a test running ``fraction`` of the profile's examples."""
-    return statistics.per_example(claim, max(1, round(settings.default.max_examples * fraction)))
+    return statistics.per_example(claim, max(1, round(PROFILE_EXAMPLES * fraction)))
 
 
 @pytest.mark.claim("drop_add_ln.forward")
@@ -80,9 +87,16 @@ def test_each_element_is_dropped_or_rescaled(dropout_add_kernel, data):
 @profiles.share(0.25)
 @given(data=st.data())
 def test_variance_bias_of_the_norms_input(dropout_add_kernel, data):
-    example = data.draw(dropout_add_examples(dropout_add_kernel, d=st.sampled_from([8, 16, 64])), "example")
-    evidence.check(check_dropout_variance_bias, dropout_add_kernel,
-                   {**example, "alpha": _alpha("drop_add_ln.variance_bias", 0.25)})
+    example = data.draw(variance_bias_inputs(dropout_add_kernel), "example")
+    x = example["x"]
+    fraction = torch.rand(x.shape, generator=torch.Generator().manual_seed(data.draw(seeds(), "residual seed")),
+                          dtype=torch.float64) * 2 - 1
+    residual = (x.to("cpu", torch.float64) * fraction).to(x.dtype).to(x.device)  # |residual| <= |x|: exact mask
+    alpha = _alpha("drop_add_ln.variance_bias", 0.25)
+    plan = statistics.VarianceBiasPlan(as_float64(x)[0], example["p"], alpha, residual=as_float64(residual)[0])
+    assume(plan.feasible)
+    evidence.check(check_variance_bias, dropout_add_kernel,
+                   {**example, "residual": residual, "eps": 1e-5, "alpha": alpha})
 
 
 @pytest.mark.claim("drop_add_ln.keep_rate")

@@ -1,5 +1,5 @@
 """The dropout part of fused dropout + add + LayerNorm kernels (kind dropout_add_layernorm): drop_add_ln.keep_rate,
-.independence, .seeds, .determinism, .gradient (proofs/claims/fused.py).
+.independence, .seeds, .variance_bias, .determinism, .gradient (proofs/claims/fused.py).
 
 A fused kernel does not return its mask, but residual_out shows it: with 0 < |x_i| and |residual_i| <= |x_i|
 (properties.fused_strategies.masked_examples draws them so), element i was kept exactly when
@@ -20,6 +20,7 @@ from proofs import fused_oracles
 from properties import dropout_statistics as statistics
 from properties import fused, fused_tolerance, outcome
 from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
+from properties.dropout_statistics import Finding
 from properties.norms import as_float64
 
 
@@ -91,3 +92,27 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
         comparisons.append(outcome.compare(g, expected[name], bound, f"d{name}"))
     outcome.conclude(comparisons, "the backward does not drop the forward's mask and rescale by 1/(1-p), or does not "
                                   "pass J^T dy + dh to the residual", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+REPLICA_COLUMNS = 4096  # replicas of a row laid side by side in rows of this width: few programs per call
+
+
+def check_variance_bias(kernel, x: torch.Tensor, residual: torch.Tensor, eps: float, p: float, seed: int,
+                        alpha: float) -> None:
+    """Seed 003's bias for h = r + x m/(1-p) (claim drop_add_ln.variance_bias), one row x, r of d <= 16 elements
+    (|r| <= |x|): R replicas laid side by side (rows of REPLICA_COLUMNS, so an interpreted kernel runs few programs),
+    the mask of each read from residual_out, the mean over the replicas of Var(r + x m/(1-p)) against its exact law
+    over all 2^d masks (dropout_statistics.VarianceBiasPlan with the residual): Bernstein at level alpha, R the least
+    power of two with power >= 1 - 1e-6 against a fixed count per row, blocks of 2 and 4, one draw per row."""
+    plan = statistics.VarianceBiasPlan(as_float64(x)[0], p, alpha, residual=as_float64(residual)[0])
+    if not plan.feasible:
+        raise ValueError(f"the variance-bias test cannot reach its power on this row within {plan.max_replicas} masks")
+    d = x.shape[-1]
+    width = min(REPLICA_COLUMNS // d * d, plan.replicas * d)
+    rows = -(-plan.replicas * d // width)
+    xs, rs = (t[0].repeat(width // d).expand(rows, width).contiguous() for t in (x, residual))
+    masks = kept_mask(kernel, xs, rs, None, eps, p, seed).reshape(-1, d)[:plan.replicas]
+    measured = plan.measured(masks)
+    conclude([Finding(plan.acceptance(), measured)],
+             "the variance of the norm's input is not Var(r + x) + p(d-1)/(d(1-p)) (var_x + mean_x^2): the mask is "
+             "not i.i.d. Bernoulli(1-p)", p=p, d=d, measured=measured, predicted=plan.null[0])

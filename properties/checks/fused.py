@@ -146,9 +146,6 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-VARIANCE_REPLICAS = 1024
-
-
 def _dropout_rounding(x: torch.Tensor, residual: torch.Tensor, p: float, dtype: torch.dtype) -> np.ndarray:
     """Bound on |h - (r + m x/(1-p))| for h = fl(r + fl_x(fl(x fl(1/(1-p))))) stored in ``dtype``: three roundings
     in the accumulation dtype, the dropped-out branch possibly stored in x's dtype before the add (an unfused
@@ -170,29 +167,3 @@ def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight
     outcome.conclude(outcome.compare(h64, nearest, bound, "residual_out vs residual or residual + x/(1-p)"),
                      "an element of residual_out is neither the residual nor residual + x/(1-p)",
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
-
-
-def check_dropout_variance_bias(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float,
-                                seed: int, alpha: float, bias=None) -> None:
-    """Mean over VARIANCE_REPLICAS masks of Var(residual_out) = Var(r + x) + p(d-1)/(d(1-p)) (var_x + mean_x^2).
-
-    Each replica's population variance lies in [0, M], M = mean((|r| + |x|/(1-p))^2), so Hoeffding's inequality
-    gives the deviation M t with P <= alpha (the example's share of dropout_statistics.BUDGET); the rounding of h
-    (at most D per element) moves a variance by at most 2 max|h| D + D^2.
-    """
-    d = x.shape[-1]
-    xs, rs = x[:1].expand(VARIANCE_REPLICAS, d).contiguous(), residual[:1].expand(VARIANCE_REPLICAS, d).contiguous()
-    _, h = fused.forward(kernel, xs, rs, weight, bias, eps, p, seed)
-    x64, r64 = as_float64(x[:1])[0], as_float64(residual[:1])[0]
-    measured = float(as_float64(h).var(axis=-1).mean())
-    predicted = float((x64 + r64).var() + fused_oracles.dropout_add_variance_bias(p, d, x64.var(), x64.mean()))
-    largest = float(np.mean((np.abs(r64) + np.abs(x64) / (1 - p)) ** 2))
-    rounding = float(_dropout_rounding(x[:1], residual[:1], p, h.dtype).max())
-    top = float(np.max(np.abs(r64) + np.abs(x64) / (1 - p)))
-    t = np.sqrt(np.log(2.0 / alpha) / (2.0 * VARIANCE_REPLICAS))
-    slack = largest * t + 2 * top * rounding + rounding**2
-    outcome.conclude(outcome.compare(measured, predicted, slack, f"mean of Var(residual_out) over {VARIANCE_REPLICAS} "
-                                                                 "masks"),
-                     "the variance of the norm's input is not Var(r + x) + p(d-1)/(d(1-p)) (var_x + mean_x^2): the "
-                     f"mask is not i.i.d. Bernoulli(1-p) or not rescaled (false alarm {alpha:.3g})",
-                     p=p, d=d, measured=measured, predicted=predicted, var=float(x64.var()), mean=float(x64.mean()))

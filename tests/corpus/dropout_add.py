@@ -2,7 +2,8 @@
 (mask of the seed, i.i.d. Bernoulli(1-p) per element), y = LN(residual_out), with exactly one thing broken.
 
     DROP_ADD_NO_RESCALE           kept values not divided by 1 - p                -> drop_add_ln.values
-    DROP_ADD_ONE_MASK_FOR_ROWS    every row gets the same mask (a per-column mask) -> drop_add_ln.variance_bias,
+    DROP_ADD_ONE_MASK_FOR_ROWS    every row gets the same mask (a per-column mask) -> drop_add_ln.independence
+    DROP_ADD_BLOCKS_OF_2          neighbour pairs share one draw                   -> drop_add_ln.variance_bias,
                                                                                      drop_add_ln.independence
     DROP_ADD_NORM_WITHOUT_DROPOUT y = LN(residual + x): the dropout skipped for y   -> drop_add_ln.forward
     DROP_ADD_KEEP_DROP_SWAPPED    keeps an element with probability p, not 1 - p  -> drop_add_ln.keep_rate
@@ -33,6 +34,8 @@ def _mask(shape, p: float, seed: int, bug: str) -> torch.Tensor:
     generator = torch.Generator().manual_seed(FIXED_SEED if bug == "fixed_seed" else seed)
     if bug == "rows":
         return (torch.rand(shape[-1], generator=generator) >= p).expand(shape)
+    if bug == "blocks":  # one draw for each pair of neighbours (an even width)
+        return (torch.rand(*shape[:-1], shape[-1] // 2, generator=generator) >= p).repeat_interleave(2, -1)
     draws = torch.rand(shape, generator=generator)
     return draws < p if bug == "swapped" else draws >= p
 
@@ -72,8 +75,10 @@ def _kernel(name: str, bug: str, description: str, **declared) -> Kernel:
 
 DROP_ADD_NO_RESCALE = _kernel("DROP_ADD_NO_RESCALE", "rescale",
                               "kept values not rescaled by 1/(1-p): drop_add_ln.values")
-DROP_ADD_ONE_MASK_FOR_ROWS = _kernel("DROP_ADD_ONE_MASK_FOR_ROWS", "rows", "the same mask in every row: "
-                                     "drop_add_ln.variance_bias, drop_add_ln.independence")
+DROP_ADD_ONE_MASK_FOR_ROWS = _kernel("DROP_ADD_ONE_MASK_FOR_ROWS", "rows",
+                                     "the same mask in every row: drop_add_ln.independence")
+DROP_ADD_BLOCKS_OF_2 = _kernel("DROP_ADD_BLOCKS_OF_2", "blocks", "one draw for each pair of neighbours: "
+                               "drop_add_ln.variance_bias, drop_add_ln.independence")
 DROP_ADD_NORM_WITHOUT_DROPOUT = _kernel("DROP_ADD_NORM_WITHOUT_DROPOUT", "skipped",
                                         "y normalizes residual + x, not residual_out: drop_add_ln.forward")
 DROP_ADD_KEEP_DROP_SWAPPED = _kernel("DROP_ADD_KEEP_DROP_SWAPPED", "swapped",
