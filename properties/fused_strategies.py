@@ -66,6 +66,14 @@ def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, e
     return parameters
 
 
+def _storage_backward_width(kernel: Kernel, dtype: torch.dtype, upstream: bool) -> int | None:
+    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest d where its
+    norm's backward bound is finite on centred rows (strategies.backward_width_limit); None otherwise."""
+    if not (upstream and kernel.backward_precision == "storage" and dtype in (torch.float16, torch.bfloat16)):
+        return None
+    return backward_width_limit(dataclasses.replace(kernel, kind=fused.norm_kind(kernel)), dtype, bound_in_use())
+
+
 @st.composite
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
                       every_input: bool = False, residual: str | None = None) -> dict:
@@ -76,14 +84,12 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     an example whose gradients' bound is still not finite is left out (never an unchecked example)."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
-    storage_backward = (upstream and kernel.backward_precision == "storage"
-                        and dtype in (torch.float16, torch.bfloat16))
+    widest = _storage_backward_width(kernel, dtype, upstream)
     if d is None:
-        view = dataclasses.replace(kernel, kind=fused.norm_kind(kernel))
-        d = draw(widths(backward_width_limit(view, dtype, bound_in_use()) if storage_backward else CI_MAX_WIDTH))
+        d = draw(widths(CI_MAX_WIDTH if widest is None else widest))
     elif isinstance(d, st.SearchStrategy):
         d = draw(d)
-    limit = 0.0 if storage_backward else valid_offset_ratio(d, dtype) / 2
+    limit = valid_offset_ratio(d, dtype) / 2 if widest is None else 0.0
 
     def ratio() -> float:
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
@@ -126,16 +132,13 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     declares a 16-bit storage-precision backward centred rows no wider than strategies.backward_width_limit."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
-    storage_backward = (upstream and kernel.backward_precision == "storage"
-                        and dtype in (torch.float16, torch.bfloat16))
+    widest = _storage_backward_width(kernel, dtype, upstream)
     if shapes is None:
-        view = dataclasses.replace(kernel, kind=fused.norm_kind(kernel))
-        d = draw(widths(max_width=min(1024, backward_width_limit(view, dtype, bound_in_use()))
-                        if storage_backward else 1024))
+        d = draw(widths(max_width=1024 if widest is None else min(1024, widest)))
         shape = (draw(st.integers(1, 4)), d)
     else:
         shape = draw(st.sampled_from(shapes))
-    offset = 0.0 if storage_backward else draw(st.sampled_from([0.0, 1.0]))  # centred: the bound's domain
+    offset = draw(st.sampled_from([0.0, 1.0])) if widest is None else 0.0  # centred: the bound's domain
     x64 = nonzero_values(shape, draw(seeds()), offset, draw(st.sampled_from(SCALES)))
     x = rounded(x64, dtype, caps.device)
     form = "within x" if upstream else draw(st.sampled_from(MASK_RESIDUALS))
