@@ -70,6 +70,20 @@ def test_flaggems_layernorm_keeps_its_statistics_in_the_input_dtype():
     assert mean.dtype == rstd.dtype == torch.float16
 
 
+def test_flaggems_rmsnorm_rounds_the_weight_gradient_to_the_input_dtype():
+    """The fact behind findings [M] (a declared deviation): with float16 x and a float32 weight, FlagGems' dW is the
+    float32 sum rounded to float16 (then cast back to float32 by autograd), not the float32 sum."""
+    if not installed("flag_gems"):
+        pytest.skip(f"flag_gems is not installed: {flaggems.RECIPE}")
+    (kernel,) = resolve("flaggems-rmsnorm")
+    x = torch.tensor([[1.5410]], dtype=torch.float16)
+    weight = torch.tensor([1.7705], requires_grad=True)
+    kernel.fn(x, weight, 1e-5).backward(x.clone())
+    exact = (x.double() * x.double() * torch.rsqrt(x.double() ** 2 + 1e-5)).sum(0)
+    assert weight.grad.dtype == torch.float32
+    assert weight.grad.double().item() == exact.to(torch.float16).double().item() != exact.float().double().item()
+
+
 def test_flash_attention_fused_kinds_run_on_cpu_as_the_guide_adapts_them():
     """flash-attn-fused (docs/validate-your-kernel.md's adapter): residual_out is the float32 sum, y the LayerNorm /
     RMSNorm of it, and the dropout + add kind keeps a mask of the seed (the same seed, the same residual_out)."""
