@@ -30,8 +30,10 @@ implies, so a kernel that declares a shallower shape than it follows fails (test
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a tree is evaluated: core.kernel (and `normverify list`) import this
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class Reduction:
     def tree_factor(self, terms: np.ndarray) -> np.ndarray | None:
         """sqrt(sum_v A_v^2) / T of the row's own summation tree (last axis kept), where the shape declares it
         exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies)."""
+        import numpy as np
+
         width = np.shape(terms)[-1]
         if self.exact_tree != "numpy_pow2" or not self.declared_for(width) or (self.block and width > self.block):
             return None
@@ -97,6 +101,8 @@ def _numpy_pairwise_squares(magnitudes: np.ndarray) -> tuple[np.ndarray, np.ndar
     (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum; else
     blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
     blocks' totals."""
+    import numpy as np
+
     width = magnitudes.shape[-1]
     if width < 8:
         partial = np.cumsum(magnitudes, axis=-1)
