@@ -62,6 +62,12 @@ EXPECTED = {
 }
 
 
+def refused_mix(result: dict) -> bool:
+    """A test of a parameter dtype mix whose probe the kernel refused: skipped, and said so (never a pass). torch's
+    CPU layer_norm, under every kernel here, refuses float32 x with 16-bit weight/bias; `raises` refuses every mix."""
+    return result["status"] == "skipped" and "weight/bias: refused" in result["message"]
+
+
 @pytest.fixture(scope="module")
 def misbehaving_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
     folder = tmp_path_factory.mktemp("misbehaving")
@@ -84,15 +90,17 @@ def test_each_misbehaviour_is_reported_on_its_claim_and_the_run_goes_on(misbehav
     assert {r["kernel"].rsplit(":", 1)[1] for r in document["results"]} == set(EXPECTED)
     for result in document["results"]:  # every ln.forward test of each kernel
         status, words = EXPECTED[result["kernel"].rsplit(":", 1)[1]]
-        assert result["status"] == status and words in result["message"], result
+        assert (result["status"] == status and words in result["message"]) or refused_mix(result), result
         assert result["claim"] == "ln.forward"
+    for name, (status, _) in EXPECTED.items():  # the same-dtype tests at least ran to the expected verdict
+        assert any(r["kernel"].endswith(f":{name}") and r["status"] == status for r in document["results"]), name
 
 
 def test_quiet_output_is_one_line_per_failure_with_its_replay_and_the_totals(misbehaving_run):
     proc, document = misbehaving_run
     lines = proc.stdout.splitlines()
     failing = [r for r in document["results"] if r["status"] in ("failed", "error")]
-    passing = len(document["results"]) - len(failing)
+    passing = sum(r["status"] == "passed" for r in document["results"])
     failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
     assert len(failures) == len(failing) >= 5 and all("KernelFault: kernel " in line for line in failures)
     assert sum("replay: " in line for line in lines) == len(failing)
@@ -179,6 +187,7 @@ def test_known_deviations_and_skips_files_reach_the_suite(tmp_path):
                "--kernel", f"{kernels}:nan", "--kernel", f"{kernels}:wrong_shape",
                "--xfails-file", "xfails.txt", "--skips-file", "skips.txt"]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    statuses = {(r["kernel"].rsplit(":", 1)[1], r["status"]) for r in json.loads(out.read_text())["results"]}
+    statuses = {(r["kernel"].rsplit(":", 1)[1], r["status"]) for r in json.loads(out.read_text())["results"]
+                if not refused_mix(r) or r["kernel"].endswith(":wrong_shape")}
     assert statuses == {("nan", "xfailed"), ("wrong_shape", "skipped")}, proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr
