@@ -4,7 +4,9 @@ residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's
 Var(r + x m/(1-p)) over all masks of an 8-element row), and
 the dropout part, its mask read exactly from residual_out: drop_add_ln.keep_rate, .independence, .seeds (the tests
 of properties/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale); and the
-contracts drop_add_ln.inputs_unmodified and .row_independence (the same seed: a mask drawn by position).
+contracts drop_add_ln.inputs_unmodified, .row_independence (the same seed: a mask drawn by position) and
+.layout_invariance (strided, transposed and offset views: at p = 0 the contiguous call's result; at 0 < p < 1 the
+mask's law, the values and y at the mask the kernel used).
 
 The checks: :mod:`properties.checks.fused` and :mod:`properties.checks.dropout_add`. Each statistical test spends
 its share of ``dropout_statistics.BUDGET["drop_add_ln.*"]`` evenly over its examples; its power at the sizes of
@@ -21,18 +23,23 @@ from hypothesis import strategies as st
 from properties import dropout_statistics as statistics
 from properties import evidence, profiles
 from properties.checks.dropout_add import (
+    LAYOUT_FRACTION,
+    LAYOUTS,
     check_determinism,
     check_gradient,
     check_independence,
     check_keep_rate,
+    check_layout_invariance,
     check_seeds,
     check_variance_bias,
+    layout_views,
 )
 from properties.checks.fused import (
     check_changing_one_row,
     check_dropout_values,
     check_forward,
     check_inputs_unmodified,
+    check_noncontiguous,
 )
 from properties.dropout_strategies import KEEP_RATE_PROBABILITIES, variance_bias_inputs
 from properties.fused_strategies import (
@@ -47,7 +54,7 @@ from properties.fused_strategies import (
     row_zero_changed,
 )
 from properties.norms import as_float64, require_backward
-from properties.strategies import seeds
+from properties.strategies import seeds, widths
 
 DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
 
@@ -163,3 +170,24 @@ def test_inputs_unmodified(dropout_add_kernel, data):
 def test_changing_one_row_changes_no_other(dropout_add_kernel, data):
     example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
     evidence.check(check_changing_one_row, dropout_add_kernel, data.draw(row_zero_changed(example), "changed"))
+
+
+@pytest.mark.claim("drop_add_ln.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_p_zero_in_any_layout_is_the_contiguous_call(dropout_add_kernel, data):
+    example = data.draw(dropout_add_examples(dropout_add_kernel, d=widths().filter(lambda d: d >= 2)), "example")
+    layout = data.draw(st.sampled_from(LAYOUTS), "layout")
+    x, residual, weight, bias = layout_views(example["x"], example["residual"], example["weight"],
+                                             example.get("bias"), layout)
+    evidence.check(check_noncontiguous, dropout_add_kernel, {**example, "x": x, "residual": residual,
+                                                             "weight": weight, "bias": bias, "p": 0.0})
+
+
+@pytest.mark.claim("drop_add_ln.layout_invariance")
+@profiles.share(LAYOUT_FRACTION)
+@given(data=st.data())
+def test_mask_law_values_and_norm_in_any_layout(dropout_add_kernel, data):
+    example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES), "example")
+    evidence.check(check_layout_invariance, dropout_add_kernel,
+                   {**example, "alpha": _alpha("drop_add_ln.layout_invariance", LAYOUT_FRACTION)})

@@ -13,7 +13,7 @@ from hypothesis import settings
 
 from properties import dropout_statistics as ds
 from properties import fused_strategies as sizes
-from properties.checks.dropout_add import kept_mask
+from properties.checks.dropout_add import LAYOUT_FRACTION, LAYOUTS, kept_mask
 from properties.dropout_strategies import KEEP_RATE_PROBABILITIES, TESTED_PROBABILITIES, nonzero_values
 
 CI_EXAMPLES = settings.get_profile("ci").max_examples
@@ -64,11 +64,23 @@ def power_table() -> list[tuple[str, float, str, float]]:
             acceptance = ds.binomial_acceptance(rows_ * d, ds.agreement_rate(p), alpha)
             rows.append(("seeds", p, "seed ignored, or seed % 2 (s + 2)", ds.binomial_power(acceptance, rows_ * d,
                                                                                              1.0)))
+    # drop_add_ln.layout_invariance: in each layout, the keep-rate test at alpha/6 and each independence test at
+    # alpha/24 (check_layout_invariance), against a layout's mask with keep and drop swapped, blocks, shared rows
+    alpha = ci_alpha("drop_add_ln.layout_invariance", LAYOUT_FRACTION) / len(LAYOUTS) / 2
+    for rows_, d in sizes.MASK_SHAPES:
+        for p in TESTED_PROBABILITIES:
+            acceptance = ds.binomial_acceptance(rows_ * d, 1 - p, alpha)
+            rows.append(("layout", p, "keep probability p in a layout", ds.binomial_power(acceptance, rows_ * d, p)))
+            for pairs, alternative in ((rows_ * (d // 2), "blocks of 2 in a layout"),
+                                       ((rows_ // 2) * d, "one mask for every row in a layout")):
+                acceptance = ds.binomial_acceptance(pairs, ds.agreement_rate(p), alpha / 4)
+                rows.append(("layout", p, alternative, ds.binomial_power(acceptance, pairs, 1.0)))
     return rows
 
 
 def test_every_statistical_test_has_its_stated_power_at_its_ci_size():
-    weak = [row for row in power_table() if "(reported)" not in row[2] and row[3] < 1 - 1e-6]
+    weak = [row for row in power_table() if "(reported)" not in row[2] and row[3] < 1 - 1e-6
+            and row[:3] != ("layout", 0.5, "keep probability p in a layout")]  # p = 1/2: that is H0 itself
     assert not weak, weak
 
 

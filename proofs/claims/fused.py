@@ -234,6 +234,23 @@ def _mask_from_residual_out() -> Derivation:
               r"(claims dropout.keep\_rate, dropout.independence, dropout.seeds).",))
 
 
+def _dropout_add_layout() -> Derivation:
+    return Derivation((
+        Equal(z[i] + x[i] * m[i] / (1 - p), x[i] + z[i],
+              r"$p = 0$: every $m_i = 1$ (probability $1 - p = 1$), so $h = z + x$, the fused add's residual\_out, "
+              r"and $y = \mathrm{LN}(z + x)$ whatever the seed: a layout must not move either beyond the bound "
+              r"(as add\_ln.layout\_invariance)", given={p: 0, m[i]: 1}),
+        *_mask_from_residual_out().steps,
+        Equal(z[i] + x[i] * m[i] / (1 - p), z[i], r"$0 < p < 1$, dropped ($m_i = 0$): $h_i = z_i$", given={m[i]: 0}),
+        Equal(z[i] + x[i] * m[i] / (1 - p), z[i] + x[i] / (1 - p),
+              r"kept ($m_i = 1$): $h_i = z_i + x_i/(1-p)$; so with the mask read from residual\_out, $h$ is "
+              r"determined by $(x, z, m)$ and $y = \mathrm{LN}(h)$ is checked at it, in any layout", given={m[i]: 1}),
+    ), notes=(r"The mask is a function of the element's index, so at a fixed seed a strided input may get another mask "
+              r"than the contiguous one: for $p > 0$ the claim is the mask's law (the keep-rate and independence tests "
+              r"of properties/dropout\_statistics.py on the mask of each layout) and the values and $y$ at the mask "
+              r"the kernel used, not equality with the contiguous call.",))
+
+
 def _mask_claim(name: str, title: str, statement: str) -> Claim:
     return Claim(f"drop_add_ln.{name}", f"Fused dropout + add: {title}", "003" if name != "seeds" else "",
                  dropout.SEED_RATE if name != "seeds" else "(contract)", statement, (r"$0 < p < 1$",), "contract", "",
@@ -335,6 +352,12 @@ CLAIMS = (
     Claim("drop_add_ln.row_independence", "Fused dropout + add + LayerNorm rows are independent", "", "(contract)",
           r"With the same seed, changing one row of $x$ changes no other row of $y$ or residual\_out (the mask is "
           r"drawn by position, not from the values).", (), "contract", "", _no_derivation),
+    Claim("drop_add_ln.layout_invariance", "Fused dropout + add + LayerNorm in any memory layout", "", "(contract)",
+          r"Strided, transposed and offset views of $x$ and the residual (and a strided weight and bias): with "
+          r"$p = 0$, $y$ and residual\_out are the contiguous call's within twice their bounds; with $0 < p < 1$, the "
+          r"mask read from residual\_out passes the keep-rate and independence tests in every layout, every "
+          r"residual\_out element is $z_i$ or $z_i + x_i/(1-p)$ within its rounding and $y = \mathrm{LN}(h)$ within "
+          r"the error-model bound.", (r"$0 \le p < 1$",), "contract", "", _dropout_add_layout),
     Claim("drop_add_ln.determinism", "Fused dropout + add: same seed, same outputs", "", "(contract)",
           r"Two calls with the same $x$, residual, $p$ and seed return the same $y$ and residual\_out, bit for bit.",
           (), "contract", "", _no_derivation),

@@ -1,5 +1,6 @@
 """The dropout part of fused dropout + add + LayerNorm kernels (kind dropout_add_layernorm): drop_add_ln.keep_rate,
-.independence, .seeds, .variance_bias, .determinism, .gradient (proofs/claims/fused.py).
+.independence, .seeds, .variance_bias, .determinism, .gradient, .layout_invariance for 0 < p < 1
+(proofs/claims/fused.py).
 
 A fused kernel does not return its mask, but residual_out shows it: with 0 < |x_i| and |residual_i| <= |x_i|
 (properties.fused_strategies.masked_examples draws them so), element i was kept exactly when
@@ -19,7 +20,10 @@ from core.capabilities import dtype_name
 from proofs import fused_oracles
 from properties import dropout_statistics as statistics
 from properties import fused, fused_tolerance, outcome
+from properties.checks import dropout as dropout_checks
+from properties.checks.contracts import inside_a_larger_buffer, strided
 from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
+from properties.checks.fused import dropout_values_comparison, forward_comparison
 from properties.dropout_statistics import Finding
 from properties.norms import as_float64
 
@@ -92,6 +96,43 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
         comparisons.append(outcome.compare(g, expected[name], bound, f"d{name}"))
     outcome.conclude(comparisons, "the backward does not drop the forward's mask and rescale by 1/(1-p), or does not "
                                   "pass J^T dy + dh to the residual", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+LAYOUTS = (*dropout_checks.LAYOUTS, "offset")
+LAYOUT_FRACTION = 0.1  # drop_add_ln.layout_invariance's share of the profile's examples (three calls each)
+
+
+def layout_views(x: torch.Tensor, residual: torch.Tensor, weight, bias, layout: str) -> tuple:
+    """(x, residual, weight, bias) as non-contiguous views of the same values: x and the residual as
+    contracts.strided's layouts (the transpose of a column-major copy, every other column of a wider buffer) or, for
+    ``"offset"``, views into NaN-filled buffers with a storage offset and row stride d + 3, the weight and bias then
+    every other element of such a buffer (contracts.inside_a_larger_buffer)."""
+    if layout != "offset":
+        return strided(x, layout), strided(residual, layout), weight, bias
+    return (inside_a_larger_buffer(x), inside_a_larger_buffer(residual),
+            *(t if t is None else inside_a_larger_buffer(t, "every other element") for t in (weight, bias)))
+
+
+def check_layout_invariance(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float,
+                            seed: int, alpha: float, bias=None) -> None:
+    """0 < p < 1, the inputs as views of each of LAYOUTS (layout_views): the mask read from residual_out passes the
+    keep-rate test and the independence tests (alpha / len(LAYOUTS) per layout, half of it for each), every
+    residual_out element is the residual or residual + x/(1-p) within its rounding, and y = LN(residual_out) within
+    the forward bound. The mask need not be the contiguous call's (a mask drawn by element index follows the
+    layout), so it is not compared with it."""
+    findings = []
+    share = alpha / len(LAYOUTS)
+    for layout in LAYOUTS:
+        views = layout_views(x, residual, weight, bias, layout)
+        y, h = fused.forward(kernel, *views[:3], views[3], eps, p, seed)
+        outcome.conclude([dropout_values_comparison(h, x, residual, p, f"{layout}: residual_out"),
+                          forward_comparison(kernel, y, h, x, weight, bias, eps, f"{layout}: y")[0]],
+                         "in a non-contiguous layout, residual_out is not residual + m x/(1-p) or y is not its norm "
+                         "(strides or a storage offset ignored)", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+        masks = (as_float64(h) != as_float64(residual)).reshape(-1, x.shape[-1]).astype(np.int8)
+        findings += [finding.named(layout) for finding in (keep_rate_finding(masks, p, share / 2),
+                                                           *statistics.independence_findings(masks, p, share / 2))]
+    conclude(findings, "a non-contiguous input gets a mask that is not i.i.d. Bernoulli(1-p)", p=p, d=x.shape[-1])
 
 
 REPLICA_COLUMNS = 4096  # replicas of a row laid side by side in rows of this width: few programs per call

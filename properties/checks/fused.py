@@ -7,7 +7,9 @@
 - {add_ln,add_rms}.jacobian: dL/dx = dL/dresidual = J_N(h)^T dy + dh and the norm's dweight/dbias at h, within
   the bounds of properties.fused_tolerance (claim add_ln.jacobian);
 - {add_ln,add_rms}.inputs_unmodified: x, residual (unless declared in place), weight, bias, dy, dh unchanged;
-- {add_ln,add_rms}.row_independence / layout_invariance: as the norms' (properties.checks.contracts).
+- {add_ln,add_rms}.row_independence / layout_invariance: as the norms' (properties.checks.contracts); the
+  dropout + add kind's at p = 0 (check_noncontiguous) and its values and forward at the mask it drew
+  (forward_comparison, dropout_values_comparison: properties.checks.dropout_add.check_layout_invariance).
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: 
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
     conventions, the norm's declared model at residual_out (properties.diagnosis.expected_forward)."""
     y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps)
+    model = f" (the declared {' and '.join(declared)} model)" if declared else ""
+    outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+
+
+def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor, weight, bias, eps: float,
+                       what: str = "y") -> tuple[outcome.Comparison, tuple[str, ...]]:
+    """y vs N(h) at the kernel's residual_out h, within the forward bound of N at h (the declared conventions'
+    model for a kernel that declares them); and the conventions applied."""
     view = fused.norm_view(kernel, h, x)
     if view is None:
         gamma, beta = fused.gammas(kernel, weight, bias)
@@ -36,10 +48,7 @@ def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: 
         declared = ()
     else:
         expected, bound, declared = diagnosis.expected_forward(view, h, weight, bias, eps)
-    model = f" (the declared {' and '.join(declared)} model)" if declared else ""
-    outcome.conclude(outcome.compare(y, expected, bound, "y"),
-                     "y is not the normalization of the residual_out the kernel returned" + model,
-                     d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+    return outcome.compare(y, expected, bound, what), declared
 
 
 def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
@@ -133,10 +142,14 @@ def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, resid
                   "the statistics mix rows", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
-    """Strided x and residual give the contiguous call's residual_out exactly and y within twice the bound."""
-    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, allow_nonfinite=True)
-    y0, h0 = fused.forward(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, allow_nonfinite=True)
+def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
+                        seed=None) -> None:
+    """Strided x and residual (and possibly weight and bias) give the contiguous call's residual_out and y within
+    twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity)."""
+    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    weight, bias = (t if t is None else t.contiguous() for t in (weight, bias))
+    y0, h0 = fused.forward(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, p, seed,
+                           allow_nonfinite=True)
     gamma, beta = fused.gammas(kernel, weight, bias)
     bound = fused_tolerance.forward(as_float64(h0), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
     _, h_bound = fused_tolerance.residual_out(x, residual, h0.dtype)
@@ -160,10 +173,17 @@ def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight
                          bias=None) -> None:
     """Every residual_out element is the residual (dropped) or residual + x/(1-p) (kept), within its rounding."""
     _, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
-    h64, r64 = as_float64(h), as_float64(residual)
-    kept = r64 + as_float64(x) / (1 - p)
-    bound = _dropout_rounding(x, residual, p, h.dtype)
-    nearest = np.where(np.abs(h64 - r64) <= np.abs(h64 - kept), r64, kept)
-    outcome.conclude(outcome.compare(h64, nearest, bound, "residual_out vs residual or residual + x/(1-p)"),
+    outcome.conclude(dropout_values_comparison(h, x, residual, p),
                      "an element of residual_out is neither the residual nor residual + x/(1-p)",
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def dropout_values_comparison(h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor, p: float,
+                              what: str = "residual_out") -> outcome.Comparison:
+    """residual_out h, element by element, vs the nearer of the residual and residual + x/(1-p), within its
+    rounding (_dropout_rounding)."""
+    h64, r64 = as_float64(h), as_float64(residual)
+    kept = r64 + as_float64(x) / (1 - p)
+    nearest = np.where(np.abs(h64 - r64) <= np.abs(h64 - kept), r64, kept)
+    return outcome.compare(h64, nearest, _dropout_rounding(x, residual, p, h.dtype),
+                           f"{what} vs residual or residual + x/(1-p)")

@@ -20,7 +20,7 @@ The files, by where the bug is:
     derived.py       caught only in a derived-property claim's regime (per-row shifts, the ends of the exponent
                      range), missed by ``*.forward``: one-pass moments around one shift per call, flush-to-zero
     residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
-    dropout_add.py   fused dropout + add + LayerNorm: rescale, one mask for all rows, y without dropout + control
+    dropout_add.py   fused dropout + add + LayerNorm: rescale, row-shared mask, y without dropout, strides + control
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
@@ -183,6 +183,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout_add.py:DROP_ADD_BACKWARD_UNSCALED", "drop_add_ln.gradient"),
     _broken("dropout_add.py:DROP_ADD_RESIDUAL_WRITTEN", "drop_add_ln.inputs_unmodified"),
     _broken("dropout_add.py:DROP_ADD_WHOLE_TENSOR_STATISTICS", "drop_add_ln.row_independence"),
+    _broken("dropout_add.py:DROP_ADD_STRIDES_IGNORED", "drop_add_ln.layout_invariance"),
     _broken("groupnorm.py:GN_STATISTICS_OVER_BATCH", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_GROUPS_INTERLEAVED", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_CHANNELS_LAST_IGNORED", "gn.layout_invariance"),

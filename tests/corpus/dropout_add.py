@@ -13,6 +13,7 @@
     DROP_ADD_BACKWARD_UNSCALED    the backward forgets the 1/(1-p) scale           -> drop_add_ln.gradient
     DROP_ADD_RESIDUAL_WRITTEN     writes residual_out into the residual argument  -> drop_add_ln.inputs_unmodified
     DROP_ADD_WHOLE_TENSOR_STATISTICS  LayerNorm statistics over the whole tensor  -> drop_add_ln.row_independence
+    DROP_ADD_STRIDES_IGNORED      reads x and residual with contiguous strides    -> drop_add_ln.layout_invariance
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
 backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): declared for float32 only.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.residual import _contiguous_view
 
 SPEC = "tests/corpus/dropout_add.py:"
 FIXED_SEED = 1234
@@ -47,6 +49,8 @@ def _value_of_first_gradient_of_second(first: torch.Tensor, second: torch.Tensor
 
 def _make(bug: str):
     def fn(x, residual, weight, bias, eps, p, seed):
+        if bug == "strides":
+            x, residual = _contiguous_view(x), _contiguous_view(residual)
         kept = _mask(x.shape, p, seed, bug).to(x.device)
         scale = 1.0 if bug == "rescale" else 1.0 / (1.0 - p)
         branch = torch.where(kept, x.float() * scale, 0.0)
@@ -95,6 +99,8 @@ DROP_ADD_RESIDUAL_WRITTEN = _kernel("DROP_ADD_RESIDUAL_WRITTEN", "written", "wri
                                     "argument: drop_add_ln.inputs_unmodified")
 DROP_ADD_WHOLE_TENSOR_STATISTICS = _kernel("DROP_ADD_WHOLE_TENSOR_STATISTICS", "whole", "LayerNorm's mean and variance "
                                            "over the whole tensor, not per row: drop_add_ln.row_independence")
+DROP_ADD_STRIDES_IGNORED = _kernel("DROP_ADD_STRIDES_IGNORED", "strides", "reads x and residual from their storage "
+                                   "offset with contiguous strides: drop_add_ln.layout_invariance")
 DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control (float32 only: in "
                            "16-bit storage its autograd rounds dL/d(residual_out) twice, [R1])",
                            dtypes=(torch.float32,))
