@@ -12,7 +12,8 @@ Discovered once per kernel (cached), unless declared on the :class:`~core.regist
   dtype stays, the fault is kept in ``faults``, and every claim drawing that dtype reports it
   (:meth:`Capabilities.raise_fault`: ``error``, or ``failed`` for NaN/inf);
 - ``mixes``: the parameter dtype mixes (:data:`PARAMETER_MIXES`: float32 weight/bias with 16-bit x, 16-bit ones with
-  float32 x) a LayerNorm/RMSNorm kernel takes, probed in x's dtypes unless it declares ``parameter_dtypes="same"``.
+  float32 x) a kernel with weight and bias (every kind but dropout) takes, probed in x's dtypes unless it declares
+  ``parameter_dtypes="same"``.
   A mix whose probe raises (torch's CPU ``layer_norm``: "mixed dtype (CPU): expect parameter to have scalar type
   of Float") is refused: not checked, with the reason in :attr:`Capabilities.not_tested`, never a pass; a mix that
   computes is checked like any other input (wrong values or output dtype fail its claims);
@@ -43,7 +44,7 @@ PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (x's dtype, weight's and bias' dtype): autocast / mixed-precision training, and 16-bit weights in float32 inference
 PARAMETER_MIXES = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float16),
                    (torch.float32, torch.bfloat16))
-MIXED_KINDS = ("layernorm", "rmsnorm")
+MIXED_KINDS = ("layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm", "dropout_add_layernorm", "groupnorm")
 _PROBE_SHAPE = (2, 8)
 _PROBE_TIMEOUT_S = guard.DEFAULT_TIMEOUT_S  # NORMVERIFY_CALL_TIMEOUT, normverify run --timeout
 

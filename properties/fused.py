@@ -25,7 +25,7 @@ from core import guard
 from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
 from proofs import fused_oracles
-from properties.norms import as_float64, effective_weight
+from properties.norms import as_float64, effective_weight, output_dtype
 
 NORM_OF = {"add_layernorm": "layernorm", "add_rmsnorm": "rmsnorm", "dropout_add_layernorm": "layernorm"}
 
@@ -72,8 +72,10 @@ def forward(kernel: Kernel, x: torch.Tensor, residual: torch.Tensor, weight=None
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         what = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else type(out).__name__
         raise AssertionError(f"kernel {kernel.name} returned {what}, not the pair (y, residual_out) of its contract")
-    # the output checks of every norm's y (shape, dtype and device of x; finite for finite inputs)
-    y = guard.call(SimpleNamespace(name=kernel.name, fn=lambda: out[0]), like=x, allow_nonfinite=allow_nonfinite)
+    # the output checks of every norm's y (shape and device of x, the output-dtype rule's dtype: x's by torch's rule,
+    # whatever the weight's; finite for finite inputs)
+    y = guard.call(SimpleNamespace(name=kernel.name, fn=lambda: out[0]), like=x, allow_nonfinite=allow_nonfinite,
+                   dtype=output_dtype(kernel, x, weight))
     return y, out[1]
 
 

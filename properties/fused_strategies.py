@@ -1,5 +1,7 @@
 """Hypothesis strategies for the fused residual add + norm kinds: the branch x, the residual, weight, bias, eps
-(and dy, dh), rounded to the kernel's storage dtype, built from properties.strategies' pieces.
+(and dy, dh), rounded to the kernel's storage dtype (weight and bias to ``parameter_dtype`` when given: the mixes of
+core.capabilities.PARAMETER_MIXES, drawn through strategies.mixed_parameter_examples), built from
+properties.strategies' pieces.
 
 The residual is drawn like x (its own distribution, offset and scale, up to 4x larger: the residual stream
 usually dominates the branch) or as -x ("cancelling": h = 0, a zero row for the norm, its special input).
@@ -21,7 +23,7 @@ from core.registry import Kernel
 from proofs import fused_oracles
 from properties import fused, fused_tolerance
 from properties.dropout_strategies import SCALES, TESTED_PROBABILITIES, nonzero_values
-from properties.norms import as_float64, representable
+from properties.norms import as_float64, output_dtype, representable
 from properties.strategies import (
     BIAS_FORMS,
     CI_MAX_WIDTH,
@@ -55,7 +57,8 @@ LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel 
 
 
 def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, every_input: bool = False) -> dict:
-    """weight (and bias for LayerNorm) in any of their forms (present ones with ``every_input``), in ``dtype``."""
+    """weight (and bias for LayerNorm) in any of their forms (present ones with ``every_input``), in ``dtype`` (x's,
+    or the parameters' own dtype of a mix)."""
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS))
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64)
@@ -76,14 +79,16 @@ def _storage_backward_width(kernel: Kernel, dtype: torch.dtype, upstream: bool) 
 
 @st.composite
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
-                      every_input: bool = False, residual: str | None = None) -> dict:
+                      every_input: bool = False, residual: str | None = None,
+                      dtypes: tuple[torch.dtype, ...] | None = None,
+                      parameter_dtype: torch.dtype | None = None) -> dict:
     """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``).
 
     With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
     declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
     an example whose gradients' bound is still not finite is left out (never an unchecked example)."""
     caps = discover(kernel)
-    dtype = draw(storage_dtypes(kernel))
+    dtype = draw(storage_dtypes(kernel, dtypes))
     widest = _storage_backward_width(kernel, dtype, upstream)
     if d is None:
         d = draw(widths(CI_MAX_WIDTH if widest is None else widest))
@@ -101,7 +106,8 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     else:
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
     example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device),
-               **_parameters(draw, kernel, d, dtype, caps.device, every_input), "eps": draw(epsilons())}
+               **_parameters(draw, kernel, d, parameter_dtype or dtype, caps.device, every_input),
+               "eps": draw(epsilons())}
     h_dtype = fused.residual_dtype(kernel, example["residual"])
     h, _ = fused_tolerance.residual_out(example["x"], example["residual"], h_dtype)
     gamma64, beta64 = fused.gammas(kernel, example["weight"], example.get("bias"))
@@ -109,12 +115,13 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     assume(bool(np.isfinite(bound).all()))
     if upstream:
         shape = tuple(example["x"].shape)
-        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
+        y_dtype = output_dtype(kernel, example["x"], example["weight"])
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
         example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
         exact = fused_oracles.add_norm_vjp(h, gamma64, example["eps"], as_float64(example["dy"]),
                                            as_float64(example["dh"]), fused.norm_kind(kernel))
         assume(all(g is None or representable(g, dtype) for g in exact))
-        names = {"x": dtype, "residual": dtype, "weight": dtype, "bias": dtype}
+        names = {"x": dtype, "residual": dtype, "weight": parameter_dtype or dtype, "bias": parameter_dtype or dtype}
         bounds = fused_tolerance.backward(h, gamma64, example["eps"], as_float64(example["dy"]), exact[0],
                                           fused.norm_kind(kernel), names, backward_precision=kernel.backward_precision)
         assume(all(bool(np.isfinite(b).all()) for b in bounds.values()))
@@ -123,7 +130,9 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
 
 @st.composite
 def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | None = None,
-                    probabilities: tuple[float, ...] = TESTED_PROBABILITIES, upstream: bool = False) -> dict:
+                    probabilities: tuple[float, ...] = TESTED_PROBABILITIES, upstream: bool = False,
+                    dtypes: tuple[torch.dtype, ...] | None = None, parameter_dtype: torch.dtype | None = None,
+                    every_input: bool = False) -> dict:
     """An example of kind dropout_add_layernorm whose mask residual_out shows exactly (claim drop_add_ln.keep_rate):
     x with no zero (dropout_strategies.nonzero_values), the residual zeros or x times u, u uniform in [-1, 1]
     element by element (so |residual_i| <= |x_i| after rounding), p from ``probabilities``, a seed; [rows, d] from
@@ -131,7 +140,7 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     never zero: a row dropped entirely is the residual row, not a zero row of the norm), and for a kernel that
     declares a 16-bit storage-precision backward centred rows no wider than strategies.backward_width_limit."""
     caps = discover(kernel)
-    dtype = draw(storage_dtypes(kernel))
+    dtype = draw(storage_dtypes(kernel, dtypes))
     widest = _storage_backward_width(kernel, dtype, upstream)
     if shapes is None:
         d = draw(widths(max_width=1024 if widest is None else min(1024, widest)))
@@ -147,11 +156,13 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
         generator = torch.Generator().manual_seed(draw(seeds()))
         fraction = torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
     example = {"x": x, "residual": rounded(x.to("cpu", torch.float64) * fraction, dtype, caps.device),
-               **_parameters(draw, kernel, shape[-1], dtype, caps.device), "eps": draw(epsilons()),
+               **_parameters(draw, kernel, shape[-1], parameter_dtype or dtype, caps.device, every_input),
+               "eps": draw(epsilons()),
                "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}
     if upstream:
         h_dtype = fused.residual_dtype(kernel, example["residual"])
-        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
+        y_dtype = output_dtype(kernel, x, example["weight"])
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
         example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
     return example
 

@@ -7,7 +7,8 @@ norm of the stored h (the contract, docs/validate-your-kernel.md). So:
   float32 storage) it is the correctly rounded float32 sum, which IEEE float32 addition of the (exactly
   converted) inputs gives: bound 0, bit for bit. In a 16-bit storage dtype it may be rounded once from the exact
   sum or once more from the float32 sum: |h_kernel - (x + r)| <= ((1 + u_acc)(1 + u_out) - 1) |x + r|.
-- y: the error-model forward bound of N at the stored h (u_out of y's dtype, u_acc float32 for 16-bit data).
+- y: the error-model forward bound of N at the stored h (u_out of y's dtype, u_acc float32 for 16-bit data; weight
+  and bias enter exactly as received, in x's dtype or another: core.capabilities.PARAMETER_MIXES).
 - the gradients: d = J_N(h)^T dy + dh is formed in the accumulation dtype and rounded once to each input's dtype.
   With the error model's bound B on the accumulated J^T dy (u_out = u_acc: no rounding to storage before the
   add) and t = J^T dy + dh exact:
@@ -59,7 +60,8 @@ def backward(h: np.ndarray, gamma: np.ndarray | None, eps: float, dy: np.ndarray
              kind: str, dtypes: dict[str, torch.dtype], dropout_scale: float | None = None,
              backward_precision: str = "float32") -> dict[str, np.ndarray]:
     """Per-element bounds on the gradients named in ``dtypes`` ("x", "residual", "weight", "bias": each gradient's
-    dtype): ``through`` is the exact d = J^T dy + dh; ``dropout_scale`` = 1/(1 - p) when x was dropped out;
+    dtype, in which it is rounded once: dweight and dbias in the parameters' own, float32 beside 16-bit x):
+    ``through`` is the exact d = J^T dy + dh; ``dropout_scale`` = 1/(1 - p) when x was dropped out;
     ``backward_precision="storage"`` (core.kernel.Kernel): the backward accumulates in the storage dtype."""
     storage = dtypes.get("x", torch.float32)
     u_acc, u_storage = unit_roundoffs(storage)
@@ -67,7 +69,9 @@ def backward(h: np.ndarray, gamma: np.ndarray | None, eps: float, dy: np.ndarray
         u_acc = u_storage
     model = bound_in_use()
     accumulated = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_acc, kind, model)[0]
-    parameters = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_storage, kind, model)[1:]
+    u_weight, u_bias = (unit_roundoffs(dtypes[name])[1] if name in dtypes else None for name in ("weight", "bias"))
+    parameters = error_model.backward_bound(h, gamma, eps, dy, u_acc, u_storage, kind, model, u_weight=u_weight,
+                                            u_bias=u_bias)[1:]
     magnitude = np.abs(through)
     before_rounding = accumulated * (1 + u_acc) + u_acc * magnitude  # fl_acc(a_hat + dh), before its storage cast
     bounds = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -246,17 +247,19 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
 over_parameter_mixes = pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambda mix: mix_name(*mix).replace(" ", ""))
 
 
-def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype],
+def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype], examples: Callable | None = None,
                              **options) -> st.SearchStrategy[dict]:
-    """:func:`norm_examples` with x in ``mix[0]`` and weight and bias (always present, random) in ``mix[1]``
-    (core.capabilities.PARAMETER_MIXES). A mix the kernel refuses or declares it does not take skips the test with
-    the reason (also listed as not tested in the results: never a pass); a probe fault in x's dtype fails it."""
+    """:func:`norm_examples` (or ``examples``, a strategy of another kind taking the same ``dtypes``, ``every_input``
+    and ``parameter_dtype``: the fused kinds', GroupNorm's) with x in ``mix[0]`` and weight and bias (always present,
+    random) in ``mix[1]`` (core.capabilities.PARAMETER_MIXES). A mix the kernel refuses or declares it does not take
+    skips the test with the reason (also listed as not tested in the results: never a pass); a probe fault in x's
+    dtype fails it."""
     caps = discover(kernel)
     if mix not in caps.mixes:
         name, x_dtype = mix_name(*mix), dtype_name(mix[0])
         why = caps.not_tested.get(name) or f"not tested in {x_dtype}: {caps.not_tested.get(x_dtype, '')}"
         pytest.skip(f"{kernel.name} not checked with {name}: {why}")
-    return norm_examples(kernel, dtypes=mix[:1], every_input=True, parameter_dtype=mix[1], **options)
+    return (examples or norm_examples)(kernel, dtypes=mix[:1], every_input=True, parameter_dtype=mix[1], **options)
 
 
 @st.composite

@@ -54,7 +54,7 @@ from properties.fused_strategies import (
     row_zero_changed,
 )
 from properties.norms import as_float64, require_backward
-from properties.strategies import seeds, widths
+from properties.strategies import mixed_parameter_examples, over_parameter_mixes, seeds, widths
 
 DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
 
@@ -80,6 +80,16 @@ def _alpha(claim: str, fraction: float) -> float:
 @given(data=st.data())
 def test_y_is_the_norm_of_residual_out(dropout_add_kernel, data):
     evidence.check(check_forward, dropout_add_kernel, data.draw(dropout_add_examples(dropout_add_kernel), "example"))
+
+
+@pytest.mark.claim("drop_add_ln.forward")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_with_parameters_in_another_dtype(dropout_add_kernel, mix, data):
+    """float32 weight and bias with 16-bit x, 16-bit ones with float32 x: y in x's dtype (the output-dtype rule)."""
+    example = mixed_parameter_examples(dropout_add_kernel, mix, dropout_add_examples)
+    evidence.check(check_forward, dropout_add_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("drop_add_ln.values")
@@ -154,6 +164,17 @@ def test_gradient_uses_the_forward_mask(dropout_add_kernel, data):
     require_backward(dropout_add_kernel)
     example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
     evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_uses_the_forward_mask_with_parameters_in_another_dtype(dropout_add_kernel, mix, data):
+    """The forward's mask and 1/(1-p) in dx; dweight and dbias in the parameters' own dtype, within their bound."""
+    require_backward(dropout_add_kernel)
+    example = mixed_parameter_examples(dropout_add_kernel, mix, masked_examples, upstream=True)
+    evidence.check(check_gradient, dropout_add_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("drop_add_ln.inputs_unmodified")

@@ -23,7 +23,7 @@ from properties.checks.fused import (
 )
 from properties.fused_strategies import add_norm_examples, row_zero_changed
 from properties.norms import require_backward
-from properties.strategies import widths
+from properties.strategies import mixed_parameter_examples, over_parameter_mixes, widths
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")
@@ -31,6 +31,17 @@ from properties.strategies import widths
 @given(data=st.data())
 def test_y_is_the_norm_of_residual_out(add_norm_kernel, data):
     evidence.check(check_forward, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel), "example"))
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
+    """float32 weight and bias with 16-bit x (autocast), 16-bit ones with float32 x: y in the output-dtype rule's
+    dtype (x's, torch's), the norm of residual_out within the bound of the dtypes received."""
+    example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples), "example")
+    evidence.check(check_forward, add_norm_kernel, example)
 
 
 @pytest.mark.claim("add_ln.residual_out", "add_rms.residual_out")
@@ -46,6 +57,17 @@ def test_residual_out_is_the_sum_in_its_declared_dtype(add_norm_kernel, data):
 def test_both_gradients_flow_back(add_norm_kernel, data):
     require_backward(add_norm_kernel)
     example = data.draw(add_norm_examples(add_norm_kernel, upstream=True), "example")
+    evidence.check(check_vjp, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_both_gradients_flow_back_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
+    """dx and dresidual in their dtypes, dweight and dbias in the parameters' own, each within its bound."""
+    require_backward(add_norm_kernel)
+    example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, upstream=True), "example")
     evidence.check(check_vjp, add_norm_kernel, example)
 
 

@@ -17,12 +17,14 @@ from properties.checks.groupnorm import (
     check_inputs_unmodified,
     check_vjp,
 )
-from properties.norms import require_backward
+from properties.norms import output_dtype, require_backward
 from properties.strategies import (
     biases,
     effective_weights,
     epsilons,
+    mixed_parameter_examples,
     offset_ratios,
+    over_parameter_mixes,
     rounded,
     scales,
     seeds,
@@ -36,12 +38,14 @@ SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9))
 
 @st.composite
 def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL, instance: bool = False,
-                       upstream: bool = False, every_input: bool = False) -> dict:
+                       upstream: bool = False, every_input: bool = False, dtypes: tuple[torch.dtype, ...] | None = None,
+                       parameter_dtype: torch.dtype | None = None) -> dict:
     """x [N, C, *spatial] (N = 2, 3; offset and scale), num_groups a divisor of C (C with ``instance``; one strictly
     between 1 and C half the time where C has one),
-    per-channel weight and bias; dy with ``upstream``."""
+    per-channel weight and bias (in ``parameter_dtype`` when given, else x's); dy with ``upstream``."""
     caps = discover(kernel)
-    dtype = draw(storage_dtypes(kernel))
+    dtype = draw(storage_dtypes(kernel, dtypes))
+    parameters = parameter_dtype or dtype
     channels = draw(st.sampled_from(CHANNELS))
     divisors = [g for g in range(1, channels + 1) if channels % g == 0]
     between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
@@ -56,11 +60,12 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
                                    ("none", "constant", "random", "zeros_and_negatives")))
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(channels, dtype=torch.float64)
-    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     beta = draw(biases(channels, ("random",) if every_input else ("none", "zeros", "random")))
-    example["bias"] = None if beta is None else rounded(beta, dtype, caps.device)
+    example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)
     if upstream:
-        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), dtype, caps.device)
+        y_dtype = output_dtype(kernel, example["x"], example["weight"])
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
     return example
 
 
@@ -78,6 +83,28 @@ def test_vjp_matches_the_blockwise_jacobian(groupnorm_kernel, data):
     require_backward(groupnorm_kernel)
     example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True), "example")
     evidence.check(check_vjp, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.forward")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_with_parameters_in_another_dtype(groupnorm_kernel, mix, data):
+    """float32 weight and bias with 16-bit x (autocast), 16-bit ones with float32 x: y in the output-dtype rule's
+    dtype (x's, torch's), within the bound of the dtypes received."""
+    example = mixed_parameter_examples(groupnorm_kernel, mix, groupnorm_examples)
+    evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("gn.jacobian")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_with_parameters_in_another_dtype(groupnorm_kernel, mix, data):
+    """dx in x's dtype, dweight and dbias in the parameters' own dtype, each within its bound."""
+    require_backward(groupnorm_kernel)
+    example = mixed_parameter_examples(groupnorm_kernel, mix, groupnorm_examples, upstream=True)
+    evidence.check(check_vjp, groupnorm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("gn.degenerate")

@@ -169,3 +169,14 @@ def test_parameter_dtype_mixes_are_probed_or_declared_same_dtype_only():
     assert not same.mixes
     assert all("parameter_dtypes='same'" in same.not_tested[capabilities.mix_name(*m)]
                for m in capabilities.PARAMETER_MIXES)
+
+
+def test_parameter_dtype_mixes_are_probed_for_the_fused_kinds_and_groupnorm():
+    """Every kind with weight and bias is probed (measured: torch's CPU group_norm takes float32 parameters beside
+    16-bit x and refuses 16-bit ones beside float32 x; torch-fused's add + RMSNorm takes all four mixes)."""
+    group = capabilities.discover(Kernel("gn-torch", "groupnorm", F.group_norm))
+    assert group.mixes == ((torch.float16, torch.float32), (torch.bfloat16, torch.float32))
+    assert all("mixed dtype" in group.not_tested[capabilities.mix_name(torch.float32, p)]
+               for p in (torch.float16, torch.bfloat16))
+    (add_rms,) = [k for k in resolve("torch-fused") if k.kind == "add_rmsnorm"]
+    assert capabilities.discover(add_rms).mixes == capabilities.PARAMETER_MIXES

@@ -28,7 +28,7 @@ from core.capabilities import discover, dtype_name
 from proofs import error_model, fused_oracles
 from properties import outcome
 from properties.checks.contracts import rows_that_differ
-from properties.norms import as_float64, effective_weight
+from properties.norms import as_float64, effective_weight, output_dtype
 from properties.tolerance import bound_in_use, unit_roundoffs
 
 U64 = 2.0**-53
@@ -48,7 +48,8 @@ def _per_element(parameter: np.ndarray | None, x64: np.ndarray, groups: int) -> 
 def forward_bound(kernel, x: torch.Tensor, num_groups: int, weight, bias, eps: float) -> np.ndarray:
     """Per-element bound on |y - GroupNorm(x)|, shape of x."""
     x64 = as_float64(x)
-    u_acc, u_out = unit_roundoffs(x.dtype)
+    u_acc = unit_roundoffs(x.dtype)[0]
+    u_out = unit_roundoffs(output_dtype(kernel, x, weight))[1]  # y's dtype: x's by torch's rule, whatever the weight's
     gamma = _per_element(effective_weight(kernel, weight), x64, num_groups)
     beta = _per_element(as_float64(bias), x64, num_groups)
     bound = error_model.forward_bound(_grouped(x64, num_groups), gamma, beta, eps, u_acc, u_out, "layernorm",
@@ -57,8 +58,9 @@ def forward_bound(kernel, x: torch.Tensor, num_groups: int, weight, bias, eps: f
 
 
 def backward_bounds(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor,
-                    expected: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-element bounds on dx, dweight [C], dbias [C] (module docstring)."""
+                    expected: dict[str, np.ndarray], bias=None) -> dict[str, np.ndarray]:
+    """Per-element bounds on dx, dweight [C], dbias [C] (module docstring; u_out of dweight and dbias: their own
+    parameter's dtype)."""
     x64, dy64 = as_float64(x), as_float64(dy)
     u_acc, u_out = unit_roundoffs(x.dtype)
     if kernel.backward_precision == "storage":
@@ -80,14 +82,21 @@ def backward_bounds(kernel, x: torch.Tensor, num_groups: int, weight, eps: float
     bounds = {"x": dx}
     dweight = ((1 + g) * per_channel(np.abs(dy64) * xhat_error.reshape(x64.shape) + u_acc * products)
                + g * per_channel(products))
+    # dweight and dbias are rounded once to their own parameter's dtype (float32 beside 16-bit x: a mix)
     if "weight" in expected:
-        bounds["weight"] = dweight + (u_out + U64) * np.abs(expected["weight"])
-    bounds["bias"] = g * per_channel(np.abs(dy64)) + (u_out + U64) * np.abs(expected["bias"])
+        bounds["weight"] = dweight + (_u_own(weight, u_out) + U64) * np.abs(expected["weight"])
+    bounds["bias"] = g * per_channel(np.abs(dy64)) + (_u_own(bias, u_out) + U64) * np.abs(expected["bias"])
     return bounds
 
 
+def _u_own(parameter: torch.Tensor | None, default: float) -> float:
+    """The unit roundoff of a parameter's own dtype (its gradient's), ``default`` (x's) without the parameter."""
+    return default if parameter is None else unit_roundoffs(parameter.dtype)[1]
+
+
 def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False) -> torch.Tensor:
-    return guard.call(kernel, x, num_groups, weight, bias, eps, like=x, allow_nonfinite=allow_nonfinite)
+    return guard.call(kernel, x, num_groups, weight, bias, eps, like=x, allow_nonfinite=allow_nonfinite,
+                      dtype=output_dtype(kernel, x, weight))
 
 
 def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
@@ -110,7 +119,7 @@ def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: 
     dx, dweight, dbias = fused_oracles.groupnorm_vjp(as_float64(x), num_groups, effective_weight(kernel, weight),
                                                      eps, as_float64(dy))
     expected = {"x": dx, "bias": dbias, **({"weight": dweight} if weight is not None else {})}
-    bounds = backward_bounds(kernel, x, num_groups, weight, eps, dy, expected)
+    bounds = backward_bounds(kernel, x, num_groups, weight, eps, dy, expected, bias)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     outcome.conclude(comparisons, "the backward is not the derivative of GroupNorm",
                      d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
