@@ -25,8 +25,9 @@ The files, by where the bug is:
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
-    parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype, output in the
-                     weight's dtype, statistics in the weight's dtype, a float32 weight read as 16-bit
+    parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype (LayerNorm, RMSNorm,
+                     fused add + LayerNorm), output in the weight's dtype, statistics in the weight's dtype, a
+                     float32 weight read as 16-bit
     load.py          refused at load (not in the manifest): runs in no dtype, a signature that does not fit
     conventions.py   a convention of proofs.mechanisms (Llama's double rounding, torch's storage statistics):
                      declared, correct; undeclared, caught and diagnosed
@@ -169,6 +170,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("parameters.py:LN_OUTPUT_IN_WEIGHT_DTYPE", "ln.forward"),
     _broken("parameters.py:RMS_STATISTICS_IN_WEIGHT_DTYPE", "rms.forward"),
     _broken("parameters.py:LN_WEIGHT_REINTERPRETED", "ln.forward"),
+    _broken("parameters.py:ADD_LN_WEIGHT_ROUNDED_TO_X", "add_ln.forward"),
     # residual.py, dropout_add.py, groupnorm.py, blocks.py
     *(_broken(f"residual.py:{norm.upper()}_{bug}", *(f"add_{norm}.{claim}" for claim in claims))
       for norm in ("ln", "rms") for bug, claims in RESIDUAL_BUGS.items()),

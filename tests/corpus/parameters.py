@@ -67,6 +67,14 @@ def layernorm_weight_reinterpreted(x, weight, bias, eps):
     return _normalize(x, weight, bias, eps, _layernorm_statistics)
 
 
+def add_layernorm_weight_rounded_to_x(x, residual, weight, bias, eps):
+    """Fused add + LayerNorm (h = x + residual in the residual's dtype, y = LN(h) in float32 rounded once) that rounds
+    float32 weight and bias to x's 16-bit dtype first (the fused kernel's parameter pointers typed like x, as
+    add-norm kernels written for one activation dtype do). Must fail add_ln.forward."""
+    h = x + residual
+    return _normalize(h, _as(weight, x.dtype), _as(bias, x.dtype), eps, _layernorm_statistics), h
+
+
 LN_WEIGHT_ROUNDED_TO_X = Kernel("ln-weight-rounded-to-x", "layernorm", layernorm_weight_rounded_to_x,
                                 spec=SPEC + "LN_WEIGHT_ROUNDED_TO_X",
                                 description="float32 weight/bias rounded to 16-bit x first: fails ln.forward")
@@ -84,3 +92,7 @@ RMS_STATISTICS_IN_WEIGHT_DTYPE = Kernel("rms-statistics-in-weight-dtype", "rmsno
 LN_WEIGHT_REINTERPRETED = Kernel("ln-weight-reinterpreted", "layernorm", layernorm_weight_reinterpreted,
                                  spec=SPEC + "LN_WEIGHT_REINTERPRETED",
                                  description="a float32 weight read as 16-bit values: fails ln.forward")
+ADD_LN_WEIGHT_ROUNDED_TO_X = Kernel("add-ln-weight-rounded-to-x", "add_layernorm", add_layernorm_weight_rounded_to_x,
+                                    spec=SPEC + "ADD_LN_WEIGHT_ROUNDED_TO_X",
+                                    description="fused add + LayerNorm, float32 weight/bias rounded to 16-bit x "
+                                                "first: fails add_ln.forward")
