@@ -160,12 +160,14 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
 
 
 def _dropout_rounding(x: torch.Tensor, residual: torch.Tensor, p: float, dtype: torch.dtype) -> np.ndarray:
-    """Bound on |h - (r + m x/(1-p))| for h = fl(r + fl_x(fl(x fl(1/(1-p))))) stored in ``dtype``: three roundings
-    in the accumulation dtype, the dropped-out branch possibly stored in x's dtype before the add (an unfused
-    dropout), one rounding to residual_out's dtype, of terms at most |r| + |x|/(1-p)."""
+    """Bound on |h - (r + m x/(1-p))| for h = fl(r + b) stored in ``dtype``, b the dropped-out branch: computed in
+    the accumulation dtype (the scale, the product, the add: three roundings) or by an unfused dropout in x's dtype
+    (tolerance.dropout_scaling's three roundings: the scale 1/(1-p) held in x's dtype, as torch's F.dropout's mask
+    tensor holds it, the product, the store), then one rounding to residual_out's dtype, of terms at most
+    |r| + |x|/(1-p)."""
     u_acc, u_out = unit_roundoffs(dtype)
     u_x = unit_roundoffs(x.dtype)[1]
-    return (((1 + u_acc) ** 3 * (1 + u_x) * (1 + u_out) - 1)
+    return (((1 + u_acc) ** 3 * (1 + u_x) ** 3 * (1 + u_out) - 1)
             * (np.abs(as_float64(residual)) + np.abs(as_float64(x)) / (1 - p)))
 
 
