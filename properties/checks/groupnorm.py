@@ -29,7 +29,7 @@ from proofs import error_model, fused_oracles
 from properties import outcome
 from properties.checks.contracts import rows_that_differ
 from properties.norms import as_float64, effective_weight, output_dtype
-from properties.tolerance import bound_in_use, unit_roundoffs
+from properties.tolerance import bound_in_use, operand_roundoffs
 
 U64 = 2.0**-53
 
@@ -48,11 +48,10 @@ def _per_element(parameter: np.ndarray | None, x64: np.ndarray, groups: int) -> 
 def forward_bound(kernel, x: torch.Tensor, num_groups: int, weight, bias, eps: float) -> np.ndarray:
     """Per-element bound on |y - GroupNorm(x)|, shape of x."""
     x64 = as_float64(x)
-    u_acc = unit_roundoffs(x.dtype)[0]
-    u_out = unit_roundoffs(output_dtype(kernel, x, weight))[1]  # y's dtype: x's by torch's rule, whatever the weight's
+    u = operand_roundoffs(kernel, x, weight, bias)  # y rounded to the output-dtype rule's dtype
     gamma = _per_element(effective_weight(kernel, weight), x64, num_groups)
     beta = _per_element(as_float64(bias), x64, num_groups)
-    bound = error_model.forward_bound(_grouped(x64, num_groups), gamma, beta, eps, u_acc, u_out, "layernorm",
+    bound = error_model.forward_bound(_grouped(x64, num_groups), gamma, beta, eps, u["acc"], u["y"], "layernorm",
                                       bound_in_use())
     return np.asarray(bound).reshape(x64.shape)
 
@@ -62,9 +61,9 @@ def backward_bounds(kernel, x: torch.Tensor, num_groups: int, weight, eps: float
     """Per-element bounds on dx, dweight [C], dbias [C] (module docstring; u_out of dweight and dbias: their own
     parameter's dtype)."""
     x64, dy64 = as_float64(x), as_float64(dy)
-    u_acc, u_out = unit_roundoffs(x.dtype)
-    if kernel.backward_precision == "storage":
-        u_acc = u_out
+    u = operand_roundoffs(kernel, x, weight, bias)
+    u_out = u["x"]
+    u_acc = u_out if kernel.backward_precision == "storage" else u["acc"]
     grouped, upstream = _grouped(x64, num_groups), _grouped(dy64, num_groups)
     gamma = _per_element(effective_weight(kernel, weight), x64, num_groups)
     dx = np.stack([error_model.backward_bound(grouped[:, g], None if gamma is None else gamma[g], eps,
@@ -84,14 +83,9 @@ def backward_bounds(kernel, x: torch.Tensor, num_groups: int, weight, eps: float
                + g * per_channel(products))
     # dweight and dbias are rounded once to their own parameter's dtype (float32 beside 16-bit x: a mix)
     if "weight" in expected:
-        bounds["weight"] = dweight + (_u_own(weight, u_out) + U64) * np.abs(expected["weight"])
-    bounds["bias"] = g * per_channel(np.abs(dy64)) + (_u_own(bias, u_out) + U64) * np.abs(expected["bias"])
+        bounds["weight"] = dweight + (u["weight"] + U64) * np.abs(expected["weight"])
+    bounds["bias"] = g * per_channel(np.abs(dy64)) + (u["bias"] + U64) * np.abs(expected["bias"])
     return bounds
-
-
-def _u_own(parameter: torch.Tensor | None, default: float) -> float:
-    """The unit roundoff of a parameter's own dtype (its gradient's), ``default`` (x's) without the parameter."""
-    return default if parameter is None else unit_roundoffs(parameter.dtype)[1]
 
 
 def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False) -> torch.Tensor:
