@@ -38,6 +38,7 @@ from properties.checks.fused import (
     check_changing_one_row,
     check_dropout_values,
     check_forward,
+    check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
 )
@@ -89,7 +90,7 @@ def test_y_is_the_norm_of_residual_out(dropout_add_kernel, data):
 def test_y_is_the_norm_of_residual_out_with_parameters_in_another_dtype(dropout_add_kernel, mix, data):
     """float32 weight and bias with 16-bit x, 16-bit ones with float32 x: y in x's dtype (the output-dtype rule)."""
     example = mixed_parameter_examples(dropout_add_kernel, mix, dropout_add_examples)
-    evidence.check(check_forward, dropout_add_kernel, data.draw(example, "example"))
+    evidence.check(check_forward_with_parameter_dtypes, dropout_add_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("drop_add_ln.values")

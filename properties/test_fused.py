@@ -16,6 +16,7 @@ from properties.checks.contracts import strided
 from properties.checks.fused import (
     check_changing_one_row,
     check_forward,
+    check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
     check_residual_out,
@@ -41,7 +42,7 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
     """float32 weight and bias with 16-bit x (autocast), 16-bit ones with float32 x: y in the output-dtype rule's
     dtype (x's, torch's), the norm of residual_out within the bound of the dtypes received."""
     example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples), "example")
-    evidence.check(check_forward, add_norm_kernel, example)
+    evidence.check(check_forward_with_parameter_dtypes, add_norm_kernel, example)
 
 
 @pytest.mark.claim("add_ln.residual_out", "add_rms.residual_out")

@@ -13,6 +13,7 @@ from properties import evidence, profiles
 from properties.checks.groupnorm import (
     check_channels_last,
     check_forward,
+    check_forward_with_parameter_dtypes,
     check_independence,
     check_inputs_unmodified,
     check_vjp,
@@ -93,7 +94,7 @@ def test_forward_with_parameters_in_another_dtype(groupnorm_kernel, mix, data):
     """float32 weight and bias with 16-bit x (autocast), 16-bit ones with float32 x: y in the output-dtype rule's
     dtype (x's, torch's), within the bound of the dtypes received."""
     example = mixed_parameter_examples(groupnorm_kernel, mix, groupnorm_examples)
-    evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
+    evidence.check(check_forward_with_parameter_dtypes, groupnorm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("gn.jacobian")

@@ -12,7 +12,10 @@ from core.kernel import Kernel
 from core.registry import resolve
 from proofs import error_model
 from properties import norms, outcome, tolerance
+from properties.checks import fused as fused_checks
+from properties.checks import groupnorm as groupnorm_checks
 from properties.checks.forward import check_forward_with_parameter_dtypes
+from properties.counterexamples import check_reference
 
 U = {dtype: error_model.unit_roundoff(str(dtype)) for dtype in (torch.float32, torch.float16, torch.bfloat16)}
 
@@ -83,3 +86,26 @@ def test_torch_rms_norm_with_a_float32_weight_beside_float16_x_is_within_the_mix
     (kernel,) = [k for k in resolve("torch") if k.kind == "rmsnorm"]
     x = torch.randn(4, 64, dtype=torch.float16)
     check_forward_with_parameter_dtypes(kernel, x, torch.linspace(0.5, 1.5, 64), 1e-5)
+
+
+def _add_rms_in_weight_dtype(x, residual, weight, eps):
+    h = x + residual
+    return _rms_in_weight_dtype(h, weight, eps), h
+
+
+def _group_norm_in_weight_dtype(x, num_groups, weight, bias, eps):
+    return F.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps).to(weight.dtype)
+
+
+def test_fused_and_groupnorm_forwards_fail_an_output_in_the_weights_dtype_with_the_rule():
+    """The same verdict for the fused kinds and GroupNorm (checks.fused / checks.groupnorm, through
+    checks.forward.output_dtype_rule), and its replay reference is the check's own module."""
+    x, weight = torch.randn(3, 8, dtype=torch.float16), torch.linspace(0.5, 1.5, 8)
+    with pytest.raises(outcome.CheckFailure, match=r"the output must be float16 \(torch's rule\)"):
+        fused_checks.check_forward_with_parameter_dtypes(Kernel("wrong-add", "add_rmsnorm", _add_rms_in_weight_dtype),
+                                                         x, x.flip(0), weight, 1e-5)
+    with pytest.raises(outcome.CheckFailure, match=r"the output must be float16 \(torch's rule\)"):
+        groupnorm_checks.check_forward_with_parameter_dtypes(
+            Kernel("wrong-gn", "groupnorm", _group_norm_in_weight_dtype), x, 2, weight, 1e-5, bias=torch.zeros(8))
+    assert (check_reference(groupnorm_checks.check_forward_with_parameter_dtypes)
+            == "properties.checks.groupnorm:check_forward_with_parameter_dtypes")

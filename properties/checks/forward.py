@@ -7,6 +7,9 @@ kernel declares another), and the bound is that of the dtypes received (properti
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 
 from core import guard
@@ -29,17 +32,32 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> Non
                      **diagnosis.declared_point(declared))
 
 
-def check_forward_with_parameter_dtypes(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
-    """:func:`check_forward` where weight and bias may be in another dtype than x: an output in another dtype than
-    the rule's is a failure of the claim (not a fault that stops the check), with the rule in the message."""
-    try:
-        check_forward(kernel, x, weight, eps, bias)
-    except guard.KernelFault as fault:
-        if fault.reason != "dtype":
-            raise
-        rule = norms.output_dtype(kernel, x, weight)
-        declared = "torch's rule" if kernel.output_dtype == "input" else f"declared {kernel.output_dtype!r}"
-        outcome.exact(False, f"{fault}: with {dtype_name(x.dtype)} x and {dtype_name(weight.dtype)} weight the "
-                             f"output must be {dtype_name(rule)} ({declared})",
-                      "the output dtype does not follow the output-dtype rule (docs/validate-your-kernel.md)",
-                      d=x.shape[-1], dtype=dtype_name(x.dtype))
+def output_dtype_rule(check: Callable[..., None], name: str) -> Callable[..., None]:
+    """``check``, a forward check of any kind (taking the kernel, then x and weight among its arguments), where weight
+    and bias may be in another dtype than x: an output in another dtype than the rule's is a failure of the claim
+    (not a fault that stops the check), with the rule in the message. ``name``: the module-level name the result is
+    bound to in ``check``'s module (a counterexample replays its check by that name)."""
+    signature = inspect.signature(check)
+
+    def checked(kernel, *args, **kwargs) -> None:
+        try:
+            check(kernel, *args, **kwargs)
+        except guard.KernelFault as fault:
+            if fault.reason != "dtype":
+                raise
+            given = signature.bind(kernel, *args, **kwargs).arguments
+            x, weight = given["x"], given.get("weight")
+            rule = norms.output_dtype(kernel, x, weight)
+            declared = "torch's rule" if kernel.output_dtype == "input" else f"declared {kernel.output_dtype!r}"
+            parameters = "no" if weight is None else dtype_name(weight.dtype)
+            outcome.exact(False, f"{fault}: with {dtype_name(x.dtype)} x and {parameters} weight the output must be "
+                                 f"{dtype_name(rule)} ({declared})",
+                          "the output dtype does not follow the output-dtype rule (docs/validate-your-kernel.md)",
+                          d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+    checked.__module__, checked.__name__, checked.__qualname__ = check.__module__, name, name
+    checked.__doc__ = f":func:`{check.__name__}` with the output-dtype rule's verdict ({output_dtype_rule.__name__})."
+    return checked
+
+
+check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_forward_with_parameter_dtypes")

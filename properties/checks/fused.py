@@ -21,6 +21,7 @@ from core.capabilities import discover, dtype_name
 from proofs import fused_oracles
 from properties import diagnosis, fused, fused_tolerance, outcome
 from properties.checks.contracts import rows_that_differ
+from properties.checks.forward import output_dtype_rule
 from properties.norms import as_float64
 from properties.tolerance import unit_roundoffs
 
@@ -49,6 +50,9 @@ def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor
     else:
         expected, bound, declared = diagnosis.expected_forward(view, h, weight, bias, eps)
     return outcome.compare(y, expected, bound, what), declared
+
+
+check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_forward_with_parameter_dtypes")
 
 
 def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:

@@ -28,6 +28,7 @@ from core.capabilities import discover, dtype_name
 from proofs import error_model, fused_oracles
 from properties import outcome
 from properties.checks.contracts import rows_that_differ
+from properties.checks.forward import output_dtype_rule
 from properties.norms import as_float64, effective_weight, output_dtype
 from properties.tolerance import bound_in_use, operand_roundoffs
 
@@ -101,6 +102,9 @@ def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, 
     outcome.conclude(outcome.compare(y, expected, forward_bound(kernel, x, num_groups, weight, bias, eps), "y"),
                      "the output is not LayerNorm over each group's channels x spatial elements",
                      d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
+
+
+check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_forward_with_parameter_dtypes")
 
 
 def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
