@@ -32,7 +32,12 @@ def kept_mask(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
               bias=None) -> np.ndarray:
     """The kernel's mask as int8 [rows, d]: residual_out != residual (exact under the drawn inputs)."""
     _, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
-    return (as_float64(h) != as_float64(residual)).reshape(-1, x.shape[-1]).astype(np.int8)
+    return mask_of(h, residual)
+
+
+def mask_of(h: torch.Tensor, residual: torch.Tensor) -> np.ndarray:
+    """The mask residual_out h shows, int8 [rows, d]: h != residual."""
+    return (as_float64(h) != as_float64(residual)).reshape(-1, h.shape[-1]).astype(np.int8)
 
 
 def check_keep_rate(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
@@ -123,13 +128,12 @@ def check_layout_invariance(kernel, x: torch.Tensor, residual: torch.Tensor, wei
     findings = []
     share = alpha / len(LAYOUTS)
     for layout in LAYOUTS:
-        views = layout_views(x, residual, weight, bias, layout)
-        y, h = fused.forward(kernel, *views[:3], views[3], eps, p, seed)
+        y, h = fused.forward(kernel, *layout_views(x, residual, weight, bias, layout), eps, p, seed)
         outcome.conclude([dropout_values_comparison(h, x, residual, p, f"{layout}: residual_out"),
                           forward_comparison(kernel, y, h, x, weight, bias, eps, f"{layout}: y")[0]],
                          "in a non-contiguous layout, residual_out is not residual + m x/(1-p) or y is not its norm "
                          "(strides or a storage offset ignored)", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
-        masks = (as_float64(h) != as_float64(residual)).reshape(-1, x.shape[-1]).astype(np.int8)
+        masks = mask_of(h, residual)
         findings += [finding.named(layout) for finding in (keep_rate_finding(masks, p, share / 2),
                                                            *statistics.independence_findings(masks, p, share / 2))]
     conclude(findings, "a non-contiguous input gets a mask that is not i.i.d. Bernoulli(1-p)", p=p, d=x.shape[-1])
