@@ -136,6 +136,12 @@ def float16_rstd_overflows_at_residual_out(example: dict) -> bool:
             and bool(torch.isinf(torch.rsqrt(torch.tensor(example["eps"])).to(torch.float16))))
 
 
+def sixteen_bit_residual(example: dict) -> bool:
+    """A fused example whose x (and so residual_out, h) is float16/bfloat16."""
+    x = example.get("x")
+    return isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
+
+
 def affine_residue_shows(example: dict) -> bool:
     """An ``x`` of exact statistics (properties.exact_rows: it has ``centred`` rows): for the gradients (with ``dy``)
     any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU layer_norm
@@ -178,6 +184,11 @@ BUILTIN_DEVIATIONS = (
               "the backward in every dtype): on rows with exact statistics it keeps a residue ~ u_float32 |mean| rstd "
               "(forward: beta + 2^-9 for beta on a constant row of 1000; dgamma 9.2e-18 for 0 at d = 1, x = 1.36e-12) "
               "(docs/findings.md [I])"),
+    Deviation(("torch-fused:add_rmsnorm",), "add_rms.jacobian", "value", sixteen_bit_residual,
+              "torch-fused is the unfused composition h = x + residual; F.rms_norm(h): autograd adds h's two "
+              "gradients (J^T dy from the norm, dh from residual_out) in h's 16-bit dtype after rounding J^T dy to "
+              "it, two roundings where a fused kernel has one (docs/findings.md [R1])",
+              storage=False, quantities=("dx", "dresidual")),
     Deviation(("flaggems-rmsnorm",), "rms.*", "value", float32_weight_with_16bit_x,
               "FlagGems' rms_norm backward sums dW in float32 and then rounds it to x's dtype (dw.to(x.dtype), "
               "flag_gems/ops/rms_norm.py, 5.0.2): a float32 weight beside 16-bit x gets a 16-bit accurate dW "
