@@ -112,3 +112,26 @@ def test_a_run_reports_the_declared_failure_xfailed_with_its_reason_and_others_f
     assert statuses["test_declared[torch:layernorm]"] == ("xfailed", TORCH_LN_NAN.describe())
     assert statuses["test_another_failure[torch:layernorm]"][0] == "failed"
     assert f"{TORCH_LN_NAN.describe()} -- met by 1 test(s)" in proc.stdout
+
+
+def test_torch_fused_add_rmsnorm_still_rounds_dh_twice_in_16_bit_and_only_that_is_declared():
+    """[R1]: the unfused h = x + residual; F.rms_norm(h) in float16 adds h's two gradients after rounding J^T dy to
+    float16 (findings' minimal counterexample); residual_out in float32 (torch-fused-fp32) does not."""
+    from properties.checks.fused import check_vjp
+    from properties.expectations import sixteen_bit_residual
+
+    declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is sixteen_bit_residual)
+    half = {"x": [0.6611, 0.2668], "residual": [0.0154, -0.0029], "dy": [1.541, -0.2935], "dh": [0.6611, 0.2668]}
+    inside = {name: torch.tensor([v], dtype=torch.float16) for name, v in half.items()}
+    inside.update(weight=None, eps=1e-5)
+    fused, fused32 = (next(k for k in resolve(spec) if k.kind == "add_rmsnorm")
+                      for spec in ("torch-fused", "torch-fused-fp32"))
+    with pytest.raises(AssertionError) as failure:
+        check_vjp(fused, **inside)
+    assert str(failure.value).startswith("dx:")
+    assert declared.explains(fused, "add_rms.jacobian", failure.value, inside)
+    assert not declared.explains(fused, "add_rms.forward", failure.value, inside)
+    assert not declared.explains(fused32, "add_rms.jacobian", failure.value, inside)
+    check_vjp(fused32, **inside)
+    single = {**inside, **{name: value.float() for name, value in inside.items() if isinstance(value, torch.Tensor)}}
+    assert not declared.explains(fused, "add_rms.jacobian", failure.value, single)
