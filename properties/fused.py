@@ -64,9 +64,10 @@ def residual_dtype(kernel: Kernel, residual: torch.Tensor) -> torch.dtype:
 
 
 def forward(kernel: Kernel, x: torch.Tensor, residual: torch.Tensor, weight=None, bias=None, eps: float = 1e-5,
-            p: float | None = None, seed: int | None = None, allow_nonfinite: bool = False
+            p: float | None = None, seed: int | None = None, allow_nonfinite: bool = False, any_dtype: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(y, residual_out) from the kernel; y is checked like a norm's output (shape, dtype, device, finite)."""
+    """(y, residual_out) from the kernel; y is checked like a norm's output (shape, dtype, device, finite; its dtype
+    not with ``any_dtype``: for checks about something else, as properties.norms.forward's)."""
     args = arguments(kernel, x, residual, weight, bias, eps, p, seed)
     out = guard.limited(kernel, lambda: kernel.fn(*args))
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
@@ -75,23 +76,24 @@ def forward(kernel: Kernel, x: torch.Tensor, residual: torch.Tensor, weight=None
     # the output checks of every norm's y (shape and device of x, the output-dtype rule's dtype: x's by torch's rule,
     # whatever the weight's; finite for finite inputs)
     y = guard.call(SimpleNamespace(name=kernel.name, fn=lambda: out[0]), like=x, allow_nonfinite=allow_nonfinite,
-                   dtype=output_dtype(kernel, x, weight))
+                   dtype=guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, weight))
     return y, out[1]
 
 
 def vjp(kernel: Kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor, *, same_tensors: bool = False,
-        allow_nonfinite: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        allow_nonfinite: bool = False, any_dtype: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """(residual_out, {"x", "residual", "weight", "bias": gradient}) for upstream gradients dy of y and dh of
     residual_out, through autograd (L = <y, dy> + <residual_out, dh>, so exactly dy and dh flow back).
 
-    Gradients are taken with respect to copies of the inputs unless ``same_tensors`` (as properties.norms.vjp)."""
+    Gradients are taken with respect to copies of the inputs unless ``same_tensors`` (as properties.norms.vjp);
+    ``any_dtype``: y's dtype is not judged (:func:`forward`)."""
     names = ["x", "residual", "weight"] + (["bias"] if has_bias(kernel) else [])
     leaves = {name: (example[name] if same_tensors else example[name].detach().clone()).requires_grad_(True)
               for name in names if example.get(name) is not None}
     try:
         with torch.enable_grad():
             y, h = forward(kernel, leaves["x"], leaves["residual"], leaves.get("weight"), leaves.get("bias"),
-                           example["eps"], example.get("p"), example.get("seed"), allow_nonfinite)
+                           example["eps"], example.get("p"), example.get("seed"), allow_nonfinite, any_dtype)
             loss = (y.float() * dy.float()).sum() + (h.float() * dh.to(h.dtype).float()).sum()
             grads = guard.grad(kernel, loss, list(leaves.values()), torch.ones((), device=loss.device),
                                allow_nonfinite=allow_nonfinite)

@@ -35,6 +35,7 @@ from properties.strategies import (
     effective_weights,
     epsilons,
     offset_ratios,
+    parameter_dtypes,
     rounded,
     rows,
     scales,
@@ -81,8 +82,9 @@ def _storage_backward_width(kernel: Kernel, dtype: torch.dtype, upstream: bool) 
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
                       every_input: bool = False, residual: str | None = None,
                       dtypes: tuple[torch.dtype, ...] | None = None,
-                      parameter_dtype: torch.dtype | None = None) -> dict:
-    """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``).
+                      parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
+    """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``); weight and bias in
+    ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes).
 
     With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
     declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
@@ -95,6 +97,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     elif isinstance(d, st.SearchStrategy):
         d = draw(d)
     limit = valid_offset_ratio(d, dtype) / 2 if widest is None else 0.0
+    parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
 
     def ratio() -> float:
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
@@ -106,7 +109,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     else:
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
     example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device),
-               **_parameters(draw, kernel, d, parameter_dtype or dtype, caps.device, every_input),
+               **_parameters(draw, kernel, d, parameters, caps.device, every_input),
                "eps": draw(epsilons())}
     h_dtype = fused.residual_dtype(kernel, example["residual"])
     h, _ = fused_tolerance.residual_out(example["x"], example["residual"], h_dtype)
@@ -121,7 +124,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         exact = fused_oracles.add_norm_vjp(h, gamma64, example["eps"], as_float64(example["dy"]),
                                            as_float64(example["dh"]), fused.norm_kind(kernel))
         assume(all(g is None or representable(g, dtype) for g in exact))
-        names = {"x": dtype, "residual": dtype, "weight": parameter_dtype or dtype, "bias": parameter_dtype or dtype}
+        names = {"x": dtype, "residual": dtype, "weight": parameters, "bias": parameters}
         bounds = fused_tolerance.backward(h, gamma64, example["eps"], as_float64(example["dy"]), exact[0],
                                           fused.norm_kind(kernel), names, backward_precision=kernel.backward_precision)
         assume(all(bool(np.isfinite(b).all()) for b in bounds.values()))
@@ -132,13 +135,14 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
 def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | None = None,
                     probabilities: tuple[float, ...] = TESTED_PROBABILITIES, upstream: bool = False,
                     dtypes: tuple[torch.dtype, ...] | None = None, parameter_dtype: torch.dtype | None = None,
-                    every_input: bool = False) -> dict:
+                    every_input: bool = False, mixed: bool = False) -> dict:
     """An example of kind dropout_add_layernorm whose mask residual_out shows exactly (claim drop_add_ln.keep_rate):
     x with no zero (dropout_strategies.nonzero_values), the residual zeros or x times u, u uniform in [-1, 1]
     element by element (so |residual_i| <= |x_i| after rounding), p from ``probabilities``, a seed; [rows, d] from
     ``shapes`` (default: up to 4 rows of a width up to 1024). With ``upstream``, dy and dh (the residual is then
     never zero: a row dropped entirely is the residual row, not a zero row of the norm), and for a kernel that
-    declares a 16-bit storage-precision backward centred rows no wider than strategies.backward_width_limit."""
+    declares a 16-bit storage-precision backward centred rows no wider than strategies.backward_width_limit. Weight
+    and bias in ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     widest = _storage_backward_width(kernel, dtype, upstream)
@@ -150,13 +154,14 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     offset = draw(st.sampled_from([0.0, 1.0])) if widest is None else 0.0  # centred: the bound's domain
     x64 = nonzero_values(shape, draw(seeds()), offset, draw(st.sampled_from(SCALES)))
     x = rounded(x64, dtype, caps.device)
+    parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     form = "within x" if upstream else draw(st.sampled_from(MASK_RESIDUALS))
     fraction = torch.zeros(shape, dtype=torch.float64)
     if form == "within x":
         generator = torch.Generator().manual_seed(draw(seeds()))
         fraction = torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
     example = {"x": x, "residual": rounded(x.to("cpu", torch.float64) * fraction, dtype, caps.device),
-               **_parameters(draw, kernel, shape[-1], parameter_dtype or dtype, caps.device, every_input),
+               **_parameters(draw, kernel, shape[-1], parameters, caps.device, every_input),
                "eps": draw(epsilons()),
                "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}
     if upstream:

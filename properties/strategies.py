@@ -228,8 +228,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64)
-    taken = [p for x_dtype, p in caps.mixes if x_dtype == dtype] if mixed else []
-    parameters = parameter_dtype or (draw(st.sampled_from([dtype, *taken])) if taken else dtype)
+    parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     if kernel.kind == "layernorm":
         beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS)) if weights else None
@@ -241,6 +240,14 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
         exact = norms.reference_vjp(kernel, example["x"], example["weight"], example["eps"], example["dy"])
         assume(all(norms.representable(gradient, dtype) for gradient in exact.values()))
     return example
+
+
+def parameter_dtypes(kernel: Kernel, dtype: torch.dtype, mixed: bool = False) -> st.SearchStrategy[torch.dtype]:
+    """The dtype of weight and bias beside x in ``dtype``: x's; with ``mixed``, x's or another the kernel's probe
+    accepted beside it (core.capabilities: Capabilities.mixes; float32 with 16-bit x, 16-bit with float32 x). No
+    extra draw where the kernel takes no mix (st.just)."""
+    taken = [p for x_dtype, p in discover(kernel).mixes if x_dtype == dtype] if mixed else []
+    return st.sampled_from([dtype, *taken]) if taken else st.just(dtype)
 
 
 # A test over every parameter dtype mix (core.capabilities.PARAMETER_MIXES), one parametrized case per mix.

@@ -76,7 +76,7 @@ def test_both_gradients_flow_back_with_parameters_in_another_dtype(add_norm_kern
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(add_norm_kernel, data):
-    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True), "example")
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True, mixed=True), "example")
     evidence.check(check_inputs_unmodified, add_norm_kernel, example)
 
 
@@ -84,7 +84,7 @@ def test_inputs_unmodified(add_norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_changing_one_row_changes_no_other(add_norm_kernel, data):
-    example = data.draw(add_norm_examples(add_norm_kernel, residual="independent"), "example")
+    example = data.draw(add_norm_examples(add_norm_kernel, residual="independent", mixed=True), "example")
     evidence.check(check_changing_one_row, add_norm_kernel, data.draw(row_zero_changed(example), "changed"))
 
 
@@ -92,7 +92,7 @@ def test_changing_one_row_changes_no_other(add_norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_strided_inputs(add_norm_kernel, data):
-    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2)), "example")
+    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), mixed=True), "example")
     layout = data.draw(st.sampled_from(["every other column", "transposed"]), "layout")
     evidence.check(check_noncontiguous, add_norm_kernel,
                    {**example, "x": strided(example["x"], layout), "residual": strided(example["residual"], layout)})

@@ -26,6 +26,7 @@ from properties.strategies import (
     mixed_parameter_examples,
     offset_ratios,
     over_parameter_mixes,
+    parameter_dtypes,
     rounded,
     scales,
     seeds,
@@ -40,13 +41,14 @@ SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9))
 @st.composite
 def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL, instance: bool = False,
                        upstream: bool = False, every_input: bool = False, dtypes: tuple[torch.dtype, ...] | None = None,
-                       parameter_dtype: torch.dtype | None = None) -> dict:
+                       parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
     """x [N, C, *spatial] (N = 2, 3; offset and scale), num_groups a divisor of C (C with ``instance``; one strictly
     between 1 and C half the time where C has one),
-    per-channel weight and bias (in ``parameter_dtype`` when given, else x's); dy with ``upstream``."""
+    per-channel weight and bias (in ``parameter_dtype`` when given, else x's or with ``mixed`` another dtype the
+    kernel takes: strategies.parameter_dtypes); dy with ``upstream``."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
-    parameters = parameter_dtype or dtype
+    parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     channels = draw(st.sampled_from(CHANNELS))
     divisors = [g for g in range(1, channels + 1) if channels % g == 0]
     between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
@@ -120,7 +122,7 @@ def test_instance_norm_at_spatial_size_one_gives_beta(groupnorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_channels_last_input(groupnorm_kernel, data):
-    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=((2, 3), (4, 4), (7, 9))), "example")
+    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=((2, 3), (4, 4), (7, 9)), mixed=True), "example")
     if example["x"].shape[1] == 1:
         example["x"] = torch.cat([example["x"], -example["x"]], dim=1)
         example["weight"] = None if example["weight"] is None else example["weight"].repeat(2)
@@ -133,7 +135,7 @@ def test_channels_last_input(groupnorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_samples_and_groups_are_independent(groupnorm_kernel, data):
-    example = data.draw(groupnorm_examples(groupnorm_kernel), "example")
+    example = data.draw(groupnorm_examples(groupnorm_kernel, mixed=True), "example")
     x = example["x"]
     other = rounded(standard_values(tuple(x.shape), "normal", data.draw(seeds(), "other seed")) * 7, x.dtype,
                     x.device)
@@ -144,5 +146,5 @@ def test_samples_and_groups_are_independent(groupnorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(groupnorm_kernel, data):
-    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True, mixed=True), "example")
     evidence.check(check_inputs_unmodified, groupnorm_kernel, example)

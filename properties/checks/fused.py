@@ -22,7 +22,7 @@ from proofs import fused_oracles
 from properties import diagnosis, fused, fused_tolerance, outcome
 from properties.checks.contracts import rows_that_differ
 from properties.checks.forward import output_dtype_rule
-from properties.norms import as_float64
+from properties.norms import as_float64, output_dtype
 from properties.tolerance import unit_roundoffs
 
 
@@ -127,9 +127,9 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, wei
     before = {name: t.clone() for name, t in inputs.items() if t is not None}
     example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
     if discover(kernel).backward:
-        fused.vjp(kernel, example, dy, dh, same_tensors=True, allow_nonfinite=True)
+        fused.vjp(kernel, example, dy, dh, same_tensors=True, allow_nonfinite=True, any_dtype=True)
     else:
-        fused.forward(kernel, x, residual, weight, bias, eps, p, seed, allow_nonfinite=True)
+        fused.forward(kernel, x, residual, weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}",
                   "inputs must be read-only unless declared", d=x.shape[-1], dtype=dtype_name(x.dtype))
@@ -139,8 +139,10 @@ def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, resid
                            eps: float, bias=None, p=None, seed=None) -> None:
     """``changed`` differs from x in row 0 only: rows 1.. of y and residual_out are identical (with dropout, the
     same seed: a mask drawn by position, not by value)."""
-    before = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
-    after = fused.forward(kernel, changed, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    before = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
+                           any_dtype=True)
+    after = fused.forward(kernel, changed, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
+                          any_dtype=True)
     moved = sorted({int(r) + 1 for a, b in zip(before, after, strict=True) for r in rows_that_differ(a[1:], b[1:])})
     outcome.exact(not moved, f"changing row 0 of x changed rows {moved[:8]} of y or residual_out",
                   "the statistics mix rows", d=x.shape[-1], dtype=dtype_name(x.dtype))
@@ -149,13 +151,17 @@ def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, resid
 def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
                         seed=None) -> None:
     """Strided x and residual (and possibly weight and bias) give the contiguous call's residual_out and y within
-    twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity)."""
-    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity): y's bound in
+    the output-dtype rule's dtype (weight and bias may be in another dtype than x), y's dtype itself not judged (the
+    forward claim's business), as in properties.checks.contracts."""
+    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
+                         any_dtype=True)
     weight, bias = (t if t is None else t.contiguous() for t in (weight, bias))
     y0, h0 = fused.forward(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, p, seed,
-                           allow_nonfinite=True)
+                           allow_nonfinite=True, any_dtype=True)
     gamma, beta = fused.gammas(kernel, weight, bias)
-    bound = fused_tolerance.forward(as_float64(h0), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
+    bound = fused_tolerance.forward(as_float64(h0), gamma, beta, eps, fused.norm_kind(kernel),
+                                    output_dtype(kernel, x, weight))
     _, h_bound = fused_tolerance.residual_out(x, residual, h0.dtype)
     outcome.conclude([outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
                       outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")],

@@ -16,6 +16,9 @@ the per-element weight:
   computation: as the norms' row independence);
 - gn.inputs_unmodified: x, weight, bias, dy unchanged;
 - gn.degenerate: one-element groups (InstanceNorm at spatial size 1) give beta: the forward check there.
+
+Layout, independence and inputs_unmodified draw weight and bias in x's dtype or another the kernel takes and do
+not judge y's dtype (the forward claim's business, like its accuracy).
 """
 
 from __future__ import annotations
@@ -89,9 +92,11 @@ def backward_bounds(kernel, x: torch.Tensor, num_groups: int, weight, eps: float
     return bounds
 
 
-def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False) -> torch.Tensor:
+def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False, any_dtype=False) -> torch.Tensor:
+    """y, its dtype judged by the output-dtype rule unless ``any_dtype`` (checks about something else: layout,
+    independence, inputs, which compare the kernel with itself; weight and bias may be in another dtype than x)."""
     return guard.call(kernel, x, num_groups, weight, bias, eps, like=x, allow_nonfinite=allow_nonfinite,
-                      dtype=output_dtype(kernel, x, weight))
+                      dtype=guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, weight))
 
 
 def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
@@ -126,8 +131,8 @@ def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: 
 def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
     """x in channels-last memory gives the contiguous call's y within twice the forward bound."""
     assert x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-    y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True)
-    y0 = _call(kernel, x.contiguous(), num_groups, weight, bias, eps, allow_nonfinite=True)
+    y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
+    y0 = _call(kernel, x.contiguous(), num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     bound = forward_bound(kernel, x, num_groups, weight, bias, eps)
     outcome.conclude(outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y"),
                      "the kernel reads a channels-last x as if it were contiguous", dtype=dtype_name(x.dtype))
@@ -138,14 +143,14 @@ def check_independence(kernel, x: torch.Tensor, other: torch.Tensor, num_groups:
     """``other`` (x's shape) supplies the replaced values: sample 0 of y moves nothing else, group 0 of the last
     sample moves nothing outside it."""
     size = x.shape[1] // num_groups  # channels per group
-    y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True)
+    y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     sample = x.clone()
     sample[0] = other[0]
     group = x.clone()
     group[-1, :size] = other[-1, :size]
     moved_samples = rows_that_differ(y[1:], _call(kernel, sample, num_groups, weight, bias, eps,
-                                                  allow_nonfinite=True)[1:]) + 1
-    after = _call(kernel, group, num_groups, weight, bias, eps, allow_nonfinite=True)
+                                                  allow_nonfinite=True, any_dtype=True)[1:]) + 1
+    after = _call(kernel, group, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     outside = [int(n) for n in rows_that_differ(y[:-1], after[:-1])]
     other_groups = rows_that_differ(y[-1:, size:], after[-1:, size:]).numel() > 0
     problems = ([f"replacing sample 0 changed samples {moved_samples.tolist()[:8]}"] if moved_samples.numel() else [])
@@ -165,13 +170,13 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, num_groups: int, weight, ep
         leaves = [t.requires_grad_(True) for t in (x, weight, bias) if t is not None]
         try:
             with torch.enable_grad():
-                y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True)
+                y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
                 guard.grad(kernel, y, leaves, dy, allow_nonfinite=True)
         finally:
             for leaf in leaves:
                 leaf.requires_grad_(False)
     else:
-        _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True)
+        _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only",
                   dtype=dtype_name(x.dtype))
