@@ -109,3 +109,23 @@ def test_fused_and_groupnorm_forwards_fail_an_output_in_the_weights_dtype_with_t
             Kernel("wrong-gn", "groupnorm", _group_norm_in_weight_dtype), x, 2, weight, 1e-5, bias=torch.zeros(8))
     assert (check_reference(groupnorm_checks.check_forward_with_parameter_dtypes)
             == "properties.checks.groupnorm:check_forward_with_parameter_dtypes")
+
+
+def test_the_fused_and_groupnorm_contract_checks_do_not_judge_the_outputs_dtype():
+    """inputs_unmodified, row independence and layout_invariance of the fused kinds and GroupNorm compare the kernel
+    with itself: a y in the weight's dtype (float32 beside float16 x) is the forward claim's failure (above), not
+    theirs; each still checks what it checks (the corpus)."""
+    x, weight = torch.randn(3, 8, dtype=torch.float16), torch.linspace(0.5, 1.5, 8)
+    residual, changed = x.flip(0), torch.cat([7 * torch.randn(1, 8, dtype=torch.float16), x[1:]])
+    add = Kernel("wrong-add", "add_rmsnorm", _add_rms_in_weight_dtype)
+    fused_checks.check_inputs_unmodified(add, x, residual, weight, 1e-5, torch.randn(3, 8, dtype=torch.float16),
+                                         torch.randn(3, 8, dtype=torch.float16))
+    fused_checks.check_changing_one_row(add, x, changed, residual, weight, 1e-5)
+    fused_checks.check_noncontiguous(add, x.t().contiguous().t(), residual.t().contiguous().t(), weight, 1e-5)
+    gn = Kernel("wrong-gn", "groupnorm", _group_norm_in_weight_dtype)
+    x4 = torch.randn(2, 4, 3, 5, dtype=torch.float16)
+    weight4, bias4 = torch.linspace(0.5, 1.5, 4), torch.zeros(4)
+    groupnorm_checks.check_inputs_unmodified(gn, x4, 2, weight4, 1e-5, torch.randn(2, 4, 3, 5, dtype=torch.float16),
+                                             bias=bias4)
+    groupnorm_checks.check_independence(gn, x4, 7 * torch.randn_like(x4), 2, weight4, 1e-5, bias=bias4)
+    groupnorm_checks.check_channels_last(gn, x4.to(memory_format=torch.channels_last), 2, weight4, 1e-5, bias=bias4)
