@@ -136,6 +136,11 @@ def float16_rstd_overflows_at_residual_out(example: dict) -> bool:
             and bool(torch.isinf(torch.rsqrt(torch.tensor(example["eps"])).to(torch.float16))))
 
 
+def any_example(example: dict) -> bool:
+    """Every example: the deviation is a property of the kernel's interface, not of its inputs."""
+    return True
+
+
 def sixteen_bit_residual(example: dict) -> bool:
     """A fused example whose x (and so residual_out, h) is float16/bfloat16."""
     x = example.get("x")
@@ -184,6 +189,12 @@ BUILTIN_DEVIATIONS = (
               "the backward in every dtype): on rows with exact statistics it keeps a residue ~ u_float32 |mean| rstd "
               "(forward: beta + 2^-9 for beta on a constant row of 1000; dgamma 9.2e-18 for 0 at d = 1, x = 1.36e-12) "
               "(docs/findings.md [I])"),
+    Deviation(("liger-rmsnorm-llama", "liger-rmsnorm-gemma", "liger-rmsnorm-none"), "rms.inputs_unmodified", "value",
+              any_example,
+              "LigerRMSNormFunction's default in_place=True stores dX into the upstream gradient's buffer (its "
+              "docstring; Liger turns it off where a residual branch still needs dY): kept, as Liger's modules call "
+              "it, and declared here so the hazard shows as this reason (docs/findings.md [C])",
+              storage=False, quantities=("the kernel wrote into upstream gradient",)),
     Deviation(("torch-fused:add_rmsnorm",), "add_rms.jacobian", "value", sixteen_bit_residual,
               "torch-fused is the unfused composition h = x + residual; F.rms_norm(h): autograd adds h's two "
               "gradients (J^T dy from the norm, dh from residual_out) in h's 16-bit dtype after rounding J^T dy to "

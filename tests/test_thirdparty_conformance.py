@@ -38,7 +38,8 @@ VERDICTS = {
     (SEED002_RMS, "rms.forward"): ("failed", "mean of squares accumulated and kept in float16"),
     (SEED002_RMS, "rms.inputs_unmodified"): ("passed", "pure torch ops"),
     ("liger-rmsnorm-llama", "rms.forward"): ("passed", "declared llama casting: x * rstd rounded to fp16, times w"),
-    ("liger-rmsnorm-llama", "rms.inputs_unmodified"): ("failed", "in_place=True: backward writes dX into dy"),
+    ("liger-rmsnorm-llama", "rms.inputs_unmodified"): ("xfailed", "in_place=True: backward writes dX into dy, "
+                                                                  "a declared deviation [C]"),
     ("hf-gemma-rmsnorm", "rms.forward"): ("passed", "everything in fp32, (1 + w) checked as weight offset 1"),
     ("hf-gemma-rmsnorm", "rms.inputs_unmodified"): ("passed", "pure torch ops"),
 }
@@ -91,4 +92,4 @@ def test_a_wrong_formula_fails_by_a_wide_margin_and_rounding_deviations_by_a_sma
 
 
 def test_the_in_place_finding_names_the_upstream_gradient(results):
-    assert "wrote into upstream gradient" in messages(results[("liger-rmsnorm-llama", "rms.inputs_unmodified")])
+    assert "into the upstream gradient" in messages(results[("liger-rmsnorm-llama", "rms.inputs_unmodified")])
