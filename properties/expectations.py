@@ -141,6 +141,11 @@ def any_example(example: dict) -> bool:
     return True
 
 
+def bias_without_weight(example: dict) -> bool:
+    """A GroupNorm example with a bias and no weight (the case torch's group_norm backward cannot take)."""
+    return example.get("weight") is None and isinstance(example.get("bias"), torch.Tensor)
+
+
 def sixteen_bit_residual(example: dict) -> bool:
     """A fused example whose x (and so residual_out, h) is float16/bfloat16."""
     x = example.get("x")
@@ -195,6 +200,13 @@ BUILTIN_DEVIATIONS = (
               "docstring; Liger turns it off where a residual branch still needs dY): kept, as Liger's modules call "
               "it, and declared here so the hazard shows as this reason (docs/findings.md [C])",
               storage=False, quantities=("the kernel wrote into upstream gradient",)),
+    Deviation(("torch-groupnorm",), "gn.jacobian", "raised", bias_without_weight,
+              "torch's F.group_norm backward raises 'tensor does not have a device' for weight=None with a bias that "
+              "needs a gradient (docs/findings.md [R3])", storage=False),
+    Deviation(("torch-groupnorm",), "gn.layout_invariance", "value", any_example,
+              "torch's CPU F.group_norm on a channels-last input computes a one-pass variance, whose error grows "
+              "with (|mean|/std)^2; the contiguous path is accurate (docs/findings.md [R5])",
+              storage=False, quantities=("channels-last vs contiguous",)),
     Deviation(("torch-fused:add_rmsnorm",), "add_rms.jacobian", "value", sixteen_bit_residual,
               "torch-fused is the unfused composition h = x + residual; F.rms_norm(h): autograd adds h's two "
               "gradients (J^T dy from the norm, dh from residual_out) in h's 16-bit dtype after rounding J^T dy to "

@@ -35,3 +35,22 @@ def test_torch_groupnorm_fails_the_layout_claim_on_offset_rows():
     (kernel,) = resolve("torch-groupnorm")
     with pytest.raises(CheckFailure, match="channels-last"):
         check_channels_last(kernel, x.to(memory_format=torch.channels_last), 2, None, 1e-5)
+
+
+def test_group_norm_backward_raises_for_a_bias_without_weight_and_only_that_is_declared():
+    """[R3]: F.group_norm's backward raises for weight=None with a bias that needs a gradient; with a weight it
+    works. The declared deviation of torch-groupnorm explains that fault on such examples only."""
+    from core.guard import KernelFault
+    from properties.expectations import BUILTIN_DEVIATIONS, bias_without_weight
+
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    bias = torch.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="does not have a device"):
+        F.group_norm(x, 2, None, bias, 1e-5).sum().backward()
+    F.group_norm(x, 2, torch.ones(4, requires_grad=True), bias, 1e-5).sum().backward()
+    (kernel,) = resolve("torch-groupnorm")
+    declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is bias_without_weight)
+    fault = KernelFault(kernel.name, "raised", "raised RuntimeError: tensor does not have a device")
+    assert declared.explains(kernel, "gn.jacobian", fault, {"x": x, "weight": None, "bias": bias})
+    assert not declared.explains(kernel, "gn.jacobian", fault, {"x": x, "weight": torch.ones(4), "bias": bias})
+    assert not declared.explains(kernel, "gn.forward", fault, {"x": x, "weight": None, "bias": bias})
