@@ -38,6 +38,11 @@ def test_round_to_is_the_dtypes_rounding(dtype):
     values = (np.random.default_rng(0).standard_normal(2000) * magnitudes).astype(np.float32).astype(np.float64)
     expected = torch.tensor(values, dtype=torch.float32).to(getattr(torch, dtype)).double().numpy()
     assert np.array_equal(round_to(values, dtype), expected)
+    # halfway between two neighbours of the dtype (ties to even), as the mask derivation of drop_add_ln meets them
+    significand = {"float16": 11, "bfloat16": 8, "float32": 24}[dtype]
+    ties = (expected + np.ldexp(0.5, np.frexp(expected)[1] - significand)).astype(np.float32).astype(np.float64)
+    tied = torch.tensor(ties, dtype=torch.float32).to(getattr(torch, dtype)).double().numpy()
+    assert np.array_equal(round_to(ties, dtype), tied)
 
 
 def _rows(seed: int, n: int, d: int, mean: float = 0.0, dtype=np.float32) -> np.ndarray:

@@ -37,6 +37,7 @@ from proofs.algebra import (
 from proofs.claims import checks, dropout
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
+from proofs.mechanisms import round_to
 
 z = sp.IndexedBase("z", real=True)  # the residual stream entering the block
 gh = sp.IndexedBase("g^h", real=True)  # dL/d(residual_out)
@@ -174,39 +175,21 @@ def _dropout_add_gradient() -> Derivation:
     ))
 
 
-_SIGNIFICAND_BITS = {"float16": 11, "bfloat16": 8, "float32": 24}
-
-
-def rounded(values, dtype: str):
-    """float64 values rounded to nearest (ties to even) in ``dtype`` ('float16', 'bfloat16', 'float32'), as float64:
-    numpy's own conversion for float16/float32 (subnormals included), the significand rounded to 8 bits for
-    bfloat16 (its exponent range is float32's, so no subnormal arises at the magnitudes checked here)."""
-    import numpy as np
-
-    values = np.asarray(values, dtype=np.float64)
-    if dtype != "bfloat16":
-        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, as torch's conversion gives
-            return values.astype(dtype).astype(np.float64)
-    significand, exponent = np.frexp(values)
-    bits = _SIGNIFICAND_BITS[dtype]
-    return np.ldexp(np.round(significand * 2.0**bits) / 2.0**bits, exponent)
-
-
 def _storage_sums_move(x_values, r_values, p: float, dtype: str) -> bool:
     """Whether fl(r + fl(x c)) != r for every pair, c = 1/(1-p), along each rounding path a kernel may take: the
     product and sum in the storage dtype (each operation exact, then rounded), in float32 then rounded, in float64
     then rounded, the product rounded to storage and the sum in float32."""
-    xs = rounded(x_values, dtype)
-    rs = rounded(xs * rounded(r_values, "float32"), dtype)  # |r| <= |x|: a rounded fraction of x
+    xs = round_to(x_values, dtype)
+    rs = round_to(xs * round_to(r_values, "float32"), dtype)  # |r| <= |x|: a rounded fraction of x
     c = 1.0 / (1.0 - p)
 
     def single(v):
-        return rounded(v, "float32")
+        return round_to(v, "float32")
 
-    paths = (rounded(rs + rounded(xs * rounded(c, dtype), dtype), dtype),
-             rounded(single(rs + single(xs * single(c))), dtype),
-             rounded(rs + xs * c, dtype),
-             rounded(single(rs + rounded(single(xs * c), dtype)), dtype))
+    paths = (round_to(rs + round_to(xs * round_to(c, dtype), dtype), dtype),
+             round_to(single(rs + single(xs * single(c))), dtype),
+             round_to(rs + xs * c, dtype),
+             round_to(single(rs + round_to(single(xs * c), dtype)), dtype))
     return all(bool((h != rs).all()) for h in paths)
 
 
