@@ -1,0 +1,219 @@
+"""ATen's CPU float32 sum of a contiguous row (torch.sum and mean over the last dim; the mean square of torch's
+composite rms_norm), addition by addition: its values, and sum_v A_v^2 over its addition nodes.
+
+Source (torch 2.13, read from pytorch/pytorch): aten/src/ATen/native/cpu/SumKernel.cpp ``cascade_sum`` and
+aten/src/ATen/TensorIteratorReduce.cpp ``parallel_reduce``. For a row of d float32 terms with V lanes
+(Vectorized<float>: 8 with AVX2):
+
+- ``vectorized_inner_sum`` (d >= V): the row's d // V vectors go to ``row_sum`` with ILP factor 4 (vector i into
+  ILP row i % 4 of ``multi_row_sum``), the leftover d % V terms into ``final_acc`` one after another from 0, then the
+  V lanes of row_sum's result one after another. d < V: ``scalar_inner_sum``, row_sum over the terms themselves.
+- ``row_sum``: multi_row_sum over the size // 4 full groups of 4, the leftover (size % 4) elements added one after
+  another into ILP row 0, then ILP rows 1, 2, 3 added into row 0 in turn.
+- ``multi_row_sum`` (per ILP row, lane by lane): 4 accumulator levels, level_power p = max(4, CeilLog2(size) / 4):
+  runs of 2^p elements summed into level 0 one after another; after each run level 0 is added into level 1, and
+  level j into level j + 1 while the count of elements so far is a multiple of 2^((j + 1) p) (level 3 keeps
+  everything it gets); then the leftover elements into level 0, and levels 1, 2, 3 added into level 0 in turn.
+- ``parallel_reduce``: a call whose output is one element (a single row) of d >= GRAIN_SIZE terms, with T > 1
+  threads, splits the row into c = min(T, ceil(d / GRAIN_SIZE)) contiguous chunks of ceil(d / c) (a split only
+  when d > GRAIN_SIZE; ``at::parallel_for`` over OpenMP), each summed as above into its slot of a zeroed buffer of T
+  slots, and the buffer is summed as a row of T terms. Calls with several rows split over rows: each row serial.
+
+Accumulators start at 0 and a zero slot adds exactly, so an addition whose operand sums no term (or only zeros,
+whose computed value is an exact zero) is no rounding node: it is left out of sum_v A_v^2 (A_v = sum of |terms|
+under node v). The same loops run on three arithmetics: float32 values (:func:`float32_sum`, checked bit for bit
+against torch in tests/test_aten_sum.py), magnitudes with their node squares (:func:`tree_factor`, used by
+proofs.reduction.Reduction.tree_factor for ``exact_tree`` = :func:`exact_tree`), and explicit nodes
+(:func:`node_tree`, the node-by-node check of claim numerics.error_model).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE
+ILP = 4  # row_sum's ilp_factor
+LEVELS = 4  # multi_row_sum's num_levels
+_NAME = re.compile(r"aten_cascade_sum\(V=(\d+),threads=(\d+)\)")
+
+
+def exact_tree(lanes: int, threads: int) -> str:
+    """The ``Reduction.exact_tree`` name of this tree for V = ``lanes`` and torch.get_num_threads() = ``threads``."""
+    return f"aten_cascade_sum(V={lanes},threads={threads})"
+
+
+def parse(name: str) -> tuple[int, int] | None:
+    """(V, threads) of an :func:`exact_tree` name, None for any other name."""
+    found = _NAME.fullmatch(name)
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
+class Values:
+    """Additions as the kernel does them: in the operands' dtype (float32; object arrays of :class:`Node` too)."""
+
+    def chain(self, stack: np.ndarray, axis: int) -> np.ndarray:
+        """((s_0 + s_1) + s_2) + ... along ``axis`` (a running sum from 0: its first addition is exact)."""
+        return np.take(np.add.accumulate(stack, axis=axis), -1, axis=axis)
+
+
+@dataclass
+class Magnitudes:
+    """Additions of magnitudes A (float64, rows on axis 0) that also sum A_v^2 over the rounding nodes per row."""
+
+    squares: np.ndarray
+
+    def chain(self, stack: np.ndarray, axis: int) -> np.ndarray:
+        """As :meth:`Values.chain` (axis >= 1); the running sums after each addition of two nonzero operands are
+        its rounding nodes."""
+        operands = np.moveaxis(stack, axis, 0)
+        partial = np.cumsum(operands, axis=0)
+        nodes = np.where((partial[:-1] > 0) & (operands[1:] > 0), partial[1:] ** 2, 0.0)
+        self.squares = self.squares + np.moveaxis(nodes, 1, 0).reshape(len(self.squares), -1).sum(axis=-1)
+        return partial[-1]
+
+
+@dataclass(eq=False)
+class Node:
+    """An explicit summation tree: a leaf (|term|) or the sum of two nodes."""
+
+    magnitude: float
+    children: tuple[Node, ...] = field(default=())
+
+    def __add__(self, other: Node | int) -> Node:
+        """A new node; adding the int 0 of an empty buffer slot is exact, no node (as 0.0f + x == x)."""
+        return self if isinstance(other, int) and other == 0 else Node(self.magnitude + other.magnitude, (self, other))
+
+    __radd__ = __add__
+
+    def squares(self) -> float:
+        """sum_v A_v^2 over the nodes under this one that add two operands of nonzero magnitude."""
+        rounding = len(self.children) == 2 and min(c.magnitude for c in self.children) > 0
+        return (self.magnitude**2 if rounding else 0.0) + sum(c.squares() for c in self.children)
+
+    def depth(self) -> int:
+        """The most additions of nonzero operands any leaf passes through."""
+        below = max((c.depth() for c in self.children), default=0)
+        return below + int(len(self.children) == 2 and min(c.magnitude for c in self.children) > 0)
+
+
+def _chain(arithmetic, items: list) -> np.ndarray | None:
+    """The items (arrays of one shape, None for an accumulator still 0) added one after another; None if none."""
+    present = [item for item in items if item is not None]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else arithmetic.chain(np.stack(present, axis=1), axis=1)
+
+
+def _ceil_log2(size: int) -> int:
+    """c10 utils::CeilLog2: 1 for size <= 2, else ceil(log2 size)."""
+    return 1 if size <= 2 else (size - 1).bit_length()
+
+
+def _multi_row_sum(arithmetic, data: np.ndarray) -> np.ndarray | None:
+    """multi_row_sum over data (rows, size, ILP, *lane): the ILP rows' sums (rows, ILP, *lane); None for size 0."""
+    size = data.shape[1]
+    power = max(4, _ceil_log2(size) // LEVELS)
+    step = 1 << power
+    runs = size // step
+    acc: list[np.ndarray | None] = [None] * LEVELS
+    if runs:
+        totals = arithmetic.chain(data[:, :runs * step].reshape(len(data), runs, step, *data.shape[2:]), axis=2)
+        for run in range(runs):
+            acc[0], done = totals[:, run], (run + 1) * step
+            for j in range(1, LEVELS):
+                acc[j], acc[j - 1] = _chain(arithmetic, [acc[j], acc[j - 1]]), None
+                if done & ((step - 1) << (j * power)):
+                    break
+    tail = [data[:, i] for i in range(runs * step, size)]
+    return _chain(arithmetic, [_chain(arithmetic, tail), *acc[1:]])
+
+
+def _row_sum(arithmetic, data: np.ndarray) -> np.ndarray:
+    """row_sum over data (rows, size, *lane): multi_row_sum of the ILP groups, leftovers into ILP row 0, rows folded."""
+    size = data.shape[1]
+    groups = size // ILP
+    partial = _multi_row_sum(arithmetic, data[:, :groups * ILP].reshape(len(data), groups, ILP, *data.shape[2:]))
+    rows = [None] * ILP if partial is None else [partial[:, k] for k in range(ILP)]
+    leftover = [data[:, i] for i in range(groups * ILP, size)]
+    return _chain(arithmetic, [rows[0], *leftover, *rows[1:]])
+
+
+def _inner_sum(arithmetic, terms: np.ndarray, lanes: int) -> np.ndarray:
+    """One loop call's sum of each row of terms (rows, d): vectorized_inner_sum for d >= V, else scalar_inner_sum."""
+    width = terms.shape[-1]
+    if width < lanes:
+        return _row_sum(arithmetic, terms)
+    vectors = width // lanes
+    lane_sums = _row_sum(arithmetic, terms[:, :vectors * lanes].reshape(len(terms), vectors, lanes))
+    scalars = [terms[:, k] for k in range(vectors * lanes, width)] + [lane_sums[:, k] for k in range(lanes)]
+    return _chain(arithmetic, scalars)
+
+
+def _split_sum(arithmetic, terms: np.ndarray, lanes: int, threads: int) -> np.ndarray:
+    """two_pass_reduction of a one-row call: a chunk per thread into a zeroed buffer of ``threads`` slots, then the
+    buffer's sum."""
+    width = terms.shape[-1]
+    chunks = min(threads, -(-width // GRAIN_SIZE)) if width > GRAIN_SIZE else 1
+    size = -(-width // chunks)
+    slots = [_inner_sum(arithmetic, terms[:, start:start + size], lanes) for start in range(0, width, size)]
+    buffer = np.stack(slots + [np.zeros_like(slots[0])] * (threads - len(slots)), axis=1)
+    return _inner_sum(arithmetic, buffer, lanes)
+
+
+def splits(width: int, threads: int) -> bool:
+    """Whether a one-row call of this width is split across threads (two_pass_reduction with several chunks)."""
+    return threads > 1 and width > GRAIN_SIZE
+
+
+def float32_sum(values: np.ndarray, lanes: int = 8, threads: int = 1) -> np.ndarray:
+    """The float32 sum over the last axis as ATen computes it for ``values`` given to torch in one call (rows:
+    the leading axes; a single row of d > GRAIN_SIZE terms is split over ``threads``)."""
+    rows = np.asarray(values, dtype=np.float32)
+    flat = rows.reshape(-1, rows.shape[-1])
+    if flat.shape[-1] == 0:
+        return np.zeros(rows.shape[:-1], np.float32)
+    if len(flat) == 1 and threads > 1 and flat.shape[-1] >= GRAIN_SIZE:
+        return _split_sum(Values(), flat, lanes, threads).reshape(rows.shape[:-1])
+    return _inner_sum(Values(), flat, lanes).reshape(rows.shape[:-1])
+
+
+def node_tree(terms: np.ndarray, lanes: int = 8, threads: int = 1) -> Node:
+    """The explicit tree of one row (1-D terms) called alone: :class:`Node` s from the same loops."""
+    leaves = np.empty((1, len(terms)), dtype=object)
+    for k, value in enumerate(np.abs(np.asarray(terms, dtype=np.float64))):
+        leaves[0, k] = Node(float(value))
+    split = threads > 1 and len(terms) >= GRAIN_SIZE
+    return (_split_sum(Values(), leaves, lanes, threads) if split else _inner_sum(Values(), leaves, lanes))[0]
+
+
+def squares(terms: np.ndarray, lanes: int = 8, threads: int = 1, split: bool = False) -> np.ndarray:
+    """sum_v A_v^2 of each row's tree (last axis; ``split``: the one-row call's thread split of :func:`splits`)."""
+    magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
+    flat = magnitudes.reshape(-1, magnitudes.shape[-1])
+    arithmetic = Magnitudes(np.zeros(len(flat)))
+    if split:
+        _split_sum(arithmetic, flat, lanes, threads)
+    else:
+        _inner_sum(arithmetic, flat, lanes)
+    return arithmetic.squares.reshape(magnitudes.shape[:-1])
+
+
+def tree_factor(terms: np.ndarray, name: str) -> np.ndarray:
+    """sqrt(sum_v A_v^2) / T per row (last axis kept) of the tree ``name`` (:func:`exact_tree`): the larger of the
+    serial tree's and, where a one-row call would split the row (:func:`splits`), the split tree's; 0 for a zero
+    row. Either way the row was summed by one of these trees, so the larger sum_v A_v^2 bounds it."""
+    parsed = parse(name)
+    if parsed is None:
+        raise ValueError(f"not an ATen cascade_sum tree: {name!r}")
+    lanes, threads = parsed
+    magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
+    width = magnitudes.shape[-1]
+    found = squares(magnitudes, lanes)
+    if splits(width, threads):
+        found = np.maximum(found, squares(magnitudes, lanes, threads, split=True))
+    total = magnitudes.sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, np.sqrt(found) / np.where(total > 0, total, 1.0), 0.0)[..., None]

@@ -1,0 +1,111 @@
+"""proofs.aten_sum is ATen's CPU float32 sum, addition by addition (claim numerics.error_model): bit for bit against
+torch's own sum and rms_norm on the suite's rows (1 row and several per call, widths 1 to 65536 and beyond, threads 1
+to 9, 16-bit inputs through the composite's upcast), its magnitudes' sum_v A_v^2 is the node-by-node sum of the same
+tree, and a kernel that declares the tree but sums otherwise fails where it passes undeclared."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from core.adapters.torch_native import cpu_reductions
+from proofs import aten_sum, simulate
+from properties.tightness import suite_rows
+
+WIDTHS = (1, 2, 3, 5, 7, 8, 9, 17, 31, 64, 100, 129, 512, 1000, 4096, 4097, 8192, 16383, 32768, 32769, 65536)
+AVX2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
+needs_avx2 = pytest.mark.skipif(not AVX2, reason="the emulation is verified for V = 8 float32 lanes (AVX2) only")
+
+
+@contextmanager
+def torch_threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def squares_of(x: torch.Tensor) -> torch.Tensor:
+    """The terms torch's composite rms_norm sums: the input upcast to float32, squared in float32."""
+    return x.float().pow(2)
+
+
+@needs_avx2
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_float32_sum_is_torchs_bit_for_bit_on_the_suite_rows(dtype):
+    """Each row alone (a one-row call: split over threads beyond GRAIN_SIZE) and all rows in one call."""
+    threads = torch.get_num_threads()
+    for d in WIDTHS:
+        for ratio in (0.0, 10.0, 1e3):
+            terms = squares_of(suite_rows(d, ratio, dtype, 5 if d <= 8192 else 2, seed=d))
+            together = aten_sum.float32_sum(terms.numpy(), threads=threads)
+            assert np.array_equal(terms.sum(-1).numpy(), together), (d, ratio)
+            for row in terms.split(1):
+                assert np.array_equal(row.sum(-1).numpy(), aten_sum.float32_sum(row.numpy(), threads=threads)), d
+
+
+@needs_avx2
+@pytest.mark.parametrize("threads", [1, 2, 3, 8, 9])
+def test_a_one_row_call_splits_over_threads_as_emulated(threads):
+    """two_pass_reduction: min(T, ceil(d / 32768)) chunks into a buffer of T slots (T >= 8: the buffer's own sum is
+    vectorized); the serial tree is not torch's there (so the check sees the split)."""
+    rng = np.random.default_rng(threads)
+    with torch_threads(threads):
+        for d in (32768, 32769, 65536, 100000, 300000):
+            rows = (rng.standard_normal((4, d)) * 10.0 ** rng.uniform(-3, 3, (4, d))).astype(np.float32)
+            got = np.concatenate([torch.from_numpy(row).sum(-1).numpy() for row in rows[:, None]])
+            assert np.array_equal(got, np.concatenate([aten_sum.float32_sum(row, threads=threads)
+                                                      for row in rows[:, None]])), d
+            if aten_sum.splits(d, threads):
+                assert not np.array_equal(got, aten_sum.float32_sum(rows, threads=threads)), d  # rows: serial
+
+
+@needs_avx2
+@pytest.mark.parametrize("rows", [1, 4])
+def test_rms_norm_is_the_composite_over_the_emulated_mean_square(rows):
+    """F.rms_norm's output equals x * rsqrt(sum / d + eps) with the emulated sum, in every dtype: the statistic is
+    this sum (torch's composite: pow(2).mean in float32, CPU mean = sum then divide)."""
+    for d in (8, 100, 4096, 65536):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            x = suite_rows(d, 10.0, dtype, rows, seed=d + rows)
+            total = aten_sum.float32_sum(squares_of(x).numpy(), threads=torch.get_num_threads())
+            mean_square = torch.from_numpy(total / np.float32(d))[:, None]
+            expected = (x.float() * torch.rsqrt(mean_square + 1e-5)).to(dtype)
+            assert torch.equal(torch.nn.functional.rms_norm(x, (d,), None, 1e-5), expected), (d, dtype)
+
+
+def test_a_different_tree_is_seen():
+    """The bit-for-bit check has power: numpy's pairwise and a sequential float32 sum of the same rows differ."""
+    rng = np.random.default_rng(9)
+    rows = (rng.standard_normal((4, 4096)) * 10.0 ** rng.uniform(-3, 3, (4, 4096))).astype(np.float32)
+    emulated = aten_sum.float32_sum(rows)
+    for order in ("sequential", "numpy_pairwise"):
+        assert not np.array_equal(emulated, simulate.summed(rows, order))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 9])
+def test_magnitude_squares_are_the_node_by_node_sum(threads):
+    """sum_v A_v^2 of the magnitude arithmetic equals the sum over the explicit tree's nodes that add two nonzero
+    operands, zeros (sparse rows) included; both trees are the same loops."""
+    rng = np.random.default_rng(threads)
+    for d in (1, 2, 3, 7, 8, 9, 33, 129, 1000, 4097, 40000):
+        row = np.abs(rng.standard_normal(d)) * 10.0 ** rng.uniform(-2, 2, d) * (rng.uniform(size=d) < 0.7)
+        split = aten_sum.splits(d, threads)
+        tree = aten_sum.node_tree(row, threads=threads)
+        assert np.isclose(aten_sum.squares(row[None], threads=threads, split=split)[0], tree.squares(), rtol=1e-12)
+        assert np.isclose(tree.magnitude, row.sum(), rtol=1e-12)
+
+
+@needs_avx2
+def test_the_declared_depth_covers_the_tree():
+    """The rms_norm declaration's depth D (gamma_D, the cap) is at least the tree's deepest path, split or not."""
+    declared = cpu_reductions()["rmsnorm"]
+    threads = torch.get_num_threads()
+    for d in (2, 8, 9, 17, 100, 513, 4097, 8192, 40000, 65536):
+        assert aten_sum.node_tree(np.ones(d), threads=threads).depth() <= declared.depth(d), d
+        assert aten_sum.node_tree(np.ones(d), threads=1).depth() <= declared.depth(d), d
