@@ -9,7 +9,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, expressions, oracles, probabilistic, reduction, simulate
+from proofs import aten_sum, error_model, expressions, oracles, probabilistic, reduction, simulate
 from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
@@ -230,6 +230,37 @@ def _declared_sums_within_the_depth_bounds() -> bool:
     return bool(np.median(caught) > 1 and caught.max() > 3 and np.all(error < agnostic * total))
 
 
+def _aten_cascade_sum_within_its_tree() -> bool:
+    """ATen's CPU float32 sum (proofs.aten_sum: torch's own bit for bit, tests/test_aten_sum.py): its magnitude
+    arithmetic's sum_v A_v^2 is the explicit tree's node-by-node sum (sparse rows: zero operands are no nodes); its
+    sums of normal, uniform and integer rows squared and offset (d to 65536, a one-row call's thread split
+    included) stay within lambda u (1 + gamma_D) sqrt(sum_v A_v^2); a sequential sum of offset rows at d = 65536
+    exceeds that bound on most rows."""
+    rng = np.random.default_rng(19)
+    for width in (2, 3, 7, 9, 33, 129, 1000):
+        row = np.abs(rng.standard_normal(width)) * (rng.uniform(size=width) < 0.7)
+        if not np.isclose(aten_sum.squares(row[None])[0], aten_sum.node_tree(row).squares(), rtol=1e-12):
+            return False
+    u = error_model.unit_roundoff("float32")
+    lam = probabilistic.lam(1)
+    tree = aten_sum.exact_tree(8, 2)
+    for width, offset in itertools.product((8, 100, 1000, 8192, 65536), (0.0, 10.0, 1e3)):
+        for values in (rng.standard_normal((4, width)), rng.uniform(-1, 1, (4, width)),
+                       rng.integers(-8, 9, (4, width)).astype(float)):
+            terms = np.square((offset + values).astype(np.float32))
+            exact = terms.astype(np.float64)
+            bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact, tree))[..., 0]
+            got = aten_sum.float32_sum(terms)  # one call of 4 rows; below, the first row alone (split if wide)
+            if np.any(np.abs(got - exact.sum(-1)) > bound * exact.sum(-1)) or np.any(
+                    np.abs(aten_sum.float32_sum(terms[:1], threads=2) - exact[0].sum()) > bound[0] * exact[0].sum()):
+                return False
+    terms = np.square((10.0 + rng.standard_normal((16, 65536))).astype(np.float32))
+    exact = terms.astype(np.float64)
+    error = np.abs(simulate.summed(terms, "sequential").astype(np.float64) - exact.sum(-1))
+    bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact, tree))[..., 0] * exact.sum(-1)
+    return bool(np.median(error / bound) > 1)
+
+
 def _declared_shape_steps() -> tuple:
     """A declared reduction shape (proofs.reduction): the error of a tree sum through each term's path, the depth D."""
     a = sp.symbols("a_1:5", nonnegative=True)
@@ -256,6 +287,14 @@ def _declared_shape_steps() -> tuple:
              r"sequential sum at $d = 65536$, $|\mu|/\sigma = 10^3$, exceeds that bound on most rows (up to "
              r"$> 3\times$) and stays within the order-agnostic one: a declaration is a claim the check can refute",
              _declared_sums_within_the_depth_bounds),
+        Fact(r"|\mathrm{fl}_{32}^{\text{ATen}}(\textstyle\sum x) - \sum x| \le \lambda u (1+\gamma_D)"
+             r"\sqrt{\textstyle\sum_v A_v^2}",
+             r"ATen's CPU float32 sum (\texttt{SumKernel.cpp} cascade\_sum, a one-row call split over threads; "
+             r"\texttt{proofs.aten\_sum}, torch's own bit for bit in \texttt{tests/test\_aten\_sum.py}): its "
+             r"magnitudes' $\sum_v A_v^2$ is the explicit tree's node-by-node sum, and its sums of squared normal, "
+             r"uniform and integer rows, offsets to $10^3$, $d$ to 65536, stay within its own tree's bound "
+             r"(\texttt{exact\_tree} of torch's RMSNorm); a sequential sum at $d = 65536$ exceeds it on most rows",
+             _aten_cascade_sum_within_its_tree),
     )
 
 
