@@ -14,9 +14,10 @@ Backward, for an upstream gradient dy and g = gamma * dy, with rstd = 1/sqrt(sig
 
 Both norms share these kernels (``IS_RMS`` is a compile-time switch: mu is fixed at 0). Storage may be
 float32, float16 or bfloat16; every sum is accumulated in float32 and the statistics (mean, rstd) are
-saved in float32. The variance is never E[x^2] - E[x]^2: each block of a row is reduced two-pass
-(its own mean, then the squares of the deviations from it), and blocks are merged with Chan, Golub and
-LeVeque's pairwise update, so rows with |mean|/std of 1e4 keep a float32-accurate variance.
+saved in float32. The variance is never E[x^2] - E[x]^2: the forward is two-pass over the whole row (its
+mean, then the squares of the deviations from it, as in Triton's tutorial 05), so rows with |mean|/std of 1e4
+keep a float32-accurate variance. (merge_block, the fused residual-add kernel's form, which sees each block once:
+each block two-pass, blocks merged with Chan, Golub and LeVeque's pairwise update.)
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT: tl.constexp
 @triton.jit
 def merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS: tl.constexpr, BLOCK: tl.constexpr):
     """(count, mean, m2) of a row so far merged with the block x = row[start:start + BLOCK] (float32, zeros where
-    masked off). RMSNorm: m2 += sum(x^2), mean stays 0. LayerNorm: the block two-pass (its mean, then its squared
-    deviations), merged by Chan et al.'s pairwise update."""
+    masked off), for a kernel that sees each block once (kernels/fused_norm.py). RMSNorm: m2 += sum(x^2), mean stays
+    0. LayerNorm: the block two-pass (its mean, then its squared deviations), merged by Chan et al.'s pairwise
+    update."""
     if IS_RMS:
         m2 += tl.sum(x * x, axis=0)
     else:
@@ -60,6 +62,21 @@ def merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS: tl.constexpr, B
 
 
 @triton.jit
+def _load_row_block(X, start, stride_x_col, n_cols, BLOCK: tl.constexpr):
+    """(cols, mask, x) of the block row[start:start + BLOCK]: x in float32, zeros where masked off."""
+    cols = start + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    return cols, mask, tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _squared_deviations(x, mask, mean):
+    """(x - mean)^2 in float32, 0 where masked off (RMSNorm: mean = 0, so x^2)."""
+    deviation = tl.where(mask, x - mean, 0.0)
+    return deviation * deviation
+
+
+@triton.jit
 def _norm_forward(
     X, Y, W, B, Mean, Rstd,  # pointers; W, B may be None; Mean is None for RMSNorm
     stride_x_row, stride_x_col, stride_y_row,
@@ -67,37 +84,38 @@ def _norm_forward(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
     SINGLE_BLOCK: tl.constexpr,
 ):
-    """One program per row: statistics in a first pass over the row's blocks, then normalize in a second
-    (which reuses the block still in registers when the row is a single block: SINGLE_BLOCK = d <= BLOCK)."""
+    """One program per row, two-pass over the whole row as in Triton's tutorial 05: the mean, then the squared
+    deviations from it, then y. Each sum adds the row's blocks into a float32 vector of BLOCK lanes, one block after
+    another, and reduces the lanes once with tl.sum. The row's first block is loaded once for both sums, and a row
+    that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes."""
     row = tl.program_id(0).to(tl.int64)
     X += row * stride_x_row
     Y += row * stride_y_row
 
-    # Pass 1: count, mean and m2 = sum((x - mean)^2) of the row so far, one block at a time.
-    count = 0.0
+    # Pass 1 (LayerNorm): mean = sum(x) / d; RMSNorm: mean = 0.
+    cols, mask, x = _load_row_block(X, 0, stride_x_col, n_cols, BLOCK)
     mean = 0.0
-    m2 = 0.0
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
-        count, mean, m2 = merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS, BLOCK)
-    rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
     if not IS_RMS:
+        lanes = x
+        for start in range(BLOCK, n_cols, BLOCK):
+            lanes += _load_row_block(X, start, stride_x_col, n_cols, BLOCK)[2]
+        mean = tl.sum(lanes, axis=0) / n_cols
         tl.store(Mean + row, mean)
+
+    # Pass 2: m2 = sum((x - mean)^2), the same way; rstd = 1 / sqrt(m2 / d + eps).
+    lanes = _squared_deviations(x, mask, mean)
+    for start in range(BLOCK, n_cols, BLOCK):
+        cols, mask, x = _load_row_block(X, start, stride_x_col, n_cols, BLOCK)
+        lanes += _squared_deviations(x, mask, mean)
+    rstd = 1.0 / tl.sqrt(tl.sum(lanes, axis=0) / n_cols + eps)
     tl.store(Rstd + row, rstd)
 
-    # Pass 2: y = (x - mean) * rstd * gamma + beta.
-    if SINGLE_BLOCK:
+    # Pass 3: y = (x - mean) * rstd * gamma + beta.
+    if SINGLE_BLOCK:  # the row's only block is still in registers
         store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
     else:
         for start in range(0, n_cols, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            mask = cols < n_cols
-            x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
+            cols, mask, x = _load_row_block(X, start, stride_x_col, n_cols, BLOCK)
             store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
 
 

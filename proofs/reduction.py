@@ -17,11 +17,16 @@ D = ceil(log2 d). Both are derived and checked in claim numerics.error_model (pr
 in each of ``lanes`` accumulators side by side (a *chunk* is run x lanes consecutive terms), the chunks' partial
 results combined by a cascade of fan-in ``fan`` in which a partial passes through at most ``level_cost`` additions
 per level, then at most ``finish`` further additions (the lanes combined, remainder loops). Rows wider than
-``block`` are reduced one block at a time and the block results combined one after another. ``max_width``: the
-widest row the shape is declared for (wider rows: the order-agnostic bound). ``two_pass``: the variance is the sum
-of squared deviations from the block's computed mean (a mean error e enters it as d e^2 only); otherwise
-(Welford/Chan updates, blocks merged by Chan's update) the first-order term 2 phi_mu kappa of the error model
-stays.
+``block`` are reduced one block at a time, the blocks combined one after another (their totals, or lane by lane
+before one reduction of the block-wide lanes: the same depth). ``max_width``: the widest row the shape is declared
+for (wider rows: the order-agnostic bound). ``two_pass``: the variance is the sum of squared deviations from the
+row's one computed mean, over all its blocks (a mean error e enters it as d e^2 only); otherwise (Welford/Chan
+updates, blocks merged by Chan's update) the first-order term 2 phi_mu kappa of the error model stays.
+
+``exact_tree="numpy_pow2"`` declares the tree itself, addition by addition (:meth:`Reduction.tree_factor`): a row
+of at most ``block`` terms is np.sum over it zero-padded to the next power of two; a wider row is added block by
+block into ``block`` lanes (lane k: x_k + x_{k+block} + ..., one after another, the last block zero-padded), then
+np.sum over the lanes (Triton's tutorial 05 form, kernels/norm.py under the interpreter).
 
 A declaration is a claim about the kernel's source; the conformance suite checks the kernel against the bound it
 implies, so a kernel that declares a shallower shape than it follows fails (tests/test_tightness.py).
@@ -48,7 +53,7 @@ class Reduction:
     block: int = 0  # 0: the whole row is one block
     max_width: int = 0  # 0: any width
     two_pass: bool = False
-    exact_tree: str = ""  # "numpy_pow2": a single block is np.sum over it zero-padded to a power of two
+    exact_tree: str = ""  # "numpy_pow2": np.sum over the row padded to a power of two, or over block-wide lanes
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -56,6 +61,8 @@ class Reduction:
                                                                               self.max_width) < 0:
             raise ValueError(f"a reduction needs run, lanes, level_cost >= 1, fan >= 2 and "
                              f"finish, block, max_width >= 0; got {self}")
+        if self.exact_tree not in ("", "numpy_pow2") or (self.exact_tree and self.block & (self.block - 1)):
+            raise ValueError(f"exact_tree is '' or 'numpy_pow2' (with a block 0 or a power of two); got {self}")
 
     def declared_for(self, d: int) -> bool:
         """Whether the shape is declared for rows of width d (``max_width``)."""
@@ -74,21 +81,31 @@ class Reduction:
         return min(d - 1, within + -(-d // block) - 1)
 
     def welford(self, d: int) -> bool:
-        """Whether the variance of a width-d row carries the first-order mean term (Welford, Chan merges)."""
-        return not (self.two_pass and self.declared_for(d) and (not self.block or d <= self.block))
+        """Whether the variance of a width-d row carries the first-order mean term (Welford, Chan merges): not for a
+        two-pass shape, whose squared deviations are all from the row's one computed mean, however many blocks."""
+        return not (self.two_pass and self.declared_for(d))
 
     def tree_factor(self, terms: np.ndarray) -> np.ndarray | None:
         """sqrt(sum_v A_v^2) / T of the row's own summation tree (last axis kept), where the shape declares it
-        exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies)."""
+        exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies).
+
+        numpy_pow2 (module docstring): the row zero-padded to L = min(next_pow2(d), block) times ceil(d / L) and
+        folded into L lanes; adding block j >= 1 into the lanes is one node per lane, A = the lane's running sum of
+        |x|; then numpy's tree over the L lane totals (:func:`_numpy_pairwise_squares`). One block: no lane nodes.
+        Nodes that add a zero (padding) are exact; counting them only enlarges sum_v A_v^2."""
         import numpy as np
 
         width = np.shape(terms)[-1]
-        if self.exact_tree != "numpy_pow2" or not self.declared_for(width) or (self.block and width > self.block):
+        if self.exact_tree != "numpy_pow2" or not self.declared_for(width):
             return None
+        lanes = 1 << max(width - 1, 0).bit_length()
+        lanes = min(lanes, self.block) if self.block else lanes
+        blocks = -(-width // lanes)
         magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
-        padded = 1 << max(width - 1, 0).bit_length()
-        magnitudes = np.concatenate([magnitudes, np.zeros((*magnitudes.shape[:-1], padded - width))], axis=-1)
-        total, squares = _numpy_pairwise_squares(magnitudes)
+        magnitudes = np.concatenate([magnitudes, np.zeros((*magnitudes.shape[:-1], blocks * lanes - width))], axis=-1)
+        running = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], blocks, lanes), axis=-2)
+        total, squares = _numpy_pairwise_squares(running[..., -1, :])
+        squares = squares + np.sum(running[..., 1:, :] ** 2, axis=(-2, -1))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(total > 0, np.sqrt(squares) / np.where(total > 0, total, 1.0), 0.0)[..., None]
 

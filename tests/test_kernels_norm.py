@@ -109,7 +109,7 @@ def test_forward_and_backward_3d(kind, dtype, d):
 @KINDS
 @pytest.mark.parametrize(("d", "block"), [(7, 4), (1000, 128), (4097, 1024)])
 def test_rows_wider_than_one_block_merge_blocks(kind, d, block):
-    """Multi-block path (Chan merge of per-block statistics; column-parallel dgamma/dbeta) at small cost."""
+    """Multi-block path (two-pass statistics over the blocks; column-parallel dgamma/dbeta) at small cost."""
     x, weight, bias, dy = make((6, d), torch.float32, seed=d)
     check(kind, x + 3.0, weight, bias, 1e-5, dy, block=block)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.adapters.triton_ours import interpreted_reduction
 from core.kernel import Kernel
 from core.registry import resolve
 from core.results import KernelEntry
@@ -104,11 +105,83 @@ def _numpy_tree(magnitudes: np.ndarray) -> tuple[float, float]:
     return total, squares
 
 
-def test_the_exact_tree_factor_is_numpys_tree_over_the_padded_block():
-    shape = dataclasses.replace(NUMPY_PAIRWISE, exact_tree="numpy_pow2", block=8192)
-    rng = np.random.default_rng(5)
-    for width in (5, 8, 100, 512, 4096, 8192):
-        row = np.abs(rng.standard_normal(width)) * 10.0 ** rng.uniform(-2, 2, width)
-        total, squares = _numpy_tree(np.concatenate([row, np.zeros((1 << (width - 1).bit_length()) - width)]))
-        assert np.isclose(shape.tree_factor(row[None])[0, 0], np.sqrt(squares) / total, rtol=1e-12)
-    assert shape.tree_factor(np.ones((1, 8193))) is None  # several blocks: Chan merges, the cap sqrt(D) applies
+def _lanes_tree(magnitudes: np.ndarray, block: int) -> tuple[float, float]:
+    """(T, sum_v A_v^2) of the declared numpy_pow2 tree, node by node: a row of several blocks is added block by
+    block into min(next_pow2(d), block) lanes (a node per lane and block after the first), then numpy's tree of the
+    lanes."""
+    width = len(magnitudes)
+    lanes = min(1 << (width - 1).bit_length(), block)
+    padded = np.concatenate([magnitudes, np.zeros(-width % lanes)])
+    running, squares = list(padded[:lanes]), 0.0
+    for start in range(lanes, len(padded), lanes):
+        for k in range(lanes):
+            running[k] += padded[start + k]
+            squares += running[k] ** 2
+    total, tree = _numpy_tree(np.array(running))
+    return total, tree + squares
+
+
+@pytest.mark.parametrize(("width", "block"), [(5, 8192), (8, 8192), (100, 8192), (512, 8192), (4096, 8192),
+                                              (8192, 8192), (7, 4), (300, 128), (1000, 128), (20000, 8192)])
+def test_the_exact_tree_factor_is_the_declared_tree_node_by_node(width, block):
+    shape = dataclasses.replace(NUMPY_PAIRWISE, exact_tree="numpy_pow2", block=block)
+    rng = np.random.default_rng(width)
+    row = np.abs(rng.standard_normal(width)) * 10.0 ** rng.uniform(-2, 2, width)
+    total, squares = _lanes_tree(row, block)
+    assert np.isclose(shape.tree_factor(row[None])[0, 0], np.sqrt(squares) / total, rtol=1e-12)
+
+
+def _declared_tree_sum(terms: np.ndarray, block: int) -> np.ndarray:
+    """The float32 row sums of the declared numpy_pow2 tree: the lanes added block after block in float32, then
+    numpy's pairwise sum of the lanes (proofs.simulate's exact reimplementation, not np.sum itself)."""
+    width = terms.shape[-1]
+    lanes = min(1 << (width - 1).bit_length(), block)
+    padded = np.concatenate([terms, np.zeros((len(terms), -width % lanes), np.float32)], axis=-1)
+    blocks = padded.reshape(len(terms), -1, lanes)
+    running = blocks[:, 0]
+    for j in range(1, blocks.shape[1]):
+        running = running + blocks[:, j]
+    return simulate.summed(running, "numpy_pairwise")
+
+
+@pytest.mark.parametrize(("width", "block"), [(100, None), (300, 128), (1000, 128), (20000, None)])
+def test_the_interpreted_kernel_computes_the_declared_tree_bit_for_bit(width, block):
+    """kernels/norm.py under the interpreter: its saved mean and rstd are, bit for bit, those of the declared tree
+    (two-pass over the whole row, each sum through _declared_tree_sum), while the per-block sums added one after
+    another (a scalar accumulator) give other bits: the check can tell the trees apart. block None: the kernel's own
+    (next_pow2(d) up to kernels.rows.MAX_BLOCK = the declaration's block)."""
+    from kernels import interpret, norm
+
+    interpret.enable()
+    declared = interpreted_reduction()
+    lanes = block or declared.block
+    rng = np.random.default_rng(width)
+    x = (rng.standard_normal((6, width)) * 10.0 ** rng.uniform(-3, 3, (6, width)) + [[0.0], [1e3]] * 3)
+    x = x.astype(np.float32)
+    eps = np.float32(1e-5)
+    mean = _declared_tree_sum(x, lanes) / np.float32(width)
+    squares = np.square(x - mean[:, None])
+    rstd = np.float32(1.0) / np.sqrt(_declared_tree_sum(squares, lanes) / np.float32(width) + eps)
+    _, got_mean, got_rstd = norm.forward(torch.from_numpy(x), None, None, float(eps), rms=False, block=block)
+    assert np.array_equal(got_mean.numpy(), mean) and np.array_equal(got_rstd.numpy(), rstd)
+    _, _, got_rms = norm.forward(torch.from_numpy(x), None, None, float(eps), rms=True, block=block)
+    rms = np.float32(1.0) / np.sqrt(_declared_tree_sum(np.square(x), lanes) / np.float32(width) + eps)
+    assert np.array_equal(got_rms.numpy(), rms)
+    if width > lanes:
+        per_block = np.add.accumulate(np.stack([np.sum(b, axis=-1) for b in np.array_split(
+            np.concatenate([x, np.zeros((6, -width % lanes), np.float32)], -1), -(-width // lanes), -1)], -1), -1)
+        assert not np.array_equal(per_block[:, -1] / np.float32(width), mean)
+
+
+def test_the_triton_declaration_holds_for_rows_of_several_blocks():
+    """Two-pass at every width (no Welford term), the declared tree's factor beyond one block, and the sequential
+    kernel declaring it is caught at d = 65536 (a false declaration still fails)."""
+    declared = interpreted_reduction()
+    assert not declared.welford(65536) and not declared.welford(8192)
+    assert declared.tree_factor(np.ones((1, 65536)))[0, 0] < 1.5 < np.sqrt(declared.depth(65536))
+    with pytest.raises(ValueError):
+        dataclasses.replace(declared, block=6000)  # the lanes' tree is numpy's over a power of two
+    false = Kernel("sequential-declared-triton", "layernorm", sequential_layernorm, reduction=declared)
+    x = suite_rows(65536, 10.0, torch.float32, 10, seed=1)
+    caught = row_ratios(false, x[[k for k in range(len(x)) if k % 5 in (0, 1)]])
+    assert np.median(caught) > 1, caught
