@@ -48,6 +48,17 @@ def summed(values: np.ndarray, order: str) -> np.ndarray:
     raise ValueError(f"unknown summation order {order!r}")
 
 
+def lanes_sum(values: np.ndarray, block: int) -> np.ndarray:
+    """The row sum (last axis) of kernels/norm.py's statistics under the Triton interpreter (the declared tree
+    ``exact_tree="numpy_pow2"``, proofs.reduction): the row zero-padded and folded into min(next_pow2(d), block)
+    lanes, added block after block in the dtype of ``values``, then numpy's pairwise sum of the lanes."""
+    width = values.shape[-1]
+    lanes = min(1 << max(width - 1, 0).bit_length(), block)
+    padded = np.concatenate([values, np.zeros((*values.shape[:-1], -width % lanes), values.dtype)], axis=-1)
+    folded = padded.reshape(*values.shape[:-1], -1, lanes)
+    return _numpy_pairwise(np.add.accumulate(folded, axis=-2, dtype=values.dtype.type)[..., -1, :])
+
+
 def _welford(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     dtype = row.dtype.type
     mean = np.zeros(row.shape[:-1], dtype)

@@ -131,23 +131,10 @@ def test_the_exact_tree_factor_is_the_declared_tree_node_by_node(width, block):
     assert np.isclose(shape.tree_factor(row[None])[0, 0], np.sqrt(squares) / total, rtol=1e-12)
 
 
-def _declared_tree_sum(terms: np.ndarray, block: int) -> np.ndarray:
-    """The float32 row sums of the declared numpy_pow2 tree: the lanes added block after block in float32, then
-    numpy's pairwise sum of the lanes (proofs.simulate's exact reimplementation, not np.sum itself)."""
-    width = terms.shape[-1]
-    lanes = min(1 << (width - 1).bit_length(), block)
-    padded = np.concatenate([terms, np.zeros((len(terms), -width % lanes), np.float32)], axis=-1)
-    blocks = padded.reshape(len(terms), -1, lanes)
-    running = blocks[:, 0]
-    for j in range(1, blocks.shape[1]):
-        running = running + blocks[:, j]
-    return simulate.summed(running, "numpy_pairwise")
-
-
 @pytest.mark.parametrize(("width", "block"), [(100, None), (300, 128), (1000, 128), (20000, None)])
 def test_the_interpreted_kernel_computes_the_declared_tree_bit_for_bit(width, block):
     """kernels/norm.py under the interpreter: its saved mean and rstd are, bit for bit, those of the declared tree
-    (two-pass over the whole row, each sum through _declared_tree_sum), while the per-block sums added one after
+    (two-pass over the whole row, each sum through simulate.lanes_sum), while the per-block sums added one after
     another (a scalar accumulator) give other bits: the check can tell the trees apart. block None: the kernel's own
     (next_pow2(d) up to kernels.rows.MAX_BLOCK = the declaration's block)."""
     from kernels import interpret, norm
@@ -159,13 +146,13 @@ def test_the_interpreted_kernel_computes_the_declared_tree_bit_for_bit(width, bl
     x = (rng.standard_normal((6, width)) * 10.0 ** rng.uniform(-3, 3, (6, width)) + [[0.0], [1e3]] * 3)
     x = x.astype(np.float32)
     eps = np.float32(1e-5)
-    mean = _declared_tree_sum(x, lanes) / np.float32(width)
+    mean = simulate.lanes_sum(x, lanes) / np.float32(width)
     squares = np.square(x - mean[:, None])
-    rstd = np.float32(1.0) / np.sqrt(_declared_tree_sum(squares, lanes) / np.float32(width) + eps)
+    rstd = np.float32(1.0) / np.sqrt(simulate.lanes_sum(squares, lanes) / np.float32(width) + eps)
     _, got_mean, got_rstd = norm.forward(torch.from_numpy(x), None, None, float(eps), rms=False, block=block)
     assert np.array_equal(got_mean.numpy(), mean) and np.array_equal(got_rstd.numpy(), rstd)
     _, _, got_rms = norm.forward(torch.from_numpy(x), None, None, float(eps), rms=True, block=block)
-    rms = np.float32(1.0) / np.sqrt(_declared_tree_sum(np.square(x), lanes) / np.float32(width) + eps)
+    rms = np.float32(1.0) / np.sqrt(simulate.lanes_sum(np.square(x), lanes) / np.float32(width) + eps)
     assert np.array_equal(got_rms.numpy(), rms)
     if width > lanes:
         per_block = np.add.accumulate(np.stack([np.sum(b, axis=-1) for b in np.array_split(

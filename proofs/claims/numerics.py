@@ -199,24 +199,23 @@ def _identity_cancellation_steps() -> tuple:
 
 def _declared_sums_within_the_depth_bounds() -> bool:
     """numpy's float32 pairwise sum (np.sum: the Triton interpreter's tl.sum) of the suite's row distributions stays
-    within min(gamma_D, P_D) sum|x|, D = reduction.NUMPY_PAIRWISE's depth, and zero-padded to a power of two within
-    the factor of its own tree's sum_v A_v^2 (exact_tree="numpy_pow2"); a sequential float32 sum of offset rows at
-    d = 65536 exceeds that bound on most rows (a false declaration is caught) but not the order-agnostic one."""
+    within min(gamma_D, P_D) sum|x|, D = reduction.NUMPY_PAIRWISE's depth, and the declared exact tree of our Triton
+    kernels (exact_tree="numpy_pow2", block 8192: np.sum over the row zero-padded to a power of two, or over 8192
+    lanes the blocks of a wider row were added into, simulate.lanes_sum) within the factor of its own sum_v A_v^2 and
+    depth; a sequential float32 sum of offset rows at d = 65536 exceeds that bound on most rows (a false declaration
+    is caught) but not the order-agnostic one."""
     rng = np.random.default_rng(13)
     u = error_model.unit_roundoff("float32")
     lam = probabilistic.lam(1)
-    padded = dataclasses.replace(reduction.NUMPY_PAIRWISE, exact_tree="numpy_pow2")
-    for width, offset in itertools.product((8, 100, 1000, 8192, 65536), (0.0, 10.0, 1e3)):
-        depth = reduction.NUMPY_PAIRWISE.depth(width)
+    lanes = dataclasses.replace(reduction.NUMPY_PAIRWISE, exact_tree="numpy_pow2", block=8192)
+    for width, offset in itertools.product((8, 100, 1000, 8192, 20000, 65536), (0.0, 10.0, 1e3)):
         for values in (rng.standard_normal((8, width)), rng.uniform(-1, 1, (8, width)),
                        rng.integers(-8, 9, (8, width)).astype(float)):
             rows = (offset + values).astype(np.float32)
             exact = rows.astype(np.float64)
-            zeros = np.zeros((8, (1 << (width - 1).bit_length()) - width), np.float32)
-            trees = [(np.sum(rows, axis=-1), None)]
-            if width <= 8192:
-                trees.append((np.sum(np.concatenate([rows, zeros], -1), axis=-1), padded.tree_factor(exact)))
-            for got, tree in trees:
+            trees = ((np.sum(rows, axis=-1), reduction.NUMPY_PAIRWISE.depth(width), None),
+                     (simulate.lanes_sum(rows, lanes.block), lanes.depth(width), lanes.tree_factor(exact)))
+            for got, depth, tree in trees:
                 factor = probabilistic.sum_factor(exact, u, lam, depth=depth, exact=tree)[..., 0]
                 if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > factor * np.abs(exact).sum(-1)):
                     return False
@@ -262,13 +261,18 @@ def _aten_cascade_sum_within_its_tree() -> bool:
 
 
 def _declared_shape_steps() -> tuple:
-    """A declared reduction shape (proofs.reduction): the error of a tree sum through each term's path, the depth D."""
+    """A declared reduction shape (proofs.reduction): the error of a tree sum through each term's path, the depth D;
+    a row of several blocks summed in block-wide lanes (our Triton kernels) is such a tree, and its two-pass variance
+    has no first-order mean term."""
     a = sp.symbols("a_1:5", nonnegative=True)
     leaves = list(sp.symbols("x_1:5", real=True))
     d1_, d2_, d3_ = sp.symbols("delta_1:4", real=True)
     pairwise = ((leaves[0] + leaves[1]) * (1 + d1_) + (leaves[2] + leaves[3]) * (1 + d2_)) * (1 + d3_)
     paths = ((1 + d1_) * (1 + d3_),) * 2 + ((1 + d2_) * (1 + d3_),) * 2
     sequential_nodes = (a[0] + a[1]) + (a[0] + a[1] + a[2]) + sum(a)
+    folded = _rounded_tree([leaves[0], leaves[2], leaves[1], leaves[3]], "pairwise")
+    row_mean = sum(leaves) / 4
+    over_blocks = sum(sum((v - (row_mean + e)) ** 2 for v in block) for block in (leaves[:2], leaves[2:]))
     return (
         Equal(pairwise, sum(x_i * path for x_i, path in zip(leaves, paths, strict=True)),
               r"a tree sum is $\sum_i x_i \prod_{v \ni i}(1+\delta_v)$ over the $D_i$ additions on $i$'s path "
@@ -279,11 +283,23 @@ def _declared_shape_steps() -> tuple:
               r"$\sum_v A_v = \sum_i |x_i| D_i$ (sequential, 4 terms: $D = 3, 3, 2, 1$); with $A_v \le T$, "
               r"$\sum_v A_v^2 \le T \sum_v A_v \le D\,T^2$: the probabilistic factor of a declared shape is at most "
               r"$\lambda u (1+\gamma_D)\sqrt{D}$", aggregates={}),
+        Equal(folded[0], folded[1],
+              r"a row of 2 blocks $(x_1, x_2), (x_3, x_4)$ added into 2 lanes, $x_1 + x_3$ and $x_2 + x_4$, then the "
+              r"lanes summed: a tree over the row, so steps 1-3 hold with its own nodes (a lane node per block after "
+              r"the first, $A_v$ the lane's running $\sum|x|$; \texttt{Reduction.tree\_factor}), depth "
+              r"$D$ = blocks $- 1$ + the lanes' tree", aggregates={}),
+        Equal(over_blocks, sum((v - row_mean) ** 2 for v in leaves) + 4 * e**2,
+              r"two-pass over blocks: the blocks' sums of squares of deviations from the row's one computed mean "
+              r"$\hat\mu = \mu + e$ add to $d\sigma^2 + d e^2$ ($d = 4$, 2 blocks): no first-order term in $e$ at any "
+              r"width, so a two-pass shape drops the Welford term $2\phi_\mu\kappa$ (\texttt{Reduction.welford}; "
+              r"blocks two-pass each and merged by Chan's update keep it)", aggregates={}),
         Fact(r"|\mathrm{fl}_{32}^{\text{numpy}}(\textstyle\sum x) - \sum x| \le \min(\gamma_D, P_D)\sum|x|;\ "
              r"\text{a sequential sum declared pairwise exceeds it}",
-             r"numpy's pairwise float32 sum (the Triton interpreter's \texttt{tl.sum}; zero-padded to a power of "
-             r"two also within $\lambda u (1+\gamma_D)\sqrt{\sum_v A_v^2}$ of its own tree), $D$ of "
-             r"\texttt{reduction.NUMPY\_PAIRWISE}, normal/uniform/integer rows, offsets to $10^3$, $d$ to 65536; a "
+             r"numpy's pairwise float32 sum (the Triton interpreter's \texttt{tl.sum}), $D$ of "
+             r"\texttt{reduction.NUMPY\_PAIRWISE}; our Triton kernels' declared tree (zero-padded to a power of two, "
+             r"or blocks of 8192 added into lanes summed by numpy: \texttt{simulate.lanes\_sum}, the kernel's "
+             r"bits) also within $\lambda u (1+\gamma_D)\sqrt{\sum_v A_v^2}$ of its own tree; "
+             r"normal/uniform/integer rows, offsets to $10^3$, $d$ to 65536; a "
              r"sequential sum at $d = 65536$, $|\mu|/\sigma = 10^3$, exceeds that bound on most rows (up to "
              r"$> 3\times$) and stays within the order-agnostic one: a declaration is a claim the check can refute",
              _declared_sums_within_the_depth_bounds),
