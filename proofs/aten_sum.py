@@ -18,18 +18,19 @@ aten/src/ATen/TensorIteratorReduce.cpp ``parallel_reduce``. For a row of d float
   threads, splits the row into c = min(T, ceil(d / GRAIN_SIZE)) contiguous chunks of ceil(d / c) (a split only
   when d > GRAIN_SIZE; ``at::parallel_for`` over OpenMP), each summed as above into its slot of a zeroed buffer of T
   slots, and the buffer is summed as a row of T terms. Calls with several rows split over rows: each row serial.
+  With c <= 4 chunks the buffer's sum adds the c partial sums one after another whatever T (T < 8: they sit in ILP
+  rows 0..c-1, folded in order; T >= 8: in lanes 0..c-1 of vector 0, merged in order): T matters through c alone.
 
 Accumulators start at 0 and a zero slot adds exactly, so an addition whose operand sums no term (or only zeros,
 whose computed value is an exact zero) is no rounding node: it is left out of sum_v A_v^2 (A_v = sum of |terms|
 under node v). The same loops run on three arithmetics: float32 values (:func:`float32_sum`, checked bit for bit
 against torch in tests/test_aten_sum.py), magnitudes with their node squares (:func:`tree_factor`, used by
-proofs.reduction.Reduction.tree_factor for ``exact_tree`` = :func:`exact_tree`), and explicit nodes
+proofs.reduction.Reduction.tree_factor for ``exact_tree="aten_cascade_sum"``), and explicit nodes
 (:func:`node_tree`, the node-by-node check of claim numerics.error_model).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,18 +38,9 @@ import numpy as np
 GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE
 ILP = 4  # row_sum's ilp_factor
 LEVELS = 4  # multi_row_sum's num_levels
-_NAME = re.compile(r"aten_cascade_sum\(V=(\d+),threads=(\d+)\)")
-
-
-def exact_tree(lanes: int, threads: int) -> str:
-    """The ``Reduction.exact_tree`` name of this tree for V = ``lanes`` and torch.get_num_threads() = ``threads``."""
-    return f"aten_cascade_sum(V={lanes},threads={threads})"
-
-
-def parse(name: str) -> tuple[int, int] | None:
-    """(V, threads) of an :func:`exact_tree` name, None for any other name."""
-    found = _NAME.fullmatch(name)
-    return None if found is None else (int(found[1]), int(found[2]))
+LANES = 8  # float32 lanes of Vectorized<float> with AVX2: the width tests/test_aten_sum.py verifies
+MAX_CHUNKS = 4  # up to 4 chunks the buffer's sum adds them one after another whatever the thread count
+MAX_WIDTH = MAX_CHUNKS * GRAIN_SIZE  # the widest row whose every possible tree is modelled
 
 
 class Values:
@@ -163,12 +155,13 @@ def _split_sum(arithmetic, terms: np.ndarray, lanes: int, threads: int) -> np.nd
     return _inner_sum(arithmetic, buffer, lanes)
 
 
-def splits(width: int, threads: int) -> bool:
-    """Whether a one-row call of this width is split across threads (two_pass_reduction with several chunks)."""
-    return threads > 1 and width > GRAIN_SIZE
+def chunk_counts(width: int) -> range:
+    """How many chunks a one-row call of this width may be split into: 1 (serial: one thread, several rows in the
+    call, d <= GRAIN_SIZE) to ceil(d / GRAIN_SIZE) (T >= that many threads)."""
+    return range(1, max(1, -(-width // GRAIN_SIZE)) + 1)
 
 
-def float32_sum(values: np.ndarray, lanes: int = 8, threads: int = 1) -> np.ndarray:
+def float32_sum(values: np.ndarray, lanes: int = LANES, threads: int = 1) -> np.ndarray:
     """The float32 sum over the last axis as ATen computes it for ``values`` given to torch in one call (rows:
     the leading axes; a single row of d > GRAIN_SIZE terms is split over ``threads``)."""
     rows = np.asarray(values, dtype=np.float32)
@@ -180,7 +173,7 @@ def float32_sum(values: np.ndarray, lanes: int = 8, threads: int = 1) -> np.ndar
     return _inner_sum(Values(), flat, lanes).reshape(rows.shape[:-1])
 
 
-def node_tree(terms: np.ndarray, lanes: int = 8, threads: int = 1) -> Node:
+def node_tree(terms: np.ndarray, lanes: int = LANES, threads: int = 1) -> Node:
     """The explicit tree of one row (1-D terms) called alone: :class:`Node` s from the same loops."""
     leaves = np.empty((1, len(terms)), dtype=object)
     for k, value in enumerate(np.abs(np.asarray(terms, dtype=np.float64))):
@@ -189,31 +182,28 @@ def node_tree(terms: np.ndarray, lanes: int = 8, threads: int = 1) -> Node:
     return (_split_sum(Values(), leaves, lanes, threads) if split else _inner_sum(Values(), leaves, lanes))[0]
 
 
-def squares(terms: np.ndarray, lanes: int = 8, threads: int = 1, split: bool = False) -> np.ndarray:
-    """sum_v A_v^2 of each row's tree (last axis; ``split``: the one-row call's thread split of :func:`splits`)."""
+def squares(terms: np.ndarray, lanes: int = LANES, chunks: int = 1) -> np.ndarray:
+    """sum_v A_v^2 of each row's tree (last axis), the row split into ``chunks`` (one per thread) or not (1)."""
     magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
     flat = magnitudes.reshape(-1, magnitudes.shape[-1])
     arithmetic = Magnitudes(np.zeros(len(flat)))
-    if split:
-        _split_sum(arithmetic, flat, lanes, threads)
+    if chunks > 1:
+        _split_sum(arithmetic, flat, lanes, chunks)
     else:
         _inner_sum(arithmetic, flat, lanes)
     return arithmetic.squares.reshape(magnitudes.shape[:-1])
 
 
-def tree_factor(terms: np.ndarray, name: str) -> np.ndarray:
-    """sqrt(sum_v A_v^2) / T per row (last axis kept) of the tree ``name`` (:func:`exact_tree`): the larger of the
-    serial tree's and, where a one-row call would split the row (:func:`splits`), the split tree's; 0 for a zero
-    row. Either way the row was summed by one of these trees, so the larger sum_v A_v^2 bounds it."""
-    parsed = parse(name)
-    if parsed is None:
-        raise ValueError(f"not an ATen cascade_sum tree: {name!r}")
-    lanes, threads = parsed
+def tree_factor(terms: np.ndarray) -> np.ndarray | None:
+    """sqrt(sum_v A_v^2) / T per row (last axis kept; 0 for a zero row) of ATen's sum with V = 8 lanes: the largest
+    over the trees a call may use (serial, or a one-row call split into 2 to ceil(d / GRAIN_SIZE) chunks, whichever
+    the thread count), so it bounds the tree that summed the row however torch was called. None for d > MAX_WIDTH
+    (more chunks: the buffer's order depends on the thread count)."""
     magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
     width = magnitudes.shape[-1]
-    found = squares(magnitudes, lanes)
-    if splits(width, threads):
-        found = np.maximum(found, squares(magnitudes, lanes, threads, split=True))
+    if width > MAX_WIDTH:
+        return None
+    found = np.max([squares(magnitudes, chunks=chunks) for chunks in chunk_counts(width)], axis=0)
     total = magnitudes.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(total > 0, np.sqrt(found) / np.where(total > 0, total, 1.0), 0.0)[..., None]

@@ -50,18 +50,18 @@ def test_float32_sum_is_torchs_bit_for_bit_on_the_suite_rows(dtype):
 
 
 @needs_avx2
-@pytest.mark.parametrize("threads", [1, 2, 3, 8, 9])
+@pytest.mark.parametrize("threads", [1, 2, 3, 4, 8, 9, 33])
 def test_a_one_row_call_splits_over_threads_as_emulated(threads):
     """two_pass_reduction: min(T, ceil(d / 32768)) chunks into a buffer of T slots (T >= 8: the buffer's own sum is
     vectorized); the serial tree is not torch's there (so the check sees the split)."""
     rng = np.random.default_rng(threads)
     with torch_threads(threads):
-        for d in (32768, 32769, 65536, 100000, 300000):
+        for d in (32768, 32769, 65536, 100000, aten_sum.MAX_WIDTH, 300000):
             rows = (rng.standard_normal((4, d)) * 10.0 ** rng.uniform(-3, 3, (4, d))).astype(np.float32)
             got = np.concatenate([torch.from_numpy(row).sum(-1).numpy() for row in rows[:, None]])
             assert np.array_equal(got, np.concatenate([aten_sum.float32_sum(row, threads=threads)
                                                       for row in rows[:, None]])), d
-            if aten_sum.splits(d, threads):
+            if threads > 1 and d > aten_sum.GRAIN_SIZE:
                 assert not np.array_equal(got, aten_sum.float32_sum(rows, threads=threads)), d  # rows: serial
 
 
@@ -88,17 +88,29 @@ def test_a_different_tree_is_seen():
         assert not np.array_equal(emulated, simulate.summed(rows, order))
 
 
-@pytest.mark.parametrize("threads", [1, 2, 9])
-def test_magnitude_squares_are_the_node_by_node_sum(threads):
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_magnitude_squares_are_the_node_by_node_sum(chunks):
     """sum_v A_v^2 of the magnitude arithmetic equals the sum over the explicit tree's nodes that add two nonzero
-    operands, zeros (sparse rows) included; both trees are the same loops."""
-    rng = np.random.default_rng(threads)
-    for d in (1, 2, 3, 7, 8, 9, 33, 129, 1000, 4097, 40000):
+    operands, zeros (sparse rows) included; both trees are the same loops (a one-row call split into ``chunks``)."""
+    rng = np.random.default_rng(chunks)
+    for d in (1, 2, 3, 7, 8, 9, 33, 129, 1000, 4097, 70000):
         row = np.abs(rng.standard_normal(d)) * 10.0 ** rng.uniform(-2, 2, d) * (rng.uniform(size=d) < 0.7)
-        split = aten_sum.splits(d, threads)
-        tree = aten_sum.node_tree(row, threads=threads)
-        assert np.isclose(aten_sum.squares(row[None], threads=threads, split=split)[0], tree.squares(), rtol=1e-12)
+        tree = aten_sum.node_tree(row, threads=chunks)
+        expected = chunks if d > aten_sum.GRAIN_SIZE else 1
+        assert np.isclose(aten_sum.squares(row[None], chunks=expected)[0], tree.squares(), rtol=1e-12)
         assert np.isclose(tree.magnitude, row.sum(), rtol=1e-12)
+
+
+def test_the_tree_factor_covers_every_call():
+    """The factor is the largest over the serial tree and every split a thread count can give (to MAX_WIDTH): a row
+    called alone with any number of threads, or with other rows, was summed by one of them."""
+    rng = np.random.default_rng(4)
+    for d in (64, 32769, 65536, 100000, aten_sum.MAX_WIDTH):
+        rows = np.abs(rng.standard_normal((2, d)))
+        factor = aten_sum.tree_factor(rows)[..., 0]
+        for chunks in aten_sum.chunk_counts(d):
+            assert np.all(np.sqrt(aten_sum.squares(rows, chunks=chunks)) / rows.sum(-1) <= factor * (1 + 1e-12))
+    assert len(aten_sum.chunk_counts(65536)) == 2 and aten_sum.tree_factor(np.ones((1, aten_sum.MAX_WIDTH + 1))) is None
 
 
 @needs_avx2

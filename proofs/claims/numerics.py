@@ -242,13 +242,12 @@ def _aten_cascade_sum_within_its_tree() -> bool:
             return False
     u = error_model.unit_roundoff("float32")
     lam = probabilistic.lam(1)
-    tree = aten_sum.exact_tree(8, 2)
     for width, offset in itertools.product((8, 100, 1000, 8192, 65536), (0.0, 10.0, 1e3)):
         for values in (rng.standard_normal((4, width)), rng.uniform(-1, 1, (4, width)),
                        rng.integers(-8, 9, (4, width)).astype(float)):
             terms = np.square((offset + values).astype(np.float32))
             exact = terms.astype(np.float64)
-            bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact, tree))[..., 0]
+            bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact))[..., 0]
             got = aten_sum.float32_sum(terms)  # one call of 4 rows; below, the first row alone (split if wide)
             if np.any(np.abs(got - exact.sum(-1)) > bound * exact.sum(-1)) or np.any(
                     np.abs(aten_sum.float32_sum(terms[:1], threads=2) - exact[0].sum()) > bound[0] * exact[0].sum()):
@@ -256,7 +255,7 @@ def _aten_cascade_sum_within_its_tree() -> bool:
     terms = np.square((10.0 + rng.standard_normal((16, 65536))).astype(np.float32))
     exact = terms.astype(np.float64)
     error = np.abs(simulate.summed(terms, "sequential").astype(np.float64) - exact.sum(-1))
-    bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact, tree))[..., 0] * exact.sum(-1)
+    bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact))[..., 0] * exact.sum(-1)
     return bool(np.median(error / bound) > 1)
 
 
