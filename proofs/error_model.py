@@ -174,7 +174,14 @@ def statistic_factors(kind: str, q: dict, u_acc: float, lam_value: float | None,
     """(phi_mu, phi_v) per row, axis kept: the worst case WORST_CASE_FACTORS, or with the probabilistic sum factor
     (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies. With a declared reduction
     (q["reduction"], proofs.reduction) the sums' d - 1 additions become its depth D (both models), and a declared
-    exact tree gives the probabilistic factor its own sum_v A_v^2."""
+    exact tree gives the probabilistic factor its own sum_v A_v^2 (ATen's row moments: :func:`moments_factors`)."""
+    factors = _shape_factors(kind, q, u_acc, lam_value, row)
+    if _moments_tree(kind, q.get("reduction"), row.shape[-1]):
+        return moments_factors(q, u_acc, lam_value, row, factors)
+    return factors
+
+
+def _shape_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, row: np.ndarray) -> tuple:
     width, g = row.shape[-1], probabilistic.gamma
     declared = q.get("reduction")
     depth = reduction.depth(declared, width)
@@ -196,6 +203,38 @@ def statistic_factors(kind: str, q: dict, u_acc: float, lam_value: float | None,
     phi_var = _at_most(phi_var, square_error,
                        probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth, exact=exact), g(3, u_acc))
     return phi_mean, phi_var
+
+
+def _moments_tree(kind: str, declared: reduction.Reduction | None, width: int) -> bool:
+    """Whether the statistics follow ATen's row moments node by node (proofs.aten_moments) for this row width."""
+    return kind == "ln" and declared is not None and declared.exact_tree == "aten_moments" and \
+        declared.declared_for(width)
+
+
+def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndarray, factors: tuple) -> tuple:
+    """(phi_mu, phi_v) of a LayerNorm whose statistics are ATen's row moments (exact_tree="aten_moments"), from the
+    Gram matrix of their first-order rounding coefficients (proofs.aten_moments): where the probabilistic model
+    applies, |mu_hat - mu| <= e_m and |M2_hat - M2| <= e_2 (proofs.aten_moments.error_bounds); t = fl(fl(M2/d) + eps)
+    adds two roundings.
+    The Welford coupling of the mean's error into M2 is inside G_22, so kappa leaves rho_t (:func:`_declared`);
+    on the other rows (the worst case, structured rows) the first-order Welford term 2 phi_mu kappa of the
+    order-agnostic model is folded into phi_v. ``factors``: the shape's factors (:func:`statistic_factors`)."""
+    from proofs import aten_moments
+
+    phi_mean, phi_var = factors
+    g, width = probabilistic.gamma, row.shape[-1]
+    kappa = np.sqrt(np.mean(row**2, axis=-1, keepdims=True)) / q["s"]
+    folded = _at_most(np.inf, phi_var, 2 * phi_mean * kappa)
+    if lam_value is None:
+        return phi_mean, folded
+    e_mean, e_m2, _ = aten_moments.error_bounds(row, q["reduction"].lanes, u_acc, lam_value,
+                                                reduction.depth(q["reduction"], width))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tree_mean = (e_mean / np.mean(np.abs(row), axis=-1))[..., None]
+        tree_var = _at_most(np.inf, (e_m2 / width)[..., None] * q["inv_s2"], g(2, u_acc))
+    modelled = probabilistic.independent(row) & ~probabilistic.aligned(row, u_acc)
+    return (np.where(modelled, np.minimum(phi_mean, np.nan_to_num(tree_mean, nan=np.inf)), phi_mean),
+            np.where(modelled, np.minimum(folded, np.nan_to_num(tree_var, nan=np.inf)), folded))
 
 
 def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: float, u_out: float,
@@ -264,7 +303,8 @@ def _declared(q: dict, declared: reduction.Reduction | None, width: int) -> dict
     term 2 phi_mu kappa of rho_t; a two-pass variance has the mean's error only squared, d e^2)."""
     if declared is None:
         return q
-    return {**q, "reduction": declared, "kappa": q["kappa"] if declared.welford(width) else np.zeros_like(q["kappa"])}
+    welford = declared.welford(width) and not _moments_tree("ln", declared, width)  # moments: in phi_v
+    return {**q, "reduction": declared, "kappa": q["kappa"] if welford else np.zeros_like(q["kappa"])}
 
 
 def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray, inv_s2: np.ndarray) -> np.ndarray:

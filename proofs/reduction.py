@@ -41,6 +41,11 @@ if TYPE_CHECKING:  # numpy is imported where a tree is evaluated: core.kernel (a
     import numpy as np
 
 
+# The trees a shape can declare node by node: numpy's pairwise sum (tree_factor), ATen's CPU row moments (Welford
+# chunks, Chan cascade: proofs.aten_moments, used by error_model.moments_factors).
+EXACT_TREES = ("", "numpy_pow2", "aten_moments")
+
+
 @dataclass(frozen=True)
 class Reduction:
     """A kernel's declared reduction shape (module docstring); ``source`` cites the code it was read from."""
@@ -61,8 +66,8 @@ class Reduction:
                                                                               self.max_width) < 0:
             raise ValueError(f"a reduction needs run, lanes, level_cost >= 1, fan >= 2 and "
                              f"finish, block, max_width >= 0; got {self}")
-        if self.exact_tree not in ("", "numpy_pow2") or (self.exact_tree and self.block & (self.block - 1)):
-            raise ValueError(f"exact_tree is '' or 'numpy_pow2' (with a block 0 or a power of two); got {self}")
+        if self.exact_tree not in EXACT_TREES or (self.exact_tree and self.block & (self.block - 1)):
+            raise ValueError(f"exact_tree is one of {EXACT_TREES} (with a block 0 or a power of two); got {self}")
 
     def declared_for(self, d: int) -> bool:
         """Whether the shape is declared for rows of width d (``max_width``)."""

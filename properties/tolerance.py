@@ -28,12 +28,14 @@ a failure (:mod:`properties.outcome`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
 from core.capabilities import dtype_name
 from core.registry import Kernel
-from proofs import error_model, oracles
+from proofs import aten_moments, error_model, oracles
 from properties.norms import as_float64, effective_weight, output_dtype
 
 # float16/bfloat16 data is accumulated in float32; a kernel that declares backward_precision="storage"
@@ -80,6 +82,17 @@ def operand_roundoffs(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
             "bias": u_x if bias is None else u(dtype_name(bias.dtype))}
 
 
+def declared_reduction(kernel: Kernel, x: torch.Tensor):
+    """The kernel's declared reduction (``Kernel.reduction``) as it holds for x's dtype: ATen's row moments are
+    declared node by node for float32 rows only (16-bit rows take another path, two float vectors per chunk:
+    proofs.aten_moments.INPUT_DTYPES), so elsewhere the declaration keeps its shape without the exact tree."""
+    declared = kernel.reduction
+    if declared is not None and declared.exact_tree == "aten_moments" and \
+            dtype_name(x.dtype) not in aten_moments.INPUT_DTYPES:
+        return dataclasses.replace(declared, exact_tree="")
+    return declared
+
+
 def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:
     """Per-row condition number of the statistics (proofs.error_model), e.g. ~ |mean|/std for LayerNorm."""
     return np.asarray(error_model.condition_number(as_float64(x), eps))
@@ -92,14 +105,14 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
     beta = as_float64(bias) if kernel.kind == "layernorm" else None
     bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
                                       u["acc"], u["y"], kernel.kind, model or bound_in_use(),
-                                      declared=kernel.reduction)
+                                      declared=declared_reduction(kernel, x))
     return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
 
 
 def covered(kernel: Kernel, x: torch.Tensor, eps: float) -> bool:
     """Whether the forward bound is finite on every row of x (the error model applies: rho_t < 1)."""
     return error_model.forward_bound_finite(as_float64(x), eps, unit_roundoffs(x.dtype)[0], kernel.kind,
-                                            bound_in_use(), declared=kernel.reduction)
+                                            bound_in_use(), declared=declared_reduction(kernel, x))
 
 
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
@@ -111,7 +124,7 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     u_acc = u["x"] if kernel.backward_precision == "storage" else u["acc"]
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                         u_acc, u["x"], kernel.kind, model or bound_in_use(),
-                                        u_weight=u["weight"], u_bias=u["bias"], declared=kernel.reduction)
+                                        u_weight=u["weight"], u_bias=u["bias"], declared=declared_reduction(kernel, x))
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
@@ -124,7 +137,8 @@ def identities(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps
     if kernel.backward_precision == "storage":
         u_acc = u_out
     return error_model.identity_bounds(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                       u_acc, u_out, kernel.kind, model or bound_in_use(), declared=kernel.reduction)
+                                       u_acc, u_out, kernel.kind, model or bound_in_use(),
+                                       declared=declared_reduction(kernel, x))
 
 
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:

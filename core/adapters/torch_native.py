@@ -73,8 +73,10 @@ def cpu_reductions() -> dict[str, Reduction]:
     threads = torch.get_num_threads()
     return {
         "layernorm": Reduction(run=16, lanes=lanes, level_cost=2, finish=lanes + max(2, 2 * lanes - 17),
+                               exact_tree="aten_moments",
                                source="ATen cpu/moments_utils.h RowwiseMomentsImpl (Welford chunks of 16 vectors, "
-                                      "binary Chan cascade, lanes merged sequentially)"),
+                                      "binary Chan cascade, lanes merged sequentially; node by node for float32 "
+                                      "rows: proofs.aten_moments)"),
         "rmsnorm": Reduction(run=16, lanes=4 * lanes, fan=16, level_cost=16, finish=9 + lanes + threads,
                              max_width=2**18 * lanes,
                              source="ATen cpu/SumKernel.cpp cascade_sum (multi_row_sum: 4 ILP rows, levels of 16; "

@@ -12,6 +12,7 @@ import sympy as sp
 from proofs import aten_sum, error_model, expressions, oracles, probabilistic, reduction, simulate
 from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
 from proofs.claims.base import Claim
+from proofs.claims.moments_steps import aten_moments_steps
 from proofs.derivation import Derivation, Equal, Fact
 
 e = sp.Symbol("e", real=True)  # the error of the computed mean
@@ -373,6 +374,7 @@ def _error_model() -> Derivation:
     return Derivation((
         *_probabilistic_steps(),
         *_declared_shape_steps(),
+        *aten_moments_steps(),
         *_identity_cancellation_steps(),
         Fact(r"|\mathrm{fl}(\textstyle\sum_k x_k) - \sum_k x_k| \le \gamma_{d-1}\sum_k|x_k|,\ "
              r"\gamma_m = \frac{m u}{1-m u}, \text{ any order}",

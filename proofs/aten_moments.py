@@ -1,0 +1,186 @@
+"""The rounding errors of ATen's CPU row moments (torch's float32 layer_norm statistics), node by node.
+
+aten/src/ATen/native/cpu/moments_utils.h, RowwiseMomentsImpl (float32 rows; V lanes of at::vec::Vectorized<float>):
+each lane runs Welford over chunks of kChunkSize = 16 vectors (m += (x - m) c_j with c_j = fl(1/(j + 1)),
+M2 += (x - m_old)(x - m_new)), merges each chunk into a binary-counter stack of Chan updates (AddMomentsVec), sweeps
+the stack into level 0, then a scalar Welford over the N mod V tail (m += (x - m)/k), into which the V lanes are
+merged one after another (AddMoments). :func:`row_moments` follows exactly these steps; run on float32 arrays it is
+the kernel (tests/test_aten_moments.py: bit for bit against torch's mean and rstd), run on float64 it is the exact
+computation at which the first-order error model is taken.
+
+First-order model (claim numerics.error_model, step "aten_moments"): every rounded operation returns
+fl(a op b) = (a op b)(1 + delta_v), |delta_v| <= u. To first order the error (e_m, e_M2) of the state (m, M2) is
+sum_v delta_v g_v with g_v in R^2 the value of node v times its sensitivity; an update maps the state's errors
+linearly, (e_m', e_M2') = J (e_m, e_M2) + sum_new delta_v g_v, so the Gram matrix G = sum_v g_v g_v^T follows
+G' = J G J^T + sum_new g_v g_v^T, and a merge of two states over disjoint roundings adds J_a G_a J_a^T + J_b G_b J_b^T.
+The Jacobians and new g_v of the Welford step and the Chan merge are derived (and SymPy-checked) in
+proofs/claims/numerics.py. Under the mean-independence model of proofs.probabilistic (Azuma-Hoeffding on
+sum_v delta_v g_v[k]) |e_m| <= lambda u sqrt(G_mm) and |e_M2| <= lambda u sqrt(G_22), each with probability
+>= 1 - 2 exp(-lambda^2/2). The Welford first-order coupling of the mean's error into M2 (the term 2 phi_mu kappa of
+the order-agnostic model) is inside G_22: it enters through the deviations (x - m), not through |m|.
+Operations that are exact (the first update of a run from 0, a merge into an empty slot) carry no rounding.
+The constants c_j = fl(1/(j+1)) and fl(n_a/n) are part of the algorithm: their effect is in the float64 emulation,
+whose distance from the exact mean and M2 is returned as a deterministic term.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CHUNK = 16  # kChunkSize: vectors per Welford run of a lane
+INPUT_DTYPES = ("float32",)  # 16-bit rows: UpdateMomentsVec splits each vector into two float vectors
+
+
+class _Moments:
+    """A Welford/Chan state of one or more lanes: count, mean m, M2, and the Gram matrix (gmm, gm2, g22) of the
+    first-order rounding coefficients of (m, M2)."""
+
+    __slots__ = ("count", "g22", "gm2", "gmm", "m", "m2")
+
+    def __init__(self, count, m, m2, gmm=None, gm2=None, g22=None):
+        zero = np.zeros(np.shape(m), dtype=np.float64)
+        self.count, self.m, self.m2 = count, m, m2
+        self.gmm, self.gm2, self.g22 = (zero if g is None else g for g in (gmm, gm2, g22))
+
+    def mapped(self, alpha, beta):
+        """The Gram matrix J G J^T of this state's errors under J = [[alpha, 0], [beta, 1]]."""
+        a, b, c = self.gmm, self.gm2, self.g22
+        return alpha * alpha * a, alpha * (beta * a + b), beta * beta * a + 2 * beta * b + c
+
+
+def _add(gram, *coefficients):
+    """gram + sum g g^T over the new roundings' coefficient vectors g = (g_m, g_M2)."""
+    a, b, c = gram
+    for g_m, g_2 in coefficients:
+        a, b, c = a + g_m * g_m, b + g_m * g_2, c + g_2 * g_2
+    return a, b, c
+
+
+def _fused(a, b, c):
+    """fl(a b + c) in float32 (an FMA: the float32 product is exact in float64), a b + c in float64."""
+    if np.result_type(a, b, c) != np.float32:
+        return a * b + c
+    return (np.asarray(a, dtype=np.float64) * b + c).astype(np.float32)
+
+
+def welford_step(state: _Moments, x, c, active=True, divide: bool = False) -> _Moments:
+    """One Welford update with x: d = x - m, m' = m + d c (or m + d / c with ``divide``: the scalar loop, whose
+    division rounds once like the product), M2' = M2 + d (x - m'). The update from an empty state (count 0) is
+    exact. ``active``: where False the state stays. The float32 emulation fuses m + d c and M2 + d f into FMAs
+    as torch's AVX2 build does in the vector loop (GCC contracts its multiply-adds; not the scalar tail's). The
+    model also counts the fused product's rounding: a superset of the kernel's roundings, sound either way."""
+    d = x - state.m
+    q = d / c if divide else d * c
+    m_new = state.m + q if divide else _fused(d, c, state.m)
+    f = x - m_new
+    p = d * f
+    m2_new = state.m2 + p if divide else _fused(d, f, state.m2)
+    c64 = 1 / np.float64(c) if divide else np.float64(c)
+    d64, q64, m64, f64, p64, s64 = (np.asarray(v, dtype=np.float64) for v in (d, q, m_new, f, p, m2_new))
+    gram = _add(state.mapped(1 - c64, -(f64 + d64 * (1 - c64))),
+                (c64 * d64, f64 * d64 - c64 * d64 * d64),  # d = fl(x - m)
+                (q64, -d64 * q64),  # q = fl(d c)
+                (m64, -d64 * m64),  # m' = fl(m + q)
+                (0.0, d64 * f64),  # f = fl(x - m')
+                (0.0, p64),  # p = fl(d f)
+                (0.0, s64))  # M2' = fl(M2 + p)
+    first = np.asarray(state.count) == 0
+    keep = ~np.asarray(active, dtype=bool)
+    pick = np.where
+    m_new = pick(first, x, m_new)
+    m2_new = pick(first, 0 * m2_new, m2_new)
+    gram = tuple(pick(first, 0.0, g) for g in gram)
+    return _Moments(pick(keep, state.count, state.count + 1), pick(keep, state.m, m_new),
+                    pick(keep, state.m2, m2_new), *(pick(keep, old, new) for old, new in
+                                                     zip((state.gmm, state.gm2, state.g22), gram, strict=True)))
+
+
+def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False) -> _Moments:
+    """AddMoments(Vec): n = n_d + n_a, c = fl(n_a/n), delta = m_a - m_d, m = m_d + c delta,
+    M2 = M2_d + (M2_a + ((delta delta) c) n_d). Exact into an empty dst (count 0). Counts are the same along the
+    state's arrays (every lane of a stack slot holds as many terms). ``fused``: m_d + c delta and
+    M2_a + (delta delta c) n_d are FMAs in the float32 emulation (the scalar AddMoments merging the lanes; the
+    vector merges are not contracted)."""
+    n_d, n_a = int(np.max(dst.count)), int(np.max(add.count))
+    if n_d == 0:
+        return add
+    if n_a == 0:
+        return dst
+    c = (np.float32(n_a) / np.float32(n_d + n_a)).astype(dtype)  # the algorithm's float32 constant
+    n_dst = np.asarray(n_d, dtype=dtype)
+    delta = add.m - dst.m
+    t = c * delta
+    m_new = _fused(c, delta, dst.m) if fused else dst.m + t
+    h = delta * delta * c * n_dst
+    s = _fused(delta * delta * c, n_dst, add.m2) if fused else add.m2 + h
+    m2_new = dst.m2 + s
+    c64, n64 = np.float64(c), float(n_d)
+    d64, t64, m64, h64, s64, w64 = (np.asarray(v, dtype=np.float64) for v in (delta, t, m_new, h, s, m2_new))
+    coupling = 2 * c64 * n64 * d64
+    a_dst = dst.mapped(1 - c64, -coupling)
+    a_add = add.mapped(c64, coupling)
+    gram = _add(tuple(p + q for p, q in zip(a_dst, a_add, strict=True)),
+                (c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
+                (t64, 0.0), (m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
+                (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
+                (0.0, s64), (0.0, w64))  # s = fl(M2_a + h), M2 = fl(M2_d + s)
+    return _Moments(n_d + n_a, m_new, m2_new, *gram)
+
+
+def row_moments(rows: np.ndarray, lanes: int) -> _Moments:
+    """RowwiseMomentsImpl over the last axis of ``rows`` (float32: the kernel; float64: the exact computation with the
+    algorithm's float32 constants), V = ``lanes``; the returned state's m is the mean, m2 the sum of squared
+    deviations (the kernel then divides by N), and its Gram matrix the first-order rounding coefficients."""
+    dtype = rows.dtype
+    batch, width = rows.shape[:-1], rows.shape[-1]
+    n = width // lanes
+    chunks = -(-n // CHUNK)
+    zero = np.zeros((*batch, lanes), dtype=dtype)
+    vectors = rows[..., : n * lanes].reshape(*batch, n, lanes)
+    depth = max(int(np.ceil(np.log2(chunks))) if chunks > 1 else 0, 1)
+    stack = [_Moments(0, zero, zero) for _ in range(depth)]
+    padded = np.concatenate([vectors, np.zeros((*batch, chunks * CHUNK - n, lanes), dtype=dtype)], axis=-2)
+    runs = padded.reshape(*batch, chunks, CHUNK, lanes)
+    counts = np.minimum(CHUNK, n - CHUNK * np.arange(chunks))[:, None]
+    empty = np.zeros_like(runs[..., 0, :])
+    run = _Moments(np.zeros((chunks, 1), dtype=np.int64), empty, empty)
+    for j in range(CHUNK):
+        run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts)
+    for i in range(chunks):
+        one = _Moments(int(counts[i, 0]), run.m[..., i, :], run.m2[..., i, :], run.gmm[..., i, :],
+                       run.gm2[..., i, :], run.g22[..., i, :])
+        stack[0] = chan_merge(stack[0], one, dtype)
+        mask = i + 1
+        j = 1
+        while j < depth and (mask & 1) == 0:
+            stack[j] = chan_merge(stack[j], stack[j - 1], dtype)
+            stack[j - 1] = _Moments(0, zero, zero)
+            mask >>= 1
+            j += 1
+    for j in range(1, depth):
+        stack[0] = chan_merge(stack[0], stack[j], dtype)
+    tail = _Moments(0, np.zeros(batch, dtype=dtype), np.zeros(batch, dtype=dtype))
+    for i in range(n * lanes, width):
+        tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True)
+    lane_states = stack[0]
+    for k in range(lanes):
+        one = _Moments(lane_states.count, lane_states.m[..., k], lane_states.m2[..., k], lane_states.gmm[..., k],
+                       lane_states.gm2[..., k], lane_states.g22[..., k])
+        tail = chan_merge(tail, one, dtype, fused=True)
+    return tail
+
+
+def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float, depth: int | None = None) -> tuple:
+    """(e_m, e_M2, state) per row: |mean_hat - mean| <= e_m and |M2_hat - M2| <= e_M2 with probability
+    >= 1 - 2 exp(-lambda^2/2) each under the mean-independence model: lambda u c2 sqrt(G) plus the float64
+    emulation's distance from the exact value (the algorithm's float32 constants), c2 = (1 + gamma_{D+2})^2 the
+    allowance for the coefficients' own O(u) error (D the depth, default d - 1). ``rows``: float64 values."""
+    from proofs.probabilistic import gamma
+
+    width = rows.shape[-1]
+    state = row_moments(rows, lanes)
+    mean = np.mean(rows, axis=-1)
+    m2 = np.sum((rows - mean[..., None]) ** 2, axis=-1)
+    allowance = lam * u * (1 + gamma((width - 1 if depth is None else depth) + 2, u)) ** 2
+    return (allowance * np.sqrt(state.gmm) + np.abs(state.m - mean),
+            allowance * np.sqrt(state.g22) + np.abs(state.m2 - m2), state)
