@@ -42,8 +42,9 @@ if TYPE_CHECKING:  # numpy is imported where a tree is evaluated: core.kernel (a
 
 
 # The trees a shape can declare node by node: numpy's pairwise sum (tree_factor), ATen's CPU row moments (Welford
-# chunks, Chan cascade: proofs.aten_moments, used by error_model.moments_factors).
-EXACT_TREES = ("", "numpy_pow2", "aten_moments")
+# chunks, Chan cascade: proofs.aten_moments, used by error_model.moments_factors), ATen's CPU float32 sum with 8
+# lanes (SumKernel.cpp cascade_sum, thread splits: proofs.aten_sum, tree_factor).
+EXACT_TREES = ("", "numpy_pow2", "aten_moments", "aten_cascade_sum")
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,15 @@ class Reduction:
         numpy_pow2 (module docstring): the row zero-padded to L = min(next_pow2(d), block) times ceil(d / L) and
         folded into L lanes; adding block j >= 1 into the lanes is one node per lane, A = the lane's running sum of
         |x|; then numpy's tree over the L lane totals (:func:`_numpy_pairwise_squares`). One block: no lane nodes.
-        Nodes that add a zero (padding) are exact; counting them only enlarges sum_v A_v^2."""
+        Nodes that add a zero (padding) are exact; counting them only enlarges sum_v A_v^2.
+        aten_cascade_sum: proofs.aten_sum.tree_factor (the largest over the trees a call may use)."""
         import numpy as np
 
         width = np.shape(terms)[-1]
+        if self.exact_tree == "aten_cascade_sum" and self.declared_for(width):
+            from proofs import aten_sum
+
+            return aten_sum.tree_factor(terms)
         if self.exact_tree != "numpy_pow2" or not self.declared_for(width):
             return None
         lanes = 1 << max(width - 1, 0).bit_length()
