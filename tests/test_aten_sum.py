@@ -5,6 +5,7 @@ tree, and a kernel that declares the tree but sums otherwise fails where it pass
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 
 import numpy as np
@@ -12,8 +13,9 @@ import pytest
 import torch
 
 from core.adapters.torch_native import cpu_reductions
+from core.kernel import Kernel
 from proofs import aten_sum, simulate
-from properties.tightness import suite_rows
+from properties.tightness import row_ratios, suite_rows
 
 WIDTHS = (1, 2, 3, 5, 7, 8, 9, 17, 31, 64, 100, 129, 512, 1000, 4096, 4097, 8192, 16383, 32768, 32769, 65536)
 AVX2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
@@ -121,3 +123,20 @@ def test_the_declared_depth_covers_the_tree():
     for d in (2, 8, 9, 17, 100, 513, 4097, 8192, 40000, 65536):
         assert aten_sum.node_tree(np.ones(d), threads=threads).depth() <= declared.depth(d), d
         assert aten_sum.node_tree(np.ones(d), threads=1).depth() <= declared.depth(d), d
+def sequential_rmsnorm(x: torch.Tensor, weight, eps: float) -> torch.Tensor:
+    """A correct RMSNorm whose mean square is summed left to right in float32 (depth d - 1)."""
+    y = simulate.rmsnorm_reference(x.detach().numpy().astype(np.float32), eps, order="sequential")
+    return torch.from_numpy(np.ascontiguousarray(y))
+
+
+@needs_avx2
+def test_a_sequential_kernel_declaring_the_aten_tree_fails():
+    """Declaring torch's cascade tree for a sequential sum: at d = 65536 its errors grow like u sqrt(d) (or like u d
+    where the roundings align) where the tree allows about 2u (gamma_D, D = its depth, on aligned rows): most of the
+    suite's rows fail, by up to 100x. Undeclared the same kernel passes them."""
+    declared = Kernel("sequential-declared-aten", "rmsnorm", sequential_rmsnorm, reduction=cpu_reductions()["rmsnorm"])
+    undeclared = dataclasses.replace(declared, reduction=None)
+    x = torch.cat([suite_rows(65536, ratio, torch.float32, 10, seed=5) for ratio in (0.0, 10.0)])
+    caught = row_ratios(declared, x)
+    assert np.median(caught) > 1 and caught.max() > 10, caught
+    assert row_ratios(undeclared, x).max() <= 0.5

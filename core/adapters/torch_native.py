@@ -62,7 +62,11 @@ def cpu_reductions() -> dict[str, Reduction]:
     rms_norm: the composite aten/src/ATen/native/layer_norm.cpp rms_norm_symint (pow(2).mean in float32), whose sum
     is SumKernel.cpp cascade_sum: multi_row_sum over 4 ILP rows of V lanes, 4 levels of runs of 16 (level_power 4
     while a lane holds < 2^16 terms: d < 2^18 V), then 3 level merges, 3 + 3 ILP merges, the V lanes one after
-    another, and a split of one row across at most torch.get_num_threads() threads (one more addition each).
+    another, and a split of one row across at most torch.get_num_threads() threads (one more addition each). With
+    AVX2 (V = 8) the tree itself is declared, ``exact_tree="aten_cascade_sum"``: proofs.aten_sum emulates it addition
+    by addition (with TensorIteratorReduce.cpp's split of a one-row call of d > 32768 into per-thread chunks), bit
+    for bit with torch's sum and rms_norm in tests/test_aten_sum.py (16-bit x: the composite upcasts to float32
+    first, so the same float32 tree); AVX512 (V = 16) is not verified: its shape only.
     Both compute r = 1/std::sqrt(t) or Vectorized::rsqrt (a divide by a correctly rounded sqrt).
     """
     import torch
@@ -78,9 +82,10 @@ def cpu_reductions() -> dict[str, Reduction]:
                                       "binary Chan cascade, lanes merged sequentially; node by node for float32 "
                                       "rows: proofs.aten_moments)"),
         "rmsnorm": Reduction(run=16, lanes=4 * lanes, fan=16, level_cost=16, finish=9 + lanes + threads,
-                             max_width=2**18 * lanes,
+                             max_width=2**18 * lanes, exact_tree="aten_cascade_sum" if lanes == 8 else "",
                              source="ATen cpu/SumKernel.cpp cascade_sum (multi_row_sum: 4 ILP rows, levels of 16; "
-                                    "lanes merged sequentially; a row split over threads)"),
+                                    "lanes merged sequentially; a row split over threads; node by node with 8 lanes: "
+                                    "proofs.aten_sum)"),
     }
 
 
