@@ -23,15 +23,16 @@ aten/src/ATen/TensorIteratorReduce.cpp ``parallel_reduce``. For a row of d float
 
 Accumulators start at 0 and a zero slot adds exactly, so an addition whose operand sums no term (or only zeros,
 whose computed value is an exact zero) is no rounding node: it is left out of sum_v A_v^2 (A_v = sum of |terms|
-under node v). The same loops run on three arithmetics: float32 values (:func:`float32_sum`, checked bit for bit
-against torch in tests/test_aten_sum.py), magnitudes with their node squares (:func:`tree_factor`, used by
-proofs.reduction.Reduction.tree_factor for ``exact_tree="aten_cascade_sum"``), and explicit nodes
-(:func:`node_tree`, the node-by-node check of claim numerics.error_model).
+under node v). The same loops run on four arithmetics: float32 values (:func:`float32_sum`, checked bit for bit
+against torch in tests/test_aten_sum.py), magnitudes with their node squares (:func:`tree_factor`), the deepest path
+(:func:`depth`; both used by proofs.reduction.Reduction for ``exact_tree="aten_cascade_sum"``), and explicit nodes
+(:func:`node_tree`, the node-by-node check of claim numerics.error_model and of the depth in the tests).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -65,6 +66,17 @@ class Magnitudes:
         nodes = np.where((partial[:-1] > 0) & (operands[1:] > 0), partial[1:] ** 2, 0.0)
         self.squares = self.squares + np.moveaxis(nodes, 1, 0).reshape(len(self.squares), -1).sum(axis=-1)
         return partial[-1]
+
+
+class Depths:
+    """Additions of the deepest path below each operand, every term nonzero (int arrays)."""
+
+    def chain(self, stack: np.ndarray, axis: int) -> np.ndarray:
+        """A chain of n additions puts its first operand under all n of them and operand k >= 1 under n - k + 1."""
+        operands = np.moveaxis(stack, axis, 0)
+        count = len(operands) - 1
+        under = np.minimum(count - np.arange(count + 1) + 1, count)
+        return np.max(operands + under.reshape(-1, *[1] * (operands.ndim - 1)), axis=0)
 
 
 @dataclass(eq=False)
@@ -192,6 +204,19 @@ def squares(terms: np.ndarray, lanes: int = LANES, chunks: int = 1) -> np.ndarra
     else:
         _inner_sum(arithmetic, flat, lanes)
     return arithmetic.squares.reshape(magnitudes.shape[:-1])
+
+
+@cache
+def depth(width: int) -> int | None:
+    """D: the most additions a term passes through, the largest over the trees a call may use (as
+    :func:`tree_factor`); None for width > MAX_WIDTH."""
+    if width > MAX_WIDTH:
+        return None
+    if width < 2:
+        return 0
+    leaves = np.zeros((1, width), dtype=np.int64)
+    return max(int((_split_sum(Depths(), leaves, LANES, chunks) if chunks > 1 else
+                    _inner_sum(Depths(), leaves, LANES))[0]) for chunks in chunk_counts(width))
 
 
 def tree_factor(terms: np.ndarray) -> np.ndarray | None:

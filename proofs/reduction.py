@@ -75,9 +75,16 @@ class Reduction:
         return not self.max_width or d <= self.max_width
 
     def depth(self, d: int) -> int:
-        """D: the most additions a term of a row of width d passes through, at most d - 1 (any order)."""
+        """D: the most additions a term of a row of width d passes through, at most d - 1 (any order); an exact
+        ``aten_cascade_sum`` tree's own (proofs.aten_sum.depth), where it is modelled."""
         if d < 2 or not self.declared_for(d):
             return max(d - 1, 0)
+        if self.exact_tree == "aten_cascade_sum":
+            from proofs import aten_sum
+
+            exact = aten_sum.depth(d)
+            if exact is not None:
+                return exact
         block = min(d, self.block) if self.block else d
         chunks = -(-block // (self.run * self.lanes))
         levels = 0

@@ -15,6 +15,7 @@ import torch
 from core.adapters.torch_native import cpu_reductions
 from core.kernel import Kernel
 from proofs import aten_sum, simulate
+from proofs.reduction import Reduction
 from properties.tightness import row_ratios, suite_rows
 
 WIDTHS = (1, 2, 3, 5, 7, 8, 9, 17, 31, 64, 100, 129, 512, 1000, 4096, 4097, 8192, 16383, 32768, 32769, 65536)
@@ -115,14 +116,18 @@ def test_the_tree_factor_covers_every_call():
     assert len(aten_sum.chunk_counts(65536)) == 2 and aten_sum.tree_factor(np.ones((1, aten_sum.MAX_WIDTH + 1))) is None
 
 
-@needs_avx2
-def test_the_declared_depth_covers_the_tree():
-    """The rms_norm declaration's depth D (gamma_D, the cap) is at least the tree's deepest path, split or not."""
-    declared = cpu_reductions()["rmsnorm"]
-    threads = torch.get_num_threads()
-    for d in (2, 8, 9, 17, 100, 513, 4097, 8192, 40000, 65536):
-        assert aten_sum.node_tree(np.ones(d), threads=threads).depth() <= declared.depth(d), d
-        assert aten_sum.node_tree(np.ones(d), threads=1).depth() <= declared.depth(d), d
+def test_the_depth_is_the_deepest_path_of_every_possible_tree():
+    """aten_sum.depth (the declaration's D, gamma_D and the cap sqrt(D)) is the explicit trees' deepest path, the
+    largest over the serial tree and the thread splits; never above the shape formula it replaces."""
+    shape = dataclasses.replace(cpu_reductions().get("rmsnorm") or Reduction(run=16), exact_tree="")
+    for d in (1, 2, 8, 9, 16, 17, 33, 100, 513, 4097, 8192, 40000, 65536):
+        deepest = max(aten_sum.node_tree(np.ones(d), threads=chunks).depth() for chunks in aten_sum.chunk_counts(d))
+        assert aten_sum.depth(d) == deepest, d
+        if shape.lanes == 4 * aten_sum.LANES:
+            assert deepest <= shape.depth(d), d
+    assert aten_sum.depth(aten_sum.MAX_WIDTH + 1) is None
+
+
 def sequential_rmsnorm(x: torch.Tensor, weight, eps: float) -> torch.Tensor:
     """A correct RMSNorm whose mean square is summed left to right in float32 (depth d - 1)."""
     y = simulate.rmsnorm_reference(x.detach().numpy().astype(np.float32), eps, order="sequential")
