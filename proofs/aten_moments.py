@@ -32,28 +32,37 @@ INPUT_DTYPES = ("float32",)  # 16-bit rows: UpdateMomentsVec splits each vector 
 
 
 class _Moments:
-    """A Welford/Chan state of one or more lanes: count, mean m, M2, and the Gram matrix (gmm, gm2, g22) of the
-    first-order rounding coefficients of (m, M2)."""
+    """A Welford/Chan state of one or more lanes: count, mean m, M2, and ``errors`` = (G_mm, G_m2, G_22, L_m, L_2):
+    the Gram matrix G = sum_v g_v g_v^T of the first-order rounding coefficients g_v of (m, M2), and upper bounds
+    L_m >= sum_v |g_v[0]|, L_2 >= sum_v |g_v[1]| (the first-order worst case)."""
 
-    __slots__ = ("count", "g22", "gm2", "gmm", "m", "m2")
+    __slots__ = ("count", "errors", "m", "m2")
 
-    def __init__(self, count, m, m2, gmm=None, gm2=None, g22=None):
+    def __init__(self, count, m, m2, errors=None):
         zero = np.zeros(np.shape(m), dtype=np.float64)
         self.count, self.m, self.m2 = count, m, m2
-        self.gmm, self.gm2, self.g22 = (zero if g is None else g for g in (gmm, gm2, g22))
+        self.errors = (zero,) * 5 if errors is None else errors
 
-    def mapped(self, alpha, beta):
-        """The Gram matrix J G J^T of this state's errors under J = [[alpha, 0], [beta, 1]]."""
-        a, b, c = self.gmm, self.gm2, self.g22
-        return alpha * alpha * a, alpha * (beta * a + b), beta * beta * a + 2 * beta * b + c
+    def mapped(self, alpha, beta) -> tuple:
+        """The errors under the linear map J = [[alpha, 0], [beta, 1]] of (e_m, e_M2): J G J^T, and the L1 bounds
+        |alpha| L_m, |beta| L_m + L_2."""
+        a, b, c, l_m, l_2 = self.errors
+        return (alpha * alpha * a, alpha * (beta * a + b), beta * beta * a + 2 * beta * b + c,
+                np.abs(alpha) * l_m, np.abs(beta) * l_m + l_2)
+
+    def part(self, index) -> _Moments:
+        """The state of some of the lanes (an index into the arrays' trailing axes)."""
+        count = self.count if np.ndim(self.count) == 0 else int(np.max(self.count[index]))
+        return _Moments(count, self.m[index], self.m2[index], tuple(e[index] for e in self.errors))
 
 
-def _add(gram, *coefficients):
-    """gram + sum g g^T over the new roundings' coefficient vectors g = (g_m, g_M2)."""
-    a, b, c = gram
+def _add(errors: tuple, *coefficients) -> tuple:
+    """errors + the new roundings' coefficient vectors g = (g_m, g_M2): G + sum g g^T, L + sum |g|."""
+    a, b, c, l_m, l_2 = errors
     for g_m, g_2 in coefficients:
         a, b, c = a + g_m * g_m, b + g_m * g_2, c + g_2 * g_2
-    return a, b, c
+        l_m, l_2 = l_m + np.abs(g_m), l_2 + np.abs(g_2)
+    return a, b, c, l_m, l_2
 
 
 def _fused(a, b, c):
@@ -77,7 +86,7 @@ def welford_step(state: _Moments, x, c, active=True, divide: bool = False) -> _M
     m2_new = state.m2 + p if divide else _fused(d, f, state.m2)
     c64 = 1 / np.float64(c) if divide else np.float64(c)
     d64, q64, m64, f64, p64, s64 = (np.asarray(v, dtype=np.float64) for v in (d, q, m_new, f, p, m2_new))
-    gram = _add(state.mapped(1 - c64, -(f64 + d64 * (1 - c64))),
+    errors = _add(state.mapped(1 - c64, -(f64 + d64 * (1 - c64))),
                 (c64 * d64, f64 * d64 - c64 * d64 * d64),  # d = fl(x - m)
                 (q64, -d64 * q64),  # q = fl(d c)
                 (m64, -d64 * m64),  # m' = fl(m + q)
@@ -89,10 +98,9 @@ def welford_step(state: _Moments, x, c, active=True, divide: bool = False) -> _M
     pick = np.where
     m_new = pick(first, x, m_new)
     m2_new = pick(first, 0 * m2_new, m2_new)
-    gram = tuple(pick(first, 0.0, g) for g in gram)
+    errors = tuple(pick(keep, old, pick(first, 0.0, new)) for old, new in zip(state.errors, errors, strict=True))
     return _Moments(pick(keep, state.count, state.count + 1), pick(keep, state.m, m_new),
-                    pick(keep, state.m2, m2_new), *(pick(keep, old, new) for old, new in
-                                                     zip((state.gmm, state.gm2, state.g22), gram, strict=True)))
+                    pick(keep, state.m2, m2_new), errors)
 
 
 def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False) -> _Moments:
@@ -119,12 +127,12 @@ def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False) -> _Mom
     coupling = 2 * c64 * n64 * d64
     a_dst = dst.mapped(1 - c64, -coupling)
     a_add = add.mapped(c64, coupling)
-    gram = _add(tuple(p + q for p, q in zip(a_dst, a_add, strict=True)),
+    errors = _add(tuple(p + q for p, q in zip(a_dst, a_add, strict=True)),
                 (c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
                 (t64, 0.0), (m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
                 (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
                 (0.0, s64), (0.0, w64))  # s = fl(M2_a + h), M2 = fl(M2_d + s)
-    return _Moments(n_d + n_a, m_new, m2_new, *gram)
+    return _Moments(n_d + n_a, m_new, m2_new, errors)
 
 
 def row_moments(rows: np.ndarray, lanes: int) -> _Moments:
@@ -147,9 +155,7 @@ def row_moments(rows: np.ndarray, lanes: int) -> _Moments:
     for j in range(CHUNK):
         run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts)
     for i in range(chunks):
-        one = _Moments(int(counts[i, 0]), run.m[..., i, :], run.m2[..., i, :], run.gmm[..., i, :],
-                       run.gm2[..., i, :], run.g22[..., i, :])
-        stack[0] = chan_merge(stack[0], one, dtype)
+        stack[0] = chan_merge(stack[0], run.part((..., i, slice(None))), dtype)
         mask = i + 1
         j = 1
         while j < depth and (mask & 1) == 0:
@@ -162,25 +168,26 @@ def row_moments(rows: np.ndarray, lanes: int) -> _Moments:
     tail = _Moments(0, np.zeros(batch, dtype=dtype), np.zeros(batch, dtype=dtype))
     for i in range(n * lanes, width):
         tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True)
-    lane_states = stack[0]
     for k in range(lanes):
-        one = _Moments(lane_states.count, lane_states.m[..., k], lane_states.m2[..., k], lane_states.gmm[..., k],
-                       lane_states.gm2[..., k], lane_states.g22[..., k])
-        tail = chan_merge(tail, one, dtype, fused=True)
+        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=True)
     return tail
 
 
-def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float, depth: int | None = None) -> tuple:
-    """(e_m, e_M2, state) per row: |mean_hat - mean| <= e_m and |M2_hat - M2| <= e_M2 with probability
-    >= 1 - 2 exp(-lambda^2/2) each under the mean-independence model: lambda u c2 sqrt(G) plus the float64
-    emulation's distance from the exact value (the algorithm's float32 constants), c2 = (1 + gamma_{D+2})^2 the
-    allowance for the coefficients' own O(u) error (D the depth, default d - 1). ``rows``: float64 values."""
+def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float | None, depth: int | None = None,
+                 state: _Moments | None = None) -> tuple:
+    """(e_m, e_M2, state) per row: |mean_hat - mean| <= e_m and |M2_hat - M2| <= e_M2. With ``lam``: with
+    probability >= 1 - 2 exp(-lambda^2/2) each under the mean-independence model, lambda u c2 sqrt(G); without
+    (None): the first-order worst case over the same nodes, u c2 L, for any correlation of the roundings. Both plus
+    the float64 emulation's distance from the exact value (the algorithm's float32 constants); c2 =
+    (1 + gamma_{D+2})^2 the allowance for the coefficients' own O(u) error (D the depth, default d - 1).
+    ``rows``: float64 values; ``state``: their :func:`row_moments`, if already computed."""
     from proofs.probabilistic import gamma
 
     width = rows.shape[-1]
-    state = row_moments(rows, lanes)
+    state = row_moments(rows, lanes) if state is None else state
+    gmm, _, g22, l_m, l_2 = state.errors
     mean = np.mean(rows, axis=-1)
     m2 = np.sum((rows - mean[..., None]) ** 2, axis=-1)
-    allowance = lam * u * (1 + gamma((width - 1 if depth is None else depth) + 2, u)) ** 2
-    return (allowance * np.sqrt(state.gmm) + np.abs(state.m - mean),
-            allowance * np.sqrt(state.g22) + np.abs(state.m2 - m2), state)
+    allowance = u * (1 + gamma((width - 1 if depth is None else depth) + 2, u)) ** 2
+    spread_m, spread_2 = (l_m, l_2) if lam is None else (lam * np.sqrt(gmm), lam * np.sqrt(g22))
+    return (allowance * spread_m + np.abs(state.m - mean), allowance * spread_2 + np.abs(state.m2 - m2), state)

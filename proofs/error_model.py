@@ -212,29 +212,31 @@ def _moments_tree(kind: str, declared: reduction.Reduction | None, width: int) -
 
 
 def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndarray, factors: tuple) -> tuple:
-    """(phi_mu, phi_v) of a LayerNorm whose statistics are ATen's row moments (exact_tree="aten_moments"), from the
-    Gram matrix of their first-order rounding coefficients (proofs.aten_moments): where the probabilistic model
-    applies, |mu_hat - mu| <= e_m and |M2_hat - M2| <= e_2 (proofs.aten_moments.error_bounds); t = fl(fl(M2/d) + eps)
-    adds two roundings.
-    The Welford coupling of the mean's error into M2 is inside G_22, so kappa leaves rho_t (:func:`_declared`);
-    on the other rows (the worst case, structured rows) the first-order Welford term 2 phi_mu kappa of the
-    order-agnostic model is folded into phi_v. ``factors``: the shape's factors (:func:`statistic_factors`)."""
+    """(phi_mu, phi_v) of a LayerNorm whose statistics are ATen's row moments (exact_tree="aten_moments"), node by
+    node (proofs.aten_moments.error_bounds): |mu_hat - mu| <= e_m and |M2_hat - M2| <= e_2, probabilistic (the Gram
+    matrix of the first-order rounding coefficients) where the model applies and that is smaller, else the
+    first-order worst case over the same nodes; t = fl(fl(M2/d) + eps) adds two roundings. The Welford coupling of
+    the mean's error into M2 is
+    inside e_2, so kappa leaves rho_t (:func:`_declared`); where the declared shape's own factors (``factors``,
+    with the first-order Welford term 2 phi_mu kappa folded into phi_v) are smaller, they are used."""
     from proofs import aten_moments
 
     phi_mean, phi_var = factors
     g, width = probabilistic.gamma, row.shape[-1]
     kappa = np.sqrt(np.mean(row**2, axis=-1, keepdims=True)) / q["s"]
     folded = _at_most(np.inf, phi_var, 2 * phi_mean * kappa)
-    if lam_value is None:
-        return phi_mean, folded
-    e_mean, e_m2, _ = aten_moments.error_bounds(row, q["reduction"].lanes, u_acc, lam_value,
-                                                reduction.depth(q["reduction"], width))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tree_mean = (e_mean / np.mean(np.abs(row), axis=-1))[..., None]
-        tree_var = _at_most(np.inf, (e_m2 / width)[..., None] * q["inv_s2"], g(2, u_acc))
-    modelled = probabilistic.independent(row) & ~probabilistic.aligned(row, u_acc)
-    return (np.where(modelled, np.minimum(phi_mean, np.nan_to_num(tree_mean, nan=np.inf)), phi_mean),
-            np.where(modelled, np.minimum(folded, np.nan_to_num(tree_var, nan=np.inf)), folded))
+    depth, lanes = reduction.depth(q["reduction"], width), q["reduction"].lanes
+    state = aten_moments.row_moments(row, lanes)
+    tree = {}
+    for lam in {None, lam_value}:
+        e_mean, e_m2, _ = aten_moments.error_bounds(row, lanes, u_acc, lam, depth, state)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tree[lam] = (np.nan_to_num((e_mean / np.mean(np.abs(row), axis=-1))[..., None], nan=np.inf),
+                         _at_most(np.inf, (e_m2 / width)[..., None] * q["inv_s2"], g(2, u_acc)))
+    modelled = (lam_value is not None) & probabilistic.independent(row) & ~probabilistic.aligned(row, u_acc)
+    chosen = [np.where(modelled, np.minimum(chance, worst), worst)
+              for chance, worst in zip(tree[lam_value], tree[None], strict=True)]
+    return np.minimum(phi_mean, chosen[0]), np.minimum(folded, chosen[1])
 
 
 def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: float, u_out: float,

@@ -22,8 +22,8 @@ ROWS = 60
 # third of what was measured (docs/tightness.md): a bound ten times looser would put the median below them (asserted
 # too, so the floor keeps that power).
 FLOORS = {
-    ("layernorm", "float32", 8): 0.018, ("layernorm", "float32", 64): 0.013, ("layernorm", "float32", 512): 0.012,
-    ("layernorm", "float32", 4096): 0.012,
+    ("layernorm", "float32", 8): 0.025, ("layernorm", "float32", 64): 0.022, ("layernorm", "float32", 512): 0.014,
+    ("layernorm", "float32", 4096): 0.015,
     ("rmsnorm", "float32", 8): 0.025, ("rmsnorm", "float32", 64): 0.02, ("rmsnorm", "float32", 512): 0.017,
     ("rmsnorm", "float32", 4096): 0.011,
     ("layernorm", "float16", 64): 0.2, ("rmsnorm", "float16", 64): 0.25,
