@@ -92,15 +92,18 @@ class Node:
 
     __radd__ = __add__
 
+    @property
+    def rounds(self) -> bool:
+        """Whether this node is a rounding: it adds two operands of nonzero magnitude."""
+        return len(self.children) == 2 and min(c.magnitude for c in self.children) > 0
+
     def squares(self) -> float:
-        """sum_v A_v^2 over the nodes under this one that add two operands of nonzero magnitude."""
-        rounding = len(self.children) == 2 and min(c.magnitude for c in self.children) > 0
-        return (self.magnitude**2 if rounding else 0.0) + sum(c.squares() for c in self.children)
+        """sum_v A_v^2 over the rounding nodes under this one (itself included)."""
+        return (self.magnitude**2 if self.rounds else 0.0) + sum(c.squares() for c in self.children)
 
     def depth(self) -> int:
-        """The most additions of nonzero operands any leaf passes through."""
-        below = max((c.depth() for c in self.children), default=0)
-        return below + int(len(self.children) == 2 and min(c.magnitude for c in self.children) > 0)
+        """The most rounding nodes any leaf passes through."""
+        return max((c.depth() for c in self.children), default=0) + int(self.rounds)
 
 
 def _chain(arithmetic, items: list) -> np.ndarray | None:
@@ -156,9 +159,10 @@ def _inner_sum(arithmetic, terms: np.ndarray, lanes: int) -> np.ndarray:
     return _chain(arithmetic, scalars)
 
 
-def _split_sum(arithmetic, terms: np.ndarray, lanes: int, threads: int) -> np.ndarray:
-    """two_pass_reduction of a one-row call: a chunk per thread into a zeroed buffer of ``threads`` slots, then the
-    buffer's sum."""
+def _one_row_call(arithmetic, terms: np.ndarray, lanes: int, threads: int) -> np.ndarray:
+    """The sum of each row of terms called alone with ``threads`` threads: for d > GRAIN_SIZE and T > 1
+    two_pass_reduction (a chunk per thread into a zeroed buffer of T slots, then the buffer's sum), else the serial
+    tree (a buffer of one slot adds nothing)."""
     width = terms.shape[-1]
     chunks = min(threads, -(-width // GRAIN_SIZE)) if width > GRAIN_SIZE else 1
     size = -(-width // chunks)
@@ -180,9 +184,8 @@ def float32_sum(values: np.ndarray, lanes: int = LANES, threads: int = 1) -> np.
     flat = rows.reshape(-1, rows.shape[-1])
     if flat.shape[-1] == 0:
         return np.zeros(rows.shape[:-1], np.float32)
-    if len(flat) == 1 and threads > 1 and flat.shape[-1] >= GRAIN_SIZE:
-        return _split_sum(Values(), flat, lanes, threads).reshape(rows.shape[:-1])
-    return _inner_sum(Values(), flat, lanes).reshape(rows.shape[:-1])
+    found = _one_row_call(Values(), flat, lanes, threads) if len(flat) == 1 else _inner_sum(Values(), flat, lanes)
+    return found.reshape(rows.shape[:-1])
 
 
 def node_tree(terms: np.ndarray, lanes: int = LANES, threads: int = 1) -> Node:
@@ -190,8 +193,7 @@ def node_tree(terms: np.ndarray, lanes: int = LANES, threads: int = 1) -> Node:
     leaves = np.empty((1, len(terms)), dtype=object)
     for k, value in enumerate(np.abs(np.asarray(terms, dtype=np.float64))):
         leaves[0, k] = Node(float(value))
-    split = threads > 1 and len(terms) >= GRAIN_SIZE
-    return (_split_sum(Values(), leaves, lanes, threads) if split else _inner_sum(Values(), leaves, lanes))[0]
+    return _one_row_call(Values(), leaves, lanes, threads)[0]
 
 
 def squares(terms: np.ndarray, lanes: int = LANES, chunks: int = 1) -> np.ndarray:
@@ -199,10 +201,7 @@ def squares(terms: np.ndarray, lanes: int = LANES, chunks: int = 1) -> np.ndarra
     magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
     flat = magnitudes.reshape(-1, magnitudes.shape[-1])
     arithmetic = Magnitudes(np.zeros(len(flat)))
-    if chunks > 1:
-        _split_sum(arithmetic, flat, lanes, chunks)
-    else:
-        _inner_sum(arithmetic, flat, lanes)
+    _one_row_call(arithmetic, flat, lanes, chunks)
     return arithmetic.squares.reshape(magnitudes.shape[:-1])
 
 
@@ -214,9 +213,8 @@ def depth(width: int) -> int | None:
         return None
     if width < 2:
         return 0
-    leaves = np.zeros((1, width), dtype=np.int64)
-    return max(int((_split_sum(Depths(), leaves, LANES, chunks) if chunks > 1 else
-                    _inner_sum(Depths(), leaves, LANES))[0]) for chunks in chunk_counts(width))
+    leaves = np.zeros((1, width), dtype=np.int64)  # T = chunks: no zero slots, which Depths would count
+    return max(int(_one_row_call(Depths(), leaves, LANES, chunks)[0]) for chunks in chunk_counts(width))
 
 
 def tree_factor(terms: np.ndarray) -> np.ndarray | None:
