@@ -65,6 +65,19 @@ def _add(errors: tuple, *coefficients) -> tuple:
     return a, b, c, l_m, l_2
 
 
+def _half_ulp_share(value, bound, u: float | None):
+    """The share of u |value| that bounds the rounding of a node whose exact-arithmetic value is ``value``: the
+    kernel rounds t, |t| <= top = (|value| + 2 u bound) / (1 - u) (``bound``: the node's L1 error sum, so that
+    u c2 bound with c2 < 2 bounds its operands' error), and round-to-nearest errs by at most half an ulp of t's
+    binade, u 2^floor(log2 top); the share is that over u |value| (<= 1 + O(u)). 1 without ``u``."""
+    if u is None:
+        return 1.0
+    magnitude = np.abs(value)
+    top = (magnitude + 2 * u * bound) / (1 - u)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(magnitude > 0, np.exp2(np.floor(np.log2(np.where(top > 0, top, 1.0)))) / magnitude, 1.0)
+
+
 def _fused(a, b, c):
     """fl(a b + c) in float32 (an FMA: the float32 product is exact in float64), a b + c in float64."""
     if np.result_type(a, b, c) != np.float32:
@@ -72,12 +85,13 @@ def _fused(a, b, c):
     return (np.asarray(a, dtype=np.float64) * b + c).astype(np.float32)
 
 
-def welford_step(state: _Moments, x, c, active=True, divide: bool = False) -> _Moments:
+def welford_step(state: _Moments, x, c, active=True, divide: bool = False, u: float | None = None) -> _Moments:
     """One Welford update with x: d = x - m, m' = m + d c (or m + d / c with ``divide``: the scalar loop, whose
     division rounds once like the product), M2' = M2 + d (x - m'). The update from an empty state (count 0) is
     exact. ``active``: where False the state stays. The float32 emulation fuses m + d c and M2 + d f into FMAs
     as torch's AVX2 build does in the vector loop (GCC contracts its multiply-adds; not the scalar tail's). The
-    model also counts the fused product's rounding: a superset of the kernel's roundings, sound either way."""
+    model also counts the fused product's rounding: a superset of the kernel's roundings, sound either way. With
+    ``u`` the accumulators' roundings (m', M2') are bounded by half an ulp of their binade (:func:`_half_ulp_share`)."""
     d = x - state.m
     q = d / c if divide else d * c
     m_new = state.m + q if divide else _fused(d, c, state.m)
@@ -86,13 +100,17 @@ def welford_step(state: _Moments, x, c, active=True, divide: bool = False) -> _M
     m2_new = state.m2 + p if divide else _fused(d, f, state.m2)
     c64 = 1 / np.float64(c) if divide else np.float64(c)
     d64, q64, m64, f64, p64, s64 = (np.asarray(v, dtype=np.float64) for v in (d, q, m_new, f, p, m2_new))
-    errors = _add(state.mapped(1 - c64, -(f64 + d64 * (1 - c64))),
-                (c64 * d64, f64 * d64 - c64 * d64 * d64),  # d = fl(x - m)
-                (q64, -d64 * q64),  # q = fl(d c)
-                (m64, -d64 * m64),  # m' = fl(m + q)
-                (0.0, d64 * f64),  # f = fl(x - m')
-                (0.0, p64),  # p = fl(d f)
-                (0.0, s64))  # M2' = fl(M2 + p)
+    mapped = state.mapped(1 - c64, -(f64 + d64 * (1 - c64)))
+    share_m = share_2 = 1.0
+    for _ in range(1 if u is None else 2):  # the shares need the new state's L1 sums: first with shares 1
+        errors = _add(mapped,
+                      (c64 * d64, f64 * d64 - c64 * d64 * d64),  # d = fl(x - m)
+                      (q64, -d64 * q64),  # q = fl(d c)
+                      (share_m * m64, -share_m * d64 * m64),  # m' = fl(m + q)
+                      (0.0, d64 * f64),  # f = fl(x - m')
+                      (0.0, p64),  # p = fl(d f)
+                      (0.0, share_2 * s64))  # M2' = fl(M2 + p)
+        share_m, share_2 = _half_ulp_share(m64, errors[3], u), _half_ulp_share(s64, errors[4], u)
     first = np.asarray(state.count) == 0
     keep = ~np.asarray(active, dtype=bool)
     pick = np.where
@@ -103,12 +121,12 @@ def welford_step(state: _Moments, x, c, active=True, divide: bool = False) -> _M
                     pick(keep, state.m2, m2_new), errors)
 
 
-def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False) -> _Moments:
+def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: float | None = None) -> _Moments:
     """AddMoments(Vec): n = n_d + n_a, c = fl(n_a/n), delta = m_a - m_d, m = m_d + c delta,
     M2 = M2_d + (M2_a + ((delta delta) c) n_d). Exact into an empty dst (count 0). Counts are the same along the
     state's arrays (every lane of a stack slot holds as many terms). ``fused``: m_d + c delta and
     M2_a + (delta delta c) n_d are FMAs in the float32 emulation (the scalar AddMoments merging the lanes; the
-    vector merges are not contracted)."""
+    vector merges are not contracted). ``u``: as for :func:`welford_step` (m, s and M2 are the accumulators)."""
     n_d, n_a = int(np.max(dst.count)), int(np.max(add.count))
     if n_d == 0:
         return add
@@ -127,18 +145,24 @@ def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False) -> _Mom
     coupling = 2 * c64 * n64 * d64
     a_dst = dst.mapped(1 - c64, -coupling)
     a_add = add.mapped(c64, coupling)
-    errors = _add(tuple(p + q for p, q in zip(a_dst, a_add, strict=True)),
-                (c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
-                (t64, 0.0), (m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
-                (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
-                (0.0, s64), (0.0, w64))  # s = fl(M2_a + h), M2 = fl(M2_d + s)
+    mapped = tuple(p + q for p, q in zip(a_dst, a_add, strict=True))
+    share_m = share_s = share_2 = 1.0
+    for _ in range(1 if u is None else 2):
+        errors = _add(mapped,
+                      (c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
+                      (t64, 0.0), (share_m * m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
+                      (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
+                      (0.0, share_s * s64), (0.0, share_2 * w64))  # s = fl(M2_a + h), M2 = fl(M2_d + s)
+        share_m = _half_ulp_share(m64, errors[3], u)
+        share_s, share_2 = _half_ulp_share(s64, errors[4], u), _half_ulp_share(w64, errors[4], u)
     return _Moments(n_d + n_a, m_new, m2_new, errors)
 
 
-def row_moments(rows: np.ndarray, lanes: int) -> _Moments:
+def row_moments(rows: np.ndarray, lanes: int, u: float | None = None) -> _Moments:
     """RowwiseMomentsImpl over the last axis of ``rows`` (float32: the kernel; float64: the exact computation with the
     algorithm's float32 constants), V = ``lanes``; the returned state's m is the mean, m2 the sum of squared
-    deviations (the kernel then divides by N), and its Gram matrix the first-order rounding coefficients."""
+    deviations (the kernel then divides by N), and its errors the first-order rounding coefficients (with ``u``,
+    the accumulation's unit roundoff: the accumulators' roundings bounded by half an ulp of their binade)."""
     dtype = rows.dtype
     batch, width = rows.shape[:-1], rows.shape[-1]
     n = width // lanes
@@ -153,23 +177,24 @@ def row_moments(rows: np.ndarray, lanes: int) -> _Moments:
     empty = np.zeros_like(runs[..., 0, :])
     run = _Moments(np.zeros((chunks, 1), dtype=np.int64), empty, empty)
     for j in range(CHUNK):
-        run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts)
+        run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts,
+                           u=u)
     for i in range(chunks):
-        stack[0] = chan_merge(stack[0], run.part((..., i, slice(None))), dtype)
+        stack[0] = chan_merge(stack[0], run.part((..., i, slice(None))), dtype, u=u)
         mask = i + 1
         j = 1
         while j < depth and (mask & 1) == 0:
-            stack[j] = chan_merge(stack[j], stack[j - 1], dtype)
+            stack[j] = chan_merge(stack[j], stack[j - 1], dtype, u=u)
             stack[j - 1] = _Moments(0, zero, zero)
             mask >>= 1
             j += 1
     for j in range(1, depth):
-        stack[0] = chan_merge(stack[0], stack[j], dtype)
+        stack[0] = chan_merge(stack[0], stack[j], dtype, u=u)
     tail = _Moments(0, np.zeros(batch, dtype=dtype), np.zeros(batch, dtype=dtype))
     for i in range(n * lanes, width):
-        tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True)
+        tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True, u=u)
     for k in range(lanes):
-        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=True)
+        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=True, u=u)
     return tail
 
 
@@ -184,7 +209,7 @@ def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float | None, dept
     from proofs.probabilistic import gamma
 
     width = rows.shape[-1]
-    state = row_moments(rows, lanes) if state is None else state
+    state = row_moments(rows, lanes, u) if state is None else state
     gmm, _, g22, l_m, l_2 = state.errors
     mean = np.mean(rows, axis=-1)
     m2 = np.sum((rows - mean[..., None]) ** 2, axis=-1)

@@ -226,7 +226,7 @@ def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndar
     kappa = np.sqrt(np.mean(row**2, axis=-1, keepdims=True)) / q["s"]
     folded = _at_most(np.inf, phi_var, 2 * phi_mean * kappa)
     depth, lanes = reduction.depth(q["reduction"], width), q["reduction"].lanes
-    state = aten_moments.row_moments(row, lanes)
+    state = aten_moments.row_moments(row, lanes, u_acc)
     tree = {}
     for lam in {None, lam_value}:
         e_mean, e_m2, _ = aten_moments.error_bounds(row, lanes, u_acc, lam, depth, state)
