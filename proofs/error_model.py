@@ -192,14 +192,14 @@ def _shape_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, ro
     if lam_value is None:
         return phi_mean, phi_var
     if kind == "ln":
-        exact = None if declared is None else declared.tree_factor(row)
+        exact = None if declared is None else declared.tree_factor(row, 1 + g(min(depth, width - 1), u_acc))
         phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value, depth=depth, exact=exact),
                             g(2, u_acc))
         square_error = g(3, u_acc)
     else:
         square_error = g(1, u_acc)
     squares = np.square(q["normalized"])
-    exact = None if declared is None else declared.tree_factor(squares)
+    exact = None if declared is None else declared.tree_factor(squares, 1 + g(min(depth, width - 1), u_acc))
     phi_var = _at_most(phi_var, square_error,
                        probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth, exact=exact), g(3, u_acc))
     return phi_mean, phi_var

@@ -98,9 +98,10 @@ class Reduction:
         two-pass shape, whose squared deviations are all from the row's one computed mean, however many blocks."""
         return not (self.two_pass and self.declared_for(d))
 
-    def tree_factor(self, terms: np.ndarray) -> np.ndarray | None:
+    def tree_factor(self, terms: np.ndarray, inflation: float | None = None) -> np.ndarray | None:
         """sqrt(sum_v A_v^2) / T of the row's own summation tree (last axis kept), where the shape declares it
-        exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies).
+        exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies). ``inflation``: each
+        A_v^2 taken as proofs.probabilistic.node_squares (half an ulp of the node's binade).
 
         numpy_pow2 (module docstring): the row zero-padded to L = min(next_pow2(d), block) times ceil(d / L) and
         folded into L lanes; adding block j >= 1 into the lanes is one node per lane, A = the lane's running sum of
@@ -108,6 +109,8 @@ class Reduction:
         Nodes that add a zero (padding) are exact; counting them only enlarges sum_v A_v^2.
         aten_cascade_sum: proofs.aten_sum.tree_factor (the largest over the trees a call may use)."""
         import numpy as np
+
+        from proofs.probabilistic import node_squares
 
         width = np.shape(terms)[-1]
         if self.exact_tree == "aten_cascade_sum" and self.declared_for(width):
@@ -122,8 +125,8 @@ class Reduction:
         magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
         magnitudes = np.concatenate([magnitudes, np.zeros((*magnitudes.shape[:-1], blocks * lanes - width))], axis=-1)
         running = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], blocks, lanes), axis=-2)
-        total, squares = _numpy_pairwise_squares(running[..., -1, :])
-        squares = squares + np.sum(running[..., 1:, :] ** 2, axis=(-2, -1))
+        total, squares = _numpy_pairwise_squares(running[..., -1, :], inflation)
+        squares = squares + np.sum(node_squares(running[..., 1:, :], inflation), axis=(-2, -1))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(total > 0, np.sqrt(squares) / np.where(total > 0, total, 1.0), 0.0)[..., None]
 
@@ -131,28 +134,30 @@ class Reduction:
         return asdict(self)
 
 
-def _numpy_pairwise_squares(magnitudes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _numpy_pairwise_squares(magnitudes: np.ndarray, inflation: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(T, sum_v A_v^2) over the addition nodes of numpy's pairwise_sum of rows whose width is a power of two
     (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum; else
     blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
-    blocks' totals."""
+    blocks' totals. ``inflation``: as :meth:`Reduction.tree_factor`."""
     import numpy as np
+
+    from proofs.probabilistic import node_squares
 
     width = magnitudes.shape[-1]
     if width < 8:
         partial = np.cumsum(magnitudes, axis=-1)
-        return partial[..., -1], np.sum(partial[..., 1:] ** 2, axis=-1)
+        return partial[..., -1], np.sum(node_squares(partial[..., 1:], inflation), axis=-1)
     block = min(width, 128)
     lanes = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], width // block, block // 8, 8), axis=-2)
-    squares = np.sum(lanes[..., 1:, :] ** 2, axis=(-3, -2, -1))  # each addition to a lane: its running sum
+    squares = np.sum(node_squares(lanes[..., 1:, :], inflation), axis=(-3, -2, -1))  # each addition to a lane
     level = lanes[..., -1, :]
     for _ in range(3):  # ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) in each block
         level = level[..., 0::2] + level[..., 1::2]
-        squares = squares + np.sum(level**2, axis=(-2, -1))
+        squares = squares + np.sum(node_squares(level, inflation), axis=(-2, -1))
     totals = level[..., 0]
     while totals.shape[-1] > 1:  # the halves, pairwise over consecutive blocks
         totals = totals[..., 0::2] + totals[..., 1::2]
-        squares = squares + np.sum(totals**2, axis=-1)
+        squares = squares + np.sum(node_squares(totals, inflation), axis=-1)
     return totals[..., 0], squares
 
 

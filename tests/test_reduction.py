@@ -48,14 +48,15 @@ def test_numpy_pairwise_sum_matches_the_declared_shape():
 
 def test_a_false_declaration_fails_where_the_undeclared_kernel_passes():
     """A sequential kernel declaring numpy's pairwise shape: its float32 sums err like u sqrt(d), its declared bound
-    allows u log2(d); at d = 65536 most rows fail, up to 4x. Undeclared, the same kernel uses < 0.1 of its bound."""
+    allows u log2(d); at d = 65536 most rows fail, up to 4x. Undeclared, the same kernel uses < 0.25 of its bound
+    (0.12 since the half-ulp step: a tighter bound, the same error)."""
     declared = Kernel("sequential-declared-pairwise", "layernorm", sequential_layernorm, reduction=PAIRWISE_TWO_PASS)
     undeclared = dataclasses.replace(declared, reduction=None)
     x = suite_rows(65536, 10.0, torch.float32, 20, seed=1)
     x = x[[k for k in range(len(x)) if k % 5 in (0, 1)]]  # normal and uniform rows (strategies.DISTRIBUTIONS)
     caught = row_ratios(declared, x)
     assert np.median(caught) > 1 and caught.max() > 2, caught
-    assert row_ratios(undeclared, x).max() <= 0.1
+    assert row_ratios(undeclared, x).max() <= 0.25
 
 
 def test_the_built_ins_declare_what_their_source_does():
