@@ -198,7 +198,7 @@ def _shape_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, ro
         square_error = g(3, u_acc)
     else:
         square_error = g(1, u_acc)
-    squares = np.square(q["normalized"])
+    squares = np.square(q["normalized"] * q["s"])  # the kernel's own terms, (x - mu)^2 or x^2: their binades count
     exact = None if declared is None else declared.tree_factor(squares, 1 + g(min(depth, width - 1), u_acc))
     phi_var = _at_most(phi_var, square_error,
                        probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth, exact=exact), g(3, u_acc))
@@ -332,9 +332,12 @@ WORST_CASE_BACKWARD_FACTORS = {phi: gamma_n(n + k) for phi, k in zip((phi_1, phi
 def backward_terms(kind: str) -> dict[str, sp.Expr]:
     """The pieces of the dx bound: r (g'_j - c1 - xhat_j c2) (LN) or r (g'_j - xhat_j c2) (RMSNorm)."""
     terms = forward_terms(kind)
-    # the normalized element as the backward recomputes it: subtract (LN) and product with r, no weight
+    # the normalized element as the backward recomputes it: subtract (LN) and product with r, no weight; or
+    # x r - mu r (torch's CPU backward, docs/findings.md [I]): fl(x r) errs u |x| r <= u (|xhat| + |mu|/s) and
+    # fl(mu r) u |mu| r, 2 u |mu|/s <= 2 u E_x beyond the same two roundings of xhat
     eps_xhat = composed(terms["eps_r"], gamma_n(2 if kind == "ln" else 1))
-    xi_expr = xhat * eps_xhat + terms["mean_error"] * (1 + eps_xhat)
+    association = 2 * u * mean_abs if kind == "ln" else sp.S.Zero
+    xi_expr = xhat * eps_xhat + (terms["mean_error"] + association) * (1 + eps_xhat)
     g_error = gamma_n(1 + C_WEIGHT)  # g' = (offset + gamma) dy
     dc1 = phi_1 * a1 if kind == "ln" else sp.S.Zero
     c1_term = c1 if kind == "ln" else sp.S.Zero

@@ -211,26 +211,30 @@ def weighted_spectral_norm(x: ArrayLike, weight: ArrayLike | None, eps: float, k
     terms, at most max|gamma| / sqrt(eps). From the derived VJPs, never retyped: with gamma = 1 the Jacobian is
     symmetric, so J v = gamma * J_1^T v and J^T J v = vjp(gamma, gamma * vjp(1, v)); its largest eigenvalue by
     Lanczos (scipy eigsh, relative tolerance 1e-10) beyond DENSE_SPECTRAL_UP_TO, the SVD of the Jacobian below."""
+    rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    norms = [weighted_top_singular(row, weight, eps, kind)[0] for row in rows.reshape(-1, rows.shape[-1])]
+    return np.asarray(norms).reshape(rows.shape[:-1])
+
+
+def weighted_top_singular(row: ArrayLike, weight: ArrayLike | None, eps: float, kind: str) -> tuple[float, np.ndarray]:
+    """(||J||_2, a unit top right singular vector v: ||J v|| = ||J||_2) of one row (:func:`weighted_spectral_norm`)."""
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
-    gamma = np.ones(rows.shape[-1]) if weight is None else np.asarray(weight, dtype=np.float64)
+    row = np.asarray(row, dtype=np.float64)
+    gamma = np.ones(row.shape[-1]) if weight is None else np.asarray(weight, dtype=np.float64)
+    if row.shape[-1] <= DENSE_SPECTRAL_UP_TO:
+        jacobian = (layernorm_jacobian if kind == "ln" else rmsnorm_jacobian)(row, gamma, eps)
+        _, singular, right = np.linalg.svd(jacobian)
+        return float(singular[0]), right[0]
     vjp = layernorm_vjp if kind == "ln" else rmsnorm_vjp
-    jacobian = layernorm_jacobian if kind == "ln" else rmsnorm_jacobian
-    norms = []
-    for row in rows.reshape(-1, rows.shape[-1]):
-        if row.shape[-1] <= DENSE_SPECTRAL_UP_TO:
-            norms.append(np.linalg.norm(jacobian(row, gamma, eps), 2))
-            continue
 
-        def gram(v: np.ndarray, row: np.ndarray = row) -> np.ndarray:
-            inner = gamma * vjp(row, None, eps, np.ravel(v))[0]
-            return vjp(row, gamma, eps, inner)[0]
+    def gram(v: np.ndarray) -> np.ndarray:
+        inner = gamma * vjp(row, None, eps, np.ravel(v))[0]
+        return vjp(row, gamma, eps, inner)[0]
 
-        operator = LinearOperator((row.size, row.size), matvec=gram, dtype=np.float64)
-        top = eigsh(operator, k=1, which="LA", tol=1e-10, ncv=40, return_eigenvectors=False)[0]
-        norms.append(np.sqrt(max(top, 0.0)))
-    return np.asarray(norms).reshape(rows.shape[:-1])
+    operator = LinearOperator((row.size, row.size), matvec=gram, dtype=np.float64)
+    top, vectors = eigsh(operator, k=1, which="LA", tol=1e-10, ncv=40)
+    return float(np.sqrt(max(top[0], 0.0))), vectors[:, 0]
 
 
 def spectral_norm_bound(eps: ArrayLike, weight: ArrayLike | None = None) -> np.ndarray:
