@@ -32,9 +32,14 @@ EPSILONS = (1e-5, 1e-6, 1e-2, 1e-12)
 CI_MAX_WIDTH = 8192
 # Rows x width of one generated input stays below this many elements (cheap under Triton's interpreter).
 MAX_ELEMENTS = 16384
-# |mean| / std of generated rows: up to 1e4 where storage is float32, 1e3 for 16-bit storage (where a one-pass
-# variance shows: its error ~ u_acc (|mean|/std)^2 reaches the 16-bit output rounding only around 1e3).
+# |mean| / std of generated rows drawn from DISTRIBUTIONS: up to 1e4 where storage is float32, 1e3 for 16-bit storage
+# (continuous 16-bit rows collapse to a few values beyond about 2^t, resolved_offset_ratio).
 MAX_OFFSET_RATIO = {torch.float32: 1e4, torch.float64: 1e4, torch.float16: 1e3, torch.bfloat16: 1e3}
+# 16-bit rows beyond what they resolve are drawn one ulp apart (rows_one_ulp_apart) up to float32's cap, their sums
+# being float32's, lowered to where the worst case (such rows are structured) keeps the bound finite: |mean|/std
+# <= STRUCTURED_REACH / ((d + 1) u_32), the mean's error g = gamma_{d+1} kappa giving rho_t ~ 2 g + g^2 = 1/2.
+ONE_ULP_MAX_OFFSET_RATIO = MAX_OFFSET_RATIO[torch.float32]
+STRUCTURED_REACH = math.sqrt(1.5) - 1
 DISTRIBUTIONS = ("normal", "uniform", "sparse", "integers", "spike")
 
 
@@ -119,6 +124,77 @@ def rows(draw, d: int, n: int | None = None, offset: float | st.SearchStrategy[f
     return offset * scale + scale * z
 
 
+def resolved_offset_ratio(dtype: torch.dtype) -> float:
+    """The |mean|/std up to which rows stored in ``dtype`` keep a spread drawn freely: 2^t = 2 / finfo.eps, t the
+    significand's bits (bfloat16 256, float16 2048, float32 1.7e7). A mean c has ulp(c) > |c| 2^-t, so a row of
+    |c|/std > 2^t spreads less than one ulp of its mean and rounds to one or two values."""
+    return 2.0 / torch.finfo(dtype).eps
+
+
+def values_one_ulp_apart(n: int, d: int, offset: float, scale: float, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """float64 rows [n, d], exact in ``dtype``, from a seeded generator: every value is the centre c (sign of
+    ``offset``, |c| = |offset| scale m, m uniform in [1, 2), at most the dtype's largest value / 8, rounded to dtype;
+    one c for all rows, as rows drawn by :func:`rows` share their offset and scale) but k values in each row,
+    c +- ulp(c) (random signs: the neighbours of c, exact in dtype).
+
+    Such a row has |mean|/std about (|c|/ulp(c)) sqrt(d/k): k = round(d (|c|/ulp(c) / offset)^2), 1 <= k <= d/2,
+    puts it near |offset| where the dtype allows; k = 1 gives the largest |mean|/std of a non-constant row of
+    dtype, about 2^t sqrt(d) (t its significand bits; bfloat16: 128-256 sqrt(d))."""
+    generator = torch.Generator().manual_seed(seed)
+    significand = 1 + torch.rand((), generator=generator, dtype=torch.float64)
+    largest = torch.finfo(dtype).max / 8
+    centre = (math.copysign(1.0, offset) * (abs(offset) * scale * significand).clamp(max=largest)).to(dtype).double()
+    ulp = torch.exp2(torch.floor(torch.log2(centre.abs()))) * torch.finfo(dtype).eps
+    k = (d * (centre.abs() / ulp / offset) ** 2).round().clamp(1, max(1, d // 2))
+    chosen = torch.rand((n, d), generator=generator).argsort(-1).argsort(-1) < k
+    steps = torch.where(torch.rand((n, d), generator=generator) < 0.5, -1.0, 1.0).double()
+    return centre + torch.where(chosen, steps * ulp, 0.0)
+
+
+@st.composite
+def rows_one_ulp_apart(draw, d: int, n: int, offset: float, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """16-bit rows at |mean|/std beyond :func:`resolved_offset_ratio`: :func:`values_one_ulp_apart` of a drawn
+    seed. The rows the order-agnostic bound covers at the largest |mean|/std a 16-bit row reaches, where a one-pass
+    variance's float32 error u_32 kappa^2 exceeds the bound's statistics term (:func:`one_ulp_widths`)."""
+    return values_one_ulp_apart(n, d, offset, scale, dtype, draw(seeds()))
+
+
+def one_ulp_widths(dtype: torch.dtype) -> tuple[int, ...]:
+    """The widths of :func:`widths` where 16-bit rows one ulp apart at the largest |mean|/std the model covers
+    (:func:`rows_one_ulp_apart` at :func:`valid_offset_ratio`) show a one-pass variance, t the dtype's significand
+    bits, 24 float32's: 2^(25 - 2t) - 1 <= d <= 2^(26 - 2t) + 1 (bfloat16 511 to 1025, float16 7 to 17).
+
+    A value m 2^e (m in [1, 2)) has t bits, its square 2t, so the float32 sum of d such squares is exact while
+    d m^2 < 2^(26 - 2t): below d = 2^(25 - 2t) for most significands, the one-pass variance errs only in its last
+    roundings, which rows one ulp apart often make exact; from 2^(26 - 2t) on it rounds for all. Beyond, the model's
+    reach STRUCTURED_REACH / ((d + 1) u_32) falls like 1/d and the one-pass error u_32 kappa^2 with it below the
+    bound's own statistics term. Measured on bfloat16 (docs/tightness.md): error/bound 0.03 to 17 at d <= 257,
+    median 24 to 4e3 at 511 to 1025, below 1 at 2047 to 8192. Empty for float32 storage (its rows are not
+    quantized)."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return ()
+    bits, accumulated = (1 - round(math.log2(torch.finfo(t).eps)) for t in (dtype, tolerance.accumulation_dtype(dtype)))
+    low, high = 2 ** (accumulated + 1 - 2 * bits) - 1, 2 ** (accumulated + 2 - 2 * bits) + 1
+    return tuple(d for d in sorted(set(SMALL_PRIMES + powers_of_two_and_neighbours(CI_MAX_WIDTH))) if low <= d <= high)
+
+
+def ill_conditioned_widths(dtype: torch.dtype, max_width: int = 512) -> st.SearchStrategy[int]:
+    """Widths for rows at the largest |mean|/std of ``dtype``: :func:`widths` up to ``max_width``; in 16-bit storage
+    half of the draws from :func:`one_ulp_widths`, where such rows show a one-pass variance."""
+    window = one_ulp_widths(dtype)
+    return st.one_of(widths(max_width=max_width), st.sampled_from(window)) if window else widths(max_width=max_width)
+
+
+@st.composite
+def stored_rows(draw, d: int, n: int, offset: float, dtype: torch.dtype) -> torch.Tensor:
+    """float64 rows [n, d] for storage in ``dtype`` at |mean|/std about ``offset``, of a scale of :func:`scales`:
+    :func:`rows` up to :func:`resolved_offset_ratio`, :func:`rows_one_ulp_apart` beyond (16-bit storage only)."""
+    scale = draw(scales(dtype))
+    if abs(offset) > resolved_offset_ratio(dtype):
+        return draw(rows_one_ulp_apart(d, n, offset, scale, dtype))
+    return draw(rows(d, n, offset=offset, scale=scale))
+
+
 def offset_ratios(dtype: torch.dtype) -> st.SearchStrategy[float]:
     """|mean|/std targets: 0, then powers of ten up to MAX_OFFSET_RATIO[dtype], either sign."""
     top = round(math.log10(MAX_OFFSET_RATIO[dtype]))
@@ -126,15 +202,22 @@ def offset_ratios(dtype: torch.dtype) -> st.SearchStrategy[float]:
     return st.tuples(magnitudes, st.sampled_from([1.0, -1.0])).map(lambda pair: pair[0] * pair[1])
 
 
-def valid_offset_ratio(d: int, dtype: torch.dtype, model: str | None = None) -> float:
+def valid_offset_ratio(d: int, dtype: torch.dtype, model: str | None = None, one_ulp_apart: bool = False) -> float:
     """The largest |mean|/std the error model (``model``, default the run's bound) covers at width d: its bound is
     finite while 2 phi_mu kappa stays below 1 (proofs.error_model, rho_t). Worst case, phi_mu = gamma_{d+1}:
     0.05 / ((d + 1) u_acc) keeps it below 0.1; probabilistic, phi_mu <= lambda u_acc sqrt(d) (lambda of 8 sums):
     1 / (4 lambda u_acc sqrt(d)) keeps it below 0.5 (the larger of the two), and rows of spread 1 about |mean| = c
     keep their residues modulo the partial sums' ulps q <= 2 u_acc d c spread (proofs.probabilistic.aligned:
-    R = exp(-(2 pi / q)^2 / 2) <= 4 / sqrt(d)) while c <= pi / (u_acc d sqrt(2 ln(sqrt(d) / 4)))."""
+    R = exp(-(2 pi / q)^2 / 2) <= 4 / sqrt(d)) while c <= pi / (u_acc d sqrt(2 ln(sqrt(d) / 4))).
+
+    ``one_ulp_apart``: for 16-bit rows beyond :func:`resolved_offset_ratio`, drawn one ulp apart (:func:`stored_rows`):
+    structured, so their sums take the worst case (either model), whose mean's error g = gamma_{d+1} kappa enters
+    rho_t as 2 g + g^2; g <= STRUCTURED_REACH keeps rho_t near 1/2 (finite, eps_r <= 0.42) up to float32's cap,
+    where a one-pass variance's error u_32 kappa^2 exceeds the bound's own statistics term ~ d u_32 kappa."""
     u_acc = tolerance.unit_roundoffs(dtype)[0]
     worst = 0.05 / ((d + 1) * u_acc)
+    if one_ulp_apart:
+        return min(ONE_ULP_MAX_OFFSET_RATIO, max(worst, STRUCTURED_REACH / ((d + 1) * u_acc)))
     if (model or tolerance.bound_in_use()) == "worst-case":
         return min(MAX_OFFSET_RATIO[dtype], worst)
     chance = 1 / (4 * probabilistic.lam(8) * u_acc * math.sqrt(d))
@@ -218,8 +301,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     # drawn again a tenth as far from 0 (residues modulo the partial sums' ulps spread again), then within the worst
     # case's range, then centred: an example whose bound is not finite is never checked (it would pass unseen)
     for model, target in ((None, ratio), (None, ratio / 10), ("worst-case", ratio), (None, 0.0)):
-        cap = valid_offset_ratio(d, dtype, model)
-        x = rounded(draw(rows(d, count, offset=max(-cap, min(target, cap)), scale=scales(dtype))), dtype, caps.device)
+        cap = valid_offset_ratio(d, dtype, model, one_ulp_apart=abs(target) > resolved_offset_ratio(dtype))
+        x = rounded(draw(stored_rows(d, count, max(-cap, min(target, cap)), dtype)), dtype, caps.device)
         if tolerance.covered(kernel, x, epsilon) and (not upstream or tolerance.backward_covered(kernel, x, epsilon)):
             break
     else:

@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from properties import evidence, profiles
 from properties.checks.forward import check_forward, check_forward_with_parameter_dtypes
-from properties.strategies import mixed_parameter_examples, norm_examples, over_parameter_mixes, widths
+from properties.strategies import (
+    ill_conditioned_widths,
+    mixed_parameter_examples,
+    norm_examples,
+    over_parameter_mixes,
+)
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
@@ -35,8 +40,10 @@ LARGE_OFFSETS = st.sampled_from([1e4, -1e4])
 @profiles.share(0.2)
 @given(data=st.data())
 def test_forward_when_ill_conditioned(norm_kernel, dtype, data):
-    """|mean|/std as large as the error model covers at the drawn width (strategies.valid_offset_ratio)."""
-    example = norm_examples(norm_kernel, d=widths(max_width=512), dtypes=(dtype,), offset_ratio=LARGE_OFFSETS)
+    """|mean|/std as large as the error model covers at the drawn width (strategies.valid_offset_ratio); 16-bit rows
+    beyond what they resolve are drawn one ulp apart, half of them at the widths where that shows a one-pass variance
+    (strategies.ill_conditioned_widths)."""
+    example = norm_examples(norm_kernel, d=ill_conditioned_widths(dtype), dtypes=(dtype,), offset_ratio=LARGE_OFFSETS)
     evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
 
 

@@ -13,6 +13,7 @@ from properties import norms, strategies, tolerance
 
 LN = Kernel("torch-ln", "layernorm", lambda x, weight, bias, eps: torch.nn.functional.layer_norm(
     x, (x.shape[-1],), weight, bias, eps), dtypes=(torch.float32, torch.float16))
+BF16_LN = Kernel("bf16-ln", "layernorm", LN.fn, dtypes=(torch.bfloat16,))
 GEMMA = Kernel("gemma", "rmsnorm", lambda x, weight, eps: x, weight_offset=1.0, dtypes=(torch.float32,))
 
 
@@ -92,7 +93,7 @@ def test_every_weight_form_was_seen():
 def test_valid_offset_ratio_keeps_the_forward_bound_finite(model, dtypes):
     """For rows of spread ~1 (d >= 8); a constant row has kappa = |x|/sqrt(eps) whatever the offset. float16 rows
     at the probabilistic range are quantized to a few values: their sums fall back to the worst case, and
-    norm_examples draws them again within its range (next test)."""
+    norm_examples draws them again within its range (next tests)."""
     for d in (8, 64, 1000, 8192):
         for dtype in dtypes:
             ratio = strategies.valid_offset_ratio(d, dtype, model)
@@ -100,6 +101,73 @@ def test_valid_offset_ratio_keeps_the_forward_bound_finite(model, dtypes):
             assert np.isfinite(tolerance.forward(LN, x, None, None, 1e-12, model=model)).all()
     assert strategies.valid_offset_ratio(8192, torch.float32, "probabilistic") > 20 * strategies.valid_offset_ratio(
         8192, torch.float32, "worst-case")
+
+
+@settings(max_examples=24, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(d=st.sampled_from([8, 64, 513, 1023, 8192]), dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+       sign=st.sampled_from([1.0, -1.0]), data=st.data())
+def test_16_bit_rows_one_ulp_apart_reach_float32s_cap_inside_the_bound(d, dtype, sign, data):
+    """16-bit storage sums in float32: rows one ulp apart are drawn up to float32's cap (1e4), lowered to the worst
+    case's reach (rho_t ~ 1/2: 7 350 at d = 512, 460 at 8 192), where their bound (worst case in either model:
+    they are structured) stays finite."""
+    ratio = strategies.valid_offset_ratio(d, dtype, one_ulp_apart=True)
+    reach = strategies.STRUCTURED_REACH / ((d + 1) * 2.0**-24)
+    assert ratio == pytest.approx(min(strategies.ONE_ULP_MAX_OFFSET_RATIO, reach))
+    x = strategies.rounded(data.draw(strategies.stored_rows(d, 2, sign * ratio, dtype)), dtype)
+    for model in ("probabilistic", "worst-case"):
+        assert np.isfinite(tolerance.forward(LN, x, None, None, 1e-12, model=model)).all()
+
+
+def test_16_bit_rows_resolve_their_spread_up_to_2_to_the_significand_bits():
+    assert strategies.resolved_offset_ratio(torch.bfloat16) == 256
+    assert strategies.resolved_offset_ratio(torch.float16) == 2048
+    assert strategies.resolved_offset_ratio(torch.float32) > strategies.ONE_ULP_MAX_OFFSET_RATIO
+
+
+@settings(max_examples=60, derandomize=True, database=None)
+@given(d=st.sampled_from([2, 17, 511, 4096]), dtype=st.sampled_from([torch.bfloat16, torch.float16]),
+       offset=st.sampled_from([1e3, -3e3, 1e4, -1e4]), scale=st.sampled_from([0.01, 1.0, 30.0]), data=st.data())
+def test_rows_one_ulp_apart_are_exact_and_reach_the_asked_ratio_where_the_dtype_allows(d, dtype, offset, scale,
+                                                                                       data):
+    """Each row: a centre c (sign of the offset) and k >= 1 values one ulp(c) from it (half an ulp below a power of
+    two), exact in the dtype; |mean|/std within 2x of |offset| wherever 1 <= k <= d/2 reaches it
+    (sqrt(2) |c|/ulp(c) <= |offset| <= sqrt(d) |c|/ulp(c)), and at least (|c|/ulp(c)) sqrt(d/2)/2 where k = 1."""
+    x = data.draw(strategies.rows_one_ulp_apart(d, 3, offset, scale, dtype))
+    assert torch.equal(x.to(dtype).double(), x)
+    for row in x:
+        centre = float(row.mode().values)
+        ulp = 2.0 ** np.floor(np.log2(abs(centre))) * torch.finfo(dtype).eps
+        assert np.sign(centre) == np.sign(offset)
+        assert 1 <= int((row != centre).sum()) <= max(1, d // 2)
+        assert float((row - centre).abs().max()) <= ulp
+        kappa = abs(float(row.mean())) / float(row.std(correction=0))
+        reach = abs(centre) / ulp
+        if np.sqrt(2) * reach <= abs(offset) <= np.sqrt(d) * reach:
+            assert abs(offset) / 2 <= kappa <= 2 * abs(offset)
+        if abs(offset) > np.sqrt(d) * reach:
+            assert kappa >= reach * np.sqrt(d / 2) / 2
+
+
+def test_16_bit_rows_beyond_their_resolution_are_drawn_one_ulp_apart():
+    """At |mean|/std 1e4 a continuous bfloat16 row collapses to a constant; stored_rows draws it one ulp apart instead,
+    and norm_examples keeps such rows where the bound covers them (kappa in the thousands at d = 513)."""
+    seen = []
+
+    @settings(max_examples=10, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(strategies.norm_examples(BF16_LN, d=st.just(513), offset_ratio=st.just(1e4), eps=st.just(1e-5)))
+    def drawn(example):
+        x = example["x"]
+        assert all(len(torch.unique(row)) <= 3 for row in x)
+        seen.append(float(tolerance.condition_number(x, 1e-5).max()))
+
+    drawn()
+    assert max(seen) > 3e3
+
+
+def test_one_ulp_widths_are_where_the_float32_sum_of_16_bit_squares_rounds():
+    assert strategies.one_ulp_widths(torch.bfloat16) == (511, 512, 513, 1023, 1024, 1025)
+    assert strategies.one_ulp_widths(torch.float16) == (7, 8, 9, 11, 13, 15, 16, 17)
+    assert strategies.one_ulp_widths(torch.float32) == ()
 
 
 @settings(max_examples=30, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
