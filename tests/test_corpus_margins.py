@@ -57,12 +57,27 @@ def example(n: int, d: int, mean: float, std: float, dtype: torch.dtype, eps: fl
     return {"x": x.to(dtype), "weight": weight.to(dtype), "bias": bias.to(dtype), "eps": eps}
 
 
-# Where each numerical bug shows (within the error model's range: |mean|/std <= 0.05 / ((d + 1) u_acc)).
+def one_ulp_example(n: int, d: int, dtype: torch.dtype, significand: float, eps: float, seed: int = 0) -> dict:
+    """16-bit rows one ulp apart (properties.strategies.rows_one_ulp_apart, k = 1): each row +-significand 2^6 but one
+    value an ulp further out, |mean|/std ~ 2^t significand sqrt(d); weight and bias random."""
+    generator = torch.Generator().manual_seed(seed)
+    signs = torch.tensor([(-1.0) ** r for r in range(n)], dtype=torch.float64)[:, None]
+    x = (significand * 2.0**6 * signs).repeat(1, d)
+    x[torch.arange(n), torch.randperm(d, generator=generator)[:n]] += 2.0**6 * torch.finfo(dtype).eps * signs[:, 0]
+    weight = 1.0 + 0.5 * torch.randn(d, generator=generator, dtype=torch.float64)
+    bias = torch.randn(d, generator=generator, dtype=torch.float64)
+    return {"x": x.to(dtype), "weight": weight.to(dtype), "bias": bias.to(dtype), "eps": eps}
+
+
+# Where each numerical bug shows (within the error model's range: |mean|/std <= 0.05 / ((d + 1) u_acc); 16-bit rows
+# one ulp apart at the widths where their float32 sums of squares round, strategies.one_ulp_widths).
 SHOWING = {
     "tests/corpus/statistics.py:LN_ONE_PASS_VARIANCE": example(4, 64, mean=1e4, std=1.0, dtype=torch.float32,
                                                                eps=1e-5),
     "tests/corpus/statistics.py:LN_STORAGE_DTYPE_ACCUMULATION": example(4, 64, mean=30.0, std=1.0,
                                                                         dtype=torch.float16, eps=1e-5),
+    "tests/corpus/statistics.py:LN_ONE_PASS_BF16": one_ulp_example(4, 513, torch.bfloat16, 1 + 53 / 128, eps=1e-5),
+    "tests/corpus/statistics.py:LN_ONE_PASS_FP16": one_ulp_example(4, 17, torch.float16, 2 - 2.0**-10, eps=1e-5),
     "tests/corpus/statistics.py:LN_EPS_OUTSIDE_ROOT": example(4, 64, mean=0.0, std=1e-2, dtype=torch.float32,
                                                               eps=1e-2),
 }

@@ -264,8 +264,10 @@ LN_ONE_PASS_FP32_D4096 = _layernorm("ln_one_pass_fp32_d4096", _one_pass_in_regim
     (torch.float32,), 4096, 8192, "for float32 rows of width 4096 <= d < 8192"))
 LN_ONE_PASS_FP32_D8192 = _layernorm("ln_one_pass_fp32_d8192", _one_pass_in_regime(
     (torch.float32,), 8192, float("inf"), "for float32 rows of width d >= 8192"))
-LN_ONE_PASS_16BIT = _layernorm("ln_one_pass_16bit", _one_pass_in_regime(
-    (torch.float16, torch.bfloat16), 1, float("inf"), "for float16/bfloat16 rows (any width)"))
+LN_ONE_PASS_FP16 = _layernorm("ln_one_pass_fp16", _one_pass_in_regime(
+    (torch.float16,), 1, float("inf"), "for float16 rows (any width)"))
+LN_ONE_PASS_BF16 = _layernorm("ln_one_pass_bf16", _one_pass_in_regime(
+    (torch.bfloat16,), 1, float("inf"), "for bfloat16 rows (any width)"))
 LN_BLOCK_PARTIALS_IN_STORAGE_DTYPE = _layernorm("ln_block_partials_in_storage_dtype", _block_partials_in_storage_dtype)
 LN_WHOLE_TENSOR_STATISTICS = _layernorm("ln_whole_tensor_statistics", _whole_tensor_statistics)
 LN_ROW_BLOCK_STATISTICS = _layernorm("ln_row_block_statistics", _statistics_over_row_blocks)
