@@ -8,16 +8,20 @@ import torch
 
 from core.registry import Kernel
 from properties import norms, outcome, tolerance
-from properties.strategies import DISTRIBUTIONS, standard_values
+from properties.strategies import DISTRIBUTIONS, resolved_offset_ratio, standard_values, values_one_ulp_apart
 
 GROUP = 4  # rows per bound evaluation, as the suite's examples (strategies.row_counts)
 
 
 def suite_rows(d: int, mean_over_std: float, dtype: torch.dtype, rows: int, seed: int) -> torch.Tensor:
     """``rows`` rows of width d from the suite's distributions in turn (strategies.DISTRIBUTIONS, structured ones
-    included), shifted by +-mean_over_std times their spread, rounded to dtype."""
+    included), shifted by +-mean_over_std times their spread, rounded to dtype; beyond what 16-bit rows resolve, rows
+    one ulp apart as the suite draws them there (strategies.stored_rows)."""
     parts = []
     for k in range(rows):
+        if mean_over_std > resolved_offset_ratio(dtype):
+            parts.append(values_one_ulp_apart(1, d, mean_over_std * (-1) ** k, 1.0, dtype, seed + k))
+            continue
         z = standard_values((1, d), DISTRIBUTIONS[k % len(DISTRIBUTIONS)], seed + k)
         parts.append(mean_over_std * (float(z.std(correction=0)) or 1.0) * (-1) ** k + z)
     return torch.cat(parts).to(dtype)

@@ -10,6 +10,7 @@ Prints max and median of the per-row ratios for both bounds (``probabilistic``, 
 
     .venv/bin/python scripts/tightness.py                      # the table of docs/tightness.md (~10 min)
     .venv/bin/python scripts/tightness.py --rows 64 --widths 8 64 --kernels torch
+    .venv/bin/python scripts/tightness.py --rows 48 --widths 64 512 1024 8192 --ratios reach   # 16-bit one ulp apart
 
 Not a test: it measures, it does not assert (tests/test_tightness.py pins the floor and the ceiling).
 """
@@ -27,7 +28,7 @@ from core.capabilities import discover
 from core.registry import resolve
 from kernels import interpret
 from proofs import error_model
-from properties.strategies import MAX_ELEMENTS
+from properties.strategies import MAX_ELEMENTS, ONE_ULP_MAX_OFFSET_RATIO, resolved_offset_ratio, valid_offset_ratio
 from properties.tightness import GROUP, row_ratios, suite_rows
 
 WIDTHS = (8, 64, 512, 4096, 8192, 65536)
@@ -35,11 +36,15 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 MEAN_OVER_STD = (0.0, 10.0, 1e3)
 
 
-def measure(kernels, widths, rows: int, eps: float = 1e-5) -> list[dict]:
+def measure(kernels, widths, rows: int, eps: float = 1e-5, ratios=MEAN_OVER_STD) -> list[dict]:
+    """``ratios``: |mean|/std of the cells, "reach" for the largest the strategies draw at (d, dtype)
+    (strategies.valid_offset_ratio: 16-bit rows one ulp apart beyond what they resolve)."""
     found = []
-    for kernel, d, (name, dtype), ratio in itertools.product(kernels, widths, DTYPES.items(), MEAN_OVER_STD):
+    for kernel, d, (name, dtype), cell in itertools.product(kernels, widths, DTYPES.items(), ratios):
         if dtype not in discover(kernel).dtypes:
             continue
+        one_ulp_apart = resolved_offset_ratio(dtype) < ONE_ULP_MAX_OFFSET_RATIO  # 16-bit: rows one ulp apart
+        ratio = valid_offset_ratio(d, dtype, one_ulp_apart=one_ulp_apart) if cell == "reach" else float(cell)
         n = max(GROUP, min(rows, 4 * MAX_ELEMENTS // d))
         x = suite_rows(d, ratio, dtype, n, seed=d)
         row = {"kernel": kernel.name, "d": d, "dtype": name, "ratio": ratio, "rows": n}
@@ -65,13 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", nargs="+", default=["torch", "triton"], help="registry specs (default: built-ins)")
     parser.add_argument("--widths", nargs="+", type=int, default=list(WIDTHS))
     parser.add_argument("--rows", type=int, default=200, help="rows per cell (fewer at large d: 64k elements)")
+    parser.add_argument("--ratios", nargs="+", default=list(MEAN_OVER_STD),
+                        help='|mean|/std of the cells; "reach": the largest the suite draws at each (d, dtype)')
     args = parser.parse_args(argv)
     interpret.enable()
     kernels = [k for spec in args.kernels for k in resolve(spec) if k.kind in ("layernorm", "rmsnorm")]
     print("| kernel | d | dtype | abs(mean)/std | rows | worst case: max / median | probabilistic: max / median |")
     print("|---|---|---|---|---|---|---|")
     start = time.monotonic()
-    found = measure(kernels, args.widths, args.rows)
+    found = measure(kernels, args.widths, args.rows, ratios=args.ratios)
     worst = max((r["probabilistic"][0] for r in found if not np.isnan(r["probabilistic"][0])), default=0.0)
     print(f"\n{len(found)} cells in {time.monotonic() - start:.0f} s; largest probabilistic ratio {worst:.3g}")
     return 0 if worst <= 1 else 1
