@@ -36,6 +36,8 @@ from functools import cache
 
 import numpy as np
 
+from proofs.probabilistic import node_squares
+
 GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE
 ILP = 4  # row_sum's ilp_factor
 LEVELS = 4  # multi_row_sum's num_levels
@@ -54,17 +56,22 @@ class Values:
 
 @dataclass
 class Magnitudes:
-    """Additions of magnitudes A (float64, rows on axis 0) that also sum A_v^2 over the rounding nodes per row."""
+    """Additions of magnitudes A (float64, rows on axis 0) that also sum, over the rounding nodes per row, A_v^2
+    (``squares``) and A_v (``linear``), each node taken by proofs.probabilistic.node_squares with ``inflation``."""
 
     squares: np.ndarray
+    linear: np.ndarray
+    inflation: float | None = None
 
     def chain(self, stack: np.ndarray, axis: int) -> np.ndarray:
         """As :meth:`Values.chain` (axis >= 1); the running sums after each addition of two nonzero operands are
         its rounding nodes."""
         operands = np.moveaxis(stack, axis, 0)
         partial = np.cumsum(operands, axis=0)
-        nodes = np.where((partial[:-1] > 0) & (operands[1:] > 0), partial[1:] ** 2, 0.0)
-        self.squares = self.squares + np.moveaxis(nodes, 1, 0).reshape(len(self.squares), -1).sum(axis=-1)
+        nodes = np.where((partial[:-1] > 0) & (operands[1:] > 0), node_squares(partial[1:], self.inflation), 0.0)
+        per_row = np.moveaxis(nodes, 1, 0).reshape(len(self.squares), -1)
+        self.squares = self.squares + per_row.sum(axis=-1)
+        self.linear = self.linear + np.sqrt(per_row).sum(axis=-1)
         return partial[-1]
 
 
@@ -196,13 +203,19 @@ def node_tree(terms: np.ndarray, lanes: int = LANES, threads: int = 1) -> Node:
     return _one_row_call(Values(), leaves, lanes, threads)[0]
 
 
-def squares(terms: np.ndarray, lanes: int = LANES, chunks: int = 1) -> np.ndarray:
+def squares(terms: np.ndarray, lanes: int = LANES, chunks: int = 1, inflation: float | None = None) -> np.ndarray:
     """sum_v A_v^2 of each row's tree (last axis), the row split into ``chunks`` (one per thread) or not (1)."""
+    return node_sums(terms, lanes, chunks, inflation)[0]
+
+
+def node_sums(terms: np.ndarray, lanes: int = LANES, chunks: int = 1,
+              inflation: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(sum_v A_v^2, sum_v A_v) of each row's tree (:class:`Magnitudes`), split as :func:`squares`."""
     magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
     flat = magnitudes.reshape(-1, magnitudes.shape[-1])
-    arithmetic = Magnitudes(np.zeros(len(flat)))
+    arithmetic = Magnitudes(np.zeros(len(flat)), np.zeros(len(flat)), inflation)
     _one_row_call(arithmetic, flat, lanes, chunks)
-    return arithmetic.squares.reshape(magnitudes.shape[:-1])
+    return arithmetic.squares.reshape(magnitudes.shape[:-1]), arithmetic.linear.reshape(magnitudes.shape[:-1])
 
 
 @cache
@@ -217,16 +230,25 @@ def depth(width: int) -> int | None:
     return max(int(_one_row_call(Depths(), leaves, LANES, chunks)[0]) for chunks in chunk_counts(width))
 
 
-def tree_factor(terms: np.ndarray) -> np.ndarray | None:
+def tree_factor(terms: np.ndarray, inflation: float | None = None) -> np.ndarray | None:
     """sqrt(sum_v A_v^2) / T per row (last axis kept; 0 for a zero row) of ATen's sum with V = 8 lanes: the largest
     over the trees a call may use (serial, or a one-row call split into 2 to ceil(d / GRAIN_SIZE) chunks, whichever
     the thread count), so it bounds the tree that summed the row however torch was called. None for d > MAX_WIDTH
     (more chunks: the buffer's order depends on the thread count)."""
+    found = tree_sums(terms, inflation)
+    return None if found is None else found[0]
+
+
+def tree_sums(terms: np.ndarray, inflation: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(sqrt(sum_v A_v^2) / T, sum_v A_v / T) per row (last axis kept), each the largest over the trees a call may
+    use (:func:`tree_factor`); None for d > MAX_WIDTH."""
     magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
     width = magnitudes.shape[-1]
     if width > MAX_WIDTH:
         return None
-    found = np.max([squares(magnitudes, chunks=chunks) for chunks in chunk_counts(width)], axis=0)
+    found = [node_sums(magnitudes, chunks=chunks, inflation=inflation) for chunks in chunk_counts(width)]
     total = magnitudes.sum(axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(total > 0, np.sqrt(found) / np.where(total > 0, total, 1.0), 0.0)[..., None]
+        scale = np.where(total > 0, 1 / np.where(total > 0, total, 1.0), 0.0)
+        return (np.sqrt(np.max([f[0] for f in found], axis=0)) * scale)[..., None], \
+            (np.max([f[1] for f in found], axis=0) * scale)[..., None]

@@ -189,19 +189,20 @@ def _shape_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, ro
     shape = (*row.shape[:-1], 1)
     phi_mean = np.zeros(shape) if mean_k is None else np.full(shape, g(depth + 1 + mean_k, u_acc))
     phi_var = np.full(shape, g(depth + 1 + var_k, u_acc))
-    if lam_value is None:
-        return phi_mean, phi_var
+    inflation = 1 + g(min(depth, width - 1), u_acc)
+
+    def factor(terms: np.ndarray) -> np.ndarray:
+        tree = None if declared is None else declared.tree_sums(terms, inflation)
+        exact, linear = (None, None) if tree is None else tree
+        return probabilistic.sum_factor(terms, u_acc, lam_value, depth=depth, exact=exact, linear=linear)
+
     if kind == "ln":
-        exact = None if declared is None else declared.tree_factor(row, 1 + g(min(depth, width - 1), u_acc))
-        phi_mean = _at_most(phi_mean, probabilistic.sum_factor(row, u_acc, lam_value, depth=depth, exact=exact),
-                            g(2, u_acc))
+        phi_mean = _at_most(phi_mean, factor(row), g(2, u_acc))
         square_error = g(3, u_acc)
     else:
         square_error = g(1, u_acc)
     squares = np.square(q["normalized"] * q["s"])  # the kernel's own terms, (x - mu)^2 or x^2: their binades count
-    exact = None if declared is None else declared.tree_factor(squares, 1 + g(min(depth, width - 1), u_acc))
-    phi_var = _at_most(phi_var, square_error,
-                       probabilistic.sum_factor(squares, u_acc, lam_value, depth=depth, exact=exact), g(3, u_acc))
+    phi_var = _at_most(phi_var, square_error, factor(squares), g(3, u_acc))
     return phi_mean, phi_var
 
 

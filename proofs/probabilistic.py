@@ -136,16 +136,20 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
 
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
                pattern: np.ndarray | None = None, depth: int | None = None,
-               exact: np.ndarray | None = None) -> np.ndarray:
+               exact: np.ndarray | None = None, linear: np.ndarray | None = None) -> np.ndarray:
     """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
     min(gamma_D, P) where the roundings may be modelled as independent (:func:`independent` of ``pattern``,
     the signed terms, default ``terms``), gamma_D elsewhere or when ``lam_value`` is None (the worst case).
     D = ``depth``, the declared depth of the summation tree (proofs.reduction), default m - 1 (any order); P is
     P_m (step 4) and with a declared depth at most lambda u (1 + gamma_D) sqrt(D) (sum_v A_v^2 <= D T^2), or with
-    ``exact`` (sqrt(sum_v A_v^2) / T of the sum's own tree, proofs.reduction.Reduction.tree_factor) at most that."""
+    ``exact`` (sqrt(sum_v A_v^2) / T of the sum's own tree, proofs.reduction.Reduction.tree_factor) at most that.
+    ``linear`` (sum_v A_v / T of that tree, Reduction.tree_sums): the worst case is at most u (1 + gamma_D) linear
+    (|fl(sum) - sum| <= sum_v u |t_v|, |t_v| <= (1 + gamma_D) A_v: rigorous, structured rows included)."""
     m = np.shape(terms)[axis]
     depth = m - 1 if depth is None else min(depth, m - 1)
     worst = gamma(depth, u)
+    if linear is not None:
+        worst = np.minimum(worst, u * (1 + worst) * linear)
     shape = list(np.shape(terms))
     shape[axis] = 1
     if lam_value is None or m < 2:

@@ -101,13 +101,20 @@ class Reduction:
     def tree_factor(self, terms: np.ndarray, inflation: float | None = None) -> np.ndarray | None:
         """sqrt(sum_v A_v^2) / T of the row's own summation tree (last axis kept), where the shape declares it
         exactly (``exact_tree``) for this width; None elsewhere (the cap sqrt(D) applies). ``inflation``: each
-        A_v^2 taken as proofs.probabilistic.node_squares (half an ulp of the node's binade).
+        A_v^2 taken as proofs.probabilistic.node_squares (half an ulp of the node's binade)."""
+        found = self.tree_sums(terms, inflation)
+        return None if found is None else found[0]
+
+    def tree_sums(self, terms: np.ndarray, inflation: float | None = None) -> tuple | None:
+        """(sqrt(sum_v A_v^2) / T, sum_v A_v / T) of the row's own tree (last axis kept; :meth:`tree_factor`): the
+        probabilistic factor's share, and the rigorous first-order one (|fl(sum) - sum| <= u (1 + gamma_D) sum_v A_v,
+        no independence assumption); None where no exact tree is declared for this width.
 
         numpy_pow2 (module docstring): the row zero-padded to L = min(next_pow2(d), block) times ceil(d / L) and
         folded into L lanes; adding block j >= 1 into the lanes is one node per lane, A = the lane's running sum of
         |x|; then numpy's tree over the L lane totals (:func:`_numpy_pairwise_squares`). One block: no lane nodes.
-        Nodes that add a zero (padding) are exact; counting them only enlarges sum_v A_v^2.
-        aten_cascade_sum: proofs.aten_sum.tree_factor (the largest over the trees a call may use)."""
+        Nodes that add a zero (padding) are exact; counting them only enlarges both sums.
+        aten_cascade_sum: proofs.aten_sum.tree_sums (the largest over the trees a call may use)."""
         import numpy as np
 
         from proofs.probabilistic import node_squares
@@ -116,7 +123,7 @@ class Reduction:
         if self.exact_tree == "aten_cascade_sum" and self.declared_for(width):
             from proofs import aten_sum
 
-            return aten_sum.tree_factor(terms)
+            return aten_sum.tree_sums(terms, inflation)
         if self.exact_tree != "numpy_pow2" or not self.declared_for(width):
             return None
         lanes = 1 << max(width - 1, 0).bit_length()
@@ -125,40 +132,47 @@ class Reduction:
         magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
         magnitudes = np.concatenate([magnitudes, np.zeros((*magnitudes.shape[:-1], blocks * lanes - width))], axis=-1)
         running = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], blocks, lanes), axis=-2)
-        total, squares = _numpy_pairwise_squares(running[..., -1, :], inflation)
-        squares = squares + np.sum(node_squares(running[..., 1:, :], inflation), axis=(-2, -1))
+        total, squares, linear = _numpy_pairwise_squares(running[..., -1, :], inflation)
+        lane_nodes = node_squares(running[..., 1:, :], inflation)
+        squares = squares + np.sum(lane_nodes, axis=(-2, -1))
+        linear = linear + np.sum(np.sqrt(lane_nodes), axis=(-2, -1))
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(total > 0, np.sqrt(squares) / np.where(total > 0, total, 1.0), 0.0)[..., None]
+            scale = np.where(total > 0, 1 / np.where(total > 0, total, 1.0), 0.0)
+            return (np.sqrt(squares) * scale)[..., None], (linear * scale)[..., None]
 
     def as_json(self) -> dict:
         return asdict(self)
 
 
-def _numpy_pairwise_squares(magnitudes: np.ndarray, inflation: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(T, sum_v A_v^2) over the addition nodes of numpy's pairwise_sum of rows whose width is a power of two
-    (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum; else
-    blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
+def _numpy_pairwise_squares(magnitudes: np.ndarray, inflation: float | None = None) -> tuple:
+    """(T, sum_v A_v^2, sum_v A_v) over the addition nodes of numpy's pairwise_sum of rows whose width is a power of
+    two (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum;
+    else blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
     blocks' totals. ``inflation``: as :meth:`Reduction.tree_factor`."""
     import numpy as np
 
     from proofs.probabilistic import node_squares
 
+    def nodes(values: np.ndarray, axes: tuple) -> tuple:
+        taken = node_squares(values, inflation)
+        return np.sum(taken, axis=axes), np.sum(np.sqrt(taken), axis=axes)
+
     width = magnitudes.shape[-1]
     if width < 8:
         partial = np.cumsum(magnitudes, axis=-1)
-        return partial[..., -1], np.sum(node_squares(partial[..., 1:], inflation), axis=-1)
+        return (partial[..., -1], *nodes(partial[..., 1:], (-1,)))
     block = min(width, 128)
     lanes = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], width // block, block // 8, 8), axis=-2)
-    squares = np.sum(node_squares(lanes[..., 1:, :], inflation), axis=(-3, -2, -1))  # each addition to a lane
+    squares, linear = nodes(lanes[..., 1:, :], (-3, -2, -1))  # each addition to a lane: its running sum
     level = lanes[..., -1, :]
     for _ in range(3):  # ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) in each block
         level = level[..., 0::2] + level[..., 1::2]
-        squares = squares + np.sum(node_squares(level, inflation), axis=(-2, -1))
+        squares, linear = (a + b for a, b in zip((squares, linear), nodes(level, (-2, -1)), strict=True))
     totals = level[..., 0]
     while totals.shape[-1] > 1:  # the halves, pairwise over consecutive blocks
         totals = totals[..., 0::2] + totals[..., 1::2]
-        squares = squares + np.sum(node_squares(totals, inflation), axis=-1)
-    return totals[..., 0], squares
+        squares, linear = (a + b for a, b in zip((squares, linear), nodes(totals, (-1,)), strict=True))
+    return totals[..., 0], squares, linear
 
 
 # numpy's pairwise summation of a contiguous float array (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum):
