@@ -260,6 +260,37 @@ def _aten_cascade_sum_within_its_tree() -> bool:
     return bool(np.median(error / bound) > 1)
 
 
+def _exact_trees_within_their_node_sums() -> bool:
+    """The rigorous worst case of a declared tree, u (1 + gamma_D) sum_v A_v with each node at half an ulp of its
+    binade (Reduction.tree_sums), holds for the float32 sums of both exact trees (ATen's cascade sum, bit for bit
+    torch's; our Triton lanes tree, bit for bit the interpreter's) on structured rows, where the probabilistic factor
+    falls back to it: integers plus a shift, a constant, two values, rows 1e3 std off 0, their squares; d to 65536.
+    A sequential sum declared as the Triton tree exceeds it on the offset rows at d = 65536."""
+    rng = np.random.default_rng(31)
+    u = error_model.unit_roundoff("float32")
+    lanes = dataclasses.replace(reduction.NUMPY_PAIRWISE, block=8192, two_pass=True, exact_tree="numpy_pow2")
+    cascade = dataclasses.replace(reduction.NUMPY_PAIRWISE, exact_tree="aten_cascade_sum")
+    for width in (8, 100, 1000, 8192, 20000, 65536):
+        rows = np.stack([rng.integers(-8, 9, width) + 0.1, np.full(width, 0.1), rng.choice([0.3, 7.1], width),
+                         1e3 + rng.standard_normal(width)]).astype(np.float32)
+        for terms in (rows, np.square(rows)):
+            exact = terms.astype(np.float64)
+            for shape, got in ((lanes, simulate.lanes_sum(terms, lanes.block)), (cascade, aten_sum.float32_sum(terms))):
+                depth = min(reduction.depth(shape, width), width - 1)
+                if shape is cascade:
+                    depth = aten_sum.depth(width)
+                linear = shape.tree_sums(exact, 1 + probabilistic.gamma(depth, u))[1][..., 0]
+                bound = u * (1 + probabilistic.gamma(depth, u)) * linear * np.abs(exact).sum(-1)
+                if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > bound):
+                    return False
+    rows = (1e3 + rng.standard_normal((8, 65536))).astype(np.float32)
+    exact = rows.astype(np.float64)
+    depth = reduction.depth(lanes, 65536)
+    bound = u * (1 + probabilistic.gamma(depth, u)) * lanes.tree_sums(exact, 1 + probabilistic.gamma(depth, u))[1]
+    error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
+    return bool(np.median(error / (bound[..., 0] * exact.sum(-1))) > 1)
+
+
 def _declared_shape_steps() -> tuple:
     """A declared reduction shape (proofs.reduction): the error of a tree sum through each term's path, the depth D;
     a row of several blocks summed in block-wide lanes (our Triton kernels) is such a tree, and its two-pass variance
@@ -311,6 +342,14 @@ def _declared_shape_steps() -> tuple:
              r"uniform and integer rows, offsets to $10^3$, $d$ to 65536, stay within its own tree's bound "
              r"(\texttt{exact\_tree} of torch's RMSNorm); a sequential sum at $d = 65536$ exceeds it on most rows",
              _aten_cascade_sum_within_its_tree),
+        Fact(r"|\mathrm{fl}(\textstyle\sum x) - \sum x| \le \sum_v u\,2^{\lfloor\log_2((1+\gamma_D)A_v)"
+             r"\rfloor} \le u(1+\gamma_D)\sum_v A_v",
+             r"a declared exact tree's rigorous worst case over its own nodes (steps 1, 2 and the half ulp; "
+             r"\texttt{Reduction.tree\_sums}), used where it is below $\gamma_D$ (structured rows, \texttt{--bound "
+             r"worst-case}): the float32 sums of both exact trees of integer + 0.1, constant, two-valued and "
+             r"$10^3$-offset rows and their squares, $d$ to 65536, stay within it; a sequential sum declared as our "
+             r"Triton tree exceeds it on $10^3$-offset rows at $d = 65536$",
+             _exact_trees_within_their_node_sums),
     )
 
 
