@@ -49,14 +49,20 @@ def powers_of_two_and_neighbours(limit: int) -> tuple[int, ...]:
     return tuple(sorted(w for w in found if 1 <= w <= limit))
 
 
+def width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
+    """1, 2, 3, small primes, powers of two and their neighbours up to ``max_width``, ascending."""
+    return sorted(w for w in set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width))
+                  if w <= max_width)
+
+
 def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchStrategy[int]:
-    """Row widths d: 1, 2, 3, small primes, powers of two and their neighbours up to ``max_width``.
+    """Row widths d: :func:`width_candidates` up to ``max_width``.
 
     Widths of ``large_from`` and more are drawn one time in eight, so large d stays rare and cheap.
     """
-    candidates = sorted(set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width)))
-    small = [w for w in candidates if w < large_from and w <= max_width]
-    large = [w for w in candidates if large_from <= w <= max_width]
+    candidates = width_candidates(max_width)
+    small = [w for w in candidates if w < large_from]
+    large = [w for w in candidates if large_from <= w]
     if not large:
         return st.sampled_from(small)
     return st.integers(0, 7).flatmap(lambda pick: st.sampled_from(large if pick == 7 else small))
@@ -153,9 +159,8 @@ def values_one_ulp_apart(n: int, d: int, offset: float, scale: float, dtype: tor
 
 @st.composite
 def rows_one_ulp_apart(draw, d: int, n: int, offset: float, scale: float, dtype: torch.dtype) -> torch.Tensor:
-    """16-bit rows at |mean|/std beyond :func:`resolved_offset_ratio`: :func:`values_one_ulp_apart` of a drawn
-    seed. The rows the order-agnostic bound covers at the largest |mean|/std a 16-bit row reaches, where a one-pass
-    variance's float32 error u_32 kappa^2 exceeds the bound's statistics term (:func:`one_ulp_widths`)."""
+    """16-bit rows at |mean|/std beyond :func:`resolved_offset_ratio` (the only non-constant ones there):
+    :func:`values_one_ulp_apart` of a drawn seed."""
     return values_one_ulp_apart(n, d, offset, scale, dtype, draw(seeds()))
 
 
@@ -175,7 +180,7 @@ def one_ulp_widths(dtype: torch.dtype) -> tuple[int, ...]:
         return ()
     bits, accumulated = (1 - round(math.log2(torch.finfo(t).eps)) for t in (dtype, tolerance.accumulation_dtype(dtype)))
     low, high = 2 ** (accumulated + 1 - 2 * bits) - 1, 2 ** (accumulated + 2 - 2 * bits) + 1
-    return tuple(d for d in sorted(set(SMALL_PRIMES + powers_of_two_and_neighbours(CI_MAX_WIDTH))) if low <= d <= high)
+    return tuple(d for d in width_candidates() if low <= d <= high)
 
 
 def ill_conditioned_widths(dtype: torch.dtype, max_width: int = 512) -> st.SearchStrategy[int]:
@@ -215,9 +220,9 @@ def valid_offset_ratio(d: int, dtype: torch.dtype, model: str | None = None, one
     rho_t as 2 g + g^2; g <= STRUCTURED_REACH keeps rho_t near 1/2 (finite, eps_r <= 0.42) up to float32's cap,
     where a one-pass variance's error u_32 kappa^2 exceeds the bound's own statistics term ~ d u_32 kappa."""
     u_acc = tolerance.unit_roundoffs(dtype)[0]
-    worst = 0.05 / ((d + 1) * u_acc)
     if one_ulp_apart:
-        return min(ONE_ULP_MAX_OFFSET_RATIO, max(worst, STRUCTURED_REACH / ((d + 1) * u_acc)))
+        return min(ONE_ULP_MAX_OFFSET_RATIO, STRUCTURED_REACH / ((d + 1) * u_acc))
+    worst = 0.05 / ((d + 1) * u_acc)
     if (model or tolerance.bound_in_use()) == "worst-case":
         return min(MAX_OFFSET_RATIO[dtype], worst)
     chance = 1 / (4 * probabilistic.lam(8) * u_acc * math.sqrt(d))
@@ -373,8 +378,7 @@ def backward_width_limit(kernel: Kernel, dtype: torch.dtype, model: str) -> int:
     at a few dozen (bfloat16) or about a thousand (float16) columns."""
     if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
         return CI_MAX_WIDTH
-    candidates = sorted(set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(CI_MAX_WIDTH)), reverse=True)
-    for d in candidates:
+    for d in reversed(width_candidates()):
         x = rounded(standard_values((4, d), "normal", d), dtype)
         if tolerance.backward_covered(kernel, x, 1e-5, model):
             return d
