@@ -7,6 +7,7 @@ The checks: :mod:`properties.checks.blocks`.
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -46,4 +47,5 @@ def test_post_ln_block_with_a_scalar_sublayer(layernorm_kernel, data):
     norms.require_backward(layernorm_kernel)
     example = _unit_variance_rows(layernorm_kernel, data, data.draw(st.sampled_from([0.5, 1.0, 2.0]), "std"))
     a = data.draw(st.sampled_from([1.0, 3.0, -0.5]), "a")  # 1 + a a power of two: (1 + a) x is exact
+    assume(bool(torch.isfinite(example["x"] * (1 + a)).all()))  # unless it overflows (float16 rows near 65504 / 4)
     evidence.check(check_post_ln_scaled_block, layernorm_kernel, {**example, "a": a})
