@@ -336,17 +336,19 @@ def _declared_shape_steps() -> tuple:
              _declared_sums_within_the_depth_bounds),
         Fact(r"|\mathrm{fl}_{32}^{\text{ATen}}(\textstyle\sum x) - \sum x| \le \lambda u (1+\gamma_D)"
              r"\sqrt{\textstyle\sum_v A_v^2}",
-             r"ATen's CPU float32 sum (\texttt{SumKernel.cpp} cascade\_sum, a one-row call split over threads; "
-             r"\texttt{proofs.aten\_sum}, torch's own bit for bit in \texttt{tests/test\_aten\_sum.py}): its "
+             r"ATen's CPU float32 sum, a cascade of runs and levels, and a one-row call split over threads "
+             r"(\texttt{SumKernel.cpp}; emulated in \texttt{proofs.aten\_sum}, torch's own bit for bit in "
+             r"\texttt{tests/test\_aten\_sum.py}): its "
              r"magnitudes' $\sum_v A_v^2$ is the explicit tree's node-by-node sum, and its sums of squared normal, "
              r"uniform and integer rows, offsets to $10^3$, $d$ to 65536, stay within its own tree's bound "
              r"(\texttt{exact\_tree} of torch's RMSNorm); a sequential sum at $d = 65536$ exceeds it on most rows",
              _aten_cascade_sum_within_its_tree),
         Fact(r"|\mathrm{fl}(\textstyle\sum x) - \sum x| \le \sum_v u\,2^{\lfloor\log_2((1+\gamma_D)A_v)"
              r"\rfloor} \le u(1+\gamma_D)\sum_v A_v",
-             r"a declared exact tree's rigorous worst case over its own nodes (steps 1, 2 and the half ulp; "
-             r"\texttt{Reduction.tree\_sums}), used where it is below $\gamma_D$ (structured rows, \texttt{--bound "
-             r"worst-case}): the float32 sums of both exact trees of integer + 0.1, constant, two-valued and "
+             r"a declared exact tree's rigorous worst case over its own nodes (steps 1, 2 and the half ulp), "
+             r"used where it is below $\gamma_D$ (structured rows and the worst-case bound; "
+             r"\texttt{Reduction.tree\_sums}): the float32 sums of both exact trees of integer + 0.1, constant, "
+             r"two-valued and "
              r"$10^3$-offset rows and their squares, $d$ to 65536, stay within it; a sequential sum declared as our "
              r"Triton tree exceeds it on $10^3$-offset rows at $d = 65536$",
              _exact_trees_within_their_node_sums),
