@@ -33,20 +33,24 @@ from properties.tightness import GROUP, row_ratios, suite_rows
 
 WIDTHS = (8, 64, 512, 4096, 8192, 65536)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Rows per cell at least: the suite's five distributions eight times each (two of five structured, their sums
+# nearly exact), so that a cell's median is not that of 4 rows (the 64k-element budget alone gives 4 at d = 65536).
+MIN_ROWS = 40
 MEAN_OVER_STD = (0.0, 10.0, 1e3)
 
 
 def measure(kernels, widths, rows: int, eps: float = 1e-5, ratios=MEAN_OVER_STD) -> list[dict]:
     """``ratios``: |mean|/std of the cells, "reach" for the largest the strategies draw at (d, dtype)
-    (strategies.valid_offset_ratio: 16-bit rows one ulp apart beyond what they resolve)."""
+    (strategies.valid_offset_ratio; in 16-bit storage, of rows one ulp apart)."""
     found = []
     for kernel, d, (name, dtype), cell in itertools.product(kernels, widths, DTYPES.items(), ratios):
         if dtype not in discover(kernel).dtypes:
             continue
-        one_ulp_apart = resolved_offset_ratio(dtype) < ONE_ULP_MAX_OFFSET_RATIO  # 16-bit: rows one ulp apart
+        # "reach" in 16-bit storage: rows one ulp apart up to their range (ln/rms.forward's one-ulp test)
+        one_ulp_apart = cell == "reach" and resolved_offset_ratio(dtype) < ONE_ULP_MAX_OFFSET_RATIO
         ratio = valid_offset_ratio(d, dtype, one_ulp_apart=one_ulp_apart) if cell == "reach" else float(cell)
-        n = max(GROUP, min(rows, 4 * MAX_ELEMENTS // d))
-        x = suite_rows(d, ratio, dtype, n, seed=d)
+        n = max(GROUP, min(rows, max(MIN_ROWS, 4 * MAX_ELEMENTS // d)))
+        x = suite_rows(d, ratio, dtype, n, seed=d, one_ulp_apart=one_ulp_apart)
         row = {"kernel": kernel.name, "d": d, "dtype": name, "ratio": ratio, "rows": n}
         for model in error_model.BOUNDS:
             values = row_ratios(kernel, x, eps, model)
@@ -69,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", nargs="+", default=["torch", "triton"], help="registry specs (default: built-ins)")
     parser.add_argument("--widths", nargs="+", type=int, default=list(WIDTHS))
-    parser.add_argument("--rows", type=int, default=200, help="rows per cell (fewer at large d: 64k elements)")
+    parser.add_argument("--rows", type=int, default=200,
+                        help="rows per cell (fewer at large d: 64k elements, but at least MIN_ROWS)")
     parser.add_argument("--ratios", nargs="+", default=list(MEAN_OVER_STD),
                         help='|mean|/std of the cells; "reach": the largest the suite draws at each (d, dtype)')
     args = parser.parse_args(argv)
