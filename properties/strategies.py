@@ -183,19 +183,20 @@ def one_ulp_widths(dtype: torch.dtype) -> tuple[int, ...]:
     return tuple(d for d in width_candidates() if low <= d <= high)
 
 
-def ill_conditioned_widths(dtype: torch.dtype, max_width: int = 512) -> st.SearchStrategy[int]:
-    """Widths for rows at the largest |mean|/std of ``dtype``: :func:`widths` up to ``max_width``; in 16-bit storage
-    half of the draws from :func:`one_ulp_widths`, where such rows show a one-pass variance."""
+def one_ulp_apart_widths(dtype: torch.dtype, max_width: int = 512) -> st.SearchStrategy[int]:
+    """Widths for 16-bit rows one ulp apart: :func:`widths` up to ``max_width`` or (about half of the draws)
+    :func:`one_ulp_widths`, where they show a one-pass variance."""
     window = one_ulp_widths(dtype)
     return st.one_of(widths(max_width=max_width), st.sampled_from(window)) if window else widths(max_width=max_width)
 
 
 @st.composite
-def stored_rows(draw, d: int, n: int, offset: float, dtype: torch.dtype) -> torch.Tensor:
+def stored_rows(draw, d: int, n: int, offset: float, dtype: torch.dtype, one_ulp_apart: bool) -> torch.Tensor:
     """float64 rows [n, d] for storage in ``dtype`` at |mean|/std about ``offset``, of a scale of :func:`scales`:
-    :func:`rows` up to :func:`resolved_offset_ratio`, :func:`rows_one_ulp_apart` beyond (16-bit storage only)."""
+    :func:`rows_one_ulp_apart` where ``one_ulp_apart`` and ``offset`` is beyond :func:`resolved_offset_ratio` (16-bit
+    storage only), :func:`rows` otherwise."""
     scale = draw(scales(dtype))
-    if abs(offset) > resolved_offset_ratio(dtype):
+    if one_ulp_apart and abs(offset) > resolved_offset_ratio(dtype):
         return draw(rows_one_ulp_apart(d, n, offset, scale, dtype))
     return draw(rows(d, n, offset=offset, scale=scale))
 
@@ -280,7 +281,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
                   n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None,
-                  parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
+                  parameter_dtype: torch.dtype | None = None, mixed: bool = False, one_ulp_apart: bool = False) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
@@ -293,6 +294,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     example whose bound is not finite would be unchecked. ``parameter_dtype``: weight and bias rounded to it instead
     of x's dtype (:func:`mixed_parameter_examples`); ``mixed``: their dtype drawn among x's and those the kernel takes
     beside x's (core.capabilities: Capabilities.mixes); dy is in the output's dtype (properties.norms.output_dtype).
+    ``one_ulp_apart``: a 16-bit |mean|/std beyond :func:`resolved_offset_ratio` is drawn as rows one ulp apart, up to
+    their own range (:func:`valid_offset_ratio`), instead of continuous rows within theirs.
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
@@ -306,8 +309,9 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     # drawn again a tenth as far from 0 (residues modulo the partial sums' ulps spread again), then within the worst
     # case's range, then centred: an example whose bound is not finite is never checked (it would pass unseen)
     for model, target in ((None, ratio), (None, ratio / 10), ("worst-case", ratio), (None, 0.0)):
-        cap = valid_offset_ratio(d, dtype, model, one_ulp_apart=abs(target) > resolved_offset_ratio(dtype))
-        x = rounded(draw(stored_rows(d, count, max(-cap, min(target, cap)), dtype)), dtype, caps.device)
+        structured = one_ulp_apart and abs(target) > resolved_offset_ratio(dtype)
+        cap = valid_offset_ratio(d, dtype, model, one_ulp_apart=structured)
+        x = rounded(draw(stored_rows(d, count, max(-cap, min(target, cap)), dtype, structured)), dtype, caps.device)
         if tolerance.covered(kernel, x, epsilon) and (not upstream or tolerance.backward_covered(kernel, x, epsilon)):
             break
     else:

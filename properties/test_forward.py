@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from properties import evidence, profiles
 from properties.checks.forward import check_forward, check_forward_with_parameter_dtypes
 from properties.strategies import (
-    ill_conditioned_widths,
     mixed_parameter_examples,
     norm_examples,
+    one_ulp_apart_widths,
     over_parameter_mixes,
+    widths,
 )
 
 
@@ -40,10 +41,21 @@ LARGE_OFFSETS = st.sampled_from([1e4, -1e4])
 @profiles.share(0.2)
 @given(data=st.data())
 def test_forward_when_ill_conditioned(norm_kernel, dtype, data):
-    """|mean|/std as large as the error model covers at the drawn width (strategies.valid_offset_ratio); 16-bit rows
-    beyond what they resolve are drawn one ulp apart, half of them at the widths where that shows a one-pass variance
-    (strategies.ill_conditioned_widths)."""
-    example = norm_examples(norm_kernel, d=ill_conditioned_widths(dtype), dtypes=(dtype,), offset_ratio=LARGE_OFFSETS)
+    """|mean|/std as large as the error model covers at the drawn width (strategies.valid_offset_ratio)."""
+    example = norm_examples(norm_kernel, d=widths(max_width=512), dtypes=(dtype,), offset_ratio=LARGE_OFFSETS)
+    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@profiles.share(0.2)
+@given(data=st.data())
+def test_forward_of_16_bit_rows_one_ulp_apart(norm_kernel, dtype, data):
+    """16-bit rows beyond what they resolve (|mean|/std > 2^t: bfloat16 256, float16 2048) are one value but for a
+    few one ulp away: drawn up to float32's cap where the worst case covers them (strategies.valid_offset_ratio with
+    one_ulp_apart), half of them at the widths where a one-pass variance shows there (strategies.one_ulp_widths)."""
+    example = norm_examples(norm_kernel, d=one_ulp_apart_widths(dtype), dtypes=(dtype,), offset_ratio=LARGE_OFFSETS,
+                            one_ulp_apart=True)
     evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
 
 

@@ -13,13 +13,14 @@ from properties.strategies import DISTRIBUTIONS, resolved_offset_ratio, standard
 GROUP = 4  # rows per bound evaluation, as the suite's examples (strategies.row_counts)
 
 
-def suite_rows(d: int, mean_over_std: float, dtype: torch.dtype, rows: int, seed: int) -> torch.Tensor:
+def suite_rows(d: int, mean_over_std: float, dtype: torch.dtype, rows: int, seed: int,
+               one_ulp_apart: bool = False) -> torch.Tensor:
     """``rows`` rows of width d from the suite's distributions in turn (strategies.DISTRIBUTIONS, structured ones
-    included), shifted by +-mean_over_std times their spread, rounded to dtype; beyond what 16-bit rows resolve, rows
-    one ulp apart as the suite draws them there (strategies.stored_rows)."""
+    included), shifted by +-mean_over_std times their spread, rounded to dtype; with ``one_ulp_apart``, 16-bit rows
+    beyond what they resolve one ulp apart instead, as ln/rms.forward's one-ulp test draws them (strategies)."""
     parts = []
     for k in range(rows):
-        if mean_over_std > resolved_offset_ratio(dtype):
+        if one_ulp_apart and mean_over_std > resolved_offset_ratio(dtype):
             parts.append(values_one_ulp_apart(1, d, mean_over_std * (-1) ** k, 1.0, dtype, seed + k))
             continue
         z = standard_values((1, d), DISTRIBUTIONS[k % len(DISTRIBUTIONS)], seed + k)
