@@ -129,3 +129,15 @@ def test_the_fused_and_groupnorm_contract_checks_do_not_judge_the_outputs_dtype(
                                              bias=bias4)
     groupnorm_checks.check_independence(gn, x4, 7 * torch.randn_like(x4), 2, weight4, 1e-5, bias=bias4)
     groupnorm_checks.check_channels_last(gn, x4.to(memory_format=torch.channels_last), 2, weight4, 1e-5, bias=bias4)
+
+
+def test_fused_and_groupnorm_forwards_bound_a_declared_weight_dtype_output_in_that_dtype():
+    """A kernel declaring output_dtype="weight" returns y rounded to a float16 weight's dtype beside float32 x: the
+    fused and GroupNorm forwards bound it with float16's unit roundoff (x's float32 would fail a correct kernel)."""
+    x, weight = torch.randn(3, 8), torch.linspace(0.5, 1.5, 8, dtype=torch.float16)
+    fused_checks.check_forward_with_parameter_dtypes(
+        Kernel("add-in-weight-dtype", "add_rmsnorm", _add_rms_in_weight_dtype, output_dtype="weight"),
+        x, x.flip(0), weight, 1e-5)
+    groupnorm_checks.check_forward_with_parameter_dtypes(
+        Kernel("gn-in-weight-dtype", "groupnorm", _group_norm_in_weight_dtype, output_dtype="weight"),
+        x.reshape(3, 8, 1), 2, weight, 1e-5, bias=torch.zeros(8, dtype=torch.float16))

@@ -45,7 +45,8 @@ def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor
     if view is None:
         gamma, beta = fused.gammas(kernel, weight, bias)
         expected = fused.reference(kernel, h, weight, bias, eps)
-        bound = fused_tolerance.forward(as_float64(h), gamma, beta, eps, fused.norm_kind(kernel), x.dtype)
+        bound = fused_tolerance.forward(as_float64(h), gamma, beta, eps, fused.norm_kind(kernel),
+                                        output_dtype(kernel, x, weight))
         declared = ()
     else:
         expected, bound, declared = diagnosis.expected_forward(view, h, weight, bias, eps)
