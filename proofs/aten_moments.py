@@ -199,8 +199,8 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None) -> _Moment
 
 
 def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float | None, depth: int | None = None,
-                 state: _Moments | None = None) -> tuple:
-    """(e_m, e_M2, state) per row: |mean_hat - mean| <= e_m and |M2_hat - M2| <= e_M2. With ``lam``: with
+                 state: _Moments | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(e_m, e_M2) per row: |mean_hat - mean| <= e_m and |M2_hat - M2| <= e_M2. With ``lam``: with
     probability >= 1 - 2 exp(-lambda^2/2) each under the mean-independence model, lambda u c2 sqrt(G); without
     (None): the first-order worst case over the same nodes, u c2 L, for any correlation of the roundings. Both plus
     the float64 emulation's distance from the exact value (the algorithm's float32 constants); c2 =
@@ -215,4 +215,4 @@ def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float | None, dept
     m2 = np.sum((rows - mean[..., None]) ** 2, axis=-1)
     allowance = u * (1 + gamma((width - 1 if depth is None else depth) + 2, u)) ** 2
     spread_m, spread_2 = (l_m, l_2) if lam is None else (lam * np.sqrt(gmm), lam * np.sqrt(g22))
-    return (allowance * spread_m + np.abs(state.m - mean), allowance * spread_2 + np.abs(state.m2 - m2), state)
+    return allowance * spread_m + np.abs(state.m - mean), allowance * spread_2 + np.abs(state.m2 - m2)

@@ -217,9 +217,9 @@ def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndar
     node (proofs.aten_moments.error_bounds): |mu_hat - mu| <= e_m and |M2_hat - M2| <= e_2, probabilistic (the Gram
     matrix of the first-order rounding coefficients) where the model applies and that is smaller, else the
     first-order worst case over the same nodes; t = fl(fl(M2/d) + eps) adds two roundings. The Welford coupling of
-    the mean's error into M2 is
-    inside e_2, so kappa leaves rho_t (:func:`_declared`); where the declared shape's own factors (``factors``,
-    with the first-order Welford term 2 phi_mu kappa folded into phi_v) are smaller, they are used."""
+    the mean's error into M2 is inside e_2, so kappa leaves rho_t (:func:`_declared`); where the declared shape's own
+    factors (``factors``, with the first-order Welford term 2 phi_mu kappa folded into phi_v) are smaller, they are
+    used."""
     from proofs import aten_moments
 
     phi_mean, phi_var = factors
@@ -230,7 +230,7 @@ def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndar
     state = aten_moments.row_moments(row, lanes, u_acc)
     tree = {}
     for lam in {None, lam_value}:
-        e_mean, e_m2, _ = aten_moments.error_bounds(row, lanes, u_acc, lam, depth, state)
+        e_mean, e_m2 = aten_moments.error_bounds(row, lanes, u_acc, lam, depth, state)
         with np.errstate(divide="ignore", invalid="ignore"):
             tree[lam] = (np.nan_to_num((e_mean / np.mean(np.abs(row), axis=-1))[..., None], nan=np.inf),
                          _at_most(np.inf, (e_m2 / width)[..., None] * q["inv_s2"], g(2, u_acc)))
