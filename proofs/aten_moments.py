@@ -32,23 +32,24 @@ INPUT_DTYPES = ("float32",)  # 16-bit rows: UpdateMomentsVec splits each vector 
 
 
 class _Moments:
-    """A Welford/Chan state of one or more lanes: count, mean m, M2, and ``errors`` = (G_mm, G_m2, G_22, L_m, L_2):
-    the Gram matrix G = sum_v g_v g_v^T of the first-order rounding coefficients g_v of (m, M2), and upper bounds
-    L_m >= sum_v |g_v[0]|, L_2 >= sum_v |g_v[1]| (the first-order worst case)."""
+    """A Welford/Chan state of one or more lanes: count, mean m, M2, and ``errors`` = (G_mm, G_m2, G_22, L_m, L_2,
+    H_mm, H_m2, H_22, R_m, R_2): the Gram matrix G = sum_v g_v g_v^T of the first-order rounding coefficients g_v of
+    (m, M2), upper bounds L_m >= sum_v |g_v[0]|, L_2 >= sum_v |g_v[1]| (the first-order worst case), and the same
+    split between the modelled nodes (their Gram matrix H) and the nodes bounded rigorously (their L1 sums R: the
+    lanes' final merges, :func:`row_moments`)."""
 
     __slots__ = ("count", "errors", "m", "m2")
 
     def __init__(self, count, m, m2, errors=None):
         zero = np.zeros(np.shape(m), dtype=np.float64)
         self.count, self.m, self.m2 = count, m, m2
-        self.errors = (zero,) * 5 if errors is None else errors
+        self.errors = (zero,) * 10 if errors is None else errors
 
     def mapped(self, alpha, beta) -> tuple:
-        """The errors under the linear map J = [[alpha, 0], [beta, 1]] of (e_m, e_M2): J G J^T, and the L1 bounds
-        |alpha| L_m, |beta| L_m + L_2."""
-        a, b, c, l_m, l_2 = self.errors
-        return (alpha * alpha * a, alpha * (beta * a + b), beta * beta * a + 2 * beta * b + c,
-                np.abs(alpha) * l_m, np.abs(beta) * l_m + l_2)
+        """The errors under the linear map J = [[alpha, 0], [beta, 1]] of (e_m, e_M2): J G J^T (and J H J^T), and
+        the L1 bounds |alpha| L_m, |beta| L_m + L_2 (and the same of R)."""
+        return _gram_mapped(self.errors[:3], alpha, beta) + _l1_mapped(self.errors[3:5], alpha, beta) + \
+            _gram_mapped(self.errors[5:8], alpha, beta) + _l1_mapped(self.errors[8:], alpha, beta)
 
     def part(self, index) -> _Moments:
         """The state of some of the lanes (an index into the arrays' trailing axes)."""
@@ -56,13 +57,28 @@ class _Moments:
         return _Moments(count, self.m[index], self.m2[index], tuple(e[index] for e in self.errors))
 
 
-def _add(errors: tuple, *coefficients) -> tuple:
-    """errors + the new roundings' coefficient vectors g = (g_m, g_M2): G + sum g g^T, L + sum |g|."""
-    a, b, c, l_m, l_2 = errors
+def _gram_mapped(gram: tuple, alpha, beta) -> tuple:
+    a, b, c = gram
+    return alpha * alpha * a, alpha * (beta * a + b), beta * beta * a + 2 * beta * b + c
+
+
+def _l1_mapped(l1: tuple, alpha, beta) -> tuple:
+    l_m, l_2 = l1
+    return np.abs(alpha) * l_m, np.abs(beta) * l_m + l_2
+
+
+def _add(errors: tuple, *coefficients, rigorous: bool = False) -> tuple:
+    """errors + the new roundings' coefficient vectors g = (g_m, g_M2): G + sum g g^T, L + sum |g|, and H + sum g g^T
+    (modelled nodes) or, ``rigorous``, R + sum |g|."""
+    a, b, c, l_m, l_2, h_a, h_b, h_c, r_m, r_2 = errors
     for g_m, g_2 in coefficients:
         a, b, c = a + g_m * g_m, b + g_m * g_2, c + g_2 * g_2
         l_m, l_2 = l_m + np.abs(g_m), l_2 + np.abs(g_2)
-    return a, b, c, l_m, l_2
+        if rigorous:
+            r_m, r_2 = r_m + np.abs(g_m), r_2 + np.abs(g_2)
+        else:
+            h_a, h_b, h_c = h_a + g_m * g_m, h_b + g_m * g_2, h_c + g_2 * g_2
+    return a, b, c, l_m, l_2, h_a, h_b, h_c, r_m, r_2
 
 
 def _half_ulp_share(value, bound, u: float | None):
@@ -121,12 +137,14 @@ def welford_step(state: _Moments, x, c, active=True, divide: bool = False, u: fl
                     pick(keep, state.m2, m2_new), errors)
 
 
-def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: float | None = None) -> _Moments:
+def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: float | None = None,
+               rigorous: bool = False) -> _Moments:
     """AddMoments(Vec): n = n_d + n_a, c = fl(n_a/n), delta = m_a - m_d, m = m_d + c delta,
     M2 = M2_d + (M2_a + ((delta delta) c) n_d). Exact into an empty dst (count 0). Counts are the same along the
     state's arrays (every lane of a stack slot holds as many terms). ``fused``: m_d + c delta and
     M2_a + (delta delta c) n_d are FMAs in the float32 emulation (the scalar AddMoments merging the lanes; the
-    vector merges are not contracted). ``u``: as for :func:`welford_step` (m, s and M2 are the accumulators)."""
+    vector merges are not contracted). ``u``: as for :func:`welford_step` (m, s and M2 are the accumulators).
+    ``rigorous``: the merge's own roundings go to the rigorously bounded share (R) instead of the modelled one (H)."""
     n_d, n_a = int(np.max(dst.count)), int(np.max(add.count))
     if n_d == 0:
         return add
@@ -152,7 +170,8 @@ def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: floa
                       (c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
                       (t64, 0.0), (share_m * m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
                       (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
-                      (0.0, share_s * s64), (0.0, share_2 * w64))  # s = fl(M2_a + h), M2 = fl(M2_d + s)
+                      (0.0, share_s * s64), (0.0, share_2 * w64),  # s = fl(M2_a + h), M2 = fl(M2_d + s)
+                      rigorous=rigorous)
         share_m = _half_ulp_share(m64, errors[3], u)
         share_s, share_2 = _half_ulp_share(s64, errors[4], u), _half_ulp_share(w64, errors[4], u)
     return _Moments(n_d + n_a, m_new, m2_new, errors)
@@ -194,14 +213,40 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None) -> _Moment
     for i in range(n * lanes, width):
         tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True, u=u)
     for k in range(lanes):
-        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=True, u=u)
+        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=True, u=u, rigorous=True)
     return tail
+
+
+def modelled(rows: np.ndarray, u: float) -> tuple[np.ndarray, np.ndarray]:
+    """Whether the mean-independence model may be applied to the mean and to M2 of the row moments of ``rows``
+    (float64; two masks, last axis kept): no value repeated in more than 1/8 of the row
+    (proofs.probabilistic.independent), and that accumulator's roundings not aligned (probabilistic.aligned).
+    The running mean stays within the terms' range, so its ulp is at most q = that of max|x|; it rounds
+    m + (x - m) c, whose bits below q come from the terms' bits just above it (x and m lie on q's grid), so the
+    terms' residues are tested at 2q, 4q, .., 2^ULP_SCALES q (integers with a fractional shift: concentrated;
+    1e3 + N(0, 1): spread, though a sum of such terms would not be). M2 adds the squared deviations: tested as
+    their sum."""
+    from proofs.probabilistic import ULP_SCALES, aligned, independent
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        largest = np.max(np.abs(rows), axis=-1, keepdims=True)
+        top = 2 * u * np.exp2(np.floor(np.log2(np.where(largest > 0, largest, 1.0))) + ULP_SCALES)
+    deviations = rows - np.mean(rows, axis=-1, keepdims=True)
+    spread = independent(rows)
+    return spread & ~aligned(rows, u, top=top), spread & ~aligned(deviations**2, u)
+
+
+def split_spread(gram, gram_rest, rigid, lam: float):
+    """min(lambda sqrt(G), R + lambda sqrt(H)): Azuma-Hoeffding over every node, or the split (claim
+    numerics.error_model: the nodes of R, the lanes' final merges, rigorously, Azuma over the rest, H); both are
+    fixed by the row before its roundings, so the smaller holds with the same probability."""
+    return np.minimum(lam * np.sqrt(gram), rigid + lam * np.sqrt(gram_rest))
 
 
 def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float | None, depth: int | None = None,
                  state: _Moments | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(e_m, e_M2) per row: |mean_hat - mean| <= e_m and |M2_hat - M2| <= e_M2. With ``lam``: with
-    probability >= 1 - 2 exp(-lambda^2/2) each under the mean-independence model, lambda u c2 sqrt(G); without
+    probability >= 1 - 2 exp(-lambda^2/2) each under the mean-independence model, u c2 :func:`split_spread`; without
     (None): the first-order worst case over the same nodes, u c2 L, for any correlation of the roundings. Both plus
     the float64 emulation's distance from the exact value (the algorithm's float32 constants); c2 =
     (1 + gamma_{D+2})^2 the allowance for the coefficients' own O(u) error (D the depth, default d - 1).
@@ -210,9 +255,12 @@ def error_bounds(rows: np.ndarray, lanes: int, u: float, lam: float | None, dept
 
     width = rows.shape[-1]
     state = row_moments(rows, lanes, u) if state is None else state
-    gmm, _, g22, l_m, l_2 = state.errors
+    gmm, _, g22, l_m, l_2, hmm, _, h22, r_m, r_2 = state.errors
     mean = np.mean(rows, axis=-1)
     m2 = np.sum((rows - mean[..., None]) ** 2, axis=-1)
     allowance = u * (1 + gamma((width - 1 if depth is None else depth) + 2, u)) ** 2
-    spread_m, spread_2 = (l_m, l_2) if lam is None else (lam * np.sqrt(gmm), lam * np.sqrt(g22))
+    if lam is None:
+        spread_m, spread_2 = l_m, l_2
+    else:
+        spread_m, spread_2 = split_spread(gmm, hmm, r_m, lam), split_spread(g22, h22, r_2, lam)
     return allowance * spread_m + np.abs(state.m - mean), allowance * spread_2 + np.abs(state.m2 - m2)

@@ -194,7 +194,10 @@ def _shape_factors(kind: str, q: dict, u_acc: float, lam_value: float | None, ro
     def factor(terms: np.ndarray) -> np.ndarray:
         tree = None if declared is None else declared.tree_sums(terms, inflation)
         exact, linear = (None, None) if tree is None else tree
-        return probabilistic.sum_factor(terms, u_acc, lam_value, depth=depth, exact=exact, linear=linear)
+        split = None if declared is None or lam_value is None else \
+            declared.tree_split(terms, inflation, u_acc, lam_value)
+        return probabilistic.sum_factor(terms, u_acc, lam_value, depth=depth, exact=exact, linear=linear,
+                                        split=split)
 
     if kind == "ln":
         phi_mean = _at_most(phi_mean, factor(row), g(2, u_acc))
@@ -234,9 +237,9 @@ def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndar
         with np.errstate(divide="ignore", invalid="ignore"):
             tree[lam] = (np.nan_to_num((e_mean / np.mean(np.abs(row), axis=-1))[..., None], nan=np.inf),
                          _at_most(np.inf, (e_m2 / width)[..., None] * q["inv_s2"], g(2, u_acc)))
-    modelled = (lam_value is not None) & probabilistic.independent(row) & ~probabilistic.aligned(row, u_acc)
-    chosen = [np.where(modelled, np.minimum(chance, worst), worst)
-              for chance, worst in zip(tree[lam_value], tree[None], strict=True)]
+    modelled = aten_moments.modelled(row, u_acc) if lam_value is not None else (False, False)
+    chosen = [np.where(model, np.minimum(chance, worst), worst)
+              for model, chance, worst in zip(modelled, tree[lam_value], tree[None], strict=True)]
     return np.minimum(phi_mean, chosen[0]), np.minimum(folded, chosen[1])
 
 

@@ -81,6 +81,33 @@ def node_squares(magnitude: np.ndarray, inflation: float | np.ndarray | None = N
     return np.where(a > 0, np.minimum(top, a), 0.0) ** 2
 
 
+def split_sum(increments: np.ndarray, lam_value: float, forced: np.ndarray | None = None) -> np.ndarray:
+    """A bound on |sum_v delta_v t_v| from the nodes' increments c_v >= |delta_v t_v| (last axis, dropped): the
+    nodes of a set S bounded rigorously and the rest by Azuma-Hoeffding, sum_{v in S} c_v + lambda
+    sqrt(sum_{v not in S} c_v^2), exceeded with probability at most 2 exp(-lambda^2/2) under the model (step 7);
+    S = the ``forced`` nodes (their roundings may share a sign: :func:`aligned_scales`) and the k largest others,
+    k chosen per row to make the bound smallest (the increments are fixed by the row before any rounding, so the
+    choice is too). k = 0 is Azuma over every unforced node; k = all is the rigorous sum_v c_v."""
+    c = np.asarray(increments, dtype=np.float64)
+    forced = np.zeros(c.shape, dtype=bool) if forced is None else np.broadcast_to(forced, c.shape)
+    base = np.sum(np.where(forced, c, 0.0), axis=-1)
+    free = -np.sort(-np.where(forced, 0.0, c), axis=-1)
+    zero = np.zeros((*free.shape[:-1], 1))
+    head = np.concatenate([zero, np.cumsum(free, axis=-1)], axis=-1)
+    rest = np.concatenate([np.cumsum((free * free)[..., ::-1], axis=-1)[..., ::-1], zero], axis=-1)
+    return base + np.min(head + lam_value * np.sqrt(rest), axis=-1)
+
+
+def aligned_scales(terms: np.ndarray, u: float, exponents: np.ndarray) -> np.ndarray:
+    """Per row of ``terms`` (last axis) and per binade exponent e of ``exponents`` (shape (..., k)): whether the terms'
+    residues modulo q = 2 u 2^e are concentrated (mean resultant length above ALIGNED_R / sqrt(m), as
+    :func:`aligned`), i.e. whether additions whose results lie in [2^e, 2^(e+1)) may round alike."""
+    a = np.asarray(terms, dtype=np.float64)
+    q = 2 * u * np.exp2(np.asarray(exponents, dtype=np.float64))
+    threshold = ALIGNED_R / np.sqrt(np.maximum(np.count_nonzero(a, axis=-1), 1))
+    return np.stack([_resultant(a, q[..., j: j + 1]) > threshold for j in range(q.shape[-1])], axis=-1)
+
+
 def tree_factor(terms: np.ndarray, axis: int = -1, inflation: float | np.ndarray | None = None) -> np.ndarray:
     """sqrt(sum_{k=2}^m T_k^2) / T_m, T_k the sum of the k largest |terms| along ``axis`` (kept); 0 for zero sums
     (``inflation``: each T_k^2 taken by :func:`node_squares`).
@@ -111,7 +138,7 @@ def independent(terms: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.moveaxis(result[..., None], -1, axis)
 
 
-def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
+def aligned(terms: np.ndarray, u: float, axis: int = -1, top: np.ndarray | None = None) -> np.ndarray:
     """Whether the terms' residues modulo the partial sums' ulps are concentrated (axis kept): then the roundings of a
     long run of additions share a sign and a sequential sum's error grows like m, not sqrt(m) (rows shifted far from 0
     with a spread below the ulp of their partial sums, integer-valued rows with a fractional shift). Measured for each
@@ -119,24 +146,35 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1) -> np.ndarray:
     ones) by the mean resultant length R_q = |mean exp(2 pi i x / q)| of the nonzero terms (phases in float32):
     residues spread evenly give R_q about
     m^(-1/2), and a rounding bias of at most R_q q / pi per addition stays below the sqrt bound while
-    R_q <= ALIGNED_R / sqrt(m) (see ALIGNED_R)."""
+    R_q <= ALIGNED_R / sqrt(m) (see ALIGNED_R). ``top``: the largest ulp the accumulators reach instead, where
+    they do not sum the terms (a running mean stays within the terms' range: proofs.aten_moments.modelled);
+    R_q is the same for terms shifted by a constant."""
     a = np.moveaxis(np.asarray(terms, dtype=np.float64), axis, -1)
     nonzero = np.maximum(np.count_nonzero(a, axis=-1), 1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        total = np.sum(np.abs(a), axis=-1, keepdims=True)
-        top = 2 * u * np.exp2(np.floor(np.log2(np.where(total > 0, total, 1.0))))
-        worst = np.zeros(a.shape[:-1])
-        for j in range(ULP_SCALES):
-            angle = (2 * np.pi * (np.mod(a, top / 2**j) / (top / 2**j))).astype(np.float32)
-            cos = np.sum(np.where(a != 0, np.cos(angle), 0), axis=-1, dtype=np.float64)
-            sin = np.sum(np.where(a != 0, np.sin(angle), 0), axis=-1, dtype=np.float64)
-            worst = np.maximum(worst, np.hypot(cos, sin) / nonzero)
+        if top is None:
+            total = np.sum(np.abs(a), axis=-1, keepdims=True)
+            top = 2 * u * np.exp2(np.floor(np.log2(np.where(total > 0, total, 1.0))))
+        else:
+            top = np.moveaxis(np.asarray(top, dtype=np.float64), axis, -1)
+        worst = np.max([_resultant(a, top / 2**j) for j in range(ULP_SCALES)], axis=0)
     return np.moveaxis((worst > ALIGNED_R / np.sqrt(nonzero))[..., None], -1, axis)
+
+
+def _resultant(a: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """|mean exp(2 pi i a / q)| over the nonzero terms of the last axis (dropped; q broadcast with the axis kept),
+    phases in float32."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        angle = (2 * np.pi * (np.mod(a, q) / q)).astype(np.float32)
+    cos = np.sum(np.where(a != 0, np.cos(angle), 0), axis=-1, dtype=np.float64)
+    sin = np.sum(np.where(a != 0, np.sin(angle), 0), axis=-1, dtype=np.float64)
+    return np.hypot(cos, sin) / np.maximum(np.count_nonzero(a, axis=-1), 1)
 
 
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
                pattern: np.ndarray | None = None, depth: int | None = None,
-               exact: np.ndarray | None = None, linear: np.ndarray | None = None) -> np.ndarray:
+               exact: np.ndarray | None = None, linear: np.ndarray | None = None,
+               split: np.ndarray | None = None) -> np.ndarray:
     """The relative error factor of a sum of ``terms`` along ``axis`` (kept), relative to sum|terms|:
     min(gamma_D, P) where the roundings may be modelled as independent (:func:`independent` of ``pattern``,
     the signed terms, default ``terms``), gamma_D elsewhere or when ``lam_value`` is None (the worst case).
@@ -144,22 +182,27 @@ def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int =
     P_m (step 4) and with a declared depth at most lambda u (1 + gamma_D) sqrt(D) (sum_v A_v^2 <= D T^2), or with
     ``exact`` (sqrt(sum_v A_v^2) / T of the sum's own tree, proofs.reduction.Reduction.tree_factor) at most that.
     ``linear`` (sum_v A_v / T of that tree, Reduction.tree_sums): the worst case is at most u (1 + gamma_D) linear
-    (|fl(sum) - sum| <= sum_v u |t_v|, |t_v| <= (1 + gamma_D) A_v: rigorous, structured rows included)."""
+    (|fl(sum) - sum| <= sum_v u |t_v|, |t_v| <= (1 + gamma_D) A_v: rigorous, structured rows included).
+    ``split``: that tree's split factor (Reduction.tree_split: its aligned and largest nodes rigorously, the rest by
+    Azuma-Hoeffding), used where the terms are :func:`independent` (alignment is handled node by node there)."""
     m = np.shape(terms)[axis]
     depth = m - 1 if depth is None else min(depth, m - 1)
+    inflation = 1 + gamma(depth, u)  # |t_v| <= (1 + gamma_D) A_v (step 2)
     worst = gamma(depth, u)
     if linear is not None:
-        worst = np.minimum(worst, u * (1 + worst) * linear)
+        worst = np.minimum(worst, u * inflation * linear)
     shape = list(np.shape(terms))
     shape[axis] = 1
     if lam_value is None or m < 2:
         return np.broadcast_to(worst, shape).copy()
     with np.errstate(over="ignore", invalid="ignore"):
-        share = np.minimum(tree_factor(terms, axis, inflation=1 + worst), np.sqrt(depth))
-        chance = lam_value * u * (1 + worst) * (share if exact is None else np.minimum(share, exact))
+        share = np.minimum(tree_factor(terms, axis, inflation=inflation), np.sqrt(depth))
+        chance = lam_value * u * inflation * (share if exact is None else np.minimum(share, exact))
     pattern = terms if pattern is None else pattern
-    smaller = chance < worst
+    smaller = (chance < worst) | (split is not None and np.any(split < worst))
     if not np.any(smaller):  # the worst case is the smaller factor (a declared shallow tree): nothing to model
         return np.broadcast_to(worst, np.shape(chance)).copy()
-    modelled = independent(pattern, axis) & ~aligned(pattern, u, axis)
-    return np.where(modelled & smaller, chance, worst)
+    spread = independent(pattern, axis)
+    modelled = spread & ~aligned(pattern, u, axis)
+    factor = np.where(modelled, np.minimum(chance, worst), worst)
+    return factor if split is None else np.where(spread, np.minimum(factor, split), factor)

@@ -109,12 +109,8 @@ class Reduction:
         """(sqrt(sum_v A_v^2) / T, sum_v A_v / T) of the row's own tree (last axis kept; :meth:`tree_factor`): the
         probabilistic factor's share, and the rigorous first-order one (|fl(sum) - sum| <= u (1 + gamma_D) sum_v A_v,
         no independence assumption); None where no exact tree is declared for this width.
-
-        numpy_pow2 (module docstring): the row zero-padded to L = min(next_pow2(d), block) times ceil(d / L) and
-        folded into L lanes; adding block j >= 1 into the lanes is one node per lane, A = the lane's running sum of
-        |x|; then numpy's tree over the L lane totals (:func:`_numpy_pairwise_squares`). One block: no lane nodes.
-        Nodes that add a zero (padding) are exact; counting them only enlarges both sums.
-        aten_cascade_sum: proofs.aten_sum.tree_sums (the largest over the trees a call may use)."""
+        numpy_pow2: the nodes of :meth:`tree_nodes`; aten_cascade_sum: proofs.aten_sum.tree_sums (the largest over
+        the trees a call may use)."""
         import numpy as np
 
         from proofs.probabilistic import node_squares
@@ -124,55 +120,98 @@ class Reduction:
             from proofs import aten_sum
 
             return aten_sum.tree_sums(terms, inflation)
+        found = self.tree_nodes(terms)
+        if found is None:
+            return None
+        total, nodes = found
+        squares = node_squares(nodes, inflation)
+        scale = _inverse(total)
+        return (np.sqrt(np.sum(squares, axis=-1)) * scale)[..., None], \
+            (np.sum(np.sqrt(squares), axis=-1) * scale)[..., None]
+
+    def tree_nodes(self, terms: np.ndarray) -> tuple | None:
+        """(T, A) of a declared numpy_pow2 tree: T = sum|x| per row, A the magnitude bounds A_v (the sum of |x_i|
+        under node v) of its addition nodes along the last axis; None for other trees or widths.
+
+        The row zero-padded to L = min(next_pow2(d), block) times ceil(d / L) and folded into L lanes; adding block
+        j >= 1 into the lanes is one node per lane, A = the lane's running sum of |x|; then numpy's tree over the L
+        lane totals (:func:`_numpy_pairwise_nodes`). One block: no lane nodes. Nodes that add a zero (padding) are
+        exact; counting them only enlarges the bounds."""
+        import numpy as np
+
+        width = np.shape(terms)[-1]
         if self.exact_tree != "numpy_pow2" or not self.declared_for(width):
             return None
         lanes = 1 << max(width - 1, 0).bit_length()
         lanes = min(lanes, self.block) if self.block else lanes
         blocks = -(-width // lanes)
         magnitudes = np.abs(np.asarray(terms, dtype=np.float64))
-        magnitudes = np.concatenate([magnitudes, np.zeros((*magnitudes.shape[:-1], blocks * lanes - width))], axis=-1)
-        running = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], blocks, lanes), axis=-2)
-        total, squares, linear = _numpy_pairwise_squares(running[..., -1, :], inflation)
-        lane_nodes = node_squares(running[..., 1:, :], inflation)
-        squares = squares + np.sum(lane_nodes, axis=(-2, -1))
-        linear = linear + np.sum(np.sqrt(lane_nodes), axis=(-2, -1))
+        batch = magnitudes.shape[:-1]
+        magnitudes = np.concatenate([magnitudes, np.zeros((*batch, blocks * lanes - width))], axis=-1)
+        running = np.cumsum(magnitudes.reshape(*batch, blocks, lanes), axis=-2)
+        total, nodes = _numpy_pairwise_nodes(running[..., -1, :])
+        return total, np.concatenate([running[..., 1:, :].reshape(*batch, -1), *nodes], axis=-1)
+
+    def tree_split(self, terms: np.ndarray, inflation: float, u: float, lam_value: float,
+                   pattern: np.ndarray | None = None) -> np.ndarray | None:
+        """The split factor of the row's own tree: a bound on |fl(sum) - sum| / T (last axis kept;
+        proofs.probabilistic.split_sum on the nodes' half-ulp increments u 2^floor(log2(inflation A_v)), ``inflation``
+        = 1 + gamma_D bounding |t_v| / A_v): the nodes whose binade's ulp the
+        signed terms (``pattern``, default ``terms``) are aligned with (probabilistic.aligned_scales) and the largest
+        others rigorously, the rest by Azuma-Hoeffding. None where no node list is declared (aten_cascade_sum)."""
+        import numpy as np
+
+        from proofs import probabilistic
+
+        found = self.tree_nodes(terms)
+        if found is None:
+            return None
+        total, nodes = found
+        increments = np.sqrt(probabilistic.node_squares(nodes, inflation))
         with np.errstate(divide="ignore", invalid="ignore"):
-            scale = np.where(total > 0, 1 / np.where(total > 0, total, 1.0), 0.0)
-            return (np.sqrt(squares) * scale)[..., None], (linear * scale)[..., None]
+            exponents = np.floor(np.log2(np.where(nodes > 0, inflation * nodes, 1.0)))
+        low, high = int(np.min(exponents)), int(np.max(exponents))
+        scales = np.broadcast_to(np.arange(low, high + 1, dtype=np.float64), (*nodes.shape[:-1], high - low + 1))
+        signed = np.asarray(terms if pattern is None else pattern, dtype=np.float64)
+        alike = probabilistic.aligned_scales(signed, u, scales)
+        forced = np.take_along_axis(alike, (exponents - low).astype(np.int64), axis=-1) & (nodes > 0)
+        split = probabilistic.split_sum(u * inflation * increments, lam_value, forced)
+        return (split * _inverse(total))[..., None]
 
     def as_json(self) -> dict:
         return asdict(self)
 
 
-def _numpy_pairwise_squares(magnitudes: np.ndarray, inflation: float | None = None) -> tuple:
-    """(T, sum_v A_v^2, sum_v A_v) over the addition nodes of numpy's pairwise_sum of rows whose width is a power of
-    two (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum;
-    else blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
-    blocks' totals. ``inflation``: as :meth:`Reduction.tree_factor`."""
+def _inverse(total: np.ndarray) -> np.ndarray:
     import numpy as np
 
-    from proofs.probabilistic import node_squares
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, 1 / np.where(total > 0, total, 1.0), 0.0)
 
-    def nodes(values: np.ndarray, axes: tuple) -> tuple:
-        taken = node_squares(values, inflation)
-        return np.sum(taken, axis=axes), np.sum(np.sqrt(taken), axis=axes)
 
-    width = magnitudes.shape[-1]
+def _numpy_pairwise_nodes(magnitudes: np.ndarray) -> tuple:
+    """(T, [A arrays]) over the addition nodes of numpy's pairwise_sum of rows whose width is a power of two
+    (proofs.simulate._numpy_pairwise, the same tree), from the terms' magnitudes: below 8 terms a running sum;
+    else blocks of min(width, 128) (8 lanes over every 8th term, then a 3-level tree), then the halving tree of the
+    blocks' totals. Each array's last axis lists nodes."""
+    import numpy as np
+
+    width, batch = magnitudes.shape[-1], magnitudes.shape[:-1]
     if width < 8:
         partial = np.cumsum(magnitudes, axis=-1)
-        return (partial[..., -1], *nodes(partial[..., 1:], (-1,)))
+        return partial[..., -1], [partial[..., 1:]]
     block = min(width, 128)
-    lanes = np.cumsum(magnitudes.reshape(*magnitudes.shape[:-1], width // block, block // 8, 8), axis=-2)
-    squares, linear = nodes(lanes[..., 1:, :], (-3, -2, -1))  # each addition to a lane: its running sum
+    lanes = np.cumsum(magnitudes.reshape(*batch, width // block, block // 8, 8), axis=-2)
+    nodes = [lanes[..., 1:, :].reshape(*batch, -1)]  # each addition to a lane: its running sum
     level = lanes[..., -1, :]
     for _ in range(3):  # ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) in each block
         level = level[..., 0::2] + level[..., 1::2]
-        squares, linear = (a + b for a, b in zip((squares, linear), nodes(level, (-2, -1)), strict=True))
+        nodes.append(level.reshape(*batch, -1))
     totals = level[..., 0]
     while totals.shape[-1] > 1:  # the halves, pairwise over consecutive blocks
         totals = totals[..., 0::2] + totals[..., 1::2]
-        squares, linear = (a + b for a, b in zip((squares, linear), nodes(totals, (-1,)), strict=True))
-    return totals[..., 0], squares, linear
+        nodes.append(totals)
+    return totals[..., 0], nodes
 
 
 # numpy's pairwise summation of a contiguous float array (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum):

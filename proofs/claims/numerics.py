@@ -291,6 +291,34 @@ def _exact_trees_within_their_node_sums() -> bool:
     return bool(np.median(error / (bound[..., 0] * exact.sum(-1))) > 1)
 
 
+def _split_trees_within_their_bound() -> bool:
+    """The split bound of our Triton kernels' declared tree (Reduction.tree_split: nodes at aligned ulps and the
+    largest others rigorously, the rest by Azuma-Hoeffding) holds for its float32 sums (simulate.lanes_sum, the
+    interpreter's bits) of normal rows offset 1e3, integers plus 0.1, 49.3 and 4900.25, lognormal rows and their
+    squares, d to 65536, wherever the terms are independent (probabilistic.independent); a sequential sum declared as
+    that tree exceeds it on every offset row at d = 65536."""
+    rng = np.random.default_rng(37)
+    u = error_model.unit_roundoff("float32")
+    lam = probabilistic.lam(1)
+    lanes = dataclasses.replace(reduction.NUMPY_PAIRWISE, block=8192, two_pass=True, exact_tree="numpy_pow2")
+    for width in (8, 100, 1000, 8192, 20000, 65536):
+        rows = np.stack([1e3 + rng.standard_normal(width), rng.integers(-8, 9, width) + 0.1,
+                         rng.integers(-8, 9, width) + 49.3, rng.integers(-8, 9, width) + 4900.25,
+                         rng.lognormal(0, 2, width)]).astype(np.float32)
+        depth = min(reduction.depth(lanes, width), width - 1)
+        for terms in (rows, np.square(rows)):
+            exact = terms.astype(np.float64)
+            split = lanes.tree_split(exact, 1 + probabilistic.gamma(depth, u), u, lam)[..., 0]
+            error = np.abs(simulate.lanes_sum(terms, lanes.block).astype(np.float64) - exact.sum(-1))
+            if np.any((error > split * np.abs(exact).sum(-1)) & probabilistic.independent(exact)[..., 0]):
+                return False
+    rows = (1e3 + rng.standard_normal((8, 65536))).astype(np.float32)
+    exact = rows.astype(np.float64)
+    split = lanes.tree_split(exact, 1 + probabilistic.gamma(reduction.depth(lanes, 65536), u), u, lam)[..., 0]
+    error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
+    return bool(np.all(error > split * exact.sum(-1)))
+
+
 def _declared_shape_steps() -> tuple:
     """A declared reduction shape (proofs.reduction): the error of a tree sum through each term's path, the depth D;
     a row of several blocks summed in block-wide lanes (our Triton kernels) is such a tree, and its two-pass variance
@@ -352,10 +380,27 @@ def _declared_shape_steps() -> tuple:
              r"$10^3$-offset rows and their squares, $d$ to 65536, stay within it; a sequential sum declared as our "
              r"Triton tree exceeds it on $10^3$-offset rows at $d = 65536$",
              _exact_trees_within_their_node_sums),
+        Equal(sp.exp(-(_split_at - _rigid) ** 2 / (2 * _c**2 * _q_rest)),
+              sp.exp(-_lam**2 / 2),
+              r"split: $|\sum_v \delta_v t_v| \le \sum_{v \in S} c_v + |\sum_{v \notin S} \delta_v t_v|$ and the "
+              r"nodes outside $S$ are still a martingale, so Azuma--Hoeffding over them alone ($Q_M = \sum_{v \notin "
+              r"S} A_v^2$) gives $P(|\mathrm{fl}(\sum) - \sum| \ge \sum_{v \in S} c_v + \lambda c\sqrt{Q_M}) \le "
+              r"2e^{-\lambda^2/2}$ for any $S$ fixed by the row before its roundings; "
+              r"\texttt{probabilistic.split\_sum} takes $S$ = the nodes at aligned ulps and the $k$ largest others, "
+              r"$k$ the row's best"),
+        Fact(r"|\mathrm{fl}_{32}(\textstyle\sum x) - \sum x| \le \min_k \big(\sum_{v \in S_k} c_v + \lambda "
+             r"\sqrt{\textstyle\sum_{v \notin S_k} c_v^2}\big)",
+             r"our Triton tree's float32 sums (\texttt{Reduction.tree\_split}, increments $c_v = u\,2^{\lfloor "
+             r"\log_2((1+\gamma_D)A_v)\rfloor}$, nodes whose ulp the terms' residues are concentrated at forced into "
+             r"$S$: \texttt{probabilistic.aligned\_scales}) of $10^3$-offset, integer + 0.1 / 49.3 / 4900.25 and "
+             r"lognormal rows and their squares, $d$ to 65536; a sequential sum declared as that tree exceeds it on "
+             r"every $10^3$-offset row at $d = 65536$", _split_trees_within_their_bound),
     )
 
 
 _lam, _events, _false_alarm, _q, _c = sp.symbols(r"\lambda N p Q c", positive=True)
+_q_rest, _rigid = sp.symbols(r"Q_M C_S", positive=True)  # the split: Azuma over the nodes outside S, S rigorous
+_split_at = _rigid + _lam * _c * sp.sqrt(_q_rest)
 
 
 def _half_ulp_bounds_round_to_nearest() -> bool:
