@@ -150,7 +150,7 @@ class Reduction:
         magnitudes = np.concatenate([magnitudes, np.zeros((*batch, blocks * lanes - width))], axis=-1)
         running = np.cumsum(magnitudes.reshape(*batch, blocks, lanes), axis=-2)
         total, nodes = _numpy_pairwise_nodes(running[..., -1, :])
-        return total, np.concatenate([running[..., 1:, :].reshape(*batch, -1), *nodes], axis=-1)
+        return total, np.concatenate([running[..., 1:, :].reshape(*batch, (blocks - 1) * lanes), *nodes], axis=-1)
 
     def tree_split(self, terms: np.ndarray, inflation: float, u: float, lam_value: float,
                    pattern: np.ndarray | None = None) -> np.ndarray | None:
@@ -167,16 +167,19 @@ class Reduction:
         if found is None:
             return None
         total, nodes = found
+        if nodes.size == 0:  # a row of one term (or no row): no addition, no rounding
+            return np.zeros((*nodes.shape[:-1], 1))
+        finite = np.isfinite(nodes).all(axis=-1) & np.isfinite(inflation)  # else no finite bound: inf
+        nodes = np.where(np.isfinite(nodes), nodes, 0.0)
         increments = np.sqrt(probabilistic.node_squares(nodes, inflation))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            exponents = np.floor(np.log2(np.where(nodes > 0, inflation * nodes, 1.0)))
-        low, high = int(np.min(exponents)), int(np.max(exponents))
-        scales = np.broadcast_to(np.arange(low, high + 1, dtype=np.float64), (*nodes.shape[:-1], high - low + 1))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            exponents = np.floor(np.log2(np.where((nodes > 0) & finite[..., None], inflation * nodes, 1.0)))
+        scales, index = np.unique(exponents, return_inverse=True)  # the binades the nodes reach
         signed = np.asarray(terms if pattern is None else pattern, dtype=np.float64)
-        alike = probabilistic.aligned_scales(signed, u, scales)
-        forced = np.take_along_axis(alike, (exponents - low).astype(np.int64), axis=-1) & (nodes > 0)
+        alike = probabilistic.aligned_scales(signed, u, np.broadcast_to(scales, (*nodes.shape[:-1], scales.size)))
+        forced = np.take_along_axis(alike, index.reshape(nodes.shape), axis=-1) & (nodes > 0)
         split = probabilistic.split_sum(u * inflation * increments, lam_value, forced)
-        return (split * _inverse(total))[..., None]
+        return np.where(finite, split * _inverse(total), np.inf)[..., None]
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -202,11 +205,12 @@ def _numpy_pairwise_nodes(magnitudes: np.ndarray) -> tuple:
         return partial[..., -1], [partial[..., 1:]]
     block = min(width, 128)
     lanes = np.cumsum(magnitudes.reshape(*batch, width // block, block // 8, 8), axis=-2)
-    nodes = [lanes[..., 1:, :].reshape(*batch, -1)]  # each addition to a lane: its running sum
+    # each addition to a lane: its running sum
+    nodes = [lanes[..., 1:, :].reshape(*batch, width - 8 * (width // block))]
     level = lanes[..., -1, :]
     for _ in range(3):  # ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) in each block
         level = level[..., 0::2] + level[..., 1::2]
-        nodes.append(level.reshape(*batch, -1))
+        nodes.append(level.reshape(*batch, level.shape[-2] * level.shape[-1]))
     totals = level[..., 0]
     while totals.shape[-1] > 1:  # the halves, pairwise over consecutive blocks
         totals = totals[..., 0::2] + totals[..., 1::2]

@@ -79,6 +79,11 @@ def test_the_tree_split_holds_for_the_tree_and_is_below_its_rigorous_sum(width):
     error = np.abs(simulate.lanes_sum(rows, TRITON_TREE.block).astype(np.float64) - exact.sum(-1))
     assert np.all(error <= split * np.abs(exact).sum(-1))
     assert TRITON_TREE.tree_split(exact[:, :5], inflation, U32, LAM) is not None
+    assert np.array_equal(TRITON_TREE.tree_split(exact[:, :1], inflation, U32, LAM), np.zeros((3, 1)))  # d = 1
+    assert TRITON_TREE.tree_split(exact[:0], inflation, U32, LAM).shape == (0, 1)
+    overflowing = exact.copy()
+    overflowing[0, 0] = np.inf  # a draw the strategies probe: no finite bound there, and no crash
+    assert np.isinf(TRITON_TREE.tree_split(overflowing, inflation, U32, LAM)[0, 0])
     assert dataclasses.replace(TRITON_TREE, exact_tree="").tree_split(exact, inflation, U32, LAM) is None
 
 
