@@ -427,14 +427,23 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_w
             "dc2": dc2, "exact_dx": exact_dx}
 
 
-def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None) -> np.ndarray:
+def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None, rounded: np.ndarray,
+                  u_round: float | None = None) -> np.ndarray:
     """Bound on |sum_i delta_i v_i| (row axis kept) for one rounding-size error |delta_i| <= ``bound`` per element:
-    bound sum|v| (worst case), or bound lambda ||v||_2 (Azuma, independent mean-zero deltas) where the model applies."""
+    bound sum|v| (worst case), or bound lambda sqrt(sum_g (sum_{i in g} |v_i|)^2) (Azuma over the groups g of equal
+    ``rounded`` values, the values whose roundings these are: equal ones round alike, probabilistic.grouped) where
+    the model applies: the values are independent (probabilistic.independent) and, with ``u_round``, the rounded
+    values' residues modulo their ulps at that unit roundoff are not concentrated (probabilistic.concentrated: a
+    16-bit grid shifted by a row constant and stored keeps the constant's residue, its roundings share a sign)."""
     worst = bound * np.sum(np.abs(values), axis=-1, keepdims=True)
     if lam_value is None:
         return worst
-    chance = lam_value * bound * np.sqrt(np.sum(np.square(values), axis=-1, keepdims=True))
-    return np.where(probabilistic.independent(values), np.minimum(worst, chance), worst)
+    chance = lam_value * bound * np.sqrt(np.sum(np.square(probabilistic.grouped(values, rounded)), axis=-1,
+                                                keepdims=True))
+    modelled = probabilistic.independent(values)
+    if u_round is not None:
+        modelled = modelled & ~probabilistic.concentrated(rounded, u_round)
+    return np.where(modelled, np.minimum(worst, chance), worst)
 
 
 def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray, u_acc: float,
@@ -469,14 +478,18 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
         magnitude = (np.abs(g_prime) * (1 + g_round) + np.abs(p["c1"]) + p["dc1"]
                      + (np.abs(xhat) + p["xi"]) * (np.abs(p["c2"]) + p["dc2"]))
         computed = np.abs(p["exact_dx"]) + p["dx"]  # |dx^_i| at most
+        # the values rounded: g'_i = gamma_i dy_i (a product), xhat_i (x_i r), the combination g' - c1 - xhat c2
+        # (a grid value shifted by row constants: tested for concentrated residues) and dx_i as stored
+        combination = p["exact_dx"] / r
         rounding = {  # sum_i delta_i v_i of the roundings, per row
-            "g": _rounding_sum(g_prime, g_round, lam_value), "cg": _rounding_sum(centred * g_prime, g_round,
-                                                                                 lam_value),
-            "x": _rounding_sum(xhat, x_round, lam_value), "cx": _rounding_sum(centred * xhat, x_round, lam_value),
-            "combine": _rounding_sum(magnitude, combine, lam_value),
-            "c_combine": _rounding_sum(centred * magnitude, combine, lam_value),
-            "outer": _rounding_sum(computed, outer, lam_value), "c_outer": _rounding_sum(centred * computed, outer,
-                                                                                        lam_value)}
+            "g": _rounding_sum(g_prime, g_round, lam_value, g_prime),
+            "cg": _rounding_sum(centred * g_prime, g_round, lam_value, g_prime),
+            "x": _rounding_sum(xhat, x_round, lam_value, xhat),
+            "cx": _rounding_sum(centred * xhat, x_round, lam_value, xhat),
+            "combine": _rounding_sum(magnitude, combine, lam_value, combination, u_acc),
+            "c_combine": _rounding_sum(centred * magnitude, combine, lam_value, combination, u_acc),
+            "outer": _rounding_sum(computed, outer, lam_value, p["exact_dx"], u_out),
+            "c_outer": _rounding_sum(centred * computed, outer, lam_value, p["exact_dx"], u_out)}
         c2_hat = np.abs(p["c2"]) + p["dc2"]
         shared = r * (1 + eps_r)
         cg = np.abs(np.sum(centred * g_prime, axis=-1, keepdims=True))

@@ -108,6 +108,36 @@ def aligned_scales(terms: np.ndarray, u: float, exponents: np.ndarray) -> np.nda
     return np.stack([_resultant(a, q[..., j: j + 1]) > threshold for j in range(q.shape[-1])], axis=-1)
 
 
+def grouped(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """|values| summed over the runs of equal ``keys`` along the last axis (padded with zeros to its length): a
+    rounding is a function of the value rounded, so elements whose rounded values are equal round alike and make one
+    increment of Azuma-Hoeffding, not several (a row of few distinct values: its roundings add like its groups)."""
+    magnitude = np.abs(np.asarray(values, dtype=np.float64))
+    keys = np.broadcast_to(np.asarray(keys, dtype=np.float64), magnitude.shape)
+    flat_values, flat_keys = magnitude.reshape(-1, magnitude.shape[-1]), keys.reshape(-1, magnitude.shape[-1])
+    out = np.zeros_like(flat_values)
+    for row, (v, k) in enumerate(zip(flat_values, flat_keys, strict=True)):
+        if v.size == 0:
+            continue
+        order = np.argsort(k, kind="stable")
+        starts = np.flatnonzero(np.concatenate([[True], k[order][1:] != k[order][:-1]]))
+        totals = np.add.reduceat(v[order], starts)
+        out[row, : totals.size] = totals
+    return out.reshape(magnitude.shape)
+
+
+def concentrated(values: np.ndarray, u: float) -> np.ndarray:
+    """Whether rounding ``values`` to unit roundoff u errs alike (last axis kept): the residues of the nonzero values
+    modulo their own ulps, 2u 2^floor(log2|v|), have mean resultant length above ALIGNED_R / sqrt(m) (as
+    :func:`aligned`). A grid value shifted by a row constant and rounded (dy_i - m on a 16-bit grid, then stored)
+    keeps the constant's residue: its roundings share a sign."""
+    v = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ulp = 2 * u * np.exp2(np.floor(np.log2(np.where(v != 0, np.abs(v), 1.0))))
+    ratio = _resultant(np.where(np.isfinite(v), v, 0.0), ulp)
+    return (ratio > ALIGNED_R / np.sqrt(np.maximum(np.count_nonzero(v, axis=-1), 1)))[..., None]
+
+
 def tree_factor(terms: np.ndarray, axis: int = -1, inflation: float | np.ndarray | None = None) -> np.ndarray:
     """sqrt(sum_{k=2}^m T_k^2) / T_m, T_k the sum of the k largest |terms| along ``axis`` (kept); 0 for zero sums
     (``inflation``: each T_k^2 taken by :func:`node_squares`).
