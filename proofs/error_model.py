@@ -494,15 +494,23 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
         shared = r * (1 + eps_r)
         cg = np.abs(np.sum(centred * g_prime, axis=-1, keepdims=True))
         spread = 1 - eps * q["inv_s2"]  # sigma^2 / s^2 (mean(x^2) / s^2 for RMSNorm)
+        # xhat as x r - mu r (torch's CPU backward, docs/findings.md [I]; as Xi): fl(x_i r) errs u |x_i| r, which
+        # c weights element by element; fl(mu r) errs alike in every element, which c . 1 = 0 cancels and the sum
+        # of dx meets d times (2 u E_x, E_x = mean|x| / s, covers both)
+        association = u_acc * np.abs(row) * r if kind == "ln" else np.zeros_like(row)
         c_dot = (shared * (rounding["cg"] + p["dc2"] * np.sum(np.abs(centred) * (np.abs(xhat) + p["xi"]), axis=-1,
                                                                  keepdims=True)
-                           + c2_hat * (1 + eps_r) * rounding["cx"] + rounding["c_combine"])
+                           + c2_hat * (1 + eps_r) * (rounding["cx"] + np.sum(np.abs(centred) * association, axis=-1,
+                                                                             keepdims=True) * (1 + x_round))
+                           + rounding["c_combine"])
                  + rounding["c_outer"] + eps_r * (2 + eps_r) * r * cg * spread * (1 + eps_r)
                  + eps_r * r * cg * eps * q["inv_s2"]
+                 + np.sum(np.abs(centred), axis=-1, keepdims=True) * _underflow(u_out)  # dx stored subnormal
                  + float64 * (np.sum(np.abs(centred) * computed, axis=-1, keepdims=True) + r * cg))
         found = {"c_dot": c_dot[..., 0]}
         if kind == "ln":
-            mean_part = (1 + eps_r) * (rounding["x"] + width * p["mean_error"] * (1 + x_round))
+            mean_part = (1 + eps_r) * (rounding["x"] + width * (p["mean_error"] + 2 * u_acc * q["mean_abs"])
+                                       * (1 + x_round))
             total = (shared * (rounding["g"] + width * p["dc1"] + c2_hat * mean_part + rounding["combine"])
                      + rounding["outer"] + float64 * np.sum(computed, axis=-1, keepdims=True)
                      + width * _underflow(u_out))
