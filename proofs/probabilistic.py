@@ -31,6 +31,11 @@ Derivation (each step checked in claim numerics.error_model):
    2^e <= |t_v| < 2^(e+1), a bound as predictable as u |t_v| (it depends on the roundings before v only), so step 3
    holds with the increments bounded by u 2^floor(log2((1 + gamma) A_v)) (monotone in A_v: step 4's order-agnostic
    maximum stays a maximum); :func:`node_squares`. It gains 1-2x per node (about 1.4 on average over a binade).
+7. Split (a declared tree's nodes, :func:`split_sum`): for a set S of nodes fixed by the row before its roundings,
+   |sum_v delta_v t_v| <= sum_{v in S} c_v + |sum_{v not in S} delta_v t_v|, and the nodes outside S are still a
+   martingale: step 3 over them alone, the same lambda and probability. S takes the nodes at ulps the terms are
+   aligned with (:func:`aligned_scales`) and the largest others, where Azuma would charge lambda c_v for a node
+   that carries the sum alone.
 """
 
 from __future__ import annotations
