@@ -109,8 +109,7 @@ def aligned_scales(terms: np.ndarray, u: float, exponents: np.ndarray) -> np.nda
     :func:`aligned`), i.e. whether additions whose results lie in [2^e, 2^(e+1)) may round alike."""
     a = np.asarray(terms, dtype=np.float64)
     q = 2 * u * np.exp2(np.asarray(exponents, dtype=np.float64))
-    threshold = ALIGNED_R / np.sqrt(np.maximum(np.count_nonzero(a, axis=-1), 1))
-    return np.stack([_resultant(a, q[..., j: j + 1]) > threshold for j in range(q.shape[-1])], axis=-1)
+    return np.stack([_concentrated_at(a, q[..., j: j + 1]) for j in range(q.shape[-1])], axis=-1)
 
 
 def grouped(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -139,8 +138,7 @@ def concentrated(values: np.ndarray, u: float) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ulp = 2 * u * np.exp2(np.floor(np.log2(np.where(v != 0, np.abs(v), 1.0))))
-    ratio = _resultant(np.where(np.isfinite(v), v, 0.0), ulp)
-    return (ratio > ALIGNED_R / np.sqrt(np.maximum(np.count_nonzero(v, axis=-1), 1)))[..., None]
+    return _concentrated_at(np.where(np.isfinite(v), v, 0.0), ulp)[..., None]
 
 
 def tree_factor(terms: np.ndarray, axis: int = -1, inflation: float | np.ndarray | None = None) -> np.ndarray:
@@ -185,25 +183,26 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1, top: np.ndarray | None 
     they do not sum the terms (a running mean stays within the terms' range: proofs.aten_moments.modelled);
     R_q is the same for terms shifted by a constant."""
     a = np.moveaxis(np.asarray(terms, dtype=np.float64), axis, -1)
-    nonzero = np.maximum(np.count_nonzero(a, axis=-1), 1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if top is None:
             total = np.sum(np.abs(a), axis=-1, keepdims=True)
             top = 2 * u * np.exp2(np.floor(np.log2(np.where(total > 0, total, 1.0))))
         else:
             top = np.moveaxis(np.asarray(top, dtype=np.float64), axis, -1)
-        worst = np.max([_resultant(a, top / 2**j) for j in range(ULP_SCALES)], axis=0)
-    return np.moveaxis((worst > ALIGNED_R / np.sqrt(nonzero))[..., None], -1, axis)
+        found = np.any([_concentrated_at(a, top / 2**j) for j in range(ULP_SCALES)], axis=0)
+    return np.moveaxis(found[..., None], -1, axis)
 
 
-def _resultant(a: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """|mean exp(2 pi i a / q)| over the nonzero terms of the last axis (dropped; q broadcast with the axis kept),
-    phases in float32."""
+def _concentrated_at(a: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Whether |mean exp(2 pi i a / q)| over the nonzero terms of the last axis (dropped; q broadcast with the axis
+    kept; phases in float32) exceeds ALIGNED_R / sqrt(m), m their count: the test of :func:`aligned`,
+    :func:`aligned_scales` and :func:`concentrated`."""
     with np.errstate(divide="ignore", invalid="ignore"):
         angle = (2 * np.pi * (np.mod(a, q) / q)).astype(np.float32)
     cos = np.sum(np.where(a != 0, np.cos(angle), 0), axis=-1, dtype=np.float64)
     sin = np.sum(np.where(a != 0, np.sin(angle), 0), axis=-1, dtype=np.float64)
-    return np.hypot(cos, sin) / np.maximum(np.count_nonzero(a, axis=-1), 1)
+    nonzero = np.maximum(np.count_nonzero(a, axis=-1), 1)
+    return np.hypot(cos, sin) / nonzero > ALIGNED_R / np.sqrt(nonzero)
 
 
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
