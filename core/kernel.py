@@ -83,6 +83,9 @@ class Kernel:
     lanes, cascade, blocks; two-pass or Welford), read from its source: the error model then bounds each sum by the
     shape's depth D instead of d - 1 (any order). None (the default) keeps the order-agnostic bound: a shape is never
     assumed. A declaration the kernel does not follow is caught like any other wrong claim (its bound is tighter).
+    A declared exact tree (``Reduction.exact_tree``) is verified where it is used (core.trees): ``statistics`` is a
+    callable ``(x, eps) -> (mean or None, rstd)``, float32 per row as the kernel computes them for x with no weight or
+    bias, that the tree's emulation is compared with bit for bit; without it the tree is not used, only its shape.
     """
 
     name: str
@@ -101,6 +104,7 @@ class Kernel:
     output_dtype: str = "input"
     parameter_dtypes: str = "any"
     reduction: Reduction | None = None
+    statistics: Callable | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

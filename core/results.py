@@ -107,6 +107,28 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ReductionCheck(_Model):
+    """``core.trees.TreeCheck.as_json()``: a declared exact tree compared bit for bit with the kernel on this build."""
+
+    kernel: str
+    tree: str
+    device: str
+    dtype: str
+    build: str
+    status: Literal["verified", "refuted", "unverifiable"]
+    rows: int = 0
+    detail: str = ""
+    in_use: str = ""
+
+    def line(self) -> str:
+        """``torch:layernorm float32 on cpu (AVX512, torch 2.13.0): declared reduction aten_moments verified (48 rows
+        bit for bit): using the exact tree aten_moments``; NOT verified or not verifiable with the reason."""
+        what = {"verified": f"verified ({self.rows} rows bit for bit)", "refuted": f"NOT verified ({self.detail})",
+                "unverifiable": f"not verifiable ({self.detail})"}[self.status]
+        return (f"{self.kernel} {self.dtype} on {self.device} ({self.build}): declared reduction {self.tree} {what}: "
+                f"using {self.in_use}")
+
+
 class Environment(_Model):
     """What ran: versions, device, Hypothesis profile, the tolerances' error bound, the suite's commit, the date."""
 
@@ -120,6 +142,8 @@ class Environment(_Model):
     bound: str | None = None  # properties.tolerance.bound_in_use(): "probabilistic" or "worst-case"
     commit: str | None = None
     date: str | None = None
+    cpu_capability: str | None = None  # the capability ATen dispatches its CPU kernels on (DEFAULT, AVX2, AVX512)
+    reductions: list[ReductionCheck] = Field(default_factory=list)  # every declared exact tree, verified or not
 
 
 class Capabilities(_Model):
@@ -150,6 +174,9 @@ class ReductionEntry(_Model):
     two_pass: bool = False
     exact_tree: str = ""
     source: str = ""
+    device: str = ""
+    contract: bool = True
+
 
 
 class KernelEntry(_Model):

@@ -94,26 +94,29 @@ def _half_ulp_share(value, bound, u: float | None):
         return np.where(magnitude > 0, np.exp2(np.floor(np.log2(np.where(top > 0, top, 1.0)))) / magnitude, 1.0)
 
 
-def _fused(a, b, c):
-    """fl(a b + c) in float32 (an FMA: the float32 product is exact in float64), a b + c in float64."""
-    if np.result_type(a, b, c) != np.float32:
+def _fused(a, b, c, contract: bool = True):
+    """fl(a b + c) in float32 (an FMA: the float32 product is exact in float64), a b + c in float64; without
+    ``contract`` (a build with no FMA instruction: ATen's DEFAULT capability) fl(fl(a b) + c)."""
+    if not contract or np.result_type(a, b, c) != np.float32:
         return a * b + c
     return (np.asarray(a, dtype=np.float64) * b + c).astype(np.float32)
 
 
-def welford_step(state: _Moments, x, c, active=True, divide: bool = False, u: float | None = None) -> _Moments:
+def welford_step(state: _Moments, x, c, active=True, divide: bool = False, u: float | None = None,
+                 contract: bool = True) -> _Moments:
     """One Welford update with x: d = x - m, m' = m + d c (or m + d / c with ``divide``: the scalar loop, whose
     division rounds once like the product), M2' = M2 + d (x - m'). The update from an empty state (count 0) is
     exact. ``active``: where False the state stays. The float32 emulation fuses m + d c and M2 + d f into FMAs
     as torch's AVX2 build does in the vector loop (GCC contracts its multiply-adds; not the scalar tail's). The
     model also counts the fused product's rounding: a superset of the kernel's roundings, sound either way. With
-    ``u`` the accumulators' roundings (m', M2') are bounded by half an ulp of their binade (:func:`_half_ulp_share`)."""
+    ``u`` the accumulators' roundings (m', M2') are bounded by half an ulp of their binade (:func:`_half_ulp_share`).
+    ``contract``: False for a build without FMA (ATen's DEFAULT capability), whose products round apart."""
     d = x - state.m
     q = d / c if divide else d * c
-    m_new = state.m + q if divide else _fused(d, c, state.m)
+    m_new = state.m + q if divide else _fused(d, c, state.m, contract)
     f = x - m_new
     p = d * f
-    m2_new = state.m2 + p if divide else _fused(d, f, state.m2)
+    m2_new = state.m2 + p if divide else _fused(d, f, state.m2, contract)
     c64 = 1 / np.float64(c) if divide else np.float64(c)
     d64, q64, m64, f64, p64, s64 = (np.asarray(v, dtype=np.float64) for v in (d, q, m_new, f, p, m2_new))
     mapped = state.mapped(1 - c64, -(f64 + d64 * (1 - c64)))
@@ -144,7 +147,8 @@ def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: floa
     state's arrays (every lane of a stack slot holds as many terms). ``fused``: m_d + c delta and
     M2_a + (delta delta c) n_d are FMAs in the float32 emulation (the scalar AddMoments merging the lanes; the
     vector merges are not contracted). ``u``: as for :func:`welford_step` (m, s and M2 are the accumulators).
-    ``rigorous``: the merge's own roundings go to the rigorously bounded share (R) instead of the modelled one (H)."""
+    ``rigorous``: the merge's own roundings go to the rigorously bounded share (R) instead of the modelled one (H).
+    ``fused`` takes effect in the float32 emulation only (the build's contraction: :func:`row_moments`)."""
     n_d, n_a = int(np.max(dst.count)), int(np.max(add.count))
     if n_d == 0:
         return add
@@ -177,11 +181,14 @@ def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: floa
     return _Moments(n_d + n_a, m_new, m2_new, errors)
 
 
-def row_moments(rows: np.ndarray, lanes: int, u: float | None = None) -> _Moments:
+def row_moments(rows: np.ndarray, lanes: int, u: float | None = None, contract: bool = True) -> _Moments:
     """RowwiseMomentsImpl over the last axis of ``rows`` (float32: the kernel; float64: the exact computation with the
     algorithm's float32 constants), V = ``lanes``; the returned state's m is the mean, m2 the sum of squared
     deviations (the kernel then divides by N), and its errors the first-order rounding coefficients (with ``u``,
-    the accumulation's unit roundoff: the accumulators' roundings bounded by half an ulp of their binade)."""
+    the accumulation's unit roundoff: the accumulators' roundings bounded by half an ulp of their binade).
+    ``contract``: whether the build fuses the multiply-adds named in :func:`welford_step` and :func:`chan_merge` (GCC
+    does with FMA hardware: ATen's AVX2 kernel, which its AVX512 capability also runs; its DEFAULT kernel does not).
+    The error model counts every product's rounding either way (a superset of both builds' roundings)."""
     dtype = rows.dtype
     batch, width = rows.shape[:-1], rows.shape[-1]
     n = width // lanes
@@ -197,7 +204,7 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None) -> _Moment
     run = _Moments(np.zeros((chunks, 1), dtype=np.int64), empty, empty)
     for j in range(CHUNK):
         run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts,
-                           u=u)
+                           u=u, contract=contract)
     for i in range(chunks):
         stack[0] = chan_merge(stack[0], run.part((..., i, slice(None))), dtype, u=u)
         mask = i + 1
@@ -213,7 +220,7 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None) -> _Moment
     for i in range(n * lanes, width):
         tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True, u=u)
     for k in range(lanes):
-        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=True, u=u, rigorous=True)
+        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=contract, u=u, rigorous=True)
     return tail
 
 

@@ -29,7 +29,10 @@ block into ``block`` lanes (lane k: x_k + x_{k+block} + ..., one after another, 
 np.sum over the lanes (Triton's tutorial 05 form, kernels/norm.py under the interpreter).
 
 A declaration is a claim about the kernel's source; the conformance suite checks the kernel against the bound it
-implies, so a kernel that declares a shallower shape than it follows fails (tests/test_tightness.py).
+implies, so a kernel that declares a shallower shape than it follows fails (tests/test_tightness.py). A declared exact
+tree is more: the suite emulates it bit for bit on the machine in use before trusting it (core.trees), since which
+tree a kernel computes depends on the build (CPU capability, FMA contraction, compiled or interpreted). ``device``
+names the device type the declaration is made for ("" any), ``contract`` whether the tree's multiply-adds are fused.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class Reduction:
     two_pass: bool = False
     exact_tree: str = ""  # "numpy_pow2": np.sum over the row padded to a power of two, or over block-wide lanes
     source: str = ""
+    device: str = ""  # the device type the declaration is made for ("cpu": ATen's CPU kernels, the interpreter); "" any
+    contract: bool = True  # the exact tree's multiply-adds fused (FMA), as the build compiles them (aten_moments)
 
     def __post_init__(self) -> None:
         if min(self.run, self.lanes, self.fan - 1, self.level_cost) < 1 or min(self.finish, self.block,

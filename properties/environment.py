@@ -1,4 +1,5 @@
-"""What a run ran on: versions, device, Hypothesis profile, the tolerances' error bound, the suite's commit, date."""
+"""What a run ran on: versions, device, Hypothesis profile, the tolerances' error bound, the suite's commit, date,
+the CPU capability ATen dispatches on and every declared exact reduction tree of the run's kernels, verified or not."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import pytest
 import torch
 
 import core
+from core import trees
+from core.errors import UsageError
+from core.names import split_specs
+from core.registry import Kernel, resolve
 from properties import profiles, tolerance
 
 
@@ -31,7 +36,35 @@ def environment(config: pytest.Config) -> dict:
             "triton": triton_version, "hypothesis": hypothesis.__version__, "device": device,
             "profile": profiles.chosen(config.getoption("hypothesis_profile", None)),
             "bound": tolerance.bound_in_use(), "commit": suite_commit(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "reductions": [check.as_json() for check in declared_trees(config)]}
+
+
+def run_kernels(config: pytest.Config) -> list[Kernel]:
+    """The kernels the run's --kernel SPECs name (--kind applied); a SPEC that does not resolve is the run's own
+    usage error, reported there, so it adds nothing here."""
+    kernels: list[Kernel] = []
+    for spec in split_specs(config.getoption("--kernel", None) or []):
+        try:
+            kernels += resolve(spec, config.getoption("--kind", None))
+        except UsageError:
+            continue
+    return kernels
+
+
+def declared_trees(config: pytest.Config) -> list[trees.TreeCheck]:
+    """Each declared exact tree of the run's kernels checked on the device the run uses for that kernel (its declared
+    device, else CUDA where present) in each dtype the tree is declared for (core.trees); none for a declaration
+    made for another device (torch's CPU trees on a CUDA run)."""
+    found = []
+    for kernel in run_kernels(config):
+        device = torch.device(kernel.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if not trees.applies(kernel.reduction, device) or not kernel.reduction.exact_tree:
+            continue
+        dtypes = kernel.dtypes or (torch.float32, torch.float16, torch.bfloat16)
+        found += [trees.check(kernel, device, dtype) for dtype in trees.dtypes_for(kernel.reduction, dtypes)]
+    return found
 
 
 def suite_commit() -> str | None:

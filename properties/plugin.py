@@ -14,6 +14,7 @@ import pytest
 from core.errors import UsageError
 from core.names import split_specs
 from core.registry import KINDS, Kernel, resolve
+from core.results import ReductionCheck
 from proofs import error_model
 from properties import profiles, tolerance
 from properties.selection import kernel_of
@@ -137,5 +138,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"normverify profile: {env['profile']}, bound: {env['bound']}",
         f"versions: torch {env['torch']}, triton {env['triton'] or 'not installed'}, "
         f"hypothesis {env['hypothesis']}",
-        f"device: {env['device']}",
+        f"device: {env['device']}, CPU capability: {env['cpu_capability']}",
+        *(f"declared reduction: {ReductionCheck.model_validate(check).line()}" for check in env["reductions"]),
     ]

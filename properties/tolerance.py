@@ -28,14 +28,13 @@ a failure (:mod:`properties.outcome`).
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 
+from core import trees
 from core.capabilities import dtype_name
 from core.registry import Kernel
-from proofs import aten_moments, error_model, oracles
+from proofs import error_model, oracles
 from properties.norms import as_float64, effective_weight, output_dtype
 
 # float16/bfloat16 data is accumulated in float32; a kernel that declares backward_precision="storage"
@@ -83,14 +82,9 @@ def operand_roundoffs(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
 
 
 def declared_reduction(kernel: Kernel, x: torch.Tensor):
-    """The kernel's declared reduction (``Kernel.reduction``) as it holds for x's dtype: ATen's row moments are
-    declared node by node for float32 rows only (16-bit rows take another path, two float vectors per chunk:
-    proofs.aten_moments.INPUT_DTYPES), so elsewhere the declaration keeps its shape without the exact tree."""
-    declared = kernel.reduction
-    if declared is not None and declared.exact_tree == "aten_moments" and \
-            dtype_name(x.dtype) not in aten_moments.INPUT_DTYPES:
-        return dataclasses.replace(declared, exact_tree="")
-    return declared
+    """The kernel's declared reduction (``Kernel.reduction``) as far as it holds for x's device and dtype on this
+    machine (core.trees.trusted): a declared exact tree only once it is verified bit for bit here."""
+    return trees.trusted(kernel, x)
 
 
 def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from emulated import verified_kernel
 
-from core.adapters.torch_native import cpu_reductions
 from proofs import aten_moments, error_model, probabilistic
 from properties.tightness import suite_rows
 
@@ -16,19 +16,18 @@ WIDTHS = (1, 3, 7, 8, 9, 17, 100, 127, 128, 129, 1000, 4095, 4096, 12345, 65536)
 
 
 @pytest.fixture(scope="module")
-def lanes() -> int:
-    declared = cpu_reductions().get("layernorm")
-    if declared is None or declared.exact_tree != "aten_moments":
-        pytest.skip("torch's row moments are declared for x86 AVX2/AVX512 CPUs only")
-    return declared.lanes
+def declared():
+    """torch:layernorm's declared tree, where core.trees verified it on this build (lanes, FMA contraction)."""
+    return verified_kernel("torch", "layernorm").reduction
 
 
 @pytest.mark.parametrize("d", WIDTHS)
 @pytest.mark.parametrize("mean_over_std", [0.0, 10.0, 1e3])
-def test_the_float32_emulation_is_torchs_mean_bit_for_bit(lanes, d, mean_over_std):
+def test_the_float32_emulation_is_torchs_mean_bit_for_bit(declared, d, mean_over_std):
+    lanes = declared.lanes
     x = suite_rows(d, mean_over_std, torch.float32, 5, seed=d)
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, [d], None, None, 1e-5)
-    got = aten_moments.row_moments(x.numpy(), lanes)
+    got = aten_moments.row_moments(x.numpy(), lanes, contract=declared.contract)
     assert np.array_equal(got.m.astype(np.float32), mean[:, 0].numpy())
     exact = x.double().numpy()
     u = error_model.unit_roundoff("float32")

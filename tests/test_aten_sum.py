@@ -6,12 +6,15 @@ tree, and a kernel that declares the tree but sums otherwise fails where it pass
 from __future__ import annotations
 
 import dataclasses
+import functools
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
 import torch
+from emulated import sequential_statistics, trust_every_declared_tree, verified_kernel
 
+from core import trees
 from core.adapters.torch_native import cpu_reductions
 from core.kernel import Kernel
 from core.registry import resolve
@@ -20,8 +23,15 @@ from proofs.reduction import Reduction
 from properties.tightness import row_ratios, suite_rows
 
 WIDTHS = (1, 2, 3, 5, 7, 8, 9, 17, 31, 64, 100, 129, 512, 1000, 4096, 4097, 8192, 16383, 32768, 32769, 65536)
-AVX2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
-needs_avx2 = pytest.mark.skipif(not AVX2, reason="the emulation is verified for V = 8 float32 lanes (AVX2) only")
+
+
+@pytest.fixture(scope="module")
+def verified():
+    """torch:rmsnorm's declared tree, where core.trees verified it on this build (else the tests skip, saying why)."""
+    return verified_kernel("torch", "rmsnorm")
+
+
+needs_verified_tree = pytest.mark.usefixtures("verified")
 
 
 @contextmanager
@@ -39,7 +49,7 @@ def squares_of(x: torch.Tensor) -> torch.Tensor:
     return x.float().pow(2)
 
 
-@needs_avx2
+@needs_verified_tree
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_float32_sum_is_torchs_bit_for_bit_on_the_suite_rows(dtype):
     """Each row alone (a one-row call: split over threads beyond GRAIN_SIZE) and all rows in one call."""
@@ -53,7 +63,7 @@ def test_float32_sum_is_torchs_bit_for_bit_on_the_suite_rows(dtype):
                 assert np.array_equal(row.sum(-1).numpy(), aten_sum.float32_sum(row.numpy(), threads=threads)), d
 
 
-@needs_avx2
+@needs_verified_tree
 @pytest.mark.parametrize("threads", [1, 2, 3, 4, 8, 9, 33])
 def test_a_one_row_call_splits_over_threads_as_emulated(threads):
     """two_pass_reduction: min(T, ceil(d / 32768)) chunks into a buffer of T slots (T >= 8: the buffer's own sum is
@@ -69,7 +79,7 @@ def test_a_one_row_call_splits_over_threads_as_emulated(threads):
                 assert not np.array_equal(got, aten_sum.float32_sum(rows, threads=threads)), d  # rows: serial
 
 
-@needs_avx2
+@needs_verified_tree
 @pytest.mark.parametrize("rows", [1, 4])
 def test_rms_norm_is_the_composite_over_the_emulated_mean_square(rows):
     """F.rms_norm's output equals x * rsqrt(sum / d + eps) with the emulated sum, in every dtype: the statistic is
@@ -135,20 +145,24 @@ def sequential_rmsnorm(x: torch.Tensor, weight, eps: float) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(y))
 
 
-@needs_avx2
-def test_a_sequential_kernel_declaring_the_aten_tree_fails():
-    """Declaring torch's cascade tree for a sequential sum: at d = 65536 its errors grow like u sqrt(d) (or like u d
-    where the roundings align) where the tree allows about 2u (gamma_D, D = its depth, on aligned rows): most of the
-    suite's rows fail, by up to 100x. Undeclared the same kernel passes them."""
-    declared = Kernel("sequential-declared-aten", "rmsnorm", sequential_rmsnorm, reduction=cpu_reductions()["rmsnorm"])
+@needs_verified_tree
+def test_a_sequential_kernel_declaring_the_aten_tree_is_refuted_and_the_tree_would_catch_it(monkeypatch):
+    """Declaring torch's cascade tree for a sequential sum: the tree check compares the kernel's rstd with the
+    emulated tree's and refutes the declaration, so the kernel is bounded order-agnostically (and passes, being a
+    correct kernel). Had the tree been trusted, its bound catches the kernel at d = 65536: its errors grow like
+    u sqrt(d) (or like u d where the roundings align) where the tree allows about 2u; most rows fail, by up to 100x."""
+    declared = Kernel("sequential-declared-aten", "rmsnorm", sequential_rmsnorm, reduction=cpu_reductions()["rmsnorm"],
+                      statistics=functools.partial(sequential_statistics, rms=True))
+    assert trees.check(declared, torch.device("cpu"), torch.float32).status == "refuted"
     undeclared = dataclasses.replace(declared, reduction=None)
     x = torch.cat([suite_rows(65536, ratio, torch.float32, 10, seed=5) for ratio in (0.0, 10.0)])
+    assert row_ratios(declared, x).max() <= 0.5 and row_ratios(undeclared, x).max() <= 0.5
+    trust_every_declared_tree(monkeypatch)
     caught = row_ratios(declared, x)
     assert np.median(caught) > 1 and caught.max() > 10, caught
-    assert row_ratios(undeclared, x).max() <= 0.5
 
 
-@needs_avx2
+@needs_verified_tree
 def test_torch_rmsnorm_uses_its_tree():
     """torch:rmsnorm declares the tree, and it is what lifts its fp32 median error/bound at d = 4096 from ~0.037
     (the shape's depth and the cap sqrt(D)) to ~0.07: at least 0.05 and 1.5x the shape's, never above 1."""

@@ -11,8 +11,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from emulated import verified_kernel
 
-from core.registry import resolve
 from proofs import aten_moments, probabilistic, reduction, simulate
 from properties.tightness import row_ratios, suite_rows
 
@@ -105,9 +105,7 @@ def test_the_moments_split_takes_the_lanes_final_merges_out_of_the_gram_matrix()
 def test_the_split_lifts_the_wide_offset_layernorm_cells(spec, width, floor, monkeypatch):
     """docs/tightness.md's cells at |mean|/std = 1e3 that sat below 0.05 under Azuma alone (torch 0.033 at d = 8192,
     Triton 0.032 at d = 65536): at least 0.05 now, and below the floor without the split."""
-    (kernel,) = resolve(spec, "layernorm")
-    if kernel.reduction is None or not kernel.reduction.exact_tree:
-        pytest.skip("no exact tree declared on this machine")
+    kernel = verified_kernel(spec, "layernorm")
     x = suite_rows(width, 1e3, torch.float32, 40 if width <= 8192 else 20, seed=width)
     ratios = row_ratios(kernel, x)
     assert ratios.max() <= 1.0 and np.median(ratios) >= floor, np.median(ratios)

@@ -9,7 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from emulated import sequential_statistics, trust_every_declared_tree
 
+from core import trees
 from core.adapters.triton_ours import interpreted_reduction
 from core.kernel import Kernel
 from core.registry import resolve
@@ -177,15 +179,18 @@ def test_our_triton_kernels_use_their_exact_tree_beyond_one_block(kind):
     assert np.all(ratios >= capped) and np.max(ratios / capped) >= 1.3, (ratios, capped)
 
 
-def test_the_triton_declaration_holds_for_rows_of_several_blocks():
+def test_the_triton_declaration_holds_for_rows_of_several_blocks(monkeypatch):
     """Two-pass at every width (no Welford term), the declared tree's factor beyond one block, and the sequential
-    kernel declaring it is caught at d = 65536 (a false declaration still fails)."""
+    kernel declaring it is refuted by the tree check (core.trees), whose bound would catch it at d = 65536."""
     declared = interpreted_reduction()
     assert not declared.welford(65536) and not declared.welford(8192)
     assert declared.tree_factor(np.ones((1, 65536)))[0, 0] < 1.5 < np.sqrt(declared.depth(65536))
     with pytest.raises(ValueError):
         dataclasses.replace(declared, block=6000)  # the lanes' tree is numpy's over a power of two
-    false = Kernel("sequential-declared-triton", "layernorm", sequential_layernorm, reduction=declared)
+    false = Kernel("sequential-declared-triton", "layernorm", sequential_layernorm, reduction=declared,
+                   statistics=sequential_statistics)
+    assert trees.check(false, torch.device("cpu"), torch.float32).status == "refuted"
+    trust_every_declared_tree(monkeypatch)
     x = suite_rows(65536, 10.0, torch.float32, 10, seed=1)
     caught = row_ratios(false, x[[k for k in range(len(x)) if k % 5 in (0, 1)]])
     assert np.median(caught) > 1, caught

@@ -49,9 +49,23 @@ def interpreted_reduction() -> Reduction:
     bit against the kernel in tests/test_reduction.py). The variance is two-pass at every width."""
     from kernels.rows import MAX_BLOCK
 
-    return dataclasses.replace(NUMPY_PAIRWISE, block=MAX_BLOCK, two_pass=True, exact_tree="numpy_pow2",
+    return dataclasses.replace(NUMPY_PAIRWISE, block=MAX_BLOCK, two_pass=True, exact_tree="numpy_pow2", device="cpu",
                                source="kernels/norm.py _norm_forward: two-pass over the row, blocks added into "
                                       "BLOCK lanes, one numpy pairwise tl.sum of the lanes (interpreter)")
+
+
+def layernorm_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, rstd) per row as kernels/norm.py's forward computes and stores them."""
+    from kernels import norm
+
+    return norm.forward(x, None, None, eps, rms=False)[1:]
+
+
+def rmsnorm_statistics(x: torch.Tensor, eps: float) -> tuple[None, torch.Tensor]:
+    """(None, rstd) per row as kernels/norm.py's forward computes and stores them."""
+    from kernels import norm
+
+    return norm.forward(x, None, None, eps, rms=True)[1:]
 
 
 def _load() -> list[Kernel]:
@@ -59,12 +73,14 @@ def _load() -> list[Kernel]:
 
     device, dtypes = device_and_dtypes()
     where = "compiled" if device == "cuda" else "Triton interpreter"
-    declared = None if device == "cuda" else interpreted_reduction()
+    declared = interpreted_reduction()  # for CPU tensors (the interpreter) only: Reduction.device
     return [
         Kernel("triton:layernorm", "layernorm", kernels.layer_norm, spec="triton", device=device, dtypes=dtypes,
-               description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared),
+               description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared,
+               statistics=layernorm_statistics),
         Kernel("triton:rmsnorm", "rmsnorm", kernels.rms_norm, spec="triton", device=device, dtypes=dtypes,
-               description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared),
+               description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared,
+               statistics=rmsnorm_statistics),
         Kernel("triton:dropout", "dropout", kernels.dropout, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton inverted dropout, Philox RNG ({where})"),
     ]

@@ -15,7 +15,8 @@ from verify.report.texify import escape, number
 STATUS_COLORS = {"passed": "ForestGreen", "failed": "BrickRed", "error": "BurntOrange", "xfailed": "NavyBlue",
                  "xpassed": "Plum", "skipped": "Gray", "unchecked": "Dandelion"}
 ENVIRONMENT_FIELDS = (  # (label, key of the results' "environment")
-    ("device", "device"), ("profile", "profile"), ("error bound", "bound"), ("suite commit", "commit"),
+    ("device", "device"), ("CPU capability", "cpu_capability"), ("profile", "profile"), ("error bound", "bound"),
+    ("suite commit", "commit"),
     ("date", "date"),
     ("normverify", "normverify"), ("python", "python"), ("torch", "torch"), ("triton", "triton"),
     ("hypothesis", "hypothesis"),
@@ -105,7 +106,18 @@ def runs_table(report: Report) -> str:
     lines += [r"\end{tabular}}", ""]
     head = ["kernel"] + [rf"\textbf{{{escape(c.label)}}}" for c in report.columns]
     rows = [[escape(name)] + [escape(value) for value in found] for name, found in values.items() if name not in shared]
-    return "\n".join(lines) + longtable(_shares(0.16, len(report.columns)), head, rows)
+    return "\n".join(lines) + longtable(_shares(0.16, len(report.columns)), head, rows) + _declared_trees(report)
+
+
+def _declared_trees(report: Report) -> str:
+    """Every declared exact reduction tree as each run found it on its machine (core.trees): verified and used, or
+    not, with what was used instead; nothing when no kernel declares one."""
+    found = dict.fromkeys(check.line() for column in report.columns for check in column.environment.reductions)
+    if not found:
+        return ""
+    items = "\n".join(rf"\item {escape(line)}" for line in found)
+    return f"\n\\noindent Declared reduction trees, checked bit for bit on the machine of the run:\n" \
+           f"\\begin{{itemize}}\n{items}\n\\end{{itemize}}\n"
 
 
 def verdict_word(status: str) -> str:
