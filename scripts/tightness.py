@@ -24,6 +24,7 @@ import time
 import numpy as np
 import torch
 
+from core import trees
 from core.capabilities import discover
 from core.registry import resolve
 from kernels import interpret
@@ -80,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     interpret.enable()
     kernels = [k for spec in args.kernels for k in resolve(spec) if k.kind in ("layernorm", "rmsnorm")]
+    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()} (ATEN_CPU_CAPABILITY forces another), "
+          f"torch {torch.__version__}")
+    for kernel in kernels:
+        if trees.applies(kernel.reduction, torch.device("cpu")) and kernel.reduction.exact_tree:
+            print(f"- {trees.check(kernel, torch.device('cpu'), torch.float32).line()}")
+    print()
     print("| kernel | d | dtype | abs(mean)/std | rows | worst case: max / median | probabilistic: max / median |")
     print("|---|---|---|---|---|---|---|")
     start = time.monotonic()
