@@ -72,8 +72,11 @@ def test_the_terminal_summary_shows_the_view_next_to_the_verdict():
     print_views(console, document())
     text = console.file.getvalue()
     assert "passed (view of ln.forward)" in text
-    assert f"VIEW ln.mean_stability: a view of the ln.forward evidence: {VIEW.reason}" in text
+    assert "VIEW ln.mean_stability: passes with the ln.forward evidence (a view of it; why: JSON, report)" in text
+    assert VIEW.reason not in text  # one short line: the reason is in the JSON and the report
     assert text.count("view of") == 2  # the shift claim's row and line say nothing
+    print_views(console, document(), verbose=True)
+    assert f"VIEW ln.mean_stability: a view of the ln.forward evidence: {VIEW.reason}" in console.file.getvalue()
 
 
 def test_the_latex_report_shows_the_view_in_the_summary_and_the_claim_section(tmp_path):

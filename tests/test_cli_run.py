@@ -146,7 +146,13 @@ def test_summary_table_failure_lines_and_exit_1(finished_run, capsys, tmp_path):
     assert "replay: normverify replay ce2.pt" in out
     assert "[2/4] failed ln.jacobian torch:layernorm ln.jacobian (20 examples, worst ratio 288, 1.0s)" in out
     assert "1 failed, 1 passed, 2 skipped in 3s" in out
-    assert out.count("SKIPPED ln.spectral_norm torch:layernorm: no backward: autograd raised") == 1
+    assert out.count("SKIPPED (2) no backward: autograd raised [claims ln.spectral_norm; kernel torch:layernorm]") == 1
+    assert "claim x kernel: 1 checked, 1 skipped for a stated reason, 1 failed" in out
+
+
+def test_verbose_prints_every_skip(finished_run, capsys, tmp_path):
+    cli.main(["run", "--kernel", "torch", "-v", "--json", str(tmp_path / "r.json")])
+    assert capsys.readouterr().out.count("SKIPPED ln.spectral_norm torch:layernorm: no backward: autograd raised") == 1
 
 
 def test_quiet_prints_no_table(finished_run, capsys, tmp_path):

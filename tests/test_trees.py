@@ -176,7 +176,8 @@ def test_the_machine_specific_tests_pass_under_every_capability_the_machine_can_
     if reached == torch.backends.cpu.get_cpu_capability():
         pytest.skip(f"{reached} is this process's capability: the rest of the run covers it")
     proc = subprocess.run([sys.executable, "-m", "pytest", *MACHINE_SPECIFIC, "-k", "not triton", "-q",
-                           "-p", "no:cacheprovider", "-p", "no:xdist"], cwd=ROOT, env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
-                          capture_output=True, text=True, timeout=600)
+                           "-p", "no:cacheprovider", "-p", "no:xdist"], cwd=ROOT,
+                          env={**os.environ, "ATEN_CPU_CAPABILITY": capability}, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0 and " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], \
         proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -24,7 +24,7 @@ from core.registry import KINDS
 
 if TYPE_CHECKING:
     from core.results import Document
-from verify import runner
+from verify import grouping, runner
 
 NAME = "run"
 HELP = "run the conformance suite on kernels: every claim checked, a summary, the results JSON (and a report)"
@@ -78,6 +78,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--xfails-file", type=Path, metavar="FILE",
                         help="known deviations, run as expected failures: one 'CLAIM [KERNEL]  # reason' per line")
     parser.add_argument("--quiet", action="store_true", help="no progress and no table: failures and totals only")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="every skip, dtype not tested and view in full, one line each (default: one line per "
+                             "reason; the JSON and the report keep every line either way)")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="time limit of one kernel call in seconds (default 120); a test gets "
                              f"{runner.TEST_TIMEOUT_FACTOR}x that")
@@ -109,9 +112,10 @@ def run(args: argparse.Namespace) -> int:
         return _no_results(console, outcome)
     if not args.quiet:
         console.print(summary_table(document))
-        print_views(console, document)
-        print_skips(console, document)
-    print_untested(console, document)
+        print_reductions(console, document)
+        print_views(console, document, args.verbose)
+        print_skips(console, document, args.verbose)
+    print_untested(console, document, args.verbose)
     print_failures(console, document)
     print_totals(console, document, outcome, json_path)
     if code == 0 and not document.results:
@@ -227,31 +231,57 @@ def summary_table(document: Document) -> Table:
     return table
 
 
-def print_views(console: Console, document: Document) -> None:
-    """One line per claim whose evidence is a view of another claim's (core.results.View): what its pass means."""
+def print_reductions(console: Console, document: Document) -> None:
+    """The declared exact reduction trees as the run found them (core.trees): the verified ones in one line, each
+    other with what was used instead."""
+    checks = document.environment.reductions
+    verified = [check for check in checks if check.status == "verified"]
+    if verified:
+        names = ", ".join(f"{check.kernel} {check.dtype}" for check in verified)
+        console.print(Text.assemble(("REDUCTION ", "bold"), f"declared trees verified bit for bit on "
+                                    f"{verified[0].device} ({verified[0].build}) and used: {names}"), soft_wrap=True)
+    for check in checks:
+        if check.status != "verified":
+            console.print(Text.assemble(("REDUCTION ", STYLE["skipped"]), check.line()), soft_wrap=True)
+
+
+def print_views(console: Console, document: Document, verbose: bool = False) -> None:
+    """One line per claim whose evidence is a view of another claim's (core.results.View): what its pass means, in
+    full with ``verbose``, else in short (the reason is in the JSON and the report)."""
     views = {result.claim: result.view for result in document.results if result.view is not None}
     for claim, view in views.items():
-        console.print(Text.assemble(("VIEW ", "bold"), f"{claim}: {view.text()}"), soft_wrap=True)
+        text = view.text() if verbose else f"passes with the {view.of} evidence (a view of it; why: JSON, report)"
+        console.print(Text.assemble(("VIEW ", "bold"), f"{claim}: {text}"), soft_wrap=True)
 
 
-def print_untested(console: Console, document: Document) -> None:
-    """Per kernel, the dtypes it was not checked in and why, the faults its probe found, a backward it lacks."""
+def print_untested(console: Console, document: Document, verbose: bool = False) -> None:
+    """The dtypes kernels were not checked in and why (one line per reason, or per kernel and dtype with
+    ``verbose``), the faults their probes found, a backward they lack."""
+    lines = []
     for kernel in document.kernels:
         caps = kernel.capabilities
         if caps is None:
             continue
-        lines = [("NOT TESTED ", STYLE["skipped"], f"{kernel.name} in {dtype}: {reason}")
-                 for dtype, reason in caps.not_tested.items()]
+        if verbose:
+            lines += [("NOT TESTED ", STYLE["skipped"], f"{kernel.name} in {dtype}: {reason}")
+                      for dtype, reason in caps.not_tested.items()]
         lines += [("PROBE FAULT ", STYLE["error"], f"{kernel.name} in {dtype}: {fault}")
                   for dtype, fault in caps.faults.items()]
         if caps.backward_fault:
             lines.append(("PROBE FAULT ", STYLE["error"], f"{kernel.name} backward: {caps.backward_fault}"))
-        for label, style, text in lines:
-            console.print(Text.assemble((label, style), text), soft_wrap=True)
+    if not verbose:
+        lines += [("NOT TESTED ", STYLE["skipped"], group.line()) for group in grouping.untested(document)]
+    for label, style, text in lines:
+        console.print(Text.assemble((label, style), text), soft_wrap=True)
 
 
-def print_skips(console: Console, document: Document) -> None:
-    """Why claims did not apply: one line per claim x kernel x reason (a skip is never a pass)."""
+def print_skips(console: Console, document: Document, verbose: bool = False) -> None:
+    """Why claims did not apply (a skip is never a pass): one line per reason with the claims and kernels it covers,
+    or with ``verbose`` one line per claim x kernel x reason."""
+    if not verbose:
+        for group in grouping.skipped(document):
+            console.print(Text.assemble(("SKIPPED ", STYLE["skipped"]), group.line()), soft_wrap=True)
+        return
     seen = set()
     for result in document.results:
         if result.status != "skipped":
@@ -295,6 +325,11 @@ def print_totals(console: Console, document: Document, outcome: runner.RunOutcom
     state = "interrupted" if outcome.interrupted else ("" if document.complete else "INCOMPLETE")
     line.append(f" in {outcome.seconds:.0f}s" + (f" ({state})" if state else ""))
     console.print(line)
+    if document.results:
+        totals = grouping.claim_totals(document)
+        console.print(Text.assemble("claim x kernel: ", (f"{totals['checked']} checked", STYLE["passed"]), ", ",
+                                    (f"{totals['skipped']} skipped for a stated reason", STYLE["skipped"]), ", ",
+                                    (f"{totals['failed']} failed", STYLE["failed"] if totals["failed"] else "")))
     console.print(f"results: {json_path}", soft_wrap=True)
     if not document.complete and not outcome.interrupted:
         console.print(f"the run did not finish (pytest exit {outcome.returncode}); see {outcome.log_path}",
