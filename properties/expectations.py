@@ -146,12 +146,6 @@ def bias_without_weight(example: dict) -> bool:
     return example.get("weight") is None and isinstance(example.get("bias"), torch.Tensor)
 
 
-def sixteen_bit_residual(example: dict) -> bool:
-    """A fused example whose x (and so residual_out, h) is float16/bfloat16."""
-    x = example.get("x")
-    return isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
-
-
 def affine_residue_shows(example: dict) -> bool:
     """An ``x`` of exact statistics (properties.exact_rows: it has ``centred`` rows): for the gradients (with ``dy``)
     any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU layer_norm
@@ -207,11 +201,6 @@ BUILTIN_DEVIATIONS = (
               "torch's CPU F.group_norm on a channels-last input computes a one-pass variance, whose error grows "
               "with (|mean|/std)^2; the contiguous path is accurate (docs/findings.md [R5])",
               storage=False, quantities=("channels-last vs contiguous",)),
-    Deviation(("torch-fused:add_rmsnorm",), "add_rms.jacobian", "value", sixteen_bit_residual,
-              "torch-fused is the unfused composition h = x + residual; F.rms_norm(h): autograd adds h's two "
-              "gradients (J^T dy from the norm, dh from residual_out) in h's 16-bit dtype after rounding J^T dy to "
-              "it, two roundings where a fused kernel has one (docs/findings.md [R1])",
-              storage=False, quantities=("dx", "dresidual")),
     Deviation(("flaggems-rmsnorm",), "rms.*", "value", float32_weight_with_16bit_x,
               "FlagGems' rms_norm backward sums dW in float32 and then rounds it to x's dtype (dw.to(x.dtype), "
               "flag_gems/ops/rms_norm.py, 5.0.2): a float32 weight beside 16-bit x gets a 16-bit accurate dW "
