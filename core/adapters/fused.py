@@ -10,7 +10,9 @@
                          its defaults otherwise (in_place=False), CPU through kernels.interpret as Liger's RMSNorm;
                          it needs a weight: None becomes the constant 1 - offset (effective scale 1)
 
-    torch-groupnorm      F.group_norm(x, num_groups, weight, bias, eps)
+    torch-groupnorm      F.group_norm(x, num_groups, weight, bias, eps); backward_precision="storage" on every
+                         device: ATen's native_group_norm returns mean and rstd in x's dtype (CPU and CUDA), and
+                         its backward rebuilds x_hat from them (docs/findings.md [R7])
     liger-groupnorm      Liger-Kernel's LigerGroupNormFunction.apply(x, weight, bias, C, num_groups, eps)
 
 Liger's casting modes are those of its RMSNorm (core.adapters.liger.RMS_MODES), and so are the conventions they
@@ -143,7 +145,8 @@ BUILTINS = [
     Builtin("triton-fused-fp32", "the same with residual_in_fp32 (residual_out in float32)",
             lambda: _load_ours(True), triton_ours.unavailable),
     Builtin("torch-groupnorm", "torch.nn.functional.group_norm", lambda: [
-        Kernel("torch-groupnorm", "groupnorm", groupnorm, spec="torch-groupnorm", description="F.group_norm")]),
+        Kernel("torch-groupnorm", "groupnorm", groupnorm, spec="torch-groupnorm", description="F.group_norm",
+               backward_precision="storage")]),
     Builtin("liger-groupnorm", "Liger-Kernel GroupNorm (Triton; CPU through the interpreter)", _load_liger_groupnorm,
             liger.unavailable),
     *(Builtin(name, f"Liger-Kernel fused add + RMSNorm, casting mode {mode!r}", load, liger.unavailable)
