@@ -22,7 +22,7 @@ fused_add_rms_norm.py does); its residual_out is the sum in the input dtype, kep
 
 from __future__ import annotations
 
-from core.adapters import liger, torch_native, triton_ours
+from core.adapters import aten_statistics, liger, torch_native, triton_ours
 from core.kernel import Builtin, Kernel
 
 
@@ -51,15 +51,14 @@ def _load_torch(residual_in_fp32: bool) -> list[Kernel]:
     name = "torch-fused-fp32" if residual_in_fp32 else "torch-fused"
     residual_dtype = "float32" if residual_in_fp32 else "storage"
     where = "float32" if residual_in_fp32 else "the residual's dtype"
+    layer_norm = {} if residual_in_fp32 else aten_statistics.LAYER_NORM  # float32 h: nothing kept in 16-bit
     return [
         Kernel(f"{name}:add_layernorm", "add_layernorm", add_layernorm, spec=name, residual_dtype=residual_dtype,
-               backward_precision="float32" if residual_in_fp32 else torch_native.layer_norm_backward_precision(),
-               description=f"h = x + residual in {where}; (F.layer_norm(h), h)"),
+               **layer_norm, description=f"h = x + residual in {where}; (F.layer_norm(h), h)"),
         Kernel(f"{name}:add_rmsnorm", "add_rmsnorm", add_rmsnorm, spec=name, residual_dtype=residual_dtype,
                description=f"h = x + residual in {where}; (F.rms_norm(h), h)"),
         Kernel(f"{name}:dropout_add_layernorm", "dropout_add_layernorm", dropout_add_layernorm, spec=name,
-               residual_dtype=residual_dtype,
-               backward_precision="float32" if residual_in_fp32 else torch_native.layer_norm_backward_precision(),
+               residual_dtype=residual_dtype, **layer_norm,
                description=f"h = residual + F.dropout(x) in {where}; (F.layer_norm(h), h)"),
     ]
 
