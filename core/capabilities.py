@@ -233,18 +233,29 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
     return "", "", ""
 
 
-def _device(kernel: Kernel) -> str:
+def device_of(kernel: Kernel) -> str:
+    """The device the suite runs ``kernel`` on, and makes its tensors on: its declared device, else CUDA where
+    there is one and the kernel's forward works there, else the CPU."""
     if kernel.device is not None:
         return kernel.device
-    if torch.cuda.is_available() and not _forward_problem(kernel, torch.float32, "cuda"):
-        return "cuda"
-    return "cpu"
+    return "cuda" if _runs_on_cuda(kernel) else "cpu"
+
+
+def _runs_on_cuda(kernel: Kernel) -> bool:
+    """Whether the kernel's float32 forward works on CUDA; a CUDA reported available that cannot make the probe's
+    tensor (a CPU-only build, no driver) counts as none."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        return not _forward_problem(kernel, torch.float32, "cuda")
+    except (RuntimeError, AssertionError):
+        return False
 
 
 @functools.cache
 def discover(kernel: Kernel) -> Capabilities:
     """Probe ``kernel`` (once; the result is cached per kernel)."""
-    device = _device(kernel)
+    device = device_of(kernel)
     reasons: dict[str, str] = {}
     faults: dict[str, guard.KernelFault] = {}
     if kernel.dtypes is not None:
@@ -275,7 +286,7 @@ def unusable(kernel: Kernel) -> str:
     probed dtype unsupported or raising. Cheap when the kernel works: float32 is tried first."""
     if kernel.dtypes is not None:
         return ""
-    device = _device(kernel)
+    device = device_of(kernel)
     problems = []
     for dtype in PROBED_DTYPES:
         fault = _forward_fault(kernel, dtype, device)

@@ -13,7 +13,7 @@ so the record can be read by the command's listing and the reports without loadi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from core.errors import UsageError
@@ -41,6 +41,7 @@ PARAMETER_DTYPES = ("any", "same")
 NO_GRADIENT_PARAMETERS = ("weight", "bias")
 BACKWARD_PRECISIONS = ("float32", "storage")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
+DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction")  # what Kernel.on_cuda may replace
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,12 @@ class Kernel:
     x): ``output_dtype`` declares the output's dtype then (:data:`OUTPUT_DTYPE_RULES`, default torch's rule, x's
     dtype); ``parameter_dtypes="same"`` declares that the kernel takes weight/bias only in x's dtype.
 
+    ``on_cuda`` declares what differs when the kernel runs on a CUDA device: (field, value) pairs of the
+    declarations in :data:`DEVICE_DECLARATIONS` that replace the kernel's own there (torch's built-ins: ATen's CUDA
+    kernels keep other statistics than its CPU ones). The device is the one the kernel runs on, the device of the
+    tensors the suite gives it (core.registry.resolve applies :meth:`for_device` with core.capabilities.device_of),
+    never whether this host has a GPU: a CPU run on a GPU host keeps the CPU declarations.
+
     ``reduction`` declares how the kernel sums a row for its statistics (:class:`proofs.reduction.Reduction`: runs,
     lanes, cascade, blocks; two-pass or Welford), read from its source: the error model then bounds each sum by the
     shape's depth D instead of d - 1 (any order). None (the default) keeps the order-agnostic bound: a shape is never
@@ -105,6 +112,7 @@ class Kernel:
     parameter_dtypes: str = "any"
     reduction: Reduction | None = None
     statistics: Callable | None = None
+    on_cuda: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -120,6 +128,10 @@ class Kernel:
         if self.output_dtype not in OUTPUT_DTYPE_RULES or self.parameter_dtypes not in PARAMETER_DTYPES:
             raise UsageError(f"kernel {self.name!r}: output_dtype must be one of {', '.join(OUTPUT_DTYPE_RULES)} and "
                              f"parameter_dtypes one of {', '.join(PARAMETER_DTYPES)}")
+        unknown = [name for name, _ in self.on_cuda if name not in DEVICE_DECLARATIONS]
+        if unknown:
+            raise UsageError(f"kernel {self.name!r}: on_cuda may declare {', '.join(DEVICE_DECLARATIONS)}, "
+                             f"not {unknown[0]!r}")
         conventions = tuple(self.conventions)
         if conventions:
             from proofs.mechanisms import CONVENTIONS
@@ -133,6 +145,17 @@ class Kernel:
             conventions += (STORAGE_BACKWARD,)
         object.__setattr__(self, "conventions", conventions)
         object.__setattr__(self, "backward_precision", "storage" if storage else self.backward_precision)
+
+    def for_device(self, device: str) -> Kernel:
+        """This kernel as it runs on ``device`` ("cpu", "cuda", "cuda:N"): on a CUDA device with ``on_cuda``
+        declared, those declarations in place of its own (a storage backward's convention goes with its
+        backward_precision) and the device fixed; otherwise itself."""
+        if not self.on_cuda or not str(device).startswith("cuda"):
+            return self
+        declared = dict(self.on_cuda)
+        if "backward_precision" in declared and "conventions" not in declared:
+            declared["conventions"] = tuple(c for c in self.conventions if c != STORAGE_BACKWARD)
+        return replace(self, device=str(device), on_cuda=(), **declared)
 
     def as_json(self) -> dict:
         """The kernel's identity and declarations, as the results JSON records them."""

@@ -67,7 +67,16 @@ def resolve(spec: str, kind: str | None = None) -> list[Kernel]:
         kernels = [k for k in kernels if k.kind == kind]
     if not kernels:
         raise UsageError(f"kernel {spec!r} provides no {kind or 'kernel'}")
-    return kernels
+    return [_on_its_device(k) for k in kernels]
+
+
+def _on_its_device(kernel: Kernel) -> Kernel:
+    """A kernel with declarations for CUDA (Kernel.on_cuda), as it runs on the device the suite gives it."""
+    if not kernel.on_cuda:
+        return kernel
+    from core.capabilities import device_of
+
+    return kernel.for_device(device_of(kernel))
 
 
 def _as_kernels(obj, spec: str, kind: str | None) -> list[Kernel]:

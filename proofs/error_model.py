@@ -422,9 +422,12 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_w
         rho_t = _rho_function(kind)(*row_args)
         dc1 = phi_first * mean(np.abs(g_prime)) if kind == "ln" else np.zeros_like(first)
         dc2 = phi_second * mean(magnitudes) + mean(np.abs(g_prime) * xi_j)
+        # |g'^_j| + |c1^| + |x^_j c2^| at most: the magnitude of the combination's terms (backward_terms)
+        magnitude = (np.abs(g_prime) * (1 + probabilistic.gamma(1 + C_WEIGHT, u_acc)) + np.abs(first) + dc1
+                     + (normalized + xi_j) * (np.abs(second) + dc2))
     return {"dx": dx, "dweight": dweight, "dbias": dbias, "rho_t": rho_t, "g_prime": g_prime, "xi": xi_j,
             "eps_r": eps_r, "mean_error": factors[0] * q["mean_abs"], "c1": first, "c2": second, "dc1": dc1,
-            "dc2": dc2, "exact_dx": exact_dx}
+            "dc2": dc2, "exact_dx": exact_dx, "magnitude": magnitude}
 
 
 def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None, rounded: np.ndarray,
@@ -475,8 +478,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r, eps_r, xhat, g_prime = np.sqrt(q["inv_s2"]), p["eps_r"], q["normalized"], p["g_prime"]
         centred = xhat / r
-        magnitude = (np.abs(g_prime) * (1 + g_round) + np.abs(p["c1"]) + p["dc1"]
-                     + (np.abs(xhat) + p["xi"]) * (np.abs(p["c2"]) + p["dc2"]))
+        magnitude = p["magnitude"]
         computed = np.abs(p["exact_dx"]) + p["dx"]  # |dx^_i| at most
         # the values rounded: g'_i = gamma_i dy_i (a product), xhat_i (x_i r), the combination g' - c1 - xhat c2
         # (a grid value shifted by row constants: tested for concentrated residues) and dx_i as stored
@@ -557,3 +559,21 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     dweight = None if weight is None else np.where(any_invalid, np.inf, kernel[1] + oracle[1])
     dbias = kernel[2] + oracle[2]
     return (dx, dweight, dbias) if kind == "ln" else (dx, dweight)
+
+
+def backward_terms_magnitude(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray, u_acc: float,
+                             kind: str, model: str = DEFAULT_BOUND) -> np.ndarray:
+    """Per element j, a bound on the magnitude of the terms the backward adds into dx_j, as a kernel computes them:
+    r^ (|g'^_j| + |c1^| + |x^_j| |c2^|) <= r (1 + eps_r)(1 + gamma_{C_COMBINE}) (|g'_j| (1 + gamma_{1+C_WEIGHT})
+    + |c1| + dc1 + (|xhat_j| + Xi_j)(|c2| + dc2)) (the pieces of :func:`backward_terms`; |c1| counted for RMSNorm
+    too, an overestimate). Every partial sum of those terms, in any order, is at most this: the scale at which a
+    composition that adds them one by one (autograd over the uses of x) rounds. inf where the model does not apply."""
+    kind = _check_kind(kind)
+    row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
+    q = _row_quantities(row, eps, kind)
+    lam_value = _lam(model, int(np.prod(row.shape[:-1])) * 4 + 2 * row.shape[-1])
+    p = _backward_pieces(kind, row, q, weight, upstream, u_acc, u_acc, lam_value)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = np.sqrt(q["inv_s2"]) * (1 + p["eps_r"]) * (1 + probabilistic.gamma(C_COMBINE, u_acc))
+        magnitude = scale * p["magnitude"]
+    return np.where(np.isfinite(p["dx"]), magnitude, np.inf)

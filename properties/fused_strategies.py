@@ -126,7 +126,8 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         assume(all(g is None or representable(g, dtype) for g in exact))
         names = {"x": dtype, "residual": dtype, "weight": parameters, "bias": parameters}
         bounds = fused_tolerance.backward(h, gamma64, example["eps"], as_float64(example["dy"]), exact[0],
-                                          fused.norm_kind(kernel), names, backward_precision=kernel.backward_precision)
+                                          fused.norm_kind(kernel), names, backward_precision=kernel.backward_precision,
+                                          dh=as_float64(example["dh"]), h_dtype=h_dtype)
         assume(all(bool(np.isfinite(b).all()) for b in bounds.values()))
     return example
 

@@ -3,6 +3,9 @@ gn.independence, gn.inputs_unmodified. The checks and the bounds they use: :mod:
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -20,6 +23,7 @@ from properties.checks.groupnorm import (
 )
 from properties.norms import output_dtype, require_backward
 from properties.strategies import (
+    backward_width_limit,
     biases,
     effective_weights,
     epsilons,
@@ -33,6 +37,7 @@ from properties.strategies import (
     standard_values,
     storage_dtypes,
 )
+from properties.tolerance import bound_in_use
 
 CHANNELS = (1, 2, 3, 4, 6, 8, 12, 32)
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9))
@@ -49,14 +54,19 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
+    widest = _group_width_limit(kernel, dtype) if upstream else None
+    spatial = [s for s in spatial if widest is None or math.prod(s) <= widest]
+    chosen = draw(st.sampled_from(spatial))
     channels = draw(st.sampled_from(CHANNELS))
-    divisors = [g for g in range(1, channels + 1) if channels % g == 0]
+    divisors = [g for g in range(1, channels + 1) if channels % g == 0
+                and (widest is None or channels // g * math.prod(chosen) <= widest)]
     between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
     pool = between if between and draw(st.booleans()) else divisors
     groups = channels if instance else draw(st.sampled_from(pool))
     # N >= 2: torch's F.group_norm refuses N (C/G) S = 1 in training mode (docs/findings.md, GroupNorm)
-    shape = (draw(st.integers(2, 3)), channels, *draw(st.sampled_from(spatial)))
-    ratio = max(-10.0, min(draw(offset_ratios(dtype)), 10.0))
+    shape = (draw(st.integers(2, 3)), channels, *chosen)
+    limit = 10.0 if widest is None else 0.0  # centred groups where the storage-precision bound is finite
+    ratio = max(-limit, min(draw(offset_ratios(dtype)), limit))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
     example = {"x": rounded(values, dtype, caps.device), "num_groups": groups, "eps": draw(epsilons())}
     gamma = draw(effective_weights(channels, ("random", "zeros_and_negatives") if every_input else
@@ -70,6 +80,15 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
         y_dtype = output_dtype(kernel, example["x"], example["weight"])
         example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
     return example
+
+
+def _group_width_limit(kernel, dtype: torch.dtype) -> int | None:
+    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest group
+    ((C/G) x spatial elements) where LayerNorm's backward bound is finite (strategies.backward_width_limit, as the
+    fused kinds'); None otherwise."""
+    if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
+        return None
+    return backward_width_limit(dataclasses.replace(kernel, kind="layernorm"), dtype, bound_in_use())
 
 
 @pytest.mark.claim("gn.forward")

@@ -114,24 +114,16 @@ def test_a_run_reports_the_declared_failure_xfailed_with_its_reason_and_others_f
     assert f"{TORCH_LN_NAN.describe()} -- met by 1 test(s)" in proc.stdout
 
 
-def test_torch_fused_add_rmsnorm_still_rounds_dh_twice_in_16_bit_and_only_that_is_declared():
+def test_torch_fused_add_rmsnorm_rounding_dh_twice_in_16_bit_is_inside_the_accumulated_sum_and_not_declared():
     """[R1]: the unfused h = x + residual; F.rms_norm(h) in float16 adds h's two gradients after rounding J^T dy to
-    float16 (findings' minimal counterexample); residual_out in float32 (torch-fused-fp32) does not."""
+    float16 (findings' minimal counterexample, which failed add_rms.jacobian by 1.25 when the bound had one rounding):
+    the k-term sum of properties.fused_tolerance covers it, so no deviation is declared and the check passes, as it
+    does with residual_out in float32 (torch-fused-fp32)."""
     from properties.checks.fused import check_vjp
-    from properties.expectations import sixteen_bit_residual
 
-    declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is sixteen_bit_residual)
+    assert not [d for d in BUILTIN_DEVIATIONS if "torch-fused:add_rmsnorm" in d.kernels]
     half = {"x": [0.6611, 0.2668], "residual": [0.0154, -0.0029], "dy": [1.541, -0.2935], "dh": [0.6611, 0.2668]}
     inside = {name: torch.tensor([v], dtype=torch.float16) for name, v in half.items()}
     inside.update(weight=None, eps=1e-5)
-    fused, fused32 = (next(k for k in resolve(spec) if k.kind == "add_rmsnorm")
-                      for spec in ("torch-fused", "torch-fused-fp32"))
-    with pytest.raises(AssertionError) as failure:
-        check_vjp(fused, **inside)
-    assert str(failure.value).startswith("dx:")
-    assert declared.explains(fused, "add_rms.jacobian", failure.value, inside)
-    assert not declared.explains(fused, "add_rms.forward", failure.value, inside)
-    assert not declared.explains(fused32, "add_rms.jacobian", failure.value, inside)
-    check_vjp(fused32, **inside)
-    single = {**inside, **{name: value.float() for name, value in inside.items() if isinstance(value, torch.Tensor)}}
-    assert not declared.explains(fused, "add_rms.jacobian", failure.value, single)
+    for spec in ("torch-fused", "torch-fused-fp32"):
+        check_vjp(next(k for k in resolve(spec) if k.kind == "add_rmsnorm"), **inside)

@@ -23,7 +23,9 @@ from core.registry import Kernel, resolve
 from properties import evidence
 from properties.checks.affine import check_affine
 from properties.checks.dropout import check_variance_bias
+from properties.checks.dropout_add import check_gradient as check_dropout_add_gradient
 from properties.checks.forward import check_forward
+from properties.checks.fused import check_vjp
 from properties.checks.mean_stability import check_shift_invariance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,3 +150,48 @@ def test_variance_bias_check_catches_shared_and_fixed_count_masks_by_a_wide_marg
     example = {"x": x, "p": 0.5, "seed": 1, "alpha": 1e-12}
     assert recorded_ratio(check_variance_bias, kernel(f"tests/corpus/dropout.py:{attr}"), example) > 2.5
     assert recorded_ratio(check_variance_bias, kernel("tests/corpus/dropout.py:DROPOUT_BERNOULLI"), example) < 1
+
+
+# The fused kinds' gradient bugs (tests/corpus/residual.py, dropout_add.py): the claim meant for each must catch it by
+# a wide margin under the k-term bound of dL/dh (properties.fused_tolerance), not by a bound too tight for correct
+# compositions: the plain-torch references (tests/corpus/composed.py) pass on the same inputs.
+def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> dict:
+    """Rows of normal x; the residual normal, or x times a uniform in [-1, 1] with dropout (so residual_out shows the
+    mask: properties.checks.dropout_add); weight around 1, bias, dy and dh normal, all in ``dtype``."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    x = normal(4, d)
+    residual = x * (2 * torch.rand(4, d, generator=generator, dtype=torch.float64) - 1) if dropout else normal(4, d)
+    values = {"x": x, "residual": residual, "weight": 1 + 0.5 * normal(d), "bias": normal(d), "dy": normal(4, d),
+              "dh": normal(4, d)}
+    return {**{name: value.to(dtype) for name, value in values.items()}, "eps": 1e-5,
+            **({"p": 0.3, "seed": 7} if dropout else {})}
+
+
+GRADIENT_BUGS = {spec: check for spec, check in (
+    *((f"tests/corpus/residual.py:{norm}_RESIDUAL_GRADIENT_DROPPED", check_vjp) for norm in ("LN", "RMS")),
+    *((f"tests/corpus/dropout_add.py:DROP_ADD_BACKWARD_{bug}", check_dropout_add_gradient)
+      for bug in ("OTHER_MASK", "UNSCALED")))}
+COMPOSED = {"add_layernorm": ("ADD_LN_FLOAT64", "ADD_LN_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_LN_CHAN_CHUNKS"),
+            "add_rmsnorm": ("ADD_RMS_FLOAT64", "ADD_RMS_FLOAT32", "ADD_RMS_RESIDUAL_FP32"),
+            "dropout_add_layernorm": ("DROP_ADD_LN_SEEDED",)}
+
+
+def test_every_fused_gradient_bug_of_the_manifest_has_an_input_here():
+    gradient_claims = {"add_ln.jacobian", "add_rms.jacobian", "drop_add_ln.gradient"}
+    assert {entry.spec for entry in BROKEN if entry.expect & gradient_claims} == set(GRADIENT_BUGS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("spec", GRADIENT_BUGS, ids=lambda spec: spec.split(":")[-1])
+def test_fused_gradient_bug_fails_its_claim_by_a_wide_margin_where_plain_torch_compositions_pass(spec, dtype):
+    bug, check = kernel(spec), GRADIENT_BUGS[spec]
+    example = fused_example(64, dtype, dropout=bug.kind == "dropout_add_layernorm")
+    ratio = recorded_ratio(check, bug, example)
+    assert ratio > WIDE_MARGIN, f"error/bound {ratio:.3g}"
+    for name in COMPOSED[bug.kind]:
+        correct = kernel(f"tests/corpus/composed.py:{name}")
+        assert recorded_ratio(check, correct, example) < CORRECT_MAX_RATIO, name

@@ -92,3 +92,25 @@ def test_unknown_declarations_are_usage_errors():
         kernel(FrozenWeightRMSNorm, no_gradient=("x",))
     with pytest.raises(UsageError, match="in_place"):
         kernel(FrozenWeightRMSNorm, in_place=("x",))
+    with pytest.raises(UsageError, match="on_cuda may declare"):
+        kernel(FrozenWeightRMSNorm, on_cuda=(("kind", "layernorm"),))
+
+
+LAYER_NORM_BUILTINS = ("torch-fused", "torch-module")
+
+
+@pytest.mark.parametrize("spec", LAYER_NORM_BUILTINS)
+def test_builtin_declarations_follow_the_device_the_kernel_runs_on_not_the_host(spec, monkeypatch):
+    """ATen's CPU layer_norm keeps 16-bit statistics, its CUDA one float32 (core.adapters.aten_statistics): a CPU
+    run on a host with a GPU (torch.cuda.is_available() True) keeps the CPU declaration, and the same kernel on a
+    CUDA device gets the CUDA one (the storage backward's convention going with it)."""
+    from core.registry import resolve
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    layer_norms = [k for k in resolve(spec) if k.kind in ("layernorm", "add_layernorm", "dropout_add_layernorm")]
+    assert layer_norms
+    for found in layer_norms:
+        assert found.backward_precision == "storage" and found.device is None, found.name
+        on_cuda = found.for_device("cuda:0")
+        assert (on_cuda.backward_precision, on_cuda.conventions, on_cuda.device) == ("float32", (), "cuda:0")
+        assert found.for_device("cpu") is found

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -54,3 +56,62 @@ def test_group_norm_backward_raises_for_a_bias_without_weight_and_only_that_is_d
     assert declared.explains(kernel, "gn.jacobian", fault, {"x": x, "weight": None, "bias": bias})
     assert not declared.explains(kernel, "gn.jacobian", fault, {"x": x, "weight": torch.ones(4), "bias": bias})
     assert not declared.explains(kernel, "gn.forward", fault, {"x": x, "weight": None, "bias": bias})
+
+
+def sixteen_bit_group_norm_example(dtype: torch.dtype) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    return {"x": torch.randn(2, 8, 4, 4, generator=generator).to(dtype), "num_groups": 4,
+            "weight": (1 + 0.5 * torch.randn(8, generator=generator)).to(dtype),
+            "bias": torch.randn(8, generator=generator).to(dtype), "eps": 1e-5,
+            "dy": torch.randn(2, 8, 4, 4, generator=generator).to(dtype)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_group_norm_keeps_its_statistics_in_16_bit_and_its_backward_is_checked_as_declared(dtype):
+    """[R7]: ATen's native_group_norm returns mean and rstd in x's 16-bit dtype and the backward rebuilds x_hat from
+    them, a storage-precision backward. Undeclared, an example with a weight (outside [R3]'s declared fault, which
+    hid it) fails gn.jacobian; torch-groupnorm declares backward_precision="storage" and passes it."""
+    from properties.checks.groupnorm import check_vjp
+
+    example = sixteen_bit_group_norm_example(dtype)
+    _, mean, rstd = torch.native_group_norm(example["x"], None, None, 2, 8, 16, 4, 1e-5)
+    assert mean.dtype == rstd.dtype == dtype
+    (kernel,) = resolve("torch-groupnorm")
+    assert kernel.backward_precision == "storage"
+    check_vjp(kernel, **example)
+    undeclared = dataclasses.replace(kernel, backward_precision="float32", conventions=())
+    with pytest.raises(CheckFailure, match=r"^dx"):
+        check_vjp(undeclared, **example)
+
+
+def offset_group_norm_example(device: str) -> dict:
+    """float16 [2, 8, 256], 2 groups, |mean|/std = 30 (the reproduction of docs/findings.md [R7])."""
+    x = 30 + torch.randn(2, 8, 256, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return {"x": x.half().to(device), "num_groups": 2, "weight": None, "bias": None, "eps": 1e-5}
+
+
+def test_the_cuda_group_norm_forward_deviation_is_keyed_on_the_tensors_device():
+    """[R7]: the declared gn.forward deviation applies to 16-bit x on a CUDA device only, whatever
+    torch.cuda.is_available() says; on the CPU torch's forward uses float32 statistics and passes."""
+    from properties.checks.groupnorm import check_forward
+    from properties.expectations import BUILTIN_DEVIATIONS, sixteen_bit_on_cuda
+
+    (kernel,) = resolve("torch-groupnorm")
+    declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is sixteen_bit_on_cuda)
+    example = offset_group_norm_example("cpu")
+    check_forward(kernel, **example)
+    failure = CheckFailure("y: at index (0, 0, 0) expected 1, got 2")
+    assert not declared.explains(kernel, "gn.forward", failure, example)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's CUDA group_norm needs a CUDA device")
+def test_the_cuda_group_norm_forward_keeps_16_bit_statistics_as_declared():
+    from properties.checks.groupnorm import check_forward
+    from properties.expectations import BUILTIN_DEVIATIONS, sixteen_bit_on_cuda
+
+    (kernel,) = resolve("torch-groupnorm")
+    declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is sixteen_bit_on_cuda)
+    example = offset_group_norm_example("cuda")
+    with pytest.raises(CheckFailure) as failure:
+        check_forward(kernel, **example)
+    assert declared.explains(kernel, "gn.forward", failure.value, example)

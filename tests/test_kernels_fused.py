@@ -66,7 +66,7 @@ def test_add_norm_matches_the_oracle_within_the_derived_bounds(kind, dtype, resi
     dy, dh = as_float64(example["dy"]), as_float64(example["dh"].to(residual_dtype))
     through, *parameters = fused_oracles.add_norm_vjp(h64, gamma, 1e-5, dy, dh, kind)
     dtypes = {name: t.dtype for name, t in grads.items()}
-    bounds = fused_tolerance.backward(h64, gamma, 1e-5, dy, through, kind, dtypes)
+    bounds = fused_tolerance.backward(h64, gamma, 1e-5, dy, through, kind, dtypes, dh=dh, h_dtype=h.dtype)
     expected = {"x": through, "residual": through, **dict(zip(("weight", "bias"), parameters, strict=False))}
     for name, got in grads.items():
         assert got.dtype == example[name].dtype
@@ -111,7 +111,8 @@ def test_dropout_add_uses_the_dropout_mask_and_its_gradient(dtype):
     dy, dh = as_float64(example["dy"]), as_float64(example["dh"].float())
     through, *_ = fused_oracles.add_norm_vjp(h64, gamma, 1e-5, dy, dh, "layernorm")
     bounds = fused_tolerance.backward(h64, gamma, 1e-5, dy, through, "layernorm",
-                                      {name: t.dtype for name, t in grads.items()}, dropout_scale=1 / (1 - p))
+                                      {name: t.dtype for name, t in grads.items()}, dropout_scale=1 / (1 - p),
+                                      dh=dh, h_dtype=h.dtype)
     assert _worst(grads["x"], mask * through / (1 - p), bounds["x"]) <= 1.0
     assert _worst(grads["residual"], through, bounds["residual"]) <= 1.0
 

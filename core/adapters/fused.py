@@ -10,7 +10,9 @@
                          its defaults otherwise (in_place=False), CPU through kernels.interpret as Liger's RMSNorm;
                          it needs a weight: None becomes the constant 1 - offset (effective scale 1)
 
-    torch-groupnorm      F.group_norm(x, num_groups, weight, bias, eps)
+    torch-groupnorm      F.group_norm(x, num_groups, weight, bias, eps); backward_precision="storage" on every
+                         device: ATen's native_group_norm returns mean and rstd in x's dtype (CPU and CUDA), and
+                         its backward rebuilds x_hat from them (docs/findings.md [R7])
     liger-groupnorm      Liger-Kernel's LigerGroupNormFunction.apply(x, weight, bias, C, num_groups, eps)
 
 Liger's casting modes are those of its RMSNorm (core.adapters.liger.RMS_MODES), and so are the conventions they
@@ -20,7 +22,7 @@ fused_add_rms_norm.py does); its residual_out is the sum in the input dtype, kep
 
 from __future__ import annotations
 
-from core.adapters import liger, torch_native, triton_ours
+from core.adapters import aten_statistics, liger, torch_native, triton_ours
 from core.kernel import Builtin, Kernel
 
 
@@ -49,15 +51,14 @@ def _load_torch(residual_in_fp32: bool) -> list[Kernel]:
     name = "torch-fused-fp32" if residual_in_fp32 else "torch-fused"
     residual_dtype = "float32" if residual_in_fp32 else "storage"
     where = "float32" if residual_in_fp32 else "the residual's dtype"
+    layer_norm = {} if residual_in_fp32 else aten_statistics.LAYER_NORM  # float32 h: nothing kept in 16-bit
     return [
         Kernel(f"{name}:add_layernorm", "add_layernorm", add_layernorm, spec=name, residual_dtype=residual_dtype,
-               backward_precision="float32" if residual_in_fp32 else torch_native.layer_norm_backward_precision(),
-               description=f"h = x + residual in {where}; (F.layer_norm(h), h)"),
+               **layer_norm, description=f"h = x + residual in {where}; (F.layer_norm(h), h)"),
         Kernel(f"{name}:add_rmsnorm", "add_rmsnorm", add_rmsnorm, spec=name, residual_dtype=residual_dtype,
                description=f"h = x + residual in {where}; (F.rms_norm(h), h)"),
         Kernel(f"{name}:dropout_add_layernorm", "dropout_add_layernorm", dropout_add_layernorm, spec=name,
-               residual_dtype=residual_dtype,
-               backward_precision="float32" if residual_in_fp32 else torch_native.layer_norm_backward_precision(),
+               residual_dtype=residual_dtype, **layer_norm,
                description=f"h = residual + F.dropout(x) in {where}; (F.layer_norm(h), h)"),
     ]
 
@@ -143,7 +144,8 @@ BUILTINS = [
     Builtin("triton-fused-fp32", "the same with residual_in_fp32 (residual_out in float32)",
             lambda: _load_ours(True), triton_ours.unavailable),
     Builtin("torch-groupnorm", "torch.nn.functional.group_norm", lambda: [
-        Kernel("torch-groupnorm", "groupnorm", groupnorm, spec="torch-groupnorm", description="F.group_norm")]),
+        Kernel("torch-groupnorm", "groupnorm", groupnorm, spec="torch-groupnorm", description="F.group_norm",
+               backward_precision="storage")]),
     Builtin("liger-groupnorm", "Liger-Kernel GroupNorm (Triton; CPU through the interpreter)", _load_liger_groupnorm,
             liger.unavailable),
     *(Builtin(name, f"Liger-Kernel fused add + RMSNorm, casting mode {mode!r}", load, liger.unavailable)

@@ -22,8 +22,8 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
     import torch
     import torch._functorch.config as functorch_config
 
+    from core.adapters.aten_statistics import LAYER_NORM
     from core.adapters.modules import kernel_from_module_class
-    from core.adapters.torch_native import layer_norm_backward_precision
 
     if compile:
         functorch_config.donated_buffer = False
@@ -34,7 +34,7 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
                                      compile=compile, description=how.format("LayerNorm")),
             # eager nn.LayerNorm is aten.native_layer_norm; Inductor's decomposition (torch/_refs) casts mean and
             # rstd to the input dtype on the CPU too (docs/findings.md [F])
-            backward_precision=layer_norm_backward_precision()),
+            **LAYER_NORM),
         kernel_from_module_class(torch.nn.RMSNorm, spec, "rmsnorm", name=f"{spec}:rmsnorm", compile=compile,
                                  description=how.format("RMSNorm")),
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.adapters import aten_statistics
 from core.kernel import Builtin, Kernel
 from proofs.reduction import Reduction
 
@@ -32,19 +33,6 @@ def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         return F.dropout(x, p, training=True)
-
-
-def layer_norm_backward_precision() -> str:
-    """What torch's layer_norm backward keeps its statistics in for float16/bfloat16 data.
-
-    On the CPU, ``aten.native_layer_norm`` returns mean and rstd in the input's dtype, and the
-    backward rebuilds xhat from them: its error is that of the storage precision (up to ~8e3 times
-    the float32-accumulation bound at d = 2, where dx cancels). On CUDA they are float32.
-    tests/test_corpus_units.py checks the CPU fact, so the declaration cannot outlive it.
-    """
-    import torch
-
-    return "float32" if torch.cuda.is_available() else "storage"
 
 
 def layernorm_statistics(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,7 +103,7 @@ def _load() -> list[Kernel]:
     declared = cpu_reductions()
     return [
         Kernel("torch:layernorm", "layernorm", layernorm, spec="torch", description="F.layer_norm",
-               backward_precision=layer_norm_backward_precision(), reduction=declared.get("layernorm"),
+               reduction=declared.get("layernorm"), **aten_statistics.LAYER_NORM,
                statistics=layernorm_statistics),
         Kernel("torch:rmsnorm", "rmsnorm", rmsnorm, spec="torch", description="F.rms_norm",
                reduction=declared.get("rmsnorm"), statistics=rmsnorm_statistics),

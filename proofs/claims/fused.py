@@ -93,8 +93,63 @@ def _add_norm_jacobian(kind: str) -> Derivation:
         Equal(expressions.vjp_weight(kind), dy[j] * _normalized(kind),
               r"$\partial L/\partial\gamma_j = g_j \hat{h}_j$: the norm's, at $h$; $g^h$ does not reach the weight",
               aggregates=aggregates),
+        Fact(r"\Bigl|\mathrm{fl}_s\Bigl(\textstyle\sum_{j<k} \mathrm{fl}_h(c_j) + g^h\Bigr) "
+             r"- \sum_{j<k} c_j - g^h\Bigr| \le u_h M + \gamma_{k-1}(u_s)\,((1 + u_h) M + |g^h|),"
+             r"\quad M = \textstyle\sum_j |c_j|",
+             r"the rounding of $\partial L/\partial h$: a composition's autograd adds the gradients reaching $h$ from "
+             r"each use (the terms $c_j$ of $J_N^T g$, each stored in $h$'s dtype, and $g^h$) with a rounding after "
+             r"every partial sum, in an order not known; every partial sum is at most $M + |g^h|$, so $k - 1$ "
+             r"roundings of unit $u_s$ err by $\gamma_{k-1}(u_s)$ times that (Higham, Lemma 3.1). Checked in float16, "
+             r"bfloat16 and float32 on 3000 cancelling term sets of $k = 2, 3, 4$, every order and both tree shapes "
+             r"(properties/fused\_tolerance.py: $k = 4$ for LayerNorm, 3 for RMSNorm)", _accumulated_sums_bounded),
     ), notes=(r"$\partial L/\partial z = \partial L/\partial x$ exactly: a kernel returns one gradient "
               r"for both (or the same values twice).",))
+
+
+def _orders(terms: list) -> list:
+    """Every sum of ``terms`` a sequence of pairwise additions can form: each term order, as a chain or (four
+    terms) as two pairs, each addition a node ("+", a, b)."""
+    sums = []
+    for order in itertools.permutations(range(len(terms))):
+        chain = terms[order[0]]
+        for n in order[1:]:
+            chain = ("+", chain, terms[n])
+        sums.append(chain)
+        if len(order) == 4:
+            sums.append(("+", ("+", terms[order[0]], terms[order[1]]), ("+", terms[order[2]], terms[order[3]])))
+    return sums
+
+
+def _rounded_sum(node, dtype: str):
+    if not isinstance(node, tuple):
+        return node
+    return round_to(_rounded_sum(node[1], dtype) + _rounded_sum(node[2], dtype), dtype)
+
+
+def _accumulated_sums_bounded() -> bool:
+    """The k-term sum of dL/dh (properties.fused_tolerance): terms c_j (float64 values around a cancelling sum)
+    stored in h's dtype, plus g^h in h's dtype, summed in every order with a rounding after each addition, never err
+    beyond u_h M + gamma_{k-1}(u_h)((1 + u_h) M + |g^h|) from the exact sum."""
+    import numpy as np
+
+    from proofs.error_model import unit_roundoff
+
+    rng = np.random.default_rng(25)
+    for dtype in ("float16", "bfloat16", "float32"):
+        u = unit_roundoff(dtype)
+        for _ in range(1000):
+            k = int(rng.integers(2, 5))
+            c = rng.standard_normal(k - 1) * np.exp2(rng.integers(-4, 5, k - 1))
+            c[-1] = -c[:-1].sum() + rng.standard_normal() * 2.0 ** -rng.integers(0, 12)  # J^T g may cancel
+            gh_value = float(round_to(rng.standard_normal() * np.exp2(rng.integers(-6, 6)), dtype))
+            stored = [float(v) for v in round_to(c, dtype)]
+            magnitude = float(np.abs(c).sum())
+            gamma_sum = (k - 1) * u / (1 - (k - 1) * u)
+            bound = u * magnitude + gamma_sum * ((1 + u) * magnitude + abs(gh_value))
+            exact = float(c.sum()) + gh_value
+            if any(abs(float(_rounded_sum(order, dtype)) - exact) > bound for order in _orders([*stored, gh_value])):
+                return False
+    return True
 
 
 def _enumerated_bias(width: int) -> sp.Expr:

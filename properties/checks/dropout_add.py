@@ -86,14 +86,13 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
     h, grads = fused.vjp(kernel, example, dy, dh)
     kept = as_float64(h) != as_float64(residual)
     gamma, _ = fused.gammas(kernel, weight, bias)
-    h64, dy64 = as_float64(h), as_float64(dy)
-    t, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, as_float64(dh.to(h.dtype)),
-                                                fused.norm_kind(kernel))
+    h64, dy64, dh64 = as_float64(h), as_float64(dy), as_float64(dh.to(h.dtype))
+    t, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, dh64, fused.norm_kind(kernel))
     expected = {"x": np.where(kept, t / (1.0 - p), 0.0), "residual": t,
                 **dict(zip(("weight", "bias"), parameters, strict=False))}
     bounds = fused_tolerance.backward(h64, gamma, eps, dy64, t, fused.norm_kind(kernel),
                                       {name: g.dtype for name, g in grads.items()}, dropout_scale=1.0 / (1.0 - p),
-                                      backward_precision=kernel.backward_precision)
+                                      backward_precision=kernel.backward_precision, dh=dh64, h_dtype=h.dtype)
     bounds["x"] = np.where(kept, bounds["x"], 0.0)
     comparisons = []
     for name, g in grads.items():

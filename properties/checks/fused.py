@@ -79,13 +79,12 @@ def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
     example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps}
     h, grads = fused.vjp(kernel, example, dy, dh)
     gamma, _ = fused.gammas(kernel, weight, bias)
-    h64, dy64 = as_float64(h), as_float64(dy)
-    through, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, as_float64(dh.to(h.dtype)),
-                                                      fused.norm_kind(kernel))
+    h64, dy64, dh64 = as_float64(h), as_float64(dy), as_float64(dh.to(h.dtype))
+    through, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, dh64, fused.norm_kind(kernel))
     expected = {"x": through, "residual": through, **dict(zip(("weight", "bias"), parameters, strict=False))}
     bounds = fused_tolerance.backward(h64, gamma, eps, dy64, through, fused.norm_kind(kernel),
                                       {name: g.dtype for name, g in grads.items()},
-                                      backward_precision=kernel.backward_precision)
+                                      backward_precision=kernel.backward_precision, dh=dh64, h_dtype=h.dtype)
     declared = _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""

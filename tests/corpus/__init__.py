@@ -21,6 +21,8 @@ The files, by where the bug is:
                      range), missed by ``*.forward``: one-pass moments around one shift per call, flush-to-zero
     residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
     dropout_add.py   fused dropout + add + LayerNorm: rescale, row-shared mask, y without dropout, strides + control
+    composed.py      correct fused add + norm kernels composed in plain torch (float64/float32 statistics, float32
+                     residual_out, seeded dropout, Chan-merged chunks): autograd sums dL/dh over h's uses
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
@@ -219,6 +221,9 @@ CORPUS: tuple[Entry, ...] = (
     _correct("residual.py:RMS_IN_PLACE_DECLARED"),
     _correct("torch-fused-fp32"),
     _correct("dropout_add.py:DROP_ADD_CORRECT"),
+    *(_correct(f"composed.py:{name}") for name in ("ADD_LN_FLOAT64", "ADD_RMS_FLOAT64", "ADD_LN_FLOAT32",
+                                                   "ADD_RMS_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_RMS_RESIDUAL_FP32",
+                                                   "ADD_LN_CHAN_CHUNKS", "DROP_ADD_LN_SEEDED")),
     _correct("groupnorm.py:GN_CORRECT"),
 )
 

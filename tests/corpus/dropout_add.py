@@ -16,7 +16,8 @@
     DROP_ADD_STRIDES_IGNORED      reads x and residual with contiguous strides    -> drop_add_ln.layout_invariance
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
-backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): declared for float32 only.
+backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): inside the k-term sum the
+gradient bound allows (properties.fused_tolerance), so it runs in every dtype.
 """
 
 from __future__ import annotations
@@ -101,6 +102,4 @@ DROP_ADD_WHOLE_TENSOR_STATISTICS = _kernel("DROP_ADD_WHOLE_TENSOR_STATISTICS", "
                                            "over the whole tensor, not per row: drop_add_ln.row_independence")
 DROP_ADD_STRIDES_IGNORED = _kernel("DROP_ADD_STRIDES_IGNORED", "strides", "reads x and residual from their storage "
                                    "offset with contiguous strides: drop_add_ln.layout_invariance")
-DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control (float32 only: in "
-                           "16-bit storage its autograd rounds dL/d(residual_out) twice, [R1])",
-                           dtypes=(torch.float32,))
+DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control")
