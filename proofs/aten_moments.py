@@ -202,7 +202,7 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None, contract: 
     counts = np.minimum(CHUNK, n - CHUNK * np.arange(chunks))[:, None]
     empty = np.zeros_like(runs[..., 0, :])
     run = _Moments(np.zeros((chunks, 1), dtype=np.int64), empty, empty)
-    for j in range(CHUNK):
+    for j in range(min(CHUNK, n)):  # steps past every chunk's count would leave the state as it is
         run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts,
                            u=u, contract=contract)
     for i in range(chunks):
