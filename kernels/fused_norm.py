@@ -96,19 +96,19 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    if y.numel():
-        block = block or rows.block_size(n_cols)
+    if n_rows and n_cols:
+        block = block or rows.config_for(n_cols, x.device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
-        with rows.launch_device(x):
-            _add_norm_forward[(n_rows,)](
-                x2, r2, h, y, weight, bias, mean, rstd,
-                x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
-                n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
-                IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
-                BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
-            )
+        rows.launch(
+            _add_norm_forward, (n_rows,),
+            x2, r2, h, y, weight, bias, mean, rstd,
+            x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
+            n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
+            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+        )
     return y.view(x.shape), h.view(x.shape), mean, rstd
 
 
@@ -122,14 +122,17 @@ class _AddNormFunction(torch.autograd.Function):
         y, h, mean, rstd = forward(x, residual, weight, bias, eps, rms=rms, residual_dtype=residual_dtype,
                                    p=p, seed=seed)
         ctx.save_for_backward(h, weight, mean, rstd)
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a launch of zeros
         ctx.rms, ctx.p, ctx.seed = rms, p, seed
         ctx.dtypes = (x.dtype, residual.dtype)
         return y, h
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor, dh: torch.Tensor):
+    def backward(ctx, dy: torch.Tensor | None, dh: torch.Tensor | None):
         h, weight, mean, rstd = ctx.saved_tensors
         x_dtype, residual_dtype = ctx.dtypes
+        if dy is None:  # only residual_out was used (dy = 0): rare, so no kernel variant for it
+            dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
         # one rounding of J^T dy + dh to each input's dtype: in float32 when the two differ or dropout follows
         total_dtype = x_dtype if x_dtype == residual_dtype and ctx.p == 0.0 else torch.float32
         total, dweight, dbias = norm.backward(dy, h, weight, mean, rstd, rms=ctx.rms,
@@ -141,6 +144,8 @@ class _AddNormFunction(torch.autograd.Function):
 
 def _check_inputs(op: str, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
                   bias: torch.Tensor | None) -> None:
+    if rows.inputs_ok(x, (weight, bias), (residual,)):
+        return
     rows.check_tensor(op, "x", x)
     rows.check_tensor(op, "residual", residual, like=x)
     if x.dim() == 0:
