@@ -117,13 +117,13 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
                eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension: weight * (x - mean) / sqrt(var + eps) + bias (population var)."""
     _check_norm_inputs("layer_norm", x, weight, bias)
-    return _NormFunction.apply(x, weight, bias, eps, False)
+    return rows.autograd_apply(_NormFunction, x, weight, bias, eps, False)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension: weight * x / sqrt(mean(x^2) + eps)."""
     _check_norm_inputs("rms_norm", x, weight, None)
-    return _NormFunction.apply(x, weight, None, eps, True)
+    return rows.autograd_apply(_NormFunction, x, weight, None, eps, True)
 
 
 class _DropoutFunction(torch.autograd.Function):

@@ -90,10 +90,11 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
             block: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``(y, residual_out, mean, rstd)``: y in x's dtype, residual_out in ``residual_dtype``, both x's shape;
     mean (None for RMSNorm) and rstd float32 per row. ``p`` > 0 drops out x with the mask of ``seed``."""
-    x2, r2 = rows.as_rows(x), rows.as_rows(residual)
+    flat = x.dim() == 2
+    x2, r2 = (x, residual) if flat else (rows.as_rows(x), rows.as_rows(residual))
     n_rows, n_cols = x2.shape
-    h = torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x.device)
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    h = torch.empty_like(x2, dtype=residual_dtype, memory_format=torch.contiguous_format)
+    y = torch.empty_like(x2, memory_format=torch.contiguous_format)
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows and n_cols:
@@ -109,7 +110,9 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
             BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
         )
-    return y.view(x.shape), h.view(x.shape), mean, rstd
+    if not flat:
+        y, h = y.view(x.shape), h.view(x.shape)
+    return y, h, mean, rstd
 
 
 class _AddNormFunction(torch.autograd.Function):
@@ -161,14 +164,14 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(LayerNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
     _check_inputs("add_layer_norm", x, residual, weight, bias)
-    return _AddNormFunction.apply(x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
                  residual_in_fp32: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
     _check_inputs("add_rms_norm", x, residual, weight, None)
-    return _AddNormFunction.apply(x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
 
 
 def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
@@ -180,4 +183,5 @@ def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torc
         raise ValueError(f"dropout_add_layer_norm: p must be in [0, 1), got {p}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"dropout_add_layer_norm: seed must be an int, not {type(seed).__name__}")
-    return _AddNormFunction.apply(x, residual, weight, bias, eps, False, residual_in_fp32, float(p), seed)
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, False, residual_in_fp32, float(p),
+                               seed)

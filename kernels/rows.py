@@ -78,6 +78,20 @@ def check_param(op: str, name: str, t: torch.Tensor | None, x: torch.Tensor) -> 
                          f"{tuple(x.shape)}")
 
 
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]  # autograd.Function.apply below its Python layer
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def autograd_apply(function: type[torch.autograd.Function], *args):
+    """``function.apply(*args)`` without the Python layer of ``Function.apply`` (~2.5 us), whose work is for
+    functorch only (it unwraps tensors of finished transforms, routes active transforms): taken, unchanged, whenever
+    a functorch transform is active or a tensor argument is a functorch wrapper."""
+    if torch._C._are_functorch_transforms_active() or any(
+            isinstance(a, torch.Tensor) and _is_functorch_wrapped(a) for a in args):
+        return function.apply(*args)
+    return _C_APPLY.__get__(None, function)(*args)
+
+
 def launch(kernel: JITFunction, grid: tuple[int, ...], *args, **meta) -> None:
     """Launch ``kernel[grid](*args, **meta)`` as directly as Triton allows: the one place our kernels are launched.
 

@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="name the torch operators counted as launches")
     args = parser.parse_args()
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # torch's CPU compute on one thread: no pool wake-ups in its time
     dtype = getattr(torch, args.dtype)
     print(f"host time per call, CPU tensors [{args.rows}, {args.d}] {args.dtype}, best of {RUNS} runs of "
           f"{args.repeat} calls; ours with the Triton launch stubbed (our wrapper only)")
