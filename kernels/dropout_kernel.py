@@ -46,6 +46,6 @@ def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     if y.numel():
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
         block = BLOCK[x.device.type]
-        rows.launch(_dropout, (triton.cdiv(x_flat.numel(), block),),
+        rows.launch(_dropout, (-(-x_flat.numel() // block),),
                     x_flat, y, x_flat.numel(), float(p), scale, seed % SEED_MODULUS, BLOCK=block, num_warps=4)
     return y.view(x.shape)
