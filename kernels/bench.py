@@ -229,6 +229,40 @@ def measure(kind: str, mode: str, dtype_name: str, n: int, d: int, provider: str
                        method, err, error)
 
 
+#: rows of the warm-up calls: few (little memory in 12 processes), a multiple of 16 as the measured row counts and
+#: our backward's program counts are, so that Triton specializes the integer arguments the same way
+WARM_UP_ROWS = 256
+
+
+def warm_up_one(kind: str, dtype_name: str, widths: tuple[int, ...], device: str, rows: int = WARM_UP_ROWS) -> int:
+    """Call every provider of ``kind`` once, forward and backward, on ``rows`` rows of each width: the Triton
+    kernels this compiles are then in Triton's on-disk cache. Returns the calls made (those that failed are left
+    to the measurement, which records why)."""
+    made = 0
+    for d in widths:
+        for fn in providers(kind).values():
+            try:
+                _Case.drawn(fn, "forward+backward", rows, d, DTYPES[dtype_name], device).step()
+                made += 1
+            except Exception:  # the measurement of this case records why
+                continue
+    return made
+
+
+def warm_up(kinds: Iterable[str], dtypes: Iterable[str], widths: Iterable[int], device: str, workers: int) -> None:
+    """Compile every kernel the run needs first, in ``workers`` processes at once (one per (kind, dtype)): Triton
+    compiles one kernel at a time per process, ~1 s each, and a full run needs ~150 (ours and Liger's), which
+    would otherwise dominate it. Spawned processes (CUDA cannot be forked); Triton's cache writes are atomic."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    tasks = [(kind, dtype_name, tuple(widths), device) for kind in kinds for dtype_name in dtypes]
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        for future in [pool.submit(warm_up_one, *task) for task in tasks]:
+            future.result()
+
+
 def run(kinds: Iterable[str] = KINDS, dtypes: Iterable[str] = DTYPES, widths: Iterable[int] = WIDTHS,
         rows: Iterable[int] = ROWS, device: str = "cuda", calls: int = 20,
         on_result: Callable[[Measurement], None] | None = None) -> list[Measurement]:

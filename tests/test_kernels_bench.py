@@ -83,3 +83,9 @@ def test_a_wrong_kernel_is_flagged_and_the_run_fails(tmp_path, capsys, monkeypat
     assert code == 1
     assert all(float(r["max_rel_err"]) > 0.005 for r in rows if r["provider"] == "ours")
     assert "over the limit" in capsys.readouterr().out
+
+
+def test_the_warm_up_calls_every_provider_forward_and_backward():
+    expected = len(bench.providers("add+layernorm"))
+    assert bench.warm_up_one("add+layernorm", "float32", (8, 24), "cpu", rows=3) == 2 * expected
+    assert bench.warm_up_one("add+layernorm", "bfloat16", (8,), "cpu", rows=3) == 1  # torch only: ours refuses bf16

@@ -29,6 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: through Triton's interpreter, tiny sizes only (--rows and --width required): "
                              "checks the benchmark itself, its times say nothing about a GPU")
+    parser.add_argument("--compile-workers", type=int, default=12, metavar="K",
+                        help="on CUDA, first compile every kernel in K processes at once (default 12; 1: no warm-up)")
     parser.add_argument("--progress", action="store_true", help="print each measurement as it is made")
     parser.add_argument("--csv", type=Path, default=Path("reports/bench.csv"), metavar="PATH",
                         help="where to save the measurements (default reports/bench.csv)")
@@ -96,14 +98,19 @@ def run(args: argparse.Namespace) -> int:
     widths = args.width or bench.WIDTHS
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     name = torch.cuda.get_device_name(device) if args.device == "cuda" else "CPU (Triton interpreter)"
-    console.print(f"device: {name}; our launch configuration per width (kernels.rows.launch_config):", highlight=False)
+    print(f"device: {name}; our launch configuration per width (kernels.rows.launch_config):")
     for d, config in bench.launch_configs(widths, device):
-        console.print(f"  d={d}: {config}", highlight=False)
+        print(f"  d={d}: {config}")
     started = time.perf_counter()
+    kinds, dtypes = args.kind or bench.KINDS, args.dtype or bench.DTYPES
+    if args.device == "cuda" and args.compile_workers > 1:
+        bench.warm_up(kinds, dtypes, widths, args.device, args.compile_workers)
+        print(f"kernels compiled in {args.compile_workers} processes: {time.perf_counter() - started:.0f} s",
+              flush=True)
     progress = (lambda r: print(f"  {r.kind} {r.mode} {r.dtype} n={r.rows} d={r.d} {r.provider}: "
                                 f"{r.error or f'{r.device_us:.1f} us device, {r.wall_us:.1f} us wall'}",
                                 flush=True)) if args.progress else None
-    results = bench.run(kinds=args.kind or bench.KINDS, dtypes=args.dtype or bench.DTYPES, widths=widths,
+    results = bench.run(kinds=kinds, dtypes=dtypes, widths=widths,
                         rows=args.rows or bench.ROWS, device=args.device, on_result=progress)
     limits = {name: bench.ERROR_LIMIT[dtype] for name, dtype in bench.DTYPES.items()}
     for line in table_lines(results, bench.ours_vs_best(results), limits):
