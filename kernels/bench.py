@@ -149,6 +149,11 @@ class _Case:
         return _Case(fn, leaves, None if self.dy is None else self.dy.float())
 
     def step(self) -> torch.Tensor:
+        """One call; with the backward, the gradients are set to None first (as an optimizer's zero_grad does), so
+        that no call pays for accumulating into the previous one's."""
+        if self.dy is not None:
+            for leaf in self.leaves:
+                leaf.grad = None
         out = self.fn(*self.leaves)
         y = out[0] if isinstance(out, tuple) else out
         if self.dy is not None:
@@ -157,8 +162,6 @@ class _Case:
 
     def outputs(self) -> list[torch.Tensor]:
         """y (and the gradients of x and weight with the backward): what max_rel_err compares."""
-        for leaf in self.leaves:
-            leaf.grad = None
         y = self.step().detach()
         return [y] if self.dy is None else [y, self.leaves[0].grad, self.leaves[2].grad]
 

@@ -74,6 +74,28 @@ def table_lines(results, ratios, limits) -> list[str]:
     return lines
 
 
+def summary_lines(results, ratios) -> list[str]:
+    """Per (kind, mode, dtype): the worst ours/best and the worst roofline fraction at d >= 4096 (issue 30's targets:
+    >= 90% and >= 80%), with where they are: the table's verdict in a few lines."""
+    lines = ["summary (worst case of each; targets: ours/best >= 90%, roofline >= 80% at d >= 4096):"]
+    groups: dict[tuple, list] = {}
+    for r in results:
+        if r.provider == "ours" and not r.error:
+            groups.setdefault((r.kind, r.mode, r.dtype), []).append(r)
+    for (kind, mode, dtype), ours in groups.items():
+        rated = [(ratios[key], key) for r in ours if (key := (r.kind, r.mode, r.dtype, r.rows, r.d)) in ratios]
+        wide = [r for r in ours if r.d >= 4096]
+        parts = []
+        if rated:
+            ratio, key = min(rated)
+            parts.append(f"ours/best {ratio:.0%} (n={key[3]}, d={key[4]})")
+        if wide:
+            worst = min(wide, key=lambda r: r.roofline)
+            parts.append(f"roofline {worst.roofline:.0%} (n={worst.rows}, d={worst.d})")
+        lines.append(f"  {kind:<13} {mode:<16} {dtype:<8}: " + ", ".join(parts or ["-"]))
+    return lines
+
+
 LEGEND = ("dev: device us per call (CUDA graph replay, median; host excluded); wall: host + device us per call (plain "
           "loop); GB/s: bytes a norm must move / device time; roofline: GB/s / the device's copy GB/s for the same "
           "bytes; ours/best: our GB/s / the best other's; err: max |ours - torch fp32| / max |torch fp32| over y, dx, "
@@ -119,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
     for r in errors:
         print(f"error: {r.kind} {r.mode} {r.dtype} n={r.rows} d={r.d} {r.provider}: {r.error}")
     print(LEGEND)
+    for line in summary_lines(results, bench.ours_vs_best(results)):
+        print(line)
     bench.write_csv(results, args.csv)
     console.print(f"saved {args.csv} ({time.perf_counter() - started:.0f} s)")
     wrong = [r for r in results if not r.error and r.max_rel_err > limits[r.dtype]]
