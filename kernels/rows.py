@@ -30,9 +30,14 @@ PROGRAMS_PER_SM = 4
 CPU_PROGRAMS = 4
 
 
-#: (device type, dtype) our kernels run: compiled on CUDA, interpreted on the CPU (no bfloat16 there).
-_RUNNABLE = frozenset({("cuda", torch.float32), ("cuda", torch.float16), ("cuda", torch.bfloat16),
-                       ("cpu", torch.float32), ("cpu", torch.float16)})
+#: dtypes our kernels run: compiled on CUDA, interpreted on the CPU (no bfloat16 there).
+_CUDA_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_CPU_DTYPES = frozenset({torch.float32, torch.float16})
+
+
+def _same_place(t: torch.Tensor, x: torch.Tensor, x_is_cuda: bool) -> bool:
+    """t is on x's device (integer comparisons: cheaper than building and comparing two torch.device)."""
+    return t.is_cuda and t.get_device() == x.get_device() if x_is_cuda else t.is_cpu
 
 
 def inputs_ok(x: object, params: tuple[object, ...] = (), same_shape: tuple[object, ...] = ()) -> bool:
@@ -41,16 +46,22 @@ def inputs_ok(x: object, params: tuple[object, ...] = (), same_shape: tuple[obje
     a tensor of x's shape. False means: run the checks that say what is wrong (:func:`check_tensor`, ...)."""
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
         return False
-    device = x.device
-    if (device.type, x.dtype) not in _RUNNABLE:
+    is_cuda = x.is_cuda
+    if not is_cuda and not x.is_cpu:
+        return False
+    dtypes = _CUDA_DTYPES if is_cuda else _CPU_DTYPES
+    if x.dtype not in dtypes:
         return False
     d = x.shape[-1]
     for t in params:
         if t is not None and not (isinstance(t, torch.Tensor) and t.dim() == 1 and t.shape[0] == d
-                                  and t.device == device and (device.type, t.dtype) in _RUNNABLE):
+                                  and t.dtype in dtypes and _same_place(t, x, is_cuda)):
             return False
-    return all(isinstance(t, torch.Tensor) and t.shape == x.shape and t.device == device
-               and (device.type, t.dtype) in _RUNNABLE for t in same_shape)
+    for t in same_shape:
+        if not (isinstance(t, torch.Tensor) and t.shape == x.shape and t.dtype in dtypes
+                and _same_place(t, x, is_cuda)):
+            return False
+    return True
 
 
 def check_tensor(op: str, name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
@@ -80,15 +91,18 @@ def check_param(op: str, name: str, t: torch.Tensor | None, x: torch.Tensor) -> 
 
 _C_APPLY = torch._C._FunctionBase.__dict__["apply"]  # autograd.Function.apply below its Python layer
 _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_transforms_active = torch._C._are_functorch_transforms_active
 
 
 def autograd_apply(function: type[torch.autograd.Function], *args):
     """``function.apply(*args)`` without the Python layer of ``Function.apply`` (~2.5 us), whose work is for
     functorch only (it unwraps tensors of finished transforms, routes active transforms): taken, unchanged, whenever
     a functorch transform is active or a tensor argument is a functorch wrapper."""
-    if torch._C._are_functorch_transforms_active() or any(
-            isinstance(a, torch.Tensor) and _is_functorch_wrapped(a) for a in args):
+    if _transforms_active():
         return function.apply(*args)
+    for a in args:
+        if isinstance(a, torch.Tensor) and _is_functorch_wrapped(a):
+            return function.apply(*args)
     return _C_APPLY.__get__(None, function)(*args)
 
 
@@ -149,9 +163,15 @@ def launch_config(n_cols: int, device_type: str, sms: int) -> LaunchConfig:
                         sum_cols=sum_cols)
 
 
+_configs: dict[tuple[int, torch.device], LaunchConfig] = {}
+
+
 def config_for(n_cols: int, device: torch.device) -> LaunchConfig:
-    """:func:`launch_config` for a row width on a device (both lookups cached)."""
-    return launch_config(n_cols, device.type, sm_count(device))
+    """:func:`launch_config` for a row width on a device (one dictionary lookup after the first call)."""
+    config = _configs.get((n_cols, device))
+    if config is None:
+        config = _configs[n_cols, device] = launch_config(n_cols, device.type, sm_count(device))
+    return config
 
 
 def _prev_power_of_2(n: int) -> int:
