@@ -17,7 +17,8 @@ For every (kind, mode, dtype, rows n, width d, provider), on one device:
 
   (s bytes per element; weight, bias and the float32 statistics are O(n + d) and not counted);
 * ``roofline``: ``gb_per_s`` over the device's copy bandwidth, measured the same way on a device-to-device copy
-  of the same number of bytes (``dst.copy_(src)``, |src| = half the bytes moved): 1.0 is as fast as a copy;
+  of the same number of bytes (``dst.copy_(src)``, |src| = half the bytes moved, at most 512 MB): 1.0 is as fast
+  as a copy;
 * ``max_rel_err``: max |ours - torch's float32 reference| / max |reference| over y (and dx, dweight with the
   backward), so a wrong compiled kernel shows in the table, not only a slow one.
 
@@ -203,9 +204,15 @@ def _device_us(step: Callable[[], object], grads: list[torch.Tensor], device: st
         return do_bench(step, warmup=2, rep=5, grad_to_none=grads, return_mode="median") * 1e3, "events"
 
 
+#: the largest copy measured: the copy bandwidth is flat above a few hundred MB, and a full-size copy of the largest
+#: case (30 GB moved) would hold 30 GB of the GPU's memory
+MAX_COPY_BYTES = 1 << 30
+
+
 def copy_gb_per_s(n_bytes: int, device: str, calls: int = 10) -> float:
-    """The device's copy bandwidth for ``n_bytes`` moved: a device-to-device copy of n_bytes / 2, timed as above."""
-    src = torch.empty(max(n_bytes // 2, 1), dtype=torch.uint8, device=device)
+    """The device's copy bandwidth for ``n_bytes`` moved: a device-to-device copy of n_bytes / 2 (at most
+    MAX_COPY_BYTES / 2), timed as above."""
+    src = torch.empty(max(min(n_bytes, MAX_COPY_BYTES) // 2, 1), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     us, _ = _device_us(lambda: dst.copy_(src), [], device, calls)
     return 2 * src.numel() / us / 1e3
