@@ -9,7 +9,11 @@ What is measured, per kind and mode (forward; forward+backward):
   kernels since the lean host path, in ``kernels.rows.launch``; both are replaced by a no-op that
   counts the call. So the time is our wrapper only: the autograd Function, the input checks, the
   allocations, the launch arguments; NOT Triton's own Python launch path (binder, cache lookup,
-  driver call, ~10-30 us on a GPU host, the same for every Triton kernel) nor any device time.
+  driver call, the same for every Triton kernel) nor any device time.
+* ours + Triton (where no CUDA is present, so that ``kernels.cuda_stand_ins`` answers Triton's driver
+  queries): the same with Triton's own Python launch path run as on CUDA (``JITFunction.run``: the
+  argument specialization, the cache lookup, the launch metadata), only the compiled kernel's C launcher
+  a no-op: a stand-in ``CompiledKernel`` is put in Triton's kernel cache instead of compiling.
 * torch: ``F.layer_norm`` (with ``h = x + residual`` first for the fused kinds) on CPU tensors of the
   same small shape, so its compute is negligible and the time is torch's dispatch + autograd host path,
   which is what its CUDA path also pays on the host. For RMSNorm too: on CUDA ``F.rms_norm`` is one
@@ -43,7 +47,7 @@ from triton.runtime.jit import JITFunction
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kernels
-from kernels import rows
+from kernels import cuda_stand_ins, interpret, rows
 
 RUNS = 30
 NOT_LAUNCHES = ("empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach", "alias",
@@ -61,6 +65,48 @@ class _LaunchCounter:
 
     def launch(self, kernel, grid, *args, **kwargs):
         self.count += 1
+
+
+class _StandInCompiledKernel:
+    """Put in Triton's kernel cache in place of a compiled kernel: its launcher is a no-op that counts."""
+
+    function = None
+    packed_metadata = None
+
+    def __init__(self, counter: _LaunchCounter) -> None:
+        self._counter = counter
+
+    def launch_metadata(self, *args) -> None:
+        return None
+
+    def run(self, *args) -> None:
+        self._counter.count += 1
+
+
+@contextlib.contextmanager
+def stubbed_compiled_launcher() -> Iterator[_LaunchCounter]:
+    """Our launches take the CUDA path through Triton's JITFunction.run, whose compile step caches a
+    :class:`_StandInCompiledKernel`: everything but the C launcher runs."""
+    counter = _LaunchCounter()
+    original_run = getattr(interpret, "original_jit_run", None) or interpret._original_jit_run
+
+    def do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
+        kernel = self.device_caches[device][0][key] = _StandInCompiledKernel(counter)
+        return kernel
+
+    saved = JITFunction._do_compile, getattr(rows, "launch", None), interpret._all_on_cpu
+    JITFunction._do_compile = do_compile
+    if saved[1] is not None:  # since the lean host path: rows.launch's CUDA branch
+        rows.launch = lambda kernel, grid, *args, **meta: original_run(kernel, *args, grid=grid, warmup=False, **meta)
+    else:  # before it: kernel[grid] -> the interpreter's JITFunction.run wrapper -> Triton's (as for CUDA tensors)
+        interpret._all_on_cpu = lambda args, kwargs: saved[2](args, kwargs) and False
+    try:
+        yield counter
+    finally:
+        JITFunction._do_compile = saved[0]
+        if saved[1] is not None:
+            rows.launch = saved[1]
+        interpret._all_on_cpu = saved[2]
 
 
 @contextlib.contextmanager
@@ -169,8 +215,10 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     print(f"host time per call, CPU tensors [{args.rows}, {args.d}] {args.dtype}, best of {RUNS} runs of "
           f"{args.repeat} calls; ours with the Triton launch stubbed (our wrapper only)")
-    print(f"{'kind':<14} {'mode':<17} {'ours us':>8} {'torch us':>9} {'ratio':>6}   launches ours (triton+torch)"
-          "   torch's")
+    with_triton = cuda_stand_ins.installed()
+    print(f"{'kind':<14} {'mode':<17} {'ours us':>8} {'torch us':>9} {'ratio':>6}"
+          + (f" {'ours+Triton us':>14} {'ratio':>6}" if with_triton else "")
+          + "   launches ours (triton+torch)   torch's")
     for kind, (ours, theirs) in _cases(args.rows, args.d).items():
         for mode in ("forward", "forward+backward"):
             with stubbed_launches() as counter:
@@ -182,7 +230,12 @@ def main() -> None:
             torch_us = _us_per_call(torch_step, args.repeat)
             _, torch_only, torch_names = _launches(_step(theirs, mode, args.rows, args.d, torch.float16),
                                                    _LaunchCounter())
-            print(f"{kind:<14} {mode:<17} {ours_us:8.1f} {torch_us:9.1f} {ours_us / torch_us:6.2f}   "
+            triton_cells = ""
+            if with_triton:
+                with stubbed_compiled_launcher():
+                    with_triton_us = _us_per_call(_step(ours, mode, args.rows, args.d, dtype), args.repeat)
+                triton_cells = f" {with_triton_us:14.1f} {with_triton_us / torch_us:6.2f}"
+            print(f"{kind:<14} {mode:<17} {ours_us:8.1f} {torch_us:9.1f} {ours_us / torch_us:6.2f}{triton_cells}   "
                   f"{triton_launches + torch_ops:>3} ({triton_launches}+{torch_ops}){'':17}{torch_only:>3}")
             if args.verbose:
                 print(f"{'':33}ours' torch ops: {names}; torch's: {torch_names}")
