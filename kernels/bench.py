@@ -259,18 +259,25 @@ def warm_up_one(kind: str, dtype_name: str, widths: tuple[int, ...], device: str
     return made
 
 
-def warm_up(kinds: Iterable[str], dtypes: Iterable[str], widths: Iterable[int], device: str, workers: int) -> None:
+def warm_up(kinds: Iterable[str], dtypes: Iterable[str], widths: Iterable[int], device: str,
+            workers: int) -> list[str]:
     """Compile every kernel the run needs first, in ``workers`` processes at once (one per (kind, dtype)): Triton
     compiles one kernel at a time per process, ~1 s each, and a full run needs ~150 (ours and Liger's), which
-    would otherwise dominate it. Spawned processes (CUDA cannot be forked); Triton's cache writes are atomic."""
+    would otherwise dominate it. Spawned processes (CUDA cannot be forked); Triton's cache writes are atomic.
+    Returns the (kind, dtype) warm-ups that failed, whose kernels then compile during the run."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     tasks = [(kind, dtype_name, tuple(widths), device) for kind in kinds for dtype_name in dtypes]
+    failures = []
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        for future in [pool.submit(warm_up_one, *task) for task in tasks]:
-            future.result()
+        for task, future in [(task, pool.submit(warm_up_one, *task)) for task in tasks]:
+            try:
+                future.result()
+            except Exception as failure:  # e.g. a worker killed: its kernels compile in the run instead
+                failures.append(f"{task[0]} {task[1]}: {type(failure).__name__}: {failure}")
+    return failures
 
 
 def run(kinds: Iterable[str] = KINDS, dtypes: Iterable[str] = DTYPES, widths: Iterable[int] = WIDTHS,

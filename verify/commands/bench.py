@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     kinds, dtypes = args.kind or bench.KINDS, args.dtype or bench.DTYPES
     if args.device == "cuda" and args.compile_workers > 1:
-        bench.warm_up(kinds, dtypes, widths, args.device, args.compile_workers)
-        print(f"kernels compiled in {args.compile_workers} processes: {time.perf_counter() - started:.0f} s",
-              flush=True)
+        failures = bench.warm_up(kinds, dtypes, widths, args.device, args.compile_workers)
+        print(f"kernels compiled in {args.compile_workers} processes: {time.perf_counter() - started:.0f} s"
+              + "".join(f"\n  warm-up failed (compiled during the run instead): {f}" for f in failures), flush=True)
     progress = (lambda r: print(f"  {r.kind} {r.mode} {r.dtype} n={r.rows} d={r.d} {r.provider}: "
                                 f"{r.error or f'{r.device_us:.1f} us device, {r.wall_us:.1f} us wall'}",
                                 flush=True)) if args.progress else None
