@@ -92,7 +92,10 @@ def _norm_forward(
     """One program per row, two-pass over the whole row as in Triton's tutorial 05: the mean, then the squared
     deviations from it, then y. Each sum adds the row's blocks into a float32 vector of BLOCK lanes, one block after
     another, and reduces the lanes once with tl.sum. The row's first block is loaded once for both sums, and a row
-    that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes."""
+    that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes.
+
+    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK/256,
+    1, 16), whatever the dtype (the accumulation is float32 for all)."""
     row = tl.program_id(0).to(tl.int64)
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -170,6 +173,8 @@ def _norm_backward_input(
 
     A row that fits one block (SINGLE_BLOCK) is read once. Then, with FUSE_DW / FUSE_DB, the program also
     accumulates its rows' dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
+
+    Launch (kernels.rows.launch_config): grid (min(n, 4 x SMs),), BLOCK and num_warps as the forward's.
     """
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
