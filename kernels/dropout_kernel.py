@@ -24,7 +24,13 @@ SEED_MODULUS = 2**64  # Philox keys are 64 bits: seeds are taken modulo 2^64
 
 
 @triton.jit
-def _dropout(X, Y, n_elements, p, scale, seed, BLOCK: tl.constexpr):
+def _dropout(
+    X,  # input, contiguous, float32/float16/bfloat16
+    Y,  # output, contiguous, X's dtype
+    n_elements,  # elements of X
+    p, scale, seed,  # drop probability, 1/(1 - p) (0 for p = 1), Philox seed (mod 2^64)
+    BLOCK: tl.constexpr,  # elements per program
+):
     """One program per block of BLOCK consecutive elements."""
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements

@@ -45,11 +45,18 @@ def _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, s
 
 @triton.jit
 def _add_norm_forward(
-    X, R, H, Y, W, B, Mean, Rstd,  # W, B may be None; Mean is None for RMSNorm
-    stride_x_row, stride_x_col, stride_r_row, stride_r_col, stride_h_row, stride_y_row,
-    n_cols, eps, p, scale, seed,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BLOCK: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+    X, R,  # the branch and the residual stream, [n, d], any strides
+    H,  # output residual_out = r + x, [n, d], row-contiguous, in the residual dtype
+    Y,  # output N(h), [n, d], row-contiguous, X's dtype
+    W, B,  # gamma, beta, [d], contiguous; None without (then HAS_WEIGHT / HAS_BIAS is False)
+    Mean, Rstd,  # outputs, [n] float32: h's row mean (None for RMSNorm) and 1/sqrt(var + eps)
+    stride_x_row, stride_x_col, stride_r_row, stride_r_col, stride_h_row, stride_y_row,  # strides, in elements
+    n_cols, eps,  # d; eps, added to the variance inside the root
+    p, scale, seed,  # dropout on the branch: drop probability, 1/(1 - p), Philox seed (used with HAS_DROPOUT)
+    IS_RMS: tl.constexpr,  # RMSNorm: mean fixed at 0
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr,  # W, B given; p > 0
+    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: h is normalized from registers, not re-read
 ):
     """One program per row: h block by block (stored, statistics merged), then y from the stored h."""
     row = tl.program_id(0).to(tl.int64)
