@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 from core.kernel import Kernel
-from kernels import norm, rows
+from kernels import interpret, norm, rows
 from properties import outcome, tolerance
 
 WIDTHS = (1, 2, 3, 7, 1000, 4097)
@@ -251,3 +251,16 @@ def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, block, warps
     config = rows.launch_config(d, "cuda", 132)
     assert (config.block, config.num_warps, config.single_block, config.sum_rows, config.sum_cols) == (
         block, warps, d <= 8192, 16, sum_cols)
+
+
+def test_our_first_cpu_launch_enables_the_interpreter():
+    """With CUDA present, importing kernels leaves the interpreter's hooks out; our first CPU launch enables them."""
+    was_enabled = interpret.is_enabled()
+    interpret.disable()
+    try:
+        y = kernels.layer_norm(torch.tensor([[1.0, 3.0]]), None, None, 0.0)
+        assert interpret.is_enabled()
+        assert torch.equal(y, torch.tensor([[-1.0, 1.0]]))
+    finally:
+        if not was_enabled:
+            interpret.disable()
