@@ -1,16 +1,21 @@
 """Our Triton kernels for LayerNorm, RMSNorm and dropout (forward and backward).
 
-Importing this package enables :mod:`kernels.interpret`, so kernels launched on CPU tensors run in
-Triton's interpreter while CUDA tensors keep the compiled path. See docs/kernels.md.
+Kernels launched on CPU tensors run in Triton's interpreter, CUDA tensors take the compiled path. Without CUDA,
+importing this package enables :mod:`kernels.interpret` (process-wide: any Triton kernel on CPU tensors runs
+interpreted); with CUDA, our first launch on CPU tensors enables it (:func:`kernels.rows.launch`), so that a GPU
+process that never uses the interpreter never has its hooks around ``JITFunction.run``. See docs/kernels.md.
 """
+
+import torch
 
 from kernels import interpret
 
-interpret.enable()
+if not torch.cuda.is_available():
+    interpret.enable()
 
-from kernels.functional import dropout, layer_norm, rms_norm  # noqa: E402
-from kernels.fused_norm import add_layer_norm, add_rms_norm, dropout_add_layer_norm  # noqa: E402
-from kernels.modules import LayerNorm, RMSNorm  # noqa: E402
+from kernels.functional import dropout, layer_norm, rms_norm
+from kernels.fused_norm import add_layer_norm, add_rms_norm, dropout_add_layer_norm
+from kernels.modules import LayerNorm, RMSNorm
 
 __all__ = ["LayerNorm", "RMSNorm", "add_layer_norm", "add_rms_norm", "dropout", "dropout_add_layer_norm", "interpret",
            "layer_norm", "rms_norm"]

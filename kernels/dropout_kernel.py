@@ -24,7 +24,13 @@ SEED_MODULUS = 2**64  # Philox keys are 64 bits: seeds are taken modulo 2^64
 
 
 @triton.jit
-def _dropout(X, Y, n_elements, p, scale, seed, BLOCK: tl.constexpr):
+def _dropout(
+    X,  # input, contiguous, float32/float16/bfloat16
+    Y,  # output, contiguous, X's dtype
+    n_elements,  # elements of X
+    p, scale, seed,  # drop probability, 1/(1 - p) (0 for p = 1), Philox seed (mod 2^64)
+    BLOCK: tl.constexpr,  # elements per program
+):
     """One program per block of BLOCK consecutive elements."""
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
@@ -46,8 +52,6 @@ def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     if y.numel():
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
         block = BLOCK[x.device.type]
-        with rows.launch_device(x):
-            _dropout[(triton.cdiv(x_flat.numel(), block),)](
-                x_flat, y, x_flat.numel(), float(p), scale, seed % SEED_MODULUS, BLOCK=block, num_warps=4,
-            )
+        rows.launch(_dropout, (-(-x_flat.numel() // block),),
+                    x_flat, y, x_flat.numel(), float(p), scale, seed % SEED_MODULUS, BLOCK=block, num_warps=4)
     return y.view(x.shape)

@@ -19,7 +19,11 @@ from kernels.dropout_kernel import dropout as dropout_kernel
 
 
 class _NormFunction(torch.autograd.Function):
-    """Shared forward of LayerNorm (``rms=False``) and RMSNorm (``rms=True``); backward through _NormBackward."""
+    """LayerNorm (``rms=False``) and RMSNorm (``rms=True``): one launch forward, at most two backward.
+
+    The backward calls the kernels directly; only when a graph of it is being built (``create_graph=True``, so
+    grad mode is on inside it) does it go through :class:`_NormBackward`, the backward as a differentiable
+    function, whose extra autograd node a plain backward does not pay for."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
@@ -32,8 +36,12 @@ class _NormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         x, weight, mean, rstd = ctx.saved_tensors
-        dx, dweight, dbias = _NormBackward.apply(dy, x, weight, mean, rstd, ctx.rms,
-                                                 ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+        _, need_dw, need_db, _, _ = ctx.needs_input_grad
+        if torch.is_grad_enabled():
+            dx, dweight, dbias = _NormBackward.apply(dy, x, weight, mean, rstd, ctx.rms, need_dw, need_db)
+        else:
+            dx, dweight, dbias = norm.backward(dy, x, weight, mean, rstd, rms=ctx.rms, need_dw=need_dw,
+                                               need_db=need_db)
         return dx, dweight, dbias, None, None
 
 
@@ -96,6 +104,8 @@ class _NormBackward(torch.autograd.Function):
 
 
 def _check_norm_inputs(op: str, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+    if rows.inputs_ok(x, (weight, bias)):
+        return
     rows.check_tensor(op, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{op}: x must have at least one dimension")
@@ -107,13 +117,13 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
                eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension: weight * (x - mean) / sqrt(var + eps) + bias (population var)."""
     _check_norm_inputs("layer_norm", x, weight, bias)
-    return _NormFunction.apply(x, weight, bias, eps, False)
+    return rows.autograd_apply(_NormFunction, x, weight, bias, eps, False)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension: weight * x / sqrt(mean(x^2) + eps)."""
     _check_norm_inputs("rms_norm", x, weight, None)
-    return _NormFunction.apply(x, weight, None, eps, True)
+    return rows.autograd_apply(_NormFunction, x, weight, None, eps, True)
 
 
 class _DropoutFunction(torch.autograd.Function):

@@ -45,11 +45,18 @@ def _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, s
 
 @triton.jit
 def _add_norm_forward(
-    X, R, H, Y, W, B, Mean, Rstd,  # W, B may be None; Mean is None for RMSNorm
-    stride_x_row, stride_x_col, stride_r_row, stride_r_col, stride_h_row, stride_y_row,
-    n_cols, eps, p, scale, seed,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BLOCK: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+    X, R,  # the branch and the residual stream, [n, d], any strides
+    H,  # output residual_out = r + x, [n, d], row-contiguous, in the residual dtype
+    Y,  # output N(h), [n, d], row-contiguous, X's dtype
+    W, B,  # gamma, beta, [d], contiguous; None without (then HAS_WEIGHT / HAS_BIAS is False)
+    Mean, Rstd,  # outputs, [n] float32: h's row mean (None for RMSNorm) and 1/sqrt(var + eps)
+    stride_x_row, stride_x_col, stride_r_row, stride_r_col, stride_h_row, stride_y_row,  # strides, in elements
+    n_cols, eps,  # d; eps, added to the variance inside the root
+    p, scale, seed,  # dropout on the branch: drop probability, 1/(1 - p), Philox seed (used with HAS_DROPOUT)
+    IS_RMS: tl.constexpr,  # RMSNorm: mean fixed at 0
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr,  # W, B given; p > 0
+    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: h is normalized from registers, not re-read
 ):
     """One program per row: h block by block (stored, statistics merged), then y from the stored h."""
     row = tl.program_id(0).to(tl.int64)
@@ -90,26 +97,29 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
             block: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``(y, residual_out, mean, rstd)``: y in x's dtype, residual_out in ``residual_dtype``, both x's shape;
     mean (None for RMSNorm) and rstd float32 per row. ``p`` > 0 drops out x with the mask of ``seed``."""
-    x2, r2 = rows.as_rows(x), rows.as_rows(residual)
+    flat = x.dim() == 2
+    x2, r2 = (x, residual) if flat else (rows.as_rows(x), rows.as_rows(residual))
     n_rows, n_cols = x2.shape
-    h = torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x.device)
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    h = torch.empty_like(x2, dtype=residual_dtype, memory_format=torch.contiguous_format)
+    y = torch.empty_like(x2, memory_format=torch.contiguous_format)
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    if y.numel():
-        block = block or rows.block_size(n_cols)
+    if n_rows and n_cols:
+        block = block or rows.config_for(n_cols, x.device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
-        with rows.launch_device(x):
-            _add_norm_forward[(n_rows,)](
-                x2, r2, h, y, weight, bias, mean, rstd,
-                x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
-                n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
-                IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
-                BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
-            )
-    return y.view(x.shape), h.view(x.shape), mean, rstd
+        rows.launch(
+            _add_norm_forward, (n_rows,),
+            x2, r2, h, y, weight, bias, mean, rstd,
+            x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
+            n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
+            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+        )
+    if not flat:
+        y, h = y.view(x.shape), h.view(x.shape)
+    return y, h, mean, rstd
 
 
 class _AddNormFunction(torch.autograd.Function):
@@ -122,14 +132,17 @@ class _AddNormFunction(torch.autograd.Function):
         y, h, mean, rstd = forward(x, residual, weight, bias, eps, rms=rms, residual_dtype=residual_dtype,
                                    p=p, seed=seed)
         ctx.save_for_backward(h, weight, mean, rstd)
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a launch of zeros
         ctx.rms, ctx.p, ctx.seed = rms, p, seed
         ctx.dtypes = (x.dtype, residual.dtype)
         return y, h
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor, dh: torch.Tensor):
+    def backward(ctx, dy: torch.Tensor | None, dh: torch.Tensor | None):
         h, weight, mean, rstd = ctx.saved_tensors
         x_dtype, residual_dtype = ctx.dtypes
+        if dy is None:  # only residual_out was used (dy = 0): rare, so no kernel variant for it
+            dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
         # one rounding of J^T dy + dh to each input's dtype: in float32 when the two differ or dropout follows
         total_dtype = x_dtype if x_dtype == residual_dtype and ctx.p == 0.0 else torch.float32
         total, dweight, dbias = norm.backward(dy, h, weight, mean, rstd, rms=ctx.rms,
@@ -141,6 +154,8 @@ class _AddNormFunction(torch.autograd.Function):
 
 def _check_inputs(op: str, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
                   bias: torch.Tensor | None) -> None:
+    if rows.inputs_ok(x, (weight, bias), (residual,)):
+        return
     rows.check_tensor(op, "x", x)
     rows.check_tensor(op, "residual", residual, like=x)
     if x.dim() == 0:
@@ -156,14 +171,14 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(LayerNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
     _check_inputs("add_layer_norm", x, residual, weight, bias)
-    return _AddNormFunction.apply(x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
                  residual_in_fp32: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
     _check_inputs("add_rms_norm", x, residual, weight, None)
-    return _AddNormFunction.apply(x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
 
 
 def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
@@ -175,4 +190,5 @@ def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torc
         raise ValueError(f"dropout_add_layer_norm: p must be in [0, 1), got {p}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"dropout_add_layer_norm: seed must be an int, not {type(seed).__name__}")
-    return _AddNormFunction.apply(x, residual, weight, bias, eps, False, residual_in_fp32, float(p), seed)
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, False, residual_in_fp32, float(p),
+                               seed)

@@ -384,7 +384,8 @@ def _refuse_bfloat16(kernel_name: str, args: tuple, kwargs: dict) -> None:
 
 
 _original_interpreted_run = InterpretedFunction.run
-_original_jit_run = JITFunction.run
+#: Triton's own ``JITFunction.run`` (the compiled path), which our launchers call directly on CUDA tensors.
+original_jit_run = JITFunction.run
 
 
 def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
@@ -442,7 +443,7 @@ def _jit_run(self: JITFunction, *args, grid, warmup, **kwargs):
     if _all_on_cpu(args, kwargs):
         interpreted_twin(self).run(*args, grid=grid, warmup=warmup, **kwargs)
         return InterpretedLaunch(self, args, kwargs)
-    return _original_jit_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+    return original_jit_run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
 
 def _autotuner_run(self: Autotuner, *args, **kwargs):

@@ -78,16 +78,24 @@ def _squared_deviations(x, mask, mean):
 
 @triton.jit
 def _norm_forward(
-    X, Y, W, B, Mean, Rstd,  # pointers; W, B may be None; Mean is None for RMSNorm
-    stride_x_row, stride_x_col, stride_y_row,
-    n_cols, eps,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
-    SINGLE_BLOCK: tl.constexpr,
+    X,  # input, [n, d], any strides, float32/float16/bfloat16
+    Y,  # output, [n, d], row-contiguous, X's dtype
+    W, B,  # gamma, beta, [d], contiguous; None without (then HAS_WEIGHT / HAS_BIAS is False)
+    Mean, Rstd,  # outputs, [n] float32: the row's mean (None for RMSNorm) and 1/sqrt(var + eps)
+    stride_x_row, stride_x_col, stride_y_row,  # strides, in elements
+    n_cols, eps,  # d; eps, added to the variance inside the root (float32)
+    IS_RMS: tl.constexpr,  # RMSNorm: mean fixed at 0
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,  # W, B given
+    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: the row is loaded once
 ):
     """One program per row, two-pass over the whole row as in Triton's tutorial 05: the mean, then the squared
     deviations from it, then y. Each sum adds the row's blocks into a float32 vector of BLOCK lanes, one block after
     another, and reduces the lanes once with tl.sum. The row's first block is loaded once for both sums, and a row
-    that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes."""
+    that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes.
+
+    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK/256,
+    1, 16), whatever the dtype (the accumulation is float32 for all)."""
     row = tl.program_id(0).to(tl.int64)
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -143,11 +151,20 @@ def _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_
 
 @triton.jit
 def _norm_backward_input(
-    X, DY, DX, W, Mean, Rstd, DW_partial, DB_partial, DRES,  # W, Mean, partials, DRES may be None
-    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row, stride_dres_row, stride_dres_col,
-    n_rows, n_cols,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_DRES: tl.constexpr,
-    FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr, BLOCK: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+    X, DY,  # the forward's input and the upstream gradient, [n, d], any strides
+    DX,  # output, [n, d], row-contiguous (x's dtype, or float32 for the fused kernels' sum)
+    W,  # gamma, [d], contiguous; None without
+    Mean, Rstd,  # the forward's float32 statistics, [n]; Mean is None for RMSNorm
+    Partials,  # output, float32 [(FUSE_DW + FUSE_DB) * n_programs, d]: the programs' dgamma rows, then dbeta rows
+    DRES,  # [n, d]: a gradient added to dx before its rounding (fused residual add); None without
+    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row,  # strides, in elements
+    stride_dres_row, stride_dres_col,  # DRES's strides (0 without)
+    n_rows, n_cols,  # X's shape
+    IS_RMS: tl.constexpr,  # RMSNorm: mean = 0, no mean(g) term
+    HAS_WEIGHT: tl.constexpr, HAS_DRES: tl.constexpr,  # W, DRES given
+    FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr,  # write the dgamma / dbeta partial sums (SINGLE_BLOCK only)
+    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: the row is read once
 ):
     """dx, row by row; each program takes rows program, program + n_programs, ...
 
@@ -156,6 +173,8 @@ def _norm_backward_input(
 
     A row that fits one block (SINGLE_BLOCK) is read once. Then, with FUSE_DW / FUSE_DB, the program also
     accumulates its rows' dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
+
+    Launch (kernels.rows.launch_config): grid (min(n, 4 x SMs),), BLOCK and num_warps as the forward's.
     """
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -209,29 +228,34 @@ def _norm_backward_input(
                 _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
 
     if FUSE_DW:
-        tl.store(DW_partial + program * n_cols + param_cols, dw_acc, mask=param_cols < n_cols)
+        tl.store(Partials + program * n_cols + param_cols, dw_acc, mask=param_cols < n_cols)
     if FUSE_DB:
-        tl.store(DB_partial + program * n_cols + param_cols, db_acc, mask=param_cols < n_cols)
+        db_row = program
+        if FUSE_DW:
+            db_row += n_programs
+        tl.store(Partials + db_row * n_cols + param_cols, db_acc, mask=param_cols < n_cols)
 
 
 @triton.jit
 def _norm_backward_params(
-    X, DY, Mean, Rstd, DW_partial, DB_partial,  # Mean is None for RMSNorm; a partial is None when not needed
-    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col,
-    n_rows, n_cols, rows_per_program,
-    IS_RMS: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+    X, DY, Mean, Rstd,  # the forward's input and the upstream gradient, [n, d]; its float32 statistics, [n]
+    DW, DB,  # outputs, [d], in the weight's dtype; None when not needed (Mean is None for RMSNorm)
+    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col,  # strides of X and DY, in elements
+    n_rows, n_cols,  # X's shape
+    IS_RMS: tl.constexpr,  # mean = 0 (RMSNorm)
+    COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,  # which of dgamma, dbeta to write
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,  # the tile summed at a time (rows.LaunchConfig.sum_*)
 ):
-    """dgamma, dbeta partial sums, column-parallel: program (j, s) sums rows of split s for column block j."""
+    """dgamma = sum_rows dy * xhat and dbeta = sum_rows dy for rows wider than one block (d > MAX_BLOCK), straight
+    from x and dy: one program per block of BLOCK_COLS columns sums every row of it (no partial sums, no second
+    launch). Each sum adds BLOCK_ROWS x BLOCK_COLS tiles in float32, then reduces the tile's rows once."""
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     col_mask = cols < n_cols
-    first_row = tl.program_id(1) * rows_per_program
-    last_row = tl.minimum(first_row + rows_per_program, n_rows)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
-    for start in range(first_row, last_row, BLOCK_ROWS):
+    for start in range(0, n_rows, BLOCK_ROWS):
         row_ids = start + tl.arange(0, BLOCK_ROWS)
-        row_mask = row_ids < last_row
+        row_mask = row_ids < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
         row_ids = row_ids.to(tl.int64)
         dy = tl.load(DY + row_ids[:, None] * stride_dy_row + cols[None, :] * stride_dy_col,
@@ -248,38 +272,69 @@ def _norm_backward_params(
             dw_acc += dy * xhat
         if COMPUTE_DB:
             db_acc += dy
-    split = tl.program_id(1)
     if COMPUTE_DW:
-        tl.store(DW_partial + split * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+        tl.store(DW + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
     if COMPUTE_DB:
-        tl.store(DB_partial + split * n_cols + cols, tl.sum(db_acc, axis=0), mask=col_mask)
+        tl.store(DB + cols, tl.sum(db_acc, axis=0).to(DB.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
+def _sum_partials(
+    Partials,  # float32 [(COMPUTE_DW + COMPUTE_DB) * n_partials, d]: dgamma's partial rows, then dbeta's
+    DW, DB,  # outputs, [d], in the weight's dtype; None when not needed
+    n_partials, n_cols,  # rows per partial sum, d
+    COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,  # which of dgamma, dbeta to write
+    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,  # the tile summed at a time (rows.LaunchConfig.sum_*)
+):
+    """dgamma, dbeta = the column sums of the partial-sum buffers (the second stage of tutorial 05's two-stage
+    reduction), in float32, rounded once to the weight's dtype: one program per block of BLOCK_COLS columns, both
+    buffers in one launch."""
+    cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    col_mask = cols < n_cols
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    for start in range(0, n_partials, BLOCK_ROWS):
+        row_ids = start + tl.arange(0, BLOCK_ROWS)
+        mask = (row_ids < n_partials)[:, None] & col_mask[None, :]
+        offsets = row_ids[:, None] * n_cols + cols[None, :]
+        if COMPUTE_DW:
+            dw_acc += tl.load(Partials + offsets, mask=mask, other=0.0)
+        if COMPUTE_DB:
+            if COMPUTE_DW:
+                offsets += n_partials * n_cols  # dbeta's rows follow dgamma's
+            db_acc += tl.load(Partials + offsets, mask=mask, other=0.0)
+    if COMPUTE_DW:
+        tl.store(DW + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+    if COMPUTE_DB:
+        tl.store(DB + cols, tl.sum(db_acc, axis=0).to(DB.dtype.element_ty), mask=col_mask)
 
 
 def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, *,
             rms: bool, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``(y, mean, rstd)`` over the last dimension of ``x``; ``mean`` is None for RMSNorm.
+    """``(y, mean, rstd)`` over the last dimension of ``x``; ``mean`` is None for RMSNorm. One launch.
 
     ``y`` has x's shape and dtype; ``mean``/``rstd`` are float32 of shape ``[n]`` (one per row).
     ``block`` overrides the column block (a power of two), e.g. to exercise the multi-block path.
     """
-    x2 = rows.as_rows(x)
+    x2 = x if x.dim() == 2 else rows.as_rows(x)
     n_rows, n_cols = x2.shape
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    if y.numel():
-        block = block or rows.block_size(n_cols)
+    device = x.device
+    y = torch.empty_like(x2, memory_format=torch.contiguous_format)
+    mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=device)
+    if n_rows and n_cols:
+        block = block or rows.config_for(n_cols, device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
-        with rows.launch_device(x):
-            _norm_forward[(n_rows,)](
-                x2, y, weight, bias, mean, rstd,
-                x2.stride(0), x2.stride(1), y.stride(0),
-                n_cols, float(eps),
-                IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
-                SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
-            )
-    return y.view(x.shape), mean, rstd
+        rows.launch(
+            _norm_forward, (n_rows,),
+            x2, y, weight, bias, mean, rstd,
+            x2.stride(0), x2.stride(1), y.stride(0),
+            n_cols, float(eps),
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
+            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+        )
+    return (y if x2 is x else y.view(x.shape)), mean, rstd
 
 
 def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
@@ -291,47 +346,62 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
     ``dweight``/``dbias`` are summed in float32 and returned in the weight's dtype (x's without a weight).
     ``dresidual`` (x's shape): a gradient added to dx before it is rounded (the fused residual add's dL/dh);
     ``dx_dtype``: dx's dtype (default x's).
+
+    Launches: one without dweight/dbias, two with: the row kernel (dx, and for a row of one block its programs'
+    float32 partial sums of dgamma/dbeta, tutorial 05's first stage), then one kernel summing either the partial
+    buffers (:func:`_sum_partials`) or, for rows wider than one block, x and dy (:func:`_norm_backward_params`).
     """
-    x2, dy2 = rows.as_rows(x), rows.as_rows(dy)
+    flat = x.dim() == 2
+    x2, dy2 = (x, dy) if flat else (rows.as_rows(x), rows.as_rows(dy))
     dres2 = None if dresidual is None else rows.as_rows(dresidual)
     n_rows, n_cols = x2.shape
-    dx = torch.empty((n_rows, n_cols), dtype=dx_dtype or x.dtype, device=x.device)
+    device = x.device
+    dx = torch.empty_like(x2, dtype=dx_dtype or x.dtype, memory_format=torch.contiguous_format)
     param_dtype = weight.dtype if weight is not None else x.dtype
+    dweight = torch.empty(n_cols, dtype=param_dtype, device=device) if need_dw else None
+    dbias = torch.empty(n_cols, dtype=param_dtype, device=device) if need_db else None
     if dx.numel() == 0:
-        zeros = torch.zeros(n_cols, dtype=param_dtype, device=x.device)
-        return dx.view(x.shape), zeros if need_dw else None, zeros.clone() if need_db else None
+        for grad in (dweight, dbias):
+            if grad is not None:
+                grad.zero_()
+        return dx.view(x.shape), dweight, dbias
 
-    block = block or rows.block_size(n_cols)
+    config = rows.config_for(n_cols, device)
+    block = block or config.block
     weight = None if weight is None else weight.contiguous()
     fuse = n_cols <= block
-    programs = rows.persistent_programs(n_rows, x.device)
-    if fuse:
-        partial_rows = programs
-    else:  # the column-parallel kernel below: about as many programs in all as the persistent one
-        block_rows, block_cols = rows.param_tile(block, x.device)
-        col_blocks = triton.cdiv(n_cols, block_cols)
-        rows_per_program = triton.cdiv(n_rows, max(1, rows.device_programs(x.device) // col_blocks))
-        partial_rows = triton.cdiv(n_rows, rows_per_program)
-    dw_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_dw else None
-    db_partial = torch.empty((partial_rows, n_cols), dtype=torch.float32, device=x.device) if need_db else None
-    with rows.launch_device(x):
-        _norm_backward_input[(programs,)](
-            x2, dy2, dx, weight, mean, rstd, dw_partial, db_partial, dres2,
-            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
-            *((0, 0) if dres2 is None else dres2.stride()),
-            n_rows, n_cols,
-            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
-            FUSE_DW=fuse and need_dw, FUSE_DB=fuse and need_db,
-            BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
+    programs = rows.persistent_programs(n_rows, device)
+    fused_sums = fuse and (need_dw or need_db)
+    partials = (torch.empty(((need_dw + need_db) * programs, n_cols), dtype=torch.float32, device=device)
+                if fused_sums else None)
+    rows.launch(
+        _norm_backward_input, (programs,),
+        x2, dy2, dx, weight, mean, rstd, partials, dres2,
+        x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
+        *((0, 0) if dres2 is None else dres2.stride()),
+        n_rows, n_cols,
+        IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
+        FUSE_DW=fused_sums and need_dw, FUSE_DB=fused_sums and need_db,
+        BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
+    )
+    dx = dx if flat else dx.view(x.shape)
+    if not (need_dw or need_db):
+        return dx, None, None
+    col_blocks = (-(-n_cols // config.sum_cols),)  # ceil; triton.cdiv is a ConstexprFunction, ~3 us per call
+    if fused_sums:
+        rows.launch(
+            _sum_partials, col_blocks,
+            partials, dweight, dbias, programs, n_cols,
+            COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=config.sum_rows, BLOCK_COLS=config.sum_cols,
+            num_warps=4,
         )
-        if not fuse and (need_dw or need_db):
-            _norm_backward_params[(col_blocks, partial_rows)](
-                x2, dy2, mean, rstd, dw_partial, db_partial,
-                x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1),
-                n_rows, n_cols, rows_per_program,
-                IS_RMS=rms, COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=block_rows, BLOCK_COLS=block_cols,
-                num_warps=4,
-            )
-    dweight = dw_partial.sum(0).to(param_dtype) if need_dw else None
-    dbias = db_partial.sum(0).to(param_dtype) if need_db else None
-    return dx.view(x.shape), dweight, dbias
+    else:
+        rows.launch(
+            _norm_backward_params, col_blocks,
+            x2, dy2, mean, rstd, dweight, dbias,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1),
+            n_rows, n_cols,
+            IS_RMS=rms, COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=config.sum_rows,
+            BLOCK_COLS=config.sum_cols, num_warps=4,
+        )
+    return dx, dweight, dbias

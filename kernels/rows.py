@@ -7,11 +7,17 @@ column strides of what they read, so sliced and transposed inputs need no copy i
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
+from triton.runtime.jit import JITFunction
+
+from kernels import interpret
+
+_compiled_run = interpret.original_jit_run
 
 STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -22,6 +28,40 @@ PROGRAMS_PER_SM = 4
 # Persistent programs under the interpreter: it runs them one after the other, so this only sizes
 # the partial-sum buffers of the parameter gradients.
 CPU_PROGRAMS = 4
+
+
+#: dtypes our kernels run: compiled on CUDA, interpreted on the CPU (no bfloat16 there).
+_CUDA_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_CPU_DTYPES = frozenset({torch.float32, torch.float16})
+
+
+def _same_place(t: torch.Tensor, x: torch.Tensor, x_is_cuda: bool) -> bool:
+    """t is on x's device (integer comparisons: cheaper than building and comparing two torch.device)."""
+    return t.is_cuda and t.get_device() == x.get_device() if x_is_cuda else t.is_cpu
+
+
+def inputs_ok(x: object, params: tuple[object, ...] = (), same_shape: tuple[object, ...] = ()) -> bool:
+    """The common case at the cost of a few attribute reads: ``x`` a tensor of at least one dimension that our
+    kernels run, each of ``params`` None or such a tensor of shape ``[d]`` on x's device, each of ``same_shape`` such
+    a tensor of x's shape. False means: run the checks that say what is wrong (:func:`check_tensor`, ...)."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return False
+    is_cuda = x.is_cuda
+    if not is_cuda and not x.is_cpu:
+        return False
+    dtypes = _CUDA_DTYPES if is_cuda else _CPU_DTYPES
+    if x.dtype not in dtypes:
+        return False
+    d = x.shape[-1]
+    for t in params:
+        if t is not None and not (isinstance(t, torch.Tensor) and t.dim() == 1 and t.shape[0] == d
+                                  and t.dtype in dtypes and _same_place(t, x, is_cuda)):
+            return False
+    for t in same_shape:
+        if not (isinstance(t, torch.Tensor) and t.shape == x.shape and t.dtype in dtypes
+                and _same_place(t, x, is_cuda)):
+            return False
+    return True
 
 
 def check_tensor(op: str, name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
@@ -49,9 +89,41 @@ def check_param(op: str, name: str, t: torch.Tensor | None, x: torch.Tensor) -> 
                          f"{tuple(x.shape)}")
 
 
-def launch_device(t: torch.Tensor) -> contextlib.AbstractContextManager:
-    """Triton launches on the current CUDA device: make it t's (a tensor on cuda:1 launches there)."""
-    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]  # autograd.Function.apply below its Python layer
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_transforms_active = torch._C._are_functorch_transforms_active
+
+
+def autograd_apply(function: type[torch.autograd.Function], *args):
+    """``function.apply(*args)`` without the Python layer of ``Function.apply`` (~2.5 us), whose work is for
+    functorch only (it unwraps tensors of finished transforms, routes active transforms): taken, unchanged, whenever
+    a functorch transform is active or a tensor argument is a functorch wrapper."""
+    if _transforms_active():
+        return function.apply(*args)
+    for a in args:
+        if isinstance(a, torch.Tensor) and _is_functorch_wrapped(a):
+            return function.apply(*args)
+    return _C_APPLY.__get__(None, function)(*args)
+
+
+def launch(kernel: JITFunction, grid: tuple[int, ...], *args, **meta) -> None:
+    """Launch ``kernel[grid](*args, **meta)`` as directly as Triton allows: the one place our kernels are launched.
+
+    CUDA tensors (``args[0]`` is one): Triton's own ``JITFunction.run`` (binder, cache lookup, driver launch), not
+    the wrapper :mod:`kernels.interpret` installs around it, on ``args[0]``'s device (entered only when it is not the
+    current one). CPU tensors: the kernel's interpreted twin, the interpreter support enabled on first use.
+    """
+    first = args[0]
+    if first.is_cuda:
+        if first.get_device() == torch.cuda.current_device():
+            _compiled_run(kernel, *args, grid=grid, warmup=False, **meta)
+        else:
+            with torch.cuda.device(first.device):
+                _compiled_run(kernel, *args, grid=grid, warmup=False, **meta)
+        return
+    if not interpret.is_enabled():
+        interpret.enable()
+    interpret.interpreted_twin(kernel).run(*args, grid=grid, warmup=False, **meta)
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
@@ -59,6 +131,51 @@ def as_rows(x: torch.Tensor) -> torch.Tensor:
     if x.dim() == 0:
         raise ValueError("a norm needs at least one dimension; got a 0-d tensor")
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How our norm kernels are launched for one row width on one kind of device (:func:`launch_config`)."""
+
+    block: int  # columns a row program holds at once: next_pow2(d), at most MAX_BLOCK
+    num_warps: int  # of a row program: block / 256 (about 8 float32 values per thread per row-sized vector), 1..16
+    single_block: bool  # d <= block: the row is read once, kept in registers (forward and backward)
+    sum_rows: int  # rows of a tile of the column-sum kernels (dgamma, dbeta)
+    sum_cols: int  # columns of that tile: one program per column block
+
+
+@functools.cache
+def launch_config(n_cols: int, device_type: str, sms: int) -> LaunchConfig:
+    """The launch rule, by width (the dtype does not enter: every kernel accumulates in float32, so the registers a
+    program needs depend on the width only):
+
+    * row programs (forward, backward dx): ``block = min(next_pow2(d), MAX_BLOCK)`` columns at a time,
+      ``num_warps = clamp(block / 256, 1, 16)``, as in Triton's tutorial 05; the row read once when ``d <= block``;
+    * column sums (dgamma, dbeta: over the backward's partial sums, or over x and dy when d > MAX_BLOCK): tiles of
+      ``16 x sum_cols``, one program per column block, ``sum_cols = clamp(prev_pow2(d / SMs), 32, 256)`` on CUDA
+      so that there are about as many programs as SMs or more (a 64-column fp32 row segment is two 128-byte lines);
+      under the interpreter, whose cost is per program, ``min(block, 4096)``.
+    """
+    block = block_size(n_cols)
+    cuda_cols = min(max(_prev_power_of_2(max(n_cols // sms, 1)), 32), 256)
+    sum_cols = cuda_cols if device_type == "cuda" else min(block, 4096)
+    return LaunchConfig(block=block, num_warps=num_warps(block), single_block=n_cols <= block, sum_rows=16,
+                        sum_cols=sum_cols)
+
+
+_configs: dict[tuple[int, torch.device], LaunchConfig] = {}
+
+
+def config_for(n_cols: int, device: torch.device) -> LaunchConfig:
+    """:func:`launch_config` for a row width on a device (one dictionary lookup after the first call)."""
+    config = _configs.get((n_cols, device))
+    if config is None:
+        config = _configs[n_cols, device] = launch_config(n_cols, device.type, sm_count(device))
+    return config
+
+
+def _prev_power_of_2(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 def block_size(n_cols: int) -> int:
@@ -71,17 +188,17 @@ def num_warps(block: int) -> int:
     return min(max(block // 256, 1), 16)
 
 
-def param_tile(block: int, device: torch.device) -> tuple[int, int]:
-    """(rows, columns) of the tiles the column-parallel dgamma/dbeta kernel sums: 16 x 256 on CUDA (coalesced
-    loads, 16 values per thread at 4 warps); wider under the interpreter, whose cost is per program, not per value."""
-    return (16, min(block, 256)) if device.type == "cuda" else (16, min(block, 4096))
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (asked once per device); :data:`CPU_PROGRAMS` on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return CPU_PROGRAMS
 
 
 def device_programs(device: torch.device) -> int:
     """Programs that keep the device busy: :data:`PROGRAMS_PER_SM` per SM on CUDA, :data:`CPU_PROGRAMS` on CPU."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_SM
-    return CPU_PROGRAMS
+    return sm_count(device) * PROGRAMS_PER_SM if device.type == "cuda" else CPU_PROGRAMS
 
 
 def persistent_programs(n_rows: int, device: torch.device) -> int:

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
     torch.manual_seed(0)  # every example is the same on every run
+    interpret.enable()  # importing kernels enables it only without CUDA
 
 
 @triton.jit

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 from core.kernel import Kernel
-from kernels import norm
+from kernels import interpret, norm, rows
 from properties import outcome, tolerance
 
 WIDTHS = (1, 2, 3, 7, 1000, 4097)
@@ -114,6 +115,48 @@ def test_rows_wider_than_one_block_merge_blocks(kind, d, block):
     check(kind, x + 3.0, weight, bias, 1e-5, dy, block=block)
 
 
+@pytest.mark.parametrize("block", [None, 16], ids=["one-block", "multi-block"])
+@pytest.mark.parametrize("which", ["weight-only", "bias-only"])
+def test_one_parameter_gradient_alone(which, block):
+    """dbeta without dgamma (and the reverse): its rows of the partial buffer, or the column sums, on their own."""
+    x, weight, bias, dy = make((9, 40), torch.float32, seed=5)
+    check("layernorm", x, weight if which == "weight-only" else None, bias if which == "bias-only" else None, 1e-5,
+          dy, block=block)
+
+
+class _TorchCompute(TorchDispatchMode):
+    """Names the torch operators run that would launch a device kernel (not views, not empty allocations)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not func.is_view and not name.startswith("empty"):
+            self.names.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("d", "block"), [(40, None), (40, 16)], ids=["one-block", "multi-block"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_launches_per_call(monkeypatch, d, block, affine):
+    """Forward: 1 launch; backward: 1, and 1 more for dgamma/dbeta; no torch operator that computes (the dgamma/dbeta
+    partial sums were reduced by .sum(0).to(): two launches each)."""
+    launched = []
+    monkeypatch.setattr(rows, "launch", lambda kernel, grid, *args, **meta: launched.append(kernel.fn.__name__))
+    x, weight, bias, dy = make((9, d), torch.float16, affine=affine)
+    with _TorchCompute() as forward_ops:
+        _, mean, rstd = norm.forward(x, weight, bias, 1e-5, rms=False, block=block)
+    assert launched == ["_norm_forward"] and forward_ops.names == []
+    launched.clear()
+    with _TorchCompute() as backward_ops:
+        norm.backward(dy, x, weight, mean, rstd, rms=False, need_dw=affine, need_db=affine, block=block)
+    assert backward_ops.names == []
+    column_sums = "_sum_partials" if block is None else "_norm_backward_params"
+    assert launched == (["_norm_backward_input", column_sums] if affine else ["_norm_backward_input"])
+
+
 @KINDS
 def test_without_weight_and_bias(kind):
     x, _, _, dy = make((4, 33), torch.float32, affine=False)
@@ -199,3 +242,25 @@ def test_these_tolerances_reject_a_one_pass_variance():
         assert_close(one_pass, ref, bound, "y")
     ours, _, _ = norm.forward(x, None, None, 1e-5, rms=False)
     assert_close(ours, ref, bound, "y")
+
+
+@pytest.mark.parametrize(("d", "block", "warps", "sum_cols"), [(100, 128, 1, 32), (1024, 1024, 4, 32),
+                                                               (8192, 8192, 16, 32), (16384, 8192, 16, 64),
+                                                               (65536, 8192, 16, 256)])
+def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, block, warps, sum_cols):
+    config = rows.launch_config(d, "cuda", 132)
+    assert (config.block, config.num_warps, config.single_block, config.sum_rows, config.sum_cols) == (
+        block, warps, d <= 8192, 16, sum_cols)
+
+
+def test_our_first_cpu_launch_enables_the_interpreter():
+    """With CUDA present, importing kernels leaves the interpreter's hooks out; our first CPU launch enables them."""
+    was_enabled = interpret.is_enabled()
+    interpret.disable()
+    try:
+        y = kernels.layer_norm(torch.tensor([[1.0, 3.0]]), None, None, 0.0)
+        assert interpret.is_enabled()
+        assert torch.equal(y, torch.tensor([[-1.0, 1.0]]))
+    finally:
+        if not was_enabled:
+            interpret.disable()
