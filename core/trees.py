@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from proofs.reduction import Reduction
 
 Status = Literal["verified", "refuted", "unverifiable"]
-WIDTHS = (3, 8, 9, 17, 129, 1000, 4097, 40000)  # below, at and past the lanes, a chunk, cascade levels, a thread split
+WIDTHS = (3, 8, 9, 17, 129, 1000, 4097)  # below, at and past the lanes, a chunk, cascade levels
+SPLIT_WIDTH = 40000  # ATen splits a one-row call of d > 32768 terms over its threads
 ROWS_PER_WIDTH = 2
 EMULATED = {"aten_moments": ("layernorm",), "aten_cascade_sum": ("rmsnorm",),  # the kinds :func:`predicted` knows
             "numpy_pow2": ("layernorm", "rmsnorm")}
@@ -139,13 +140,15 @@ def _check(kernel: Kernel, device: torch.device, dtype: torch.dtype) -> TreeChec
         return dataclasses.replace(found, detail=f"no float32 emulation of {declared.exact_tree} for {kernel.kind}")
     rng = np.random.default_rng(0)
     compared = 0
-    for width in WIDTHS:
+    aten = declared.exact_tree.startswith("aten")
+    widths = (*WIDTHS, SPLIT_WIDTH) if aten else (*WIDTHS, declared.block + 1) if declared.block else WIDTHS
+    for width in widths:
         if not declared.declared_for(width):
             continue
         for offset in (0.0, 10.0):
             values = rng.standard_normal((ROWS_PER_WIDTH, width)) + offset
             x = torch.from_numpy(values).to(device=device, dtype=dtype)
-            for rows in (x, x[:1]):  # several rows in one call, and a one-row call (ATen splits it over threads)
+            for rows in (x, x[:1]) if aten else (x,):  # and a one-row call: ATen splits a wide one over threads
                 try:
                     with torch.no_grad():
                         mean, rstd = kernel.statistics(rows, EPS)
