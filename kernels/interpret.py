@@ -186,14 +186,17 @@ def _check_bounds(ptrs: TensorHandle, mask: TensorHandle, what: str) -> None:
                           "behaviour, in the interpreter it would corrupt the heap")
 
 
-def _masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+def _masked_load(self, ptrs, mask, other, *policies):
+    """The interpreter's masked load after the bounds check; ``policies`` as the installed Triton passes them (3.9:
+    cache, volatile; 3.6: cache, eviction, volatile)."""
     _check_bounds(ptrs, mask, "a load")
-    return _original_masked_load(self, ptrs, mask, other, cache_policy, is_volatile)
+    return _original_masked_load(self, ptrs, mask, other, *policies)
 
 
-def _masked_store(self, ptrs, value, mask, cache_policy):
+def _masked_store(self, ptrs, value, mask, *policies):
+    """The interpreter's masked store after the bounds check (``policies``: as for :func:`_masked_load`)."""
     _check_bounds(ptrs, mask, "a store")
-    return _original_masked_store(self, ptrs, value, mask, cache_policy)
+    return _original_masked_store(self, ptrs, value, mask, *policies)
 
 
 def _storage_ranges(args: tuple, kwargs: dict) -> list[tuple[int, int]]:
