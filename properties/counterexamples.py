@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core import boundary
 from core.errors import UsageError, one_line
 from core.files import write_atomically
 from core.guard import KernelFault
@@ -216,7 +217,7 @@ def describe(inputs: dict, width: int = 100) -> str:
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor):
             layout = "" if value.is_contiguous() else f", non-contiguous stride {tuple(value.stride())}"
-            values = np.array2string(value.detach().cpu().double().numpy(), precision=6, threshold=48, edgeitems=3,
+            values = np.array2string(boundary.to_oracle(value), precision=6, threshold=48, edgeitems=3,
                                      max_line_width=width, separator=", ")
             lines.append(f"{name}: {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}{layout} = {values}")
         else:

@@ -101,7 +101,7 @@ def rows_shifted_one_by_one(draw, kernel: Kernel) -> dict:
     signs = draw(st.lists(st.sampled_from([1.0, -1.0]), min_size=len(rows), max_size=len(rows)), label="signs")
     ratios = np.array([sign * max(limit - mine, 1.0) ** k for sign, k, mine in zip(signs, exponents, own, strict=True)])
     for _ in range(60):
-        shifted = rounded(torch.from_numpy(rows + (ratios * spread)[:, None]).reshape(x.shape), x.dtype, x.device)
+        shifted = rounded((rows + (ratios * spread)[:, None]).reshape(x.shape), x.dtype, x.device)
         if tolerance.covered(kernel, shifted, example["eps"]):
             break
         ratios = ratios / 2
