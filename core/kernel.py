@@ -83,6 +83,12 @@ class Kernel:
     lanes, cascade, blocks; two-pass or Welford), read from its source: the error model then bounds each sum by the
     shape's depth D instead of d - 1 (any order). None (the default) keeps the order-agnostic bound: a shape is never
     assumed. A declaration the kernel does not follow is caught like any other wrong claim (its bound is tighter).
+
+    ``flush_to_zero`` declares that the kernel's arithmetic flushes subnormal operands and results to zero (compiled
+    CUDA code: Triton's ``tl.sqrt``/``rsqrt``/division, ``--use_fast_math``): the error model's underflow term is
+    then the smallest normal number instead of half the smallest subnormal (proofs.error_model.underflow), and the
+    draws that exist for gradual underflow (the smallest end of the exponent range, where var + eps and eps / a^2
+    reach the subnormal range) are left out, as every result of such a kernel states; the rest is checked as usual.
     """
 
     name: str
@@ -101,6 +107,7 @@ class Kernel:
     output_dtype: str = "input"
     parameter_dtypes: str = "any"
     reduction: Reduction | None = None
+    flush_to_zero: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -138,7 +145,7 @@ class Kernel:
                 "no_gradient": list(self.no_gradient), "output_dtype": self.output_dtype,
                 "parameter_dtypes": self.parameter_dtypes,
                 "reduction": None if self.reduction is None else self.reduction.as_json(),
-                "description": self.description}
+                "flush_to_zero": self.flush_to_zero, "description": self.description}
 
     @property
     def prefix(self) -> str:

@@ -60,11 +60,12 @@ def _load() -> list[Kernel]:
     device, dtypes = device_and_dtypes()
     where = "compiled" if device == "cuda" else "Triton interpreter"
     declared = None if device == "cuda" else interpreted_reduction()
+    flush = device == "cuda"  # compiled: tl.sqrt and fp32 division flush subnormals (docs/kernels.md)
     return [
         Kernel("triton:layernorm", "layernorm", kernels.layer_norm, spec="triton", device=device, dtypes=dtypes,
-               description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared),
+               description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared, flush_to_zero=flush),
         Kernel("triton:rmsnorm", "rmsnorm", kernels.rms_norm, spec="triton", device=device, dtypes=dtypes,
-               description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared),
+               description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared, flush_to_zero=flush),
         Kernel("triton:dropout", "dropout", kernels.dropout, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton inverted dropout, Philox RNG ({where})"),
     ]
