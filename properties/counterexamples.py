@@ -142,8 +142,17 @@ def load(path: Path) -> dict:
     return document
 
 
+def map_location(storage: torch.UntypedStorage, saved: str) -> torch.UntypedStorage:
+    """Where a saved tensor loads: on its CUDA device where this host has it, else on cuda:0 (a file saved on cuda:1
+    replayed on a one-GPU host), on the CPU without CUDA; CPU tensors stay on the CPU."""
+    if not saved.startswith("cuda") or not torch.cuda.is_available():
+        return storage.cpu()
+    index = int(saved.partition(":")[2] or 0)
+    return storage.cuda(index if index < torch.cuda.device_count() else 0)
+
+
 def _torch_load(path: Path) -> Any:
-    location = None if torch.cuda.is_available() else "cpu"
+    location = map_location
     try:
         return torch.load(path, map_location=location, weights_only=True)
     except pickle.UnpicklingError:
