@@ -20,6 +20,7 @@ from corpus.statistics import _normalize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.adapters import _thirdparty, triton_ours
 from core.guard import KernelFault
 from core.registry import Kernel
 from proofs import error_model
@@ -120,3 +121,12 @@ def test_an_undeclared_flush_to_zero_kernel_fails_variance_insensitivity_at_the_
     z = torch.tensor([[1.0, -1.0] * 4], dtype=torch.float64, device="cpu")
     with pytest.raises((AssertionError, KernelFault)):  # NaN for finite input: a failed claim
         check_normalized_variance(ftz_kernel("layernorm", declared=False), (2.0**-64 * z).float(), 2.0**-128)
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_the_triton_built_ins_declare_flush_to_zero_where_they_compile(monkeypatch, cuda):
+    """Compiled (a CUDA GPU visible) Triton flushes subnormals; the interpreter on the CPU does not."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert _thirdparty.compiled_triton_flushes() is cuda
+    norms = [k for k in triton_ours._load() if k.kind != "dropout"]
+    assert [k.flush_to_zero for k in norms] == [cuda, cuda]

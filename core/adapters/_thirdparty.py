@@ -60,3 +60,13 @@ def seeded_global_rng(seed: int, x: torch.Tensor) -> Iterator[None]:
     with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
         torch.manual_seed(seed)
         yield
+
+
+def compiled_triton_flushes() -> bool:
+    """``Kernel.flush_to_zero`` of a Triton kernel: compiled, where a CUDA GPU is visible (the device
+    core.capabilities then runs it on), its tl.sqrt/rsqrt and float32 division flush subnormals to zero (PTX's
+    approximate forms; docs/kernels.md); Triton's interpreter on the CPU computes them in numpy, with gradual
+    underflow."""
+    import torch
+
+    return torch.cuda.is_available()

@@ -29,7 +29,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from core.adapters._thirdparty import missing, prepare, seeded_global_rng, weight_or_ones, without_package_init
+from core.adapters._thirdparty import (
+    compiled_triton_flushes,
+    missing,
+    prepare,
+    seeded_global_rng,
+    weight_or_ones,
+    without_package_init,
+)
 from core.kernel import Builtin, Kernel
 
 if TYPE_CHECKING:
@@ -53,7 +60,7 @@ def _load_layernorm() -> list[Kernel]:
         return layer_norm_fn(x, weight_or_ones(weight, x), bias, eps=eps)
 
     return [Kernel("flash-attn-layernorm", "layernorm", layernorm, spec="flash-attn-layernorm",
-                   description="flash-attention layer_norm_fn (Triton)")]
+                   description="flash-attention layer_norm_fn (Triton)", flush_to_zero=compiled_triton_flushes())]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -63,7 +70,7 @@ def _load_rmsnorm() -> list[Kernel]:
         return rms_norm_fn(x, weight_or_ones(weight, x), None, eps=eps)
 
     return [Kernel("flash-attn-rmsnorm", "rmsnorm", rmsnorm, spec="flash-attn-rmsnorm",
-                   description="flash-attention rms_norm_fn (Triton)")]
+                   description="flash-attention rms_norm_fn (Triton)", flush_to_zero=compiled_triton_flushes())]
 
 
 def _load_fused() -> list[Kernel]:
