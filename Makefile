@@ -7,7 +7,7 @@ STAMP := $(VENV)/.normverify-installed
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="-k spectral"
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages verify test lint clean
+.PHONY: setup system-packages verify test lint clean gpu-check
 
 setup: $(STAMP) system-packages
 
@@ -31,6 +31,13 @@ test: setup
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
+
+# The one-call GPU check (scripts/gpu_check.py): on a machine with a CUDA GPU and python3 with torch, no venv:
+# every built-in that runs there (ci profile), the tests marked cuda, then the benchmark; summary and one archive in
+# OUT (default gpu-check/). GPU_CHECK_ARGS=--dry-run runs the plumbing on the CPU.
+OUT ?= gpu-check
+gpu-check:
+	python3 scripts/gpu_check.py $(OUT) $(GPU_CHECK_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -127,8 +127,8 @@ def first_output(out: object) -> object:
 
 
 def _probe_input(dtype: torch.dtype, device: str) -> torch.Tensor:
-    values = torch.arange(_PROBE_SHAPE[0] * _PROBE_SHAPE[1], dtype=torch.float32).reshape(_PROBE_SHAPE)
-    return torch.sin(values).to(dtype=dtype, device=device)
+    values = torch.arange(_PROBE_SHAPE[0] * _PROBE_SHAPE[1], dtype=torch.float32, device=device).reshape(_PROBE_SHAPE)
+    return torch.sin(values).to(dtype)
 
 
 _UNSUPPORTED = re.compile(r"not implemented|unsupported|not supported|does not support|doesn't support|"

@@ -93,6 +93,12 @@ class Kernel:
     A declared exact tree (``Reduction.exact_tree``) is verified where it is used (core.trees): ``statistics`` is a
     callable ``(x, eps) -> (mean or None, rstd)``, float32 per row as the kernel computes them for x with no weight or
     bias, that the tree's emulation is compared with bit for bit; without it the tree is not used, only its shape.
+
+    ``flush_to_zero`` declares that the kernel's arithmetic flushes subnormal operands and results to zero (compiled
+    CUDA code: Triton's ``tl.sqrt``/``rsqrt``/division, ``--use_fast_math``): the error model's underflow term is
+    then the smallest normal number instead of half the smallest subnormal (proofs.error_model.underflow), and the
+    draws that exist for gradual underflow (the smallest end of the exponent range, where var + eps and eps / a^2
+    reach the subnormal range) are left out, as every result of such a kernel states; the rest is checked as usual.
     """
 
     name: str
@@ -113,6 +119,7 @@ class Kernel:
     reduction: Reduction | None = None
     statistics: Callable | None = None
     on_cuda: tuple[tuple[str, object], ...] = ()
+    flush_to_zero: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -165,7 +172,7 @@ class Kernel:
                 "no_gradient": list(self.no_gradient), "output_dtype": self.output_dtype,
                 "parameter_dtypes": self.parameter_dtypes,
                 "reduction": None if self.reduction is None else self.reduction.as_json(),
-                "description": self.description}
+                "flush_to_zero": self.flush_to_zero, "description": self.description}
 
     @property
     def prefix(self) -> str:

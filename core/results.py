@@ -194,6 +194,7 @@ class KernelEntry(_Model):
     output_dtype: Literal["input", "promoted", "weight"] = "input"
     parameter_dtypes: Literal["any", "same"] = "any"
     reduction: ReductionEntry | None = None
+    flush_to_zero: bool = False
     description: str = ""
     capabilities: Capabilities | None = None
 

@@ -54,8 +54,10 @@ C_WEIGHT = 1
 C_COMBINE = 4
 
 _UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-# Half the smallest positive subnormal: the absolute error of a rounding that underflows.
+# Half the smallest positive subnormal: the absolute error of a rounding that underflows (gradual underflow, IEEE).
 _UNDERFLOW = {2.0**-53: 2.0**-1075, 2.0**-24: 2.0**-150, 2.0**-11: 2.0**-25, 2.0**-8: 2.0**-134}
+# The smallest positive normal number: the absolute error of a result flushed to zero (FTZ, underflow()).
+_SMALLEST_NORMAL = {2.0**-53: 2.0**-1022, 2.0**-24: 2.0**-126, 2.0**-11: 2.0**-14, 2.0**-8: 2.0**-126}
 
 # --- the symbols of the bound ----------------------------------------------------------------
 n, u, w = sp.symbols("d u u_out", positive=True)  # row width, accumulation and storage unit roundoffs
@@ -147,8 +149,25 @@ def _check_kind(kind: str) -> str:
     return aliases[kind]
 
 
-def _underflow(u_value: float) -> float:
-    return _UNDERFLOW.get(float(u_value), 0.0)
+def underflow(u_value: float, flush_to_zero: bool = False) -> float:
+    """eta, the absolute error of one operation whose result underflows, in the format of unit roundoff u_value.
+
+    Gradual underflow (IEEE): a result below the smallest normal N is rounded on the subnormal grid of spacing
+    2 eta, so |fl(v) - v| <= eta = half the smallest subnormal. Flush-to-zero (a kernel's ``flush_to_zero``): a
+    result |v| < N becomes 0 (and a subnormal operand is read as 0, the same error one operation earlier), so
+    |fl(v) - v| < N: eta = N. In t = fl(var + eps) the model's term (d + 5) eta / s^2 then exceeds 1 wherever
+    s^2 = var + eps < (d + 5) N: the bound is inf (not covered) wherever FTZ can make rstd = 1/sqrt(0) = inf
+    (t < N: flushed to 0), and it is at most u above :func:`flush_to_zero_floor`.
+    """
+    return (_SMALLEST_NORMAL if flush_to_zero else _UNDERFLOW).get(float(u_value), 0.0)
+
+
+def flush_to_zero_floor(width: int, u_acc: float) -> float:
+    """The smallest s^2 = var + eps at which flushing to zero costs a kernel at most u_acc relative in t = var + eps:
+    rho_t's underflow term (d + 5) eta / s^2 with eta = N, the smallest normal (:func:`underflow`), is at most u_acc
+    for s^2 >= (d + 5) N / u_acc. Above it every subnormal that a flush can remove (a square, a partial sum, eps
+    itself) is below u_acc s^2 / (d + 5); below N itself t is flushed to 0 and rstd = 1/sqrt(0) = inf."""
+    return (width + 5) * underflow(u_acc, flush_to_zero=True) / u_acc
 
 
 def _check_model(model: str) -> str:
@@ -251,7 +270,7 @@ def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: 
     exact = oracles.layernorm(row, weight, bias, q["eps"]) if kind == "ln" else oracles.rmsnorm(row, weight, q["eps"])
     function = _forward_function(kind)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return function(row.shape[-1], u_acc, u_out, _underflow(u_acc), _underflow(u_out), *factors, q["mean_abs"],
+        return function(row.shape[-1], u_acc, u_out, _eta(u_acc, q), _eta(u_out, q), *factors, q["mean_abs"],
                         q["kappa"], q["inv_s2"], np.abs(q["normalized"]), scale, np.abs(exact))
 
 
@@ -263,7 +282,7 @@ def _rho_function(kind: str):
 
 def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
                   u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
-                  declared: reduction.Reduction | None = None) -> np.ndarray:
+                  declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> np.ndarray:
     """Per-element bound B with |y_kernel - y_oracle| <= B (module docstring), shape of x.
 
     ``model``: "probabilistic" (default: the sums' factors of proofs.probabilistic, exceeded by a correct kernel
@@ -275,8 +294,9 @@ def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | N
     kind = _check_kind(kind)
     row = np.asarray(x, dtype=np.float64)
     q = {**_row_quantities(row, eps, kind), "eps": eps}
-    factors, rho_t = _forward_rho(kind, row, _declared(q, declared, row.shape[-1]), u_acc, model)
-    kernel = _forward_bound_at(kind, row, _declared(q, declared, row.shape[-1]), weight, bias, u_acc, u_out, factors)
+    kernel_q = _declared(q, declared, row.shape[-1], flush_to_zero)
+    factors, rho_t = _forward_rho(kind, row, kernel_q, u_acc, model)
+    kernel = _forward_bound_at(kind, row, kernel_q, weight, bias, u_acc, u_out, factors)
     oracle = _forward_bound_at(kind, row, q, weight, bias, 2.0**-53, 2.0**-53,
                                statistic_factors(kind, q, 2.0**-53, None, row))
     return _where_valid(kernel + oracle, row.shape[-1], u_acc, rho_t, q["inv_s2"])
@@ -287,30 +307,37 @@ def _forward_rho(kind: str, row: np.ndarray, q: dict, u_acc: float, model: str) 
     rows = int(np.prod(row.shape[:-1]))
     factors = statistic_factors(kind, q, u_acc, _lam(model, rows * (2 if kind == "ln" else 1)), row)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        rho_t = _rho_function(kind)(row.shape[-1], u_acc, _underflow(u_acc), *factors, q["mean_abs"], q["kappa"],
+        rho_t = _rho_function(kind)(row.shape[-1], u_acc, _eta(u_acc, q), *factors, q["mean_abs"], q["kappa"],
                                     q["inv_s2"])
     return factors, rho_t
 
 
 def forward_bound_finite(x: np.ndarray, eps: float, u_acc: float, kind: str, model: str = DEFAULT_BOUND, *,
-                         declared: reduction.Reduction | None = None) -> bool:
+                         declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> bool:
     """Whether :func:`forward_bound` is finite on every row of x (rho_t < 1, (d + 9) u_acc < 1, sigma^2 + eps > 0),
     without evaluating it."""
     kind = _check_kind(kind)
     row = np.asarray(x, dtype=np.float64)
     q = _row_quantities(row, eps, kind)
-    rho_t = _forward_rho(kind, row, _declared(q, declared, row.shape[-1]), u_acc, model)[1]
+    rho_t = _forward_rho(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), u_acc, model)[1]
     return bool(np.all(np.isfinite(_where_valid(np.zeros_like(rho_t), row.shape[-1], u_acc, rho_t, q["inv_s2"]))))
 
 
-def _declared(q: dict, declared: reduction.Reduction | None, width: int) -> dict:
-    """The row quantities of a kernel with a declared reduction: q["reduction"] (read by :func:`statistic_factors`),
-    and kappa 0 where it declares a two-pass variance (kappa enters the bound only through the first-order Welford
-    term 2 phi_mu kappa of rho_t; a two-pass variance has the mean's error only squared, d e^2)."""
+def _declared(q: dict, declared: reduction.Reduction | None, width: int, flush_to_zero: bool = False) -> dict:
+    """The row quantities of the kernel (the oracle's are q itself): q["flush_to_zero"] (its underflow, read by
+    :func:`_eta`), and with a declared reduction q["reduction"] (read by :func:`statistic_factors`) and kappa 0 where
+    it declares a two-pass variance (kappa enters the bound only through the first-order Welford term 2 phi_mu kappa
+    of rho_t; a two-pass variance has the mean's error only squared, d e^2)."""
     if declared is None:
-        return q
+        return {**q, "flush_to_zero": flush_to_zero}
     welford = declared.welford(width) and not _moments_tree("ln", declared, width)  # moments: in phi_v
-    return {**q, "reduction": declared, "kappa": q["kappa"] if welford else np.zeros_like(q["kappa"])}
+    return {**q, "reduction": declared, "kappa": q["kappa"] if welford else np.zeros_like(q["kappa"]),
+            "flush_to_zero": flush_to_zero}
+
+
+def _eta(u_value: float, q: dict) -> float:
+    """:func:`underflow` of the kernel (q from :func:`_declared`) or of the float64 oracle (IEEE)."""
+    return underflow(u_value, q.get("flush_to_zero", False))
 
 
 def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray, inv_s2: np.ndarray) -> np.ndarray:
@@ -395,7 +422,7 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_w
     scale = np.ones(width) if weight is None else np.asarray(weight, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         factors = statistic_factors(kind, q, u_acc, lam_value, row)
-        row_args = (width, u_acc, _underflow(u_acc), *factors, q["mean_abs"], q["kappa"], q["inv_s2"])
+        row_args = (width, u_acc, _eta(u_acc, q), *factors, q["mean_abs"], q["kappa"], q["inv_s2"])
         normalized = np.abs(q["normalized"])
         xi_j = xi_of(*row_args, normalized)
         g_prime = scale * dy
@@ -404,7 +431,7 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_w
         magnitudes = np.abs(g_prime) * (normalized + xi_j)
         phi_first, phi_second = _gradient_factors(width, u_acc, lam_value, g_prime, magnitudes)
         eps_r = eps_r_of(*row_args)
-        dx = dx_of(width, u_acc, u_out, _underflow(u_out), q["inv_s2"], np.abs(g_prime), normalized, xi_j,
+        dx = dx_of(width, u_acc, u_out, _eta(u_out, q), q["inv_s2"], np.abs(g_prime), normalized, xi_j,
                    mean(np.abs(g_prime)), mean(magnitudes), mean(np.abs(g_prime) * xi_j),
                    np.abs(first), np.abs(second), np.abs(exact_dx), eps_r, phi_first, phi_second)
         flat = (-1, width)
@@ -415,10 +442,10 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_w
             exact = np.abs((dy * q["normalized"]).sum(axis=lead))
             factor = probabilistic.sum_factor(terms, u_acc, lam_value, 0, (dy * q["normalized"]).reshape(flat))[0]
             dweight = (np.abs(dy) * xi_j).sum(axis=lead) + _composed_with_product(factor, u_acc) * terms.sum(axis=0)
-            dweight = dweight + (exact + dweight) * u_weight + _underflow(u_weight)
+            dweight = dweight + (exact + dweight) * u_weight + _eta(u_weight, q)
         upstream = dy.reshape(flat)
         dbias = probabilistic.sum_factor(upstream, u_acc, lam_value, 0)[0] * np.abs(dy).sum(axis=lead)
-        dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_bias + _underflow(u_bias)
+        dbias = dbias + (np.abs(dy.sum(axis=lead)) + dbias) * u_bias + _eta(u_bias, q)
         rho_t = _rho_function(kind)(*row_args)
         dc1 = phi_first * mean(np.abs(g_prime)) if kind == "ln" else np.zeros_like(first)
         dc2 = phi_second * mean(magnitudes) + mean(np.abs(g_prime) * xi_j)
@@ -451,7 +478,7 @@ def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None, rou
 
 def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray, u_acc: float,
                     u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
-                    declared: reduction.Reduction | None = None) -> dict[str, np.ndarray]:
+                    declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> dict[str, np.ndarray]:
     """Bounds on the errors of the gradient identities of a kernel's dx, per row, from their cancellation
     (claim ln.gradient_identities), not from summed element bounds: {"sum": |sum_i dx_i - 0| (LayerNorm),
     "c_dot": |c . dx - (eps/s^2) c . g'/s|}, c = x - mu (LN) or x (RMS), g' = gamma dy, r = 1/s.
@@ -471,7 +498,8 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
     q = _row_quantities(row, eps, kind)
     rows, width = int(np.prod(row.shape[:-1])), row.shape[-1]
     lam_value = _lam(model, rows * 12 + 2 * width)
-    p = _backward_pieces(kind, row, _declared(q, declared, width), weight, upstream, u_acc, u_out, lam_value)
+    q = _declared(q, declared, width, flush_to_zero)  # the kernel's: its underflow below (the oracle's is float64)
+    p = _backward_pieces(kind, row, q, weight, upstream, u_acc, u_out, lam_value)
     g = probabilistic.gamma
     g_round, x_round, combine = g(1 + C_WEIGHT, u_acc), g(2 if kind == "ln" else 1, u_acc), g(C_COMBINE, u_acc)
     outer, float64 = (1 + u_acc) * (1 + u_out) - 1, g(width, 2.0**-53)
@@ -507,7 +535,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
                            + rounding["c_combine"])
                  + rounding["c_outer"] + eps_r * (2 + eps_r) * r * cg * spread * (1 + eps_r)
                  + eps_r * r * cg * eps * q["inv_s2"]
-                 + np.sum(np.abs(centred), axis=-1, keepdims=True) * _underflow(u_out)  # dx stored subnormal
+                 + np.sum(np.abs(centred), axis=-1, keepdims=True) * _eta(u_out, q)  # dx stored subnormal
                  + float64 * (np.sum(np.abs(centred) * computed, axis=-1, keepdims=True) + r * cg))
         found = {"c_dot": c_dot[..., 0]}
         if kind == "ln":
@@ -515,7 +543,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
                                        * (1 + x_round))
             total = (shared * (rounding["g"] + width * p["dc1"] + c2_hat * mean_part + rounding["combine"])
                      + rounding["outer"] + float64 * np.sum(computed, axis=-1, keepdims=True)
-                     + width * _underflow(u_out))
+                     + width * _eta(u_out, q))
             found["sum"] = total[..., 0]
     valid = np.isfinite(p["dx"]).all(axis=-1)
     return {name: np.where(valid, value, np.inf) for name, value in found.items()}
@@ -534,7 +562,7 @@ def mean(values: np.ndarray) -> np.ndarray:
 def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray,
                    u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
                    u_weight: float | None = None, u_bias: float | None = None,
-                   declared: reduction.Reduction | None = None) -> tuple:
+                   declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> tuple:
     """Per-element bounds of the backward: (B_dx, B_dweight, B_dbias) for LN, (B_dx, B_dweight) for RMSNorm.
 
     Each gradient is stored in its own dtype: dx with ``u_out``, dweight with ``u_weight`` and dbias with ``u_bias``
@@ -550,8 +578,8 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     q = _row_quantities(row, eps, kind)
     rows = int(np.prod(row.shape[:-1]))
     lam_value = _lam(model, rows * 4 + 2 * row.shape[-1])
-    kernel = _backward_at(kind, row, _declared(q, declared, row.shape[-1]), weight, upstream, u_acc, u_out, lam_value,
-                          u_weight, u_bias)
+    kernel = _backward_at(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), weight, upstream, u_acc,
+                          u_out, lam_value, u_weight, u_bias)
     oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
     dx = _where_valid(kernel[0] + oracle[0], row.shape[-1], u_acc, kernel[3], q["inv_s2"])
     lead = tuple(range(row.ndim - 1))

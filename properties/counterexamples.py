@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core import boundary
 from core.errors import UsageError, one_line
 from core.files import write_atomically
 from core.guard import KernelFault
@@ -141,8 +142,17 @@ def load(path: Path) -> dict:
     return document
 
 
+def map_location(storage: torch.UntypedStorage, saved: str) -> torch.UntypedStorage:
+    """Where a saved tensor loads: on its CUDA device where this host has it, else on cuda:0 (a file saved on cuda:1
+    replayed on a one-GPU host), on the CPU without CUDA; CPU tensors stay on the CPU."""
+    if not saved.startswith("cuda") or not torch.cuda.is_available():
+        return storage.cpu()
+    index = int(saved.partition(":")[2] or 0)
+    return storage.cuda(index if index < torch.cuda.device_count() else 0)
+
+
 def _torch_load(path: Path) -> Any:
-    location = None if torch.cuda.is_available() else "cpu"
+    location = map_location
     try:
         return torch.load(path, map_location=location, weights_only=True)
     except pickle.UnpicklingError:
@@ -216,7 +226,7 @@ def describe(inputs: dict, width: int = 100) -> str:
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor):
             layout = "" if value.is_contiguous() else f", non-contiguous stride {tuple(value.stride())}"
-            values = np.array2string(value.detach().cpu().double().numpy(), precision=6, threshold=48, edgeitems=3,
+            values = np.array2string(boundary.to_oracle(value), precision=6, threshold=48, edgeitems=3,
                                      max_line_width=width, separator=", ")
             lines.append(f"{name}: {str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}{layout} = {values}")
         else:

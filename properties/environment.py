@@ -19,6 +19,8 @@ from core.names import split_specs
 from core.registry import Kernel, resolve
 from properties import profiles, tolerance
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout's root when normverify runs from one
+
 
 def environment(config: pytest.Config) -> dict:
     """The ``environment`` of the results document (``core.results.Environment``)."""
@@ -67,13 +69,18 @@ def declared_trees(config: pytest.Config) -> list[trees.TreeCheck]:
     return found
 
 
-def suite_commit() -> str | None:
-    """``git describe --always --dirty`` of the checkout normverify runs from (None when not a checkout)."""
+def suite_commit(root: Path = PROJECT_ROOT) -> str | None:
+    """``git describe --always --dirty`` of normverify's own checkout: None when normverify does not run from one
+    (an installed copy), even where some other repository encloses it or the working directory."""
     try:
-        proc = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
-                              cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=20)
+        top = _git(root, "rev-parse", "--show-toplevel")
+        if top is None or Path(top).resolve() != root.resolve():
+            return None
+        return _git(root, "describe", "--always", "--dirty", "--abbrev=12")
     except (OSError, subprocess.SubprocessError):
         return None
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.strip() or None
+
+
+def _git(root: Path, *arguments: str) -> str | None:
+    proc = subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True, timeout=20)
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
 from properties import norms, tolerance
@@ -78,20 +80,20 @@ def exact_statistics_rows(draw, kernel: Kernel, upstream: bool = False) -> dict:
     for k, sign in zip(exponents, signs, strict=True):
         m = sign * 2.0**k
         if form == "one":
-            value = m * (1 + float(torch.rand((), generator=torch.Generator().manual_seed(draw(seeds())))))
+            value = m * (1 + float(torch.rand((), generator=host_generator(draw(seeds())), device=HOST)))
             rows.append([value])
         elif form == "pair":
             delta = 2.0 ** (k - draw(st.integers(1, precision_bits(dtype) - 1)))
             rows.append([m + delta, m - delta])
         else:
             rows.append([m * (1 + draw(st.integers(0, 7)) / 8)] * d)
-    x = rounded(torch.tensor(rows, dtype=torch.float64), dtype, device)
+    x = rounded(np.array(rows, dtype=np.float64), dtype, device)
     values = norms.as_float64(x)
     centres = values.mean(-1, keepdims=True) if kernel.kind == "layernorm" else 0.0
-    example = {"x": x, "centred": rounded(torch.from_numpy(values - centres), dtype, device)}
+    example = {"x": x, "centred": rounded(values - centres, dtype, device)}
     gamma = draw(effective_weights(d))
     if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(d, dtype=torch.float64)
+        gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)
     if kernel.kind == "layernorm":
         beta = draw(biases(d, PRESENT_BIAS_FORMS))

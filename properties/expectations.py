@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.boundary import HOST
 from core.guard import KernelFault
 from properties import evidence
 from properties.selection import claim_of, kernel_of
@@ -133,7 +134,7 @@ def float16_rstd_overflows_at_residual_out(example: dict) -> bool:
     constant, var = 0, whatever the mask) with 1/sqrt(eps) > 65504 (eps = 1e-12): rstd is inf in float16."""
     x = example.get("x")
     return (isinstance(x, torch.Tensor) and x.dtype == torch.float16 and x.shape[-1] == 1
-            and bool(torch.isinf(torch.rsqrt(torch.tensor(example["eps"])).to(torch.float16))))
+            and bool(torch.isinf(torch.rsqrt(torch.tensor(example["eps"], device=HOST)).to(torch.float16))))
 
 
 def any_example(example: dict) -> bool:

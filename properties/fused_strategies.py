@@ -18,6 +18,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
 from proofs import fused_oracles
@@ -62,7 +63,7 @@ def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, e
     or the parameters' own dtype of a mix)."""
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS))
     if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(d, dtype=torch.float64)
+        gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     parameters = {"weight": None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)}
     if fused.has_bias(kernel):
         beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS))
@@ -157,11 +158,11 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     x = rounded(x64, dtype, caps.device)
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     form = "within x" if upstream else draw(st.sampled_from(MASK_RESIDUALS))
-    fraction = torch.zeros(shape, dtype=torch.float64)
+    fraction = torch.zeros(shape, dtype=torch.float64, device=HOST)
     if form == "within x":
-        generator = torch.Generator().manual_seed(draw(seeds()))
-        fraction = torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
-    example = {"x": x, "residual": rounded(x.to("cpu", torch.float64) * fraction, dtype, caps.device),
+        generator = host_generator(draw(seeds()))
+        fraction = torch.rand(shape, generator=generator, dtype=torch.float64, device=HOST) * 2 - 1
+    example = {"x": x, "residual": rounded(x.to(HOST, torch.float64) * fraction, dtype, caps.device),
                **_parameters(draw, kernel, shape[-1], parameters, caps.device, every_input),
                "eps": draw(epsilons()),
                "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}

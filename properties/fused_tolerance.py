@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core.boundary import HOST
 from proofs import error_model, probabilistic
 from properties.norms import as_float64
 from properties.tolerance import bound_in_use, unit_roundoffs
@@ -55,7 +56,7 @@ def residual_out(x: torch.Tensor, residual: torch.Tensor, residual_dtype: torch.
     """
     if residual_dtype == torch.float32 or residual_dtype == torch.float64:
         wide = torch.float64 if residual_dtype == torch.float64 else torch.float32
-        expected = as_float64(x.to("cpu", wide) + residual.to("cpu", wide))
+        expected = as_float64(x.to(HOST, wide) + residual.to(HOST, wide))
         return expected, np.zeros_like(expected)
     exact = as_float64(x) + as_float64(residual)
     u_acc, u_out = unit_roundoffs(residual_dtype)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from core import guard
+from core import boundary, guard
 from core.capabilities import discover
 from core.registry import Kernel
 from proofs import oracles
@@ -96,8 +96,8 @@ def require_backward(kernel: Kernel) -> None:
         pytest.skip(caps.backward_reason)
 
 
-def as_float64(t: torch.Tensor | None) -> np.ndarray | None:
-    return None if t is None else t.detach().to("cpu", torch.float64).numpy()
+# a kernel-side tensor as float64 numpy on the host: the one crossing to the oracle (core.boundary)
+as_float64 = boundary.to_oracle
 
 
 def effective_weight(kernel: Kernel, weight: torch.Tensor | None) -> np.ndarray | None:

@@ -19,12 +19,13 @@ import torch
 from hypothesis import note, target
 from hypothesis.errors import InvalidArgument
 
+from core import boundary
 from properties import evidence
 
 
 def _values(t: torch.Tensor | np.ndarray | float) -> np.ndarray:
     if isinstance(t, torch.Tensor):
-        return t.detach().to("cpu", torch.float64).numpy()
+        return boundary.to_oracle(t)
     return np.asarray(t, dtype=np.float64)
 
 

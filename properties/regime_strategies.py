@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from core.capabilities import discover
 from core.registry import Kernel
+from proofs import error_model
 from properties import norms, tolerance
 from properties.strategies import (
     DISTRIBUTIONS,
@@ -60,21 +61,33 @@ def largest_safe_magnitude(d: int, dtype: torch.dtype) -> float:
     return 10.0 ** math.floor(math.log10(math.sqrt(largest / d) / 4))
 
 
-def magnitude_exponents(dtype: torch.dtype, d: int, end: str) -> st.SearchStrategy[int]:
-    """Exponents e (row scale 2^e) of one end of the range where rows of width d stay inside the error model.
+def magnitude_exponents(dtype: torch.dtype, d: int, end: str, flush_to_zero: bool = False) -> st.SearchStrategy[int]:
+    """Exponents e (row scale 2^e) in :func:`exponent_range`."""
+    return st.integers(*exponent_range(dtype, d, end, flush_to_zero))
+
+
+def exponent_range(dtype: torch.dtype, d: int, end: str, flush_to_zero: bool = False) -> tuple[int, int]:
+    """The exponents (lowest, highest) of one end of the range where rows of width d stay inside the error model.
 
     smallest: the squares reach the accumulation dtype's subnormal range (2^(2e) down to 2^-2 of its smallest
     normal: rounding there is gradual underflow, which the model's eta terms cover while the values stay normal in
     storage, four binades above its smallest normal); largest: 128 2^e <= :func:`largest_safe_magnitude`.
+
+    These smallest-end draws are the suite's subnormal-specific ones (var + eps, eps / a^2 and the squares in the
+    subnormal range). A kernel that declares ``flush_to_zero`` does not get them: its smallest end starts where
+    s^2 ~ 2^(2e) is at least proofs.error_model.flush_to_zero_floor (flushing costs at most u relative), so what is
+    not drawn for it is exactly the gradual-underflow range, stated by its declaration (core.kernel.Kernel).
     """
     if end not in ENDS:
         raise ValueError(f"unknown end {end!r}: expected one of {ENDS}")
     accumulation = tolerance.accumulation_dtype(dtype)
-    lowest = max(math.floor(math.log2(torch.finfo(accumulation).tiny)) // 2 - 1,
-                 math.floor(math.log2(torch.finfo(dtype).tiny)) + END_BINADES)
+    gradual = math.floor(math.log2(torch.finfo(accumulation).tiny)) // 2 - 1
+    if flush_to_zero:
+        u_acc = tolerance.unit_roundoffs(dtype)[0]
+        gradual = math.ceil(math.log2(error_model.flush_to_zero_floor(d, u_acc)) / 2)
+    lowest = max(gradual, math.floor(math.log2(torch.finfo(dtype).tiny)) + END_BINADES)
     highest = math.floor(math.log2(largest_safe_magnitude(d, dtype) / LARGEST_VALUE_IN_SCALES))
-    low, high = (lowest, lowest + END_BINADES - 1) if end == "smallest" else (highest - END_BINADES + 1, highest)
-    return st.integers(low, high)
+    return (lowest, lowest + END_BINADES - 1) if end == "smallest" else (highest - END_BINADES + 1, highest)
 
 
 def _std_or_magnitude(rows: np.ndarray) -> np.ndarray:
@@ -101,7 +114,7 @@ def rows_shifted_one_by_one(draw, kernel: Kernel) -> dict:
     signs = draw(st.lists(st.sampled_from([1.0, -1.0]), min_size=len(rows), max_size=len(rows)), label="signs")
     ratios = np.array([sign * max(limit - mine, 1.0) ** k for sign, k, mine in zip(signs, exponents, own, strict=True)])
     for _ in range(60):
-        shifted = rounded(torch.from_numpy(rows + (ratios * spread)[:, None]).reshape(x.shape), x.dtype, x.device)
+        shifted = rounded((rows + (ratios * spread)[:, None]).reshape(x.shape), x.dtype, x.device)
         if tolerance.covered(kernel, shifted, example["eps"]):
             break
         ratios = ratios / 2
@@ -131,7 +144,7 @@ def affine_examples(draw, kernel: Kernel, end: str | None = None,
     if end is None:
         scale, a = math.sqrt(eps), draw(st.sampled_from([0.5, -0.5, 2.0, -4.0, 3.0, 0.0]))
     else:
-        exponent = draw(magnitude_exponents(dtype, d, end), label="exponent of x's scale")
+        exponent = draw(magnitude_exponents(dtype, d, end, kernel.flush_to_zero), label="exponent of x's scale")
         scale = 2.0**exponent
         a = draw(st.sampled_from([1.0, -1.0])) * 2.0 ** (round(math.log2(math.sqrt(eps))) - exponent)
     b = draw(st.sampled_from([0.0, 1.0, -3.5])) * math.sqrt(eps) if kernel.kind == "layernorm" else 0.0
@@ -160,7 +173,7 @@ def rows_with_variance_near_eps(draw, kernel: Kernel, end: str | None = None,
     if end is None:
         eps = draw(st.sampled_from([1e-2, 1e-5, 1e-6] if dtype == torch.float32 else [1e-2]))
     else:
-        eps = 4.0 ** draw(magnitude_exponents(dtype, d, end), label="exponent of sqrt(eps)")
+        eps = 4.0 ** draw(magnitude_exponents(dtype, d, end, kernel.flush_to_zero), label="exponent of sqrt(eps)")
     t = 10.0 ** draw(st.floats(-1.0, 1.0), label="log10 sigma^2/eps")
     z = standard_values((draw(row_counts(d)), d), draw(st.sampled_from(DISTRIBUTIONS)), draw(seeds()))
     assume(bool((z.std(-1) > 0).all()))

@@ -21,6 +21,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from core.boundary import HOST, host_generator, to_kernel
 from core.capabilities import PARAMETER_MIXES, discover, dtype_name, mix_name
 from core.registry import Kernel
 from proofs import probabilistic
@@ -102,14 +103,14 @@ def seeds() -> st.SearchStrategy[int]:
 
 def standard_values(shape: tuple[int, ...], distribution: str, seed: int) -> torch.Tensor:
     """float64 values of ``shape`` from a seeded generator, of order 1, not normalized."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = host_generator(seed)
     if distribution == "uniform":
-        return torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
+        return torch.rand(shape, generator=generator, dtype=torch.float64, device=HOST) * 2 - 1
     if distribution == "integers":
-        return torch.randint(-8, 9, shape, generator=generator).to(torch.float64)
-    values = torch.randn(shape, generator=generator, dtype=torch.float64)
+        return torch.randint(-8, 9, shape, generator=generator, device=HOST).to(torch.float64)
+    values = torch.randn(shape, generator=generator, dtype=torch.float64, device=HOST)
     if distribution == "sparse":
-        return values * (torch.rand(shape, generator=generator, dtype=torch.float64) < 0.2)
+        return values * (torch.rand(shape, generator=generator, dtype=torch.float64, device=HOST) < 0.2)
     if distribution == "spike":
         values[..., 0] += 30.0
     return values
@@ -146,14 +147,14 @@ def values_one_ulp_apart(n: int, d: int, offset: float, scale: float, dtype: tor
     Such a row has |mean|/std about (|c|/ulp(c)) sqrt(d/k): k = round(d (|c|/ulp(c) / offset)^2), 1 <= k <= d/2,
     puts it near |offset| where the dtype allows; k = 1 gives the largest |mean|/std of a non-constant row of
     dtype, about 2^t sqrt(d) (t its significand bits; bfloat16: 128-256 sqrt(d))."""
-    generator = torch.Generator().manual_seed(seed)
-    significand = 1 + torch.rand((), generator=generator, dtype=torch.float64)
+    generator = host_generator(seed)
+    significand = 1 + torch.rand((), generator=generator, dtype=torch.float64, device=HOST)
     largest = torch.finfo(dtype).max / 8
     centre = (math.copysign(1.0, offset) * (abs(offset) * scale * significand).clamp(max=largest)).to(dtype).double()
     ulp = torch.exp2(torch.floor(torch.log2(centre.abs()))) * torch.finfo(dtype).eps
     k = (d * (centre.abs() / ulp / offset) ** 2).round().clamp(1, max(1, d // 2))
-    chosen = torch.rand((n, d), generator=generator).argsort(-1).argsort(-1) < k
-    steps = torch.where(torch.rand((n, d), generator=generator) < 0.5, -1.0, 1.0).double()
+    chosen = torch.rand((n, d), generator=generator, device=HOST).argsort(-1).argsort(-1) < k
+    steps = torch.where(torch.rand((n, d), generator=generator, device=HOST) < 0.5, -1.0, 1.0).double()
     return centre + torch.where(chosen, steps * ulp, 0.0)
 
 
@@ -239,9 +240,8 @@ def scales(dtype: torch.dtype) -> st.SearchStrategy[float]:
     return st.sampled_from([1.0, 1e-3, 1e3])
 
 
-def rounded(values: torch.Tensor, dtype: torch.dtype, device: str = "cpu") -> torch.Tensor:
-    """``values`` rounded to the storage dtype (round to nearest), on ``device``."""
-    return values.to(dtype).to(device)
+# host values rounded to the storage dtype on the kernel's device: the one crossing (core.boundary)
+rounded = to_kernel
 
 
 WEIGHT_FORMS = ("none", "constant", "random", "zeros_and_negatives")
@@ -257,10 +257,11 @@ def effective_weights(draw, d: int, forms: tuple[str, ...] = WEIGHT_FORMS) -> to
     if form == "none":
         return None
     if form == "constant":
-        return torch.full((d,), draw(st.sampled_from([1.0, 0.5, -2.0, 3.0])), dtype=torch.float64)
+        return torch.full((d,), draw(st.sampled_from([1.0, 0.5, -2.0, 3.0])), dtype=torch.float64, device=HOST)
     values = 1.0 + 0.5 * standard_values((d,), "normal", draw(seeds()))
     if form == "zeros_and_negatives":
-        values = values * torch.tensor([(0.0, -1.0, 1.0)[i % 3] for i in range(d)], dtype=torch.float64)
+        values = values * torch.tensor([(0.0, -1.0, 1.0)[i % 3] for i in range(d)], dtype=torch.float64,
+                                        device=HOST)
     return values
 
 
@@ -271,7 +272,7 @@ def biases(draw, d: int, forms: tuple[str, ...] = BIAS_FORMS) -> torch.Tensor | 
     if form == "none":
         return None
     if form == "zeros":
-        return torch.zeros(d, dtype=torch.float64)
+        return torch.zeros(d, dtype=torch.float64, device=HOST)
     return standard_values((d,), "normal", draw(seeds()))
 
 
@@ -319,7 +320,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     example = {"x": x.reshape(*shape, d)}
     gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
     if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(d, dtype=torch.float64)
+        gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     if kernel.kind == "layernorm":
@@ -383,7 +384,7 @@ def backward_width_limit(kernel: Kernel, dtype: torch.dtype, model: str) -> int:
     if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
         return CI_MAX_WIDTH
     for d in reversed(width_candidates()):
-        x = rounded(standard_values((4, d), "normal", d), dtype)
+        x = rounded(standard_values((4, d), "normal", d), dtype, HOST)
         if tolerance.backward_covered(kernel, x, 1e-5, model):
             return d
     return 1

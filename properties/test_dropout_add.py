@@ -20,6 +20,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from core.boundary import HOST, host_generator
 from properties import dropout_statistics as statistics
 from properties import evidence, profiles
 from properties.checks.dropout_add import (
@@ -55,7 +56,7 @@ from properties.fused_strategies import (
     row_zero_changed,
 )
 from properties.norms import as_float64, require_backward
-from properties.strategies import mixed_parameter_examples, over_parameter_mixes, seeds, widths
+from properties.strategies import mixed_parameter_examples, over_parameter_mixes, rounded, seeds, widths
 
 DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
 
@@ -107,9 +108,9 @@ def test_each_element_is_dropped_or_rescaled(dropout_add_kernel, data):
 def test_variance_bias_of_the_norms_input(dropout_add_kernel, data):
     example = data.draw(variance_bias_inputs(dropout_add_kernel), "example")
     x = example["x"]
-    fraction = torch.rand(x.shape, generator=torch.Generator().manual_seed(data.draw(seeds(), "residual seed")),
-                          dtype=torch.float64) * 2 - 1
-    residual = (x.to("cpu", torch.float64) * fraction).to(x.dtype).to(x.device)  # |residual| <= |x|: exact mask
+    fraction = torch.rand(x.shape, generator=host_generator(data.draw(seeds(), "residual seed")),
+                          dtype=torch.float64, device=HOST) * 2 - 1
+    residual = rounded(x.to(HOST, torch.float64) * fraction, x.dtype, x.device)  # |residual| <= |x|: exact mask
     alpha = _alpha("drop_add_ln.variance_bias", 0.25)
     plan = statistics.VarianceBiasPlan(as_float64(x)[0], example["p"], alpha, residual=as_float64(residual)[0])
     assume(plan.feasible)

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.boundary import HOST
 from core.capabilities import discover
 from properties import evidence, profiles
 from properties.checks.groupnorm import (
@@ -72,7 +73,7 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     gamma = draw(effective_weights(channels, ("random", "zeros_and_negatives") if every_input else
                                    ("none", "constant", "random", "zeros_and_negatives")))
     if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(channels, dtype=torch.float64)
+        gamma = torch.ones(channels, dtype=torch.float64, device=HOST)
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     beta = draw(biases(channels, ("random",) if every_input else ("none", "zeros", "random")))
     example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.boundary import HOST
 from core.capabilities import discover
 from properties import evidence
 from properties.checks.forward import check_forward
@@ -20,7 +21,7 @@ SEED_ROW = (5.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 @st.composite
 def seed_rows(draw, kernel) -> dict:
     """The seed row, possibly permuted, scaled by a power of two and shifted by an integer (all exact)."""
-    row = torch.tensor(draw(st.permutations(SEED_ROW)), dtype=torch.float64)
+    row = torch.tensor(draw(st.permutations(SEED_ROW)), dtype=torch.float64, device=HOST)
     row = row * draw(st.sampled_from([1.0, 0.25, 8.0])) + draw(st.sampled_from([0.0, 3.0, -10.0]))
     x = rounded(row[None, :], draw(storage_dtypes(kernel)), discover(kernel).device)
     return {"x": x, "weight": None, "bias": None, "eps": 0.0}

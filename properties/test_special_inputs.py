@@ -12,6 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.boundary import HOST
 from properties import evidence, norms, profiles
 from properties.checks.forward import check_forward
 from properties.checks.special_inputs import (
@@ -30,7 +31,8 @@ def constant_rows(draw, kernel) -> dict:
     powers of two (where sum / d and sum * (1/d) are both exact: the statistics are exact, properties.exact_rows)."""
     example = draw(norm_examples(kernel, d=st.sampled_from([1, 2, 4, 8, 64, 1024])))
     values = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0, -3.5, 1e3]), min_size=example["x"].shape[0],
-                                        max_size=example["x"].shape[0])), dtype=torch.float64)
+                                        max_size=example["x"].shape[0])), dtype=torch.float64,
+                          device=HOST)
     example["x"] = rounded(values[:, None].expand_as(example["x"]), example["x"].dtype, example["x"].device)
     example["centred"] = torch.zeros_like(example["x"]) if kernel.kind == "layernorm" else example["x"]
     return example

@@ -99,14 +99,16 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
     beta = as_float64(bias) if kernel.kind == "layernorm" else None
     bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
                                       u["acc"], u["y"], kernel.kind, model or bound_in_use(),
-                                      declared=declared_reduction(kernel, x))
+                                      declared=declared_reduction(kernel, x),
+                                      flush_to_zero=kernel.flush_to_zero)
     return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
 
 
 def covered(kernel: Kernel, x: torch.Tensor, eps: float) -> bool:
     """Whether the forward bound is finite on every row of x (the error model applies: rho_t < 1)."""
     return error_model.forward_bound_finite(as_float64(x), eps, unit_roundoffs(x.dtype)[0], kernel.kind,
-                                            bound_in_use(), declared=declared_reduction(kernel, x))
+                                            bound_in_use(), declared=declared_reduction(kernel, x),
+                                            flush_to_zero=kernel.flush_to_zero)
 
 
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
@@ -118,7 +120,8 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     u_acc = u["x"] if kernel.backward_precision == "storage" else u["acc"]
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                         u_acc, u["x"], kernel.kind, model or bound_in_use(),
-                                        u_weight=u["weight"], u_bias=u["bias"], declared=declared_reduction(kernel, x))
+                                        u_weight=u["weight"], u_bias=u["bias"], declared=declared_reduction(kernel, x),
+                                        flush_to_zero=kernel.flush_to_zero)
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
@@ -132,7 +135,8 @@ def identities(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps
         u_acc = u_out
     return error_model.identity_bounds(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                        u_acc, u_out, kernel.kind, model or bound_in_use(),
-                                       declared=declared_reduction(kernel, x))
+                                       declared=declared_reduction(kernel, x),
+                                       flush_to_zero=kernel.flush_to_zero)
 
 
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:

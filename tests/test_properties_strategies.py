@@ -62,7 +62,7 @@ def test_norm_examples_are_rounded_to_a_probed_dtype_and_follow_the_weight_conve
 
 def test_rounded_values_are_exactly_representable():
     x = torch.tensor([1 / 3, 1e-9, 70000.0], dtype=torch.float64)
-    half = strategies.rounded(x, torch.float16)
+    half = strategies.rounded(x, torch.float16, "cpu")
     assert half.dtype == torch.float16
     assert torch.equal(half.double().half(), half)
 
@@ -114,7 +114,8 @@ def test_16_bit_rows_one_ulp_apart_reach_float32s_cap_inside_the_bound(d, dtype,
     reach = strategies.STRUCTURED_REACH / ((d + 1) * 2.0**-24)
     assert ratio == pytest.approx(min(strategies.ONE_ULP_MAX_OFFSET_RATIO, reach))
     assume(ratio > strategies.resolved_offset_ratio(dtype))  # float16 at d = 8192: 460, continuous rows (not these)
-    x = strategies.rounded(data.draw(strategies.stored_rows(d, 2, sign * ratio, dtype, one_ulp_apart=True)), dtype)
+    rows = data.draw(strategies.stored_rows(d, 2, sign * ratio, dtype, one_ulp_apart=True))
+    x = strategies.rounded(rows, dtype, "cpu")
     for model in ("probabilistic", "worst-case"):
         assert np.isfinite(tolerance.forward(LN, x, None, None, 1e-12, model=model)).all()
 

@@ -5,9 +5,10 @@ for kernels that require one.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,3 +49,24 @@ def weight_or_ones(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor
 
     return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device) if weight is None else weight
 
+
+
+@contextlib.contextmanager
+def seeded_global_rng(seed: int, x: torch.Tensor) -> Iterator[None]:
+    """torch's global generators (the CPU's and x's CUDA device's) seeded with ``seed`` inside, restored after: a
+    kernel that draws from the global RNG gets its seed, and the caller's RNG state is left as it was."""
+    import torch
+
+    with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def compiled_triton_flushes() -> bool:
+    """``Kernel.flush_to_zero`` of a Triton kernel: compiled, where a CUDA GPU is visible (the device
+    core.capabilities then runs it on), its tl.sqrt/rsqrt and float32 division flush subnormals to zero (PTX's
+    approximate forms; docs/kernels.md); Triton's interpreter on the CPU computes them in numpy, with gradual
+    underflow."""
+    import torch
+
+    return torch.cuda.is_available()

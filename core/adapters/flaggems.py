@@ -29,7 +29,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from core.adapters._thirdparty import missing, prepare, weight_or_ones
+from core.adapters._thirdparty import compiled_triton_flushes, missing, prepare, weight_or_ones
 from core.kernel import Builtin, Kernel
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ def _load_layernorm() -> list[Kernel]:
         return NativeLayerNorm.apply(x, weight_or_ones(weight, x), bias, eps)
 
     return [Kernel("flaggems-layernorm", "layernorm", layernorm, spec="flaggems-layernorm",
-                   description="FlagGems layer_norm + layer_norm_backward (Triton), as aten's native_layer_norm")]
+                   description="FlagGems layer_norm + layer_norm_backward (Triton), as aten's native_layer_norm",
+                   flush_to_zero=compiled_triton_flushes())]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -80,7 +81,8 @@ def _load_rmsnorm() -> list[Kernel]:
         return flag_gems.rms_norm(x, [x.shape[-1]], weight_or_ones(weight, x), eps)
 
     return [Kernel("flaggems-rmsnorm", "rmsnorm", rmsnorm, spec="flaggems-rmsnorm",
-                   description="FlagGems rms_norm (Triton autograd.Function RmsNorm)")]
+                   description="FlagGems rms_norm (Triton autograd.Function RmsNorm)",
+                   flush_to_zero=compiled_triton_flushes())]
 
 
 BUILTINS = [

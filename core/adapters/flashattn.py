@@ -4,8 +4,9 @@
     flash-attn-rmsnorm     rms_norm_fn(x, weight, None, eps=eps)
     flash-attn-fused       the fused kinds through the same functions, the residual stream in float32
                            (docs/validate-your-kernel.md): layer_norm_fn / rms_norm_fn with residual=residual.float(),
-                           prenorm=True; dropout_add_layernorm with dropout_p=p after torch.manual_seed(seed) (its
-                           per-row dropout seeds come from torch's generator). ``residual_in_fp32=True`` applies only
+                           prenorm=True; dropout_add_layernorm with dropout_p=p, torch's global RNG seeded inside a
+                           forked state (its per-row dropout seeds come from torch's generator; the caller's state is
+                           restored). ``residual_in_fp32=True`` applies only
                            when residual is None (the first layer): residual_out has the residual's dtype, so a model
                            with residual_in_fp32 passes every later layer a float32 residual, as here.
 
@@ -28,7 +29,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from core.adapters._thirdparty import missing, prepare, weight_or_ones, without_package_init
+from core.adapters._thirdparty import (
+    compiled_triton_flushes,
+    missing,
+    prepare,
+    seeded_global_rng,
+    weight_or_ones,
+    without_package_init,
+)
 from core.kernel import Builtin, Kernel
 
 if TYPE_CHECKING:
@@ -52,7 +60,7 @@ def _load_layernorm() -> list[Kernel]:
         return layer_norm_fn(x, weight_or_ones(weight, x), bias, eps=eps)
 
     return [Kernel("flash-attn-layernorm", "layernorm", layernorm, spec="flash-attn-layernorm",
-                   description="flash-attention layer_norm_fn (Triton)")]
+                   description="flash-attention layer_norm_fn (Triton)", flush_to_zero=compiled_triton_flushes())]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -62,12 +70,11 @@ def _load_rmsnorm() -> list[Kernel]:
         return rms_norm_fn(x, weight_or_ones(weight, x), None, eps=eps)
 
     return [Kernel("flash-attn-rmsnorm", "rmsnorm", rmsnorm, spec="flash-attn-rmsnorm",
-                   description="flash-attention rms_norm_fn (Triton)")]
+                   description="flash-attention rms_norm_fn (Triton)", flush_to_zero=compiled_triton_flushes())]
 
 
 def _load_fused() -> list[Kernel]:
     module = _layer_norm_module()
-    import torch
 
     def add_layernorm(x, residual, weight, bias, eps):
         return module.layer_norm_fn(x, weight_or_ones(weight, x), bias, residual=residual.float(), eps=eps,
@@ -78,9 +85,9 @@ def _load_fused() -> list[Kernel]:
                                   prenorm=True)
 
     def dropout_add_layernorm(x, residual, weight, bias, eps, p, seed):
-        torch.manual_seed(seed)
-        return module.layer_norm_fn(x, weight_or_ones(weight, x), bias, residual=residual.float(), eps=eps,
-                                    dropout_p=p, prenorm=True)
+        with seeded_global_rng(seed, x):
+            return module.layer_norm_fn(x, weight_or_ones(weight, x), bias, residual=residual.float(), eps=eps,
+                                        dropout_p=p, prenorm=True)
 
     return [Kernel(f"flash-attn-fused:{kind}", kind, fn, spec="flash-attn-fused", residual_dtype="float32",
                    description=f"flash-attention {name}(..., residual=residual.float(), prenorm=True)")

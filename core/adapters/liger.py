@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
+from core.adapters._thirdparty import compiled_triton_flushes
 from core.kernel import Builtin, Kernel
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _load_layernorm() -> list[Kernel]:
         return LigerLayerNormFunction.apply(x, weight, bias, eps)
 
     return [Kernel("liger-layernorm", "layernorm", layernorm, spec="liger-layernorm",
-                   description="Liger-Kernel LigerLayerNormFunction (Triton)")]
+                   description="Liger-Kernel LigerLayerNormFunction (Triton)", flush_to_zero=compiled_triton_flushes())]
 
 
 def _rmsnorm_loader(name: str):
@@ -79,7 +80,7 @@ def _rmsnorm_loader(name: str):
 
         return [Kernel(name, "rmsnorm", rmsnorm, spec=name, weight_offset=offset,
                        description=f"Liger-Kernel LigerRMSNormFunction, casting mode {casting_mode!r}: {description}",
-                       conventions=CONVENTIONS.get(casting_mode, ()))]
+                       conventions=CONVENTIONS.get(casting_mode, ()), flush_to_zero=compiled_triton_flushes())]
 
     return load
 

@@ -74,13 +74,14 @@ def _load() -> list[Kernel]:
     device, dtypes = device_and_dtypes()
     where = "compiled" if device == "cuda" else "Triton interpreter"
     declared = interpreted_reduction()  # for CPU tensors (the interpreter) only: Reduction.device
+    flush = device == "cuda"  # compiled: tl.sqrt and fp32 division flush subnormals (docs/kernels.md)
     return [
         Kernel("triton:layernorm", "layernorm", kernels.layer_norm, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared,
-               statistics=layernorm_statistics),
+               statistics=layernorm_statistics, flush_to_zero=flush),
         Kernel("triton:rmsnorm", "rmsnorm", kernels.rms_norm, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared,
-               statistics=rmsnorm_statistics),
+               statistics=rmsnorm_statistics, flush_to_zero=flush),
         Kernel("triton:dropout", "dropout", kernels.dropout, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton inverted dropout, Philox RNG ({where})"),
     ]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from core import guard
+from core import boundary, guard
 from core.capabilities import dtype_name
 from core.results import SERIES
 from properties import dropout_statistics as statistics
@@ -32,7 +32,7 @@ def _dropout(kernel, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
 def kept_mask(kernel, x: torch.Tensor, p: float, seed: int) -> np.ndarray:
     """The kernel's mask as int8 [rows, d] over x's logical rows (any layout)."""
     y = _dropout(kernel, x, p, seed)
-    return (y != 0).reshape(-1, x.shape[-1]).to("cpu", torch.int8).numpy()
+    return (boundary.to_oracle(y).reshape(-1, x.shape[-1]) != 0).astype(np.int8)
 
 
 def conclude(findings: list[Finding], meaning: str, **point) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core import guard
+from core import boundary, guard
 from core.capabilities import dtype_name
 from core.results import SERIES
 from proofs import oracles
@@ -94,7 +94,8 @@ def check_matrix_free_spectral_norm(kernel, x: torch.Tensor, eps: float, start: 
         kind = "ln" if kernel.kind == "layernorm" else "rms"
         derived, direction = oracles.weighted_top_singular(norms.as_float64(x)[0], gamma, eps, kind)
         drawn = start.double() / start.double().norm()
-        start = (torch.as_tensor(direction).reshape(start.shape) + 0.1 * drawn).to(start.dtype)
+        direction = boundary.to_kernel(direction.reshape(start.shape), torch.float64, start.device)
+        start = (direction + 0.1 * drawn).to(start.dtype)
     values, a, v = guard.limited(kernel, lambda: _power_iteration(kernel, x, weight, eps, start))
     norm_a, theta, residual, _ = (float(t) for t in values.double())
     rounding = float(np.linalg.norm(tolerance.backward(kernel, x, weight, eps, v.detach())["x"]))

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
+from core import device_option
 from core.errors import UsageError, one_line
 from core.registry import KINDS
 
@@ -55,6 +56,8 @@ def one_of(module: str, names: str) -> Callable[[str], str]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", metavar="cuda:N|cpu",
+                        help="probe and run the kernels on this device only (default: CUDA where a kernel runs there)")
     parser.add_argument("--kernel", action="append", required=True, metavar="SPEC",
                         help="kernel under test: a built-in (normverify list), MODULE:ATTR or PATH.py:ATTR; "
                              "repeatable, comma-separated lists allowed")
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from properties.profiles import chosen as chosen_profile  # the suite (hypothesis, pytest, torch): only to run
     from properties.selection import claim_patterns
 
+    device_option.select(args.device)  # before anything initializes CUDA; the pytest child inherits it
     bound = args.bound or DEFAULT_BOUND
     report_writer = _report_writer(args)
     json_path = (args.json or (args.report / "results.json" if args.report else DEFAULT_JSON)).resolve()

@@ -1,0 +1,226 @@
+"""The one-call GPU check (issue 25, item 6; docs/../shared notes: one command, one deadline, one archive).
+
+On a machine with a CUDA GPU, in one command well inside 10 minutes:
+  1. set-up: wheels from a git-ignored .whl/ folder and, when normverify is not importable with its pytest plugin's
+     entry point, the project itself, into /tmp/site (--no-index --no-deps; PYTHONPATH for every step);
+  2. the conformance suite (--profile ci) on every built-in that can run here, in GROUPS runs side by side with
+     -n WORKERS each, beside the tests in tests/ marked ``cuda``; every step has its own timeout and all share one
+     deadline;
+  3. ``normverify bench`` alone, after them;
+  4. one summary (per kernel and claim: verdict, worst ratio, time; harness errors counted) written to OUT/summary.txt,
+     the results JSON and the logs packed into OUT/gpu-check.tar.gz: two files come back.
+
+Without CUDA it says so in one line and exits 2; ``--dry-run`` runs the same plumbing on the CPU with tiny runs.
+
+    python3 scripts/gpu_check.py [OUT] [--dry-run] [--deadline SECONDS]     (OUT defaults to $OUT, else gpu-check)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = Path("/tmp/site")
+GROUPS = 4
+WORKERS = 3
+BENCH_S = 90  # kept for the benchmark after the conformance runs
+PACK_S = 20  # kept for the summary and the archive
+DRY_RUN_KERNELS = ("torch", "triton")
+DRY_RUN_CLAIMS = "ln.forward,rms.forward,dropout.keep_rate"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default=os.environ.get("OUT") or "gpu-check", type=Path)
+    parser.add_argument("--dry-run", "--allow-cpu", dest="dry_run", action="store_true",
+                        help="run the plumbing on the CPU: two built-ins, three claims, one worker, no CUDA needed")
+    parser.add_argument("--deadline", type=float, default=500.0, help="seconds for everything (default 500)")
+    return parser.parse_args(argv)
+
+
+def has_cuda() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, timeout=120, env=environment())
+    return probe.stdout.strip() == "True"
+
+
+def environment() -> dict[str, str]:
+    paths = [str(SITE)] if SITE.is_dir() else []
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep),
+            "PYTEST_XDIST_AUTO_NUM_WORKERS": str(WORKERS)}
+
+
+def plugin_importable() -> bool:
+    code = ("import importlib.metadata as m, verify, properties; "
+            "raise SystemExit(0 if any(e.value.startswith('properties') for e in m.entry_points(group='pytest11')) "
+            "else 1)")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=environment(), cwd="/").returncode == 0
+
+
+def set_up(log: Path) -> None:
+    """Wheels from .whl/ and, where needed, the project itself into /tmp/site (no network: --no-index)."""
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(SITE)]
+    with log.open("a") as out:
+        wheels = sorted(str(w) for w in (ROOT / ".whl").glob("*.whl"))
+        if wheels:
+            subprocess.run([*pip, *wheels], stdout=out, stderr=subprocess.STDOUT, timeout=180)
+        if not plugin_importable():
+            subprocess.run([*pip, "--no-build-isolation", str(ROOT)], stdout=out, stderr=subprocess.STDOUT,
+                           timeout=180, cwd=ROOT)
+
+
+def available_builtins() -> list[str]:
+    code = ("from core.registry import builtins; "
+            "print('\\n'.join(n for n, b in builtins().items() if not b.unavailable()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=environment())
+    return proc.stdout.split()
+
+
+def groups_of(kernels: list[str], count: int) -> list[list[str]]:
+    return [group for group in (kernels[i::count] for i in range(count)) if group]
+
+
+def start(command: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
+    """``command`` under coreutils timeout (TERM, then KILL 10 s later), its output in ``log``."""
+    limited = ["timeout", "-k", "10", str(max(1, int(timeout_s))), *command]
+    with log.open("w") as out:
+        out.write("$ " + " ".join(command) + "\n")
+        out.flush()
+        return subprocess.Popen(limited, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=environment())
+
+
+def wait_all(processes: dict[str, tuple[subprocess.Popen, float]]) -> dict[str, dict]:
+    steps = {}
+    for name, (process, started) in processes.items():
+        code = process.wait()
+        steps[name] = {"exit": code, "seconds": round(time.monotonic() - started, 1), "timed_out": code in (124, 137)}
+    return steps
+
+
+def conformance_command(kernels: list[str], results: Path, dry_run: bool) -> list[str]:
+    command = [sys.executable, "-m", "verify", "run", "--profile", "ci", "--quiet", "--json", str(results),
+               "-n", "1" if dry_run else str(WORKERS)]
+    command += [argument for kernel in kernels for argument in ("--kernel", kernel)]
+    return command + (["--claims", DRY_RUN_CLAIMS] if dry_run else [])
+
+
+# worst first, as core.results.STATUSES (not imported: the summary reads the JSON without the suite)
+STATUSES = ("error", "failed", "xpassed", "unchecked", "xfailed", "passed", "skipped")
+
+
+def per_claim(results: list[dict]) -> dict[tuple[str, str], dict]:
+    """The tests of each (kernel, claim) merged: the worst verdict, the largest ratio, the total time, the count and
+    the first message of the worst verdict."""
+    merged: dict[tuple[str, str], dict] = {}
+    for result in results:
+        entry = merged.setdefault((result.get("kernel", ""), result["claim"]),
+                                  {"status": "skipped", "ratio": None, "seconds": 0.0, "tests": 0, "message": ""})
+        entry["tests"] += 1
+        entry["seconds"] += result.get("duration_s", 0.0)
+        ratio = result.get("worst_ratio")
+        if ratio is not None and (entry["ratio"] is None or ratio > entry["ratio"]):
+            entry["ratio"] = ratio
+        if STATUSES.index(result["status"]) < STATUSES.index(entry["status"]):
+            entry["status"], entry["message"] = result["status"], result.get("message", "")
+    return merged
+
+
+def summary_lines(results: list[Path], steps: dict[str, dict], mode: str) -> list[str]:
+    """One line per kernel and claim (verdict, worst ratio, seconds, tests), then the steps and the totals."""
+    lines = [f"normverify gpu-check ({mode}), {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", ""]
+    counts: dict[str, int] = {}
+    run_errors = 0
+    for path in results:
+        if not path.exists():
+            lines += [f"{path.name}: no results written (see its log)", ""]
+            run_errors += 1
+            continue
+        document = json.loads(path.read_text())
+        env = document.get("environment", {})
+        lines.append(f"{path.name}: device {env.get('device')}, torch {env.get('torch')}, triton {env.get('triton')}, "
+                     f"commit {env.get('commit')}, complete {document.get('complete')}")
+        lines.append(f"  {'kernel':<32} {'claim':<30} {'verdict':<9} {'worst ratio':>11} {'seconds':>8} {'tests':>5}")
+        for (kernel, claim), entry in sorted(per_claim(document.get("results", [])).items()):
+            counts[entry["status"]] = counts.get(entry["status"], 0) + 1
+            ratio = "-" if entry["ratio"] is None else f"{entry['ratio']:.3g}"
+            lines.append(f"  {kernel:<32} {claim:<30} {entry['status']:<9} {ratio:>11} {entry['seconds']:>8.1f} "
+                         f"{entry['tests']:>5}")
+            if entry["status"] in ("error", "failed", "xpassed", "unchecked") and entry["message"]:
+                lines.append(f"      {' '.join(entry['message'].split())[:300]}")
+        for error in document.get("errors", []):
+            run_errors += 1
+            lines.append(f"  run error: {json.dumps(error)[:300]}")
+        lines.append("")
+    lines.append("steps: " + "; ".join(f"{name} exit {s['exit']} in {s['seconds']} s"
+                                       + (" (timed out)" if s["timed_out"] else "") for name, s in steps.items()))
+    harness = run_errors + counts.get("error", 0)
+    lines.append("kernel x claim: " + (", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts) or "none")
+                 + f"; harness errors: {harness} ({run_errors} run errors, {counts.get('error', 0)} claims in error)")
+    return lines
+
+
+def pack(out: Path, work: Path) -> Path:
+    archive = out / "gpu-check.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(work, arcname="gpu-check")
+    shutil.rmtree(work)
+    return archive
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    began = time.monotonic()
+    end = began + args.deadline
+
+    def left(reserve: float = 0.0) -> float:
+        return max(1.0, end - reserve - time.monotonic())
+
+    out = args.out.resolve()
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    steps: dict[str, dict] = {}
+    set_up(work / "setup.log")
+    if not args.dry_run and not has_cuda():
+        print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); --dry-run checks the plumbing on "
+              "the CPU")
+        shutil.rmtree(work)
+        return 2
+    mode = "dry run on the CPU" if args.dry_run else "CUDA"
+    kernels = list(DRY_RUN_KERNELS) if args.dry_run else available_builtins()
+    groups = groups_of(kernels, 1 if args.dry_run else GROUPS)
+    results = [work / f"results-{i}.json" for i in range(len(groups))]
+    running = {}
+    for i, group in enumerate(groups):
+        running[f"run-{i} ({' '.join(group)})"] = (
+            start(conformance_command(group, results[i], args.dry_run), work / f"run-{i}.log",
+                  left(BENCH_S + PACK_S)), time.monotonic())
+    tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
+             "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]
+    running["cuda tests"] = (start(tests, work / "cuda-tests.log", left(BENCH_S + PACK_S)), time.monotonic())
+    steps.update(wait_all(running))
+    bench = [sys.executable, "-m", "verify", "bench", "--csv", str(work / "bench.csv")]
+    if args.dry_run:
+        bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]
+    steps.update(wait_all({"bench": (start(bench, work / "bench.log", left(PACK_S)), time.monotonic())}))
+    lines = summary_lines(results, steps, mode)
+    (work / "summary.txt").write_text("\n".join(lines) + "\n")
+    (out / "summary.txt").write_text("\n".join(lines) + "\n")
+    with contextlib.suppress(OSError):
+        archive = pack(out, work)
+        lines.append(f"archive: {archive}")
+    print("\n".join(lines[-3:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
