@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from core import guard
 from core.registry import Kernel, resolve
 from properties import dropout_strategies
-from properties.test_many_rows import PERIOD, check_rows_beyond_2_31_elements
+from properties.test_many_rows import PERIOD, check_rows_beyond_2_31_elements, skip_when_out_of_memory
 
 D, ROWS, WRAP = 64, 120, 50 * 64  # a "2^31" of 50 rows
 
@@ -42,3 +43,13 @@ def test_rows_beyond_the_offset_range_are_compared_with_the_oracle():
 def test_at_scale_dropout_goes_beyond_2_24_elements_on_a_gpu(monkeypatch, device, elements):
     monkeypatch.setattr(dropout_strategies, "discover", lambda kernel: types.SimpleNamespace(device=device))
     assert dropout_strategies.at_scale_elements(None) == elements > 2**20 - 1
+
+
+def test_running_out_of_gpu_memory_is_a_stated_skip_and_any_other_fault_is_not():
+    out_of_memory = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+    fault = guard.KernelFault("k", "raised", "raised OutOfMemoryError")
+    fault.__cause__ = out_of_memory
+    for error in (out_of_memory, fault):
+        with pytest.raises(pytest.skip.Exception, match="ran out of memory"):
+            skip_when_out_of_memory(error)
+    skip_when_out_of_memory(guard.KernelFault("k", "nonfinite", "returned NaN"))  # returns: the caller re-raises
