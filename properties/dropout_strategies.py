@@ -31,8 +31,18 @@ INDEPENDENCE_ELEMENTS, INDEPENDENCE_WIDTHS, INDEPENDENCE_FRACTION = 2**18, (2, 3
 SEED_ELEMENTS, SEED_WIDTHS = 2**14, (256, 1024)
 LAYOUT_ELEMENTS, LAYOUT_WIDTHS, LAYOUT_FRACTION = 2**17, (256, 512), 0.1
 LARGE_ELEMENTS = 2**20
+# On a GPU the at-scale examples go beyond 2^24 elements: a kernel computing per element index in float32 (a counter,
+# a uniform from index / n) cannot tell indices apart there (float32 has 24 significand bits), so neighbours share
+# their draws (dropout.independence) or the rate drifts (dropout.keep_rate)
+GPU_ELEMENTS = 2**24 + 2**22
 LARGE_PATH_ELEMENTS = 2**17  # above 65 536: where a kernel may switch to a code path for large inputs
 ONE_EXAMPLE = 1 / 20  # one example under ci, 20 under thorough
+
+
+def at_scale_elements(kernel: Kernel) -> int:
+    """The size of the at-scale examples: GPU_ELEMENTS where the kernel runs on a CUDA GPU, LARGE_ELEMENTS elsewhere
+    (Triton's interpreter and CPU kernels would take minutes beyond 2^24; those draws are stated as GPU-only)."""
+    return GPU_ELEMENTS if discover(kernel).device.startswith("cuda") else LARGE_ELEMENTS
 
 
 def drop_probabilities() -> st.SearchStrategy[float]:

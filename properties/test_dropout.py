@@ -5,8 +5,10 @@ The checks, and the statistics each rests on: :mod:`properties.checks.dropout`,
 ``dropout_statistics.BUDGET`` (false alarms per kernel and run) evenly over its examples (:func:`_alpha`); its
 sizes and example counts (properties/dropout_strategies.py) are those at which tests/test_dropout_statistics.py
 shows its power.
-Determinism, keep rate and independence are also checked at LARGE_ELEMENTS = 2^20 elements, one example each, for
-kernels fast enough to run it (:func:`_require_native_speed`: Triton's CPU interpreter is not, measured).
+Determinism, keep rate, independence and the exact values at p = 0 and p = 1 are also checked at scale, one example
+each, for kernels fast enough to run it (:func:`_require_native_speed`: Triton's CPU interpreter is not, measured):
+LARGE_ELEMENTS = 2^20 elements, and beyond 2^24 (GPU_ELEMENTS) where the kernel runs on a CUDA GPU
+(dropout_strategies.at_scale_elements).
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from properties.dropout_strategies import (
     KEEP_RATE_FRACTION,
     KEEP_RATE_PROBABILITIES,
     KEEP_RATE_WIDTHS,
-    LARGE_ELEMENTS,
     LARGE_PATH_ELEMENTS,
     LAYOUT_ELEMENTS,
     LAYOUT_FRACTION,
@@ -54,6 +55,7 @@ from properties.dropout_strategies import (
     ONE_EXAMPLE,
     SEED_ELEMENTS,
     SEED_WIDTHS,
+    at_scale_elements,
     dropout_inputs,
     mask_inputs,
     nonzero_values,
@@ -67,7 +69,7 @@ _large_call_seconds: dict[str, float] = {}
 
 
 def _require_native_speed(kernel) -> None:
-    """Skip a LARGE_ELEMENTS test when one call would take more than LARGE_CALL_LIMIT_S, predicted from the fastest
+    """Skip an at-scale test when one call would take more than LARGE_CALL_LIMIT_S, predicted from the fastest
     of three PROBE_ELEMENTS calls (after a warm-up call). Measured on an idle machine: Triton's CPU interpreter 0.05 s
     for 2^16 (0.8 s for 2^20), torch's CPU dropout 0.05 s for 2^20. The size above 65 536 elements that a second
     code path for large inputs would take is checked for every kernel (LARGE_PATH_ELEMENTS)."""
@@ -79,11 +81,11 @@ def _require_native_speed(kernel) -> None:
             start = time.perf_counter()
             guard.call(kernel, probe, 0.5, 0, like=probe)
             seconds.append(time.perf_counter() - start)
-        _large_call_seconds[kernel.name] = min(seconds) * LARGE_ELEMENTS / PROBE_ELEMENTS
+        _large_call_seconds[kernel.name] = min(seconds) * at_scale_elements(kernel) / PROBE_ELEMENTS
     predicted = _large_call_seconds[kernel.name]
     if predicted > LARGE_CALL_LIMIT_S:
-        pytest.skip(f"{LARGE_ELEMENTS} elements: one call would take {predicted:.2f} s (the fastest of three "
-                    f"{PROBE_ELEMENTS}-element calls, scaled), above {LARGE_CALL_LIMIT_S} s")
+        pytest.skip(f"{at_scale_elements(kernel)} elements: one call would take {predicted:.2f} s (the fastest of "
+                    f"three {PROBE_ELEMENTS}-element calls, scaled), above {LARGE_CALL_LIMIT_S} s")
 
 
 # The loaded profile's example count, read at import as profiles.share reads it: inside a test, settings.default is
@@ -123,6 +125,15 @@ def test_p_zero_is_identity_and_p_one_is_zeros(dropout_kernel, data):
     evidence.check(check_edge_probabilities, dropout_kernel, {"x": example["x"], "seed": example["seed"]})
 
 
+@pytest.mark.claim("dropout.edge_probabilities")
+@profiles.share(ONE_EXAMPLE)
+@given(data=st.data())
+def test_p_zero_is_identity_and_p_one_is_zeros_at_scale(dropout_kernel, data):
+    _require_native_speed(dropout_kernel)
+    example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,)), "example")
+    evidence.check(check_edge_probabilities, dropout_kernel, {"x": example["x"], "seed": example["seed"]})
+
+
 @pytest.mark.claim("dropout.gradient")
 @profiles.share(0.25)
 @given(data=st.data())
@@ -148,7 +159,8 @@ def test_keep_rate(dropout_kernel, data):
 @given(data=st.data())
 def test_keep_rate_at_scale(dropout_kernel, data):
     _require_native_speed(dropout_kernel)
-    example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,), KEEP_RATE_PROBABILITIES), "example")
+    example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,),
+                                    KEEP_RATE_PROBABILITIES), "example")
     _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", ONE_EXAMPLE, share=0.5)
 
 
@@ -174,7 +186,7 @@ def test_bits_are_independent(dropout_kernel, data):
 @given(data=st.data())
 def test_bits_are_independent_at_scale(dropout_kernel, data):
     _require_native_speed(dropout_kernel)
-    example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,)), "example")
+    example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,)), "example")
     _statistical(check_independence, dropout_kernel, example, "dropout.independence", ONE_EXAMPLE, share=0.5)
 
 
@@ -224,7 +236,7 @@ def test_same_seed_same_output_above_65536_elements(dropout_kernel, data):
 @given(data=st.data())
 def test_same_seed_same_output_at_scale(dropout_kernel, data):
     _require_native_speed(dropout_kernel)
-    example = data.draw(mask_inputs(dropout_kernel, LARGE_ELEMENTS, (1024,)), "example")
+    example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,)), "example")
     evidence.check(check_determinism, dropout_kernel, example)
 
 

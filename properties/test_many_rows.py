@@ -2,6 +2,13 @@
 1 or 2, or indexing rows with a 16-bit counter, is wrong beyond it. Checked once per run, forward (ln.forward /
 rms.forward) and backward (ln.jacobian / rms.jacobian: dgamma and dbeta sum over every row), at a small width.
 
+Where the kernel runs on a CUDA GPU, one call also has rows x d beyond 2^31 elements (HUGE_ROWS x HUGE_WIDTH): a
+kernel computing element offsets row * stride in 32-bit integers overflows there (torch's own CUDA LayerNorm had
+that bug at M*C >= 2^32). Its rows repeat a seeded block of PERIOD rows, PERIOD odd, so a row read from an offset
+wrapped by any power of two is another row's values; the rows around the 2^31 boundary and the last ones are
+compared with the oracle. Elsewhere (the CPU, Triton's interpreter: minutes) it is skipped with that reason, and
+on a GPU without the free memory (3 copies) with the amount.
+
 A kernel too slow for that many rows here (Triton's CPU interpreter runs its programs one by one) is skipped
 with the measured reason: its time per row (from calls on ``PROBE_ROWS`` and 4 ``PROBE_ROWS`` rows), scaled to
 ``ROWS``, above ``BUDGET_S``.
@@ -14,8 +21,10 @@ import time
 import pytest
 import torch
 
-from core.capabilities import discover
-from properties import evidence, norms
+from core import guard
+from core.capabilities import discover, dtype_name
+from core.errors import one_line
+from properties import evidence, norms, outcome, tolerance
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
 from properties.strategies import rounded, standard_values
@@ -24,6 +33,10 @@ ROWS = 65_537
 WIDTH = 8
 PROBE_ROWS = 8
 BUDGET_S = 60.0
+HUGE_WIDTH = 4096
+HUGE_ROWS = 2**31 // HUGE_WIDTH + 8  # rows x d > 2^31
+PERIOD = 7
+COPIES = 3  # x, the output and the kernel's own buffers, at most as large again
 
 
 def many_rows_example(kernel, upstream: bool) -> dict:
@@ -85,3 +98,55 @@ def test_gradients_beyond_65535_rows(norm_kernel):
     example = many_rows_example(norm_kernel, upstream=True)
     skip_when_too_slow(norm_kernel, example, upstream=True)
     evidence.check(check_vjp, norm_kernel, example)
+
+
+def huge_example(kernel) -> dict:
+    """A seeded ``block`` of PERIOD x HUGE_WIDTH in a 16-bit dtype of the kernel where it has one (half the memory),
+    repeated to HUGE_ROWS rows by the check (the example, and a counterexample, stay small); a random weight (and
+    bias), eps 1e-5. Skips off a CUDA GPU and where the GPU has not COPIES times x's size free."""
+    caps = discover(kernel)
+    if not caps.device.startswith("cuda"):
+        pytest.skip(f"rows x d >= 2^31 is drawn only where the kernel runs on a CUDA GPU (it runs on {caps.device})")
+    dtype = next((t for t in (torch.float16, torch.bfloat16) if t in caps.dtypes), torch.float32)
+    needed = COPIES * HUGE_ROWS * HUGE_WIDTH * torch.finfo(dtype).bits // 8
+    free, _ = torch.cuda.mem_get_info(torch.device(caps.device))
+    if free < needed:
+        pytest.skip(f"rows x d >= 2^31 in {dtype_name(dtype)} needs {needed / 2**30:.1f} GiB free on the GPU, "
+                    f"{free / 2**30:.1f} GiB are")
+    example = {"block": rounded(standard_values((PERIOD, HUGE_WIDTH), "normal", 31), dtype, caps.device),
+               "weight": rounded(1.0 + standard_values((HUGE_WIDTH,), "normal", 1), dtype, caps.device), "eps": 1e-5}
+    if kernel.kind == "layernorm":
+        example["bias"] = rounded(standard_values((HUGE_WIDTH,), "normal", 2), dtype, caps.device)
+    return example
+
+
+def check_rows_beyond_2_31_elements(kernel, block: torch.Tensor, weight, eps: float, bias=None,
+                                    rows: int = HUGE_ROWS, elements: int = 2**31) -> None:
+    """x = ``block`` repeated to ``rows`` rows: |kernel(x) - oracle(x)| <= forward bound on the rows around element
+    ``elements`` (2^31) and the last one (one call on all of x)."""
+    x = block.repeat(rows // block.shape[0] + 1, 1)[:rows]
+    boundary = elements // x.shape[-1]
+    checked = torch.tensor([0, boundary - 1, boundary, boundary + 1, rows - 1], device=x.device)
+    got = norms.forward(kernel, x, weight, bias, eps)[checked]
+    chosen = x[checked]
+    comparison = outcome.compare(got, norms.reference(kernel, chosen, weight, bias, eps),
+                                 tolerance.forward(kernel, chosen, weight, bias, eps), "output")
+    outcome.conclude(comparison, "rows beyond 2^31 elements are not normalized (32-bit offsets?)",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), rows=x.shape[0])
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+def test_forward_beyond_2_31_elements(norm_kernel):
+    try:
+        evidence.check(check_rows_beyond_2_31_elements, norm_kernel, huge_example(norm_kernel))
+    except (torch.cuda.OutOfMemoryError, guard.KernelFault) as error:
+        skip_when_out_of_memory(error)
+        raise
+
+
+def skip_when_out_of_memory(error: BaseException) -> None:
+    """Skip, with the reason, when the GPU ran out of memory (other runs share it, or the kernel works in a wider
+    dtype than x): the size could not be checked here, which is not the kernel's fault; re-raise anything else."""
+    cause = error if isinstance(error, torch.cuda.OutOfMemoryError) else error.__cause__
+    if isinstance(cause, torch.cuda.OutOfMemoryError):
+        pytest.skip(f"rows x d >= 2^31: the GPU ran out of memory ({one_line(cause)})")

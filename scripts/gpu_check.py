@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]
     steps.update(wait_all({"bench": (start(bench, work / "bench.log", left(PACK_S)), time.monotonic())}))
     lines = summary_lines(results, steps, mode)
+    bench_csv = work / "bench.csv"
+    if bench_csv.exists():
+        lines[-2:-2] = ["bench (bench.csv):", *("  " + row for row in bench_csv.read_text().splitlines()), ""]
     (work / "summary.txt").write_text("\n".join(lines) + "\n")
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     with contextlib.suppress(OSError):
