@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SITE = Path("/tmp/site")
 GROUPS = 4
 WORKERS = 3
-BENCH_S = 90  # kept for the benchmark after the conformance runs
+BENCH_S = 90  # kept for the benchmark after the conformance runs (default of --bench-seconds)
 PACK_S = 20  # kept for the summary and the archive
 DRY_RUN_KERNELS = ("torch", "triton")
 DRY_RUN_CLAIMS = "ln.forward,rms.forward,dropout.keep_rate"
@@ -44,6 +44,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dry-run", "--allow-cpu", dest="dry_run", action="store_true",
                         help="run the plumbing on the CPU: two built-ins, three claims, one worker, no CUDA needed")
     parser.add_argument("--deadline", type=float, default=500.0, help="seconds for everything (default 500)")
+    parser.add_argument("--bench-seconds", type=float, default=BENCH_S,
+                        help=f"seconds kept for the benchmark after the conformance runs (default {BENCH_S})")
+    parser.add_argument("--bench-args", default="",
+                        help="arguments of `normverify bench` (default: its full table), e.g. '--rows 16384' to fit "
+                             "what is left of a machine's time")
     return parser.parse_args(argv)
 
 
@@ -203,14 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     for i, group in enumerate(groups):
         running[f"run-{i} ({' '.join(group)})"] = (
             start(conformance_command(group, results[i], args.dry_run), work / f"run-{i}.log",
-                  left(BENCH_S + PACK_S)), time.monotonic())
+                  left(args.bench_seconds + PACK_S)), time.monotonic())
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
              "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]
-    running["cuda tests"] = (start(tests, work / "cuda-tests.log", left(BENCH_S + PACK_S)), time.monotonic())
+    running["cuda tests"] = (start(tests, work / "cuda-tests.log", left(args.bench_seconds + PACK_S)), time.monotonic())
     steps.update(wait_all(running))
     bench = [sys.executable, "-m", "verify", "bench", "--csv", str(work / "bench.csv")]
     if args.dry_run:
         bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]
+    bench += args.bench_args.split()
     steps.update(wait_all({"bench": (start(bench, work / "bench.log", left(PACK_S)), time.monotonic())}))
     lines = summary_lines(results, steps, mode)
     bench_csv = work / "bench.csv"
