@@ -126,6 +126,7 @@ def _check(kernel: Kernel, device: torch.device, dtype: torch.dtype) -> TreeChec
     import numpy as np
     import torch
 
+    from core import boundary
     from proofs import aten_moments
 
     declared = kernel.reduction
@@ -147,7 +148,7 @@ def _check(kernel: Kernel, device: torch.device, dtype: torch.dtype) -> TreeChec
             continue
         for offset in (0.0, 10.0):
             values = rng.standard_normal((ROWS_PER_WIDTH, width)) + offset
-            x = torch.from_numpy(values).to(device=device, dtype=dtype)
+            x = boundary.to_kernel(values, dtype, device)
             for rows in (x, x[:1]) if aten else (x,):  # and a one-row call: ATen splits a wide one over threads
                 try:
                     with torch.no_grad():
@@ -158,9 +159,10 @@ def _check(kernel: Kernel, device: torch.device, dtype: torch.dtype) -> TreeChec
                     return dataclasses.replace(found, status="unverifiable",
                                                detail=f"its statistics raised {one_line(error)}")
                 observed = {"mean": mean, "rstd": rstd}
-                expected = predicted(declared, rows.float().cpu().numpy(), EPS, kernel.kind == "rmsnorm")
+                expected = predicted(declared, boundary.to_oracle(rows).astype(np.float32), EPS,
+                                     kernel.kind == "rmsnorm")
                 for name, value in expected.items():
-                    got = observed[name].detach().float().cpu().numpy().reshape(-1)
+                    got = boundary.to_oracle(observed[name]).astype(np.float32).reshape(-1)
                     equal = np.asarray(value, dtype=np.float32).reshape(-1) == got
                     if not equal.all():
                         row = int(np.argmin(equal))
