@@ -20,7 +20,7 @@ from corpus.statistics import _normalize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.adapters import _thirdparty, triton_ours
+from core.adapters import _thirdparty, torch_modules, triton_ours
 from core.guard import KernelFault
 from core.registry import Kernel
 from proofs import error_model
@@ -130,3 +130,12 @@ def test_the_triton_built_ins_declare_flush_to_zero_where_they_compile(monkeypat
     assert _thirdparty.compiled_triton_flushes() is cuda
     norms = [k for k in triton_ours._load() if k.kind != "dropout"]
     assert [k.flush_to_zero for k in norms] == [cuda, cuda]
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_torch_compile_declares_flush_to_zero_where_inductor_emits_triton(monkeypatch, cuda):
+    """torch.compile's modules are Inductor's Triton code on a CUDA GPU (NaN at the small end of the affine identity on
+    an H200, as compiled Triton gives), its C++ on the CPU (gradual underflow); eager modules never flush."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert [k.flush_to_zero for k in torch_modules._load("torch-compile", compile=True)] == [cuda, cuda]
+    assert [k.flush_to_zero for k in torch_modules._load("torch-module", compile=False)] == [False, False]
