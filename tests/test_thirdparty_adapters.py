@@ -96,6 +96,9 @@ def test_forward_and_gradients_match_float64_torch(spec, dtype):
 
 
 def test_torch_compile_matches_float64_torch():
+    why = builtins()["torch-compile"].unavailable()
+    if why:
+        pytest.skip(why)
     for kernel in resolve("torch-compile"):
         x, weight, bias, dy = example(torch.float32, d=16, rows=3)
         assert_gradients(kernel, x, weight, bias, 1e-5, dy)

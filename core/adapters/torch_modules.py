@@ -13,6 +13,7 @@ several VJPs of one output; it changes memory use, not the numbers.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 
 from core.kernel import Builtin, Kernel
@@ -46,13 +47,22 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
 
 
 def _compile_unavailable() -> str | None:
+    """Why torch.compile cannot run here (None: it can). On a CPU, Inductor compiles C++ with a compiler on PATH, and
+    its vectorized C++ (at::vec, chosen from the CPU's own ISA) does not build when ATen is forced to its DEFAULT
+    capability (ATEN_CPU_CAPABILITY=default: "'at::vec' has not been declared", torch 2.13); a CUDA device compiles
+    Triton code instead."""
     compilers = ("g++", "c++", "clang++")
-    if any(shutil.which(c) for c in compilers):
+    has_compiler = any(shutil.which(c) for c in compilers)
+    forced_default = os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "default"
+    if has_compiler and not forced_default:
         return None
-    import torch  # without a C++ compiler only a CUDA device (Triton code) can compile
+    import torch
 
     if torch.cuda.is_available():
         return None
+    if forced_default:
+        return ("torch.compile's CPU code (Inductor's vectorized C++) does not build under ATEN_CPU_CAPABILITY=default "
+                "(torch 2.13: 'at::vec' has not been declared)")
     return f"torch.compile on a CPU needs a C++ compiler ({', '.join(compilers)}); none is on PATH"
 
 
