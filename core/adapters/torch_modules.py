@@ -47,22 +47,22 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
 
 
 def _compile_unavailable() -> str | None:
-    """Why torch.compile cannot run here (None: it can). On a CPU, Inductor compiles C++ with a compiler on PATH, and
-    its vectorized C++ (at::vec, chosen from the CPU's own ISA) does not build when ATen is forced to its DEFAULT
-    capability (ATEN_CPU_CAPABILITY=default: "'at::vec' has not been declared", torch 2.13); a CUDA device compiles
-    Triton code instead."""
+    """Why torch.compile cannot run here (None: it can). On a CPU, Inductor compiles C++ with a compiler on PATH and
+    caches it on disk under keys without ATen's forced capability: under ATEN_CPU_CAPABILITY a kernel built for another
+    capability is loaded (garbage values, a corrupted heap: docs/findings.md [T1]), and such a run poisons the native
+    runs' cache. A CUDA device compiles Triton code instead."""
     compilers = ("g++", "c++", "clang++")
     has_compiler = any(shutil.which(c) for c in compilers)
-    forced_default = os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "default"
-    if has_compiler and not forced_default:
+    forced = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    if has_compiler and not forced:
         return None
     import torch
 
     if torch.cuda.is_available():
         return None
-    if forced_default:
-        return ("torch.compile's CPU code (Inductor's vectorized C++) does not build under ATEN_CPU_CAPABILITY=default "
-                "(torch 2.13: 'at::vec' has not been declared)")
+    if forced:
+        return (f"torch.compile's on-disk cache ignores ATEN_CPU_CAPABILITY={forced}: kernels built for another "
+                f"capability are loaded (garbage values or a corrupted heap, docs/findings.md [T1])")
     return f"torch.compile on a CPU needs a C++ compiler ({', '.join(compilers)}); none is on PATH"
 
 
