@@ -50,19 +50,18 @@ def _compile_unavailable() -> str | None:
     """Why torch.compile cannot run here (None: it can). On a CPU, Inductor compiles C++ with a compiler on PATH and
     caches it on disk under keys without ATen's forced capability: under ATEN_CPU_CAPABILITY a kernel built for another
     capability is loaded (garbage values, a corrupted heap: docs/findings.md [T1]), and such a run poisons the native
-    runs' cache. A CUDA device compiles Triton code instead."""
+    runs' cache: torch-compile is unavailable while ATEN_CPU_CAPABILITY is set. A CUDA device compiles Triton code."""
     compilers = ("g++", "c++", "clang++")
-    has_compiler = any(shutil.which(c) for c in compilers)
     forced = os.environ.get("ATEN_CPU_CAPABILITY", "")
-    if has_compiler and not forced:
+    if forced:  # decided without importing torch (`normverify list` imports nothing heavy)
+        return (f"torch.compile's on-disk cache ignores ATEN_CPU_CAPABILITY={forced}: kernels built for another "
+                f"capability are loaded (garbage values or a corrupted heap, docs/findings.md [T1]); unset it")
+    if any(shutil.which(c) for c in compilers):
         return None
     import torch
 
     if torch.cuda.is_available():
         return None
-    if forced:
-        return (f"torch.compile's on-disk cache ignores ATEN_CPU_CAPABILITY={forced}: kernels built for another "
-                f"capability are loaded (garbage values or a corrupted heap, docs/findings.md [T1])")
     return f"torch.compile on a CPU needs a C++ compiler ({', '.join(compilers)}); none is on PATH"
 
 
