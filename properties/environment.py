@@ -14,6 +14,7 @@ import torch
 
 import core
 from core import trees
+from core.capabilities import device_of
 from core.errors import UsageError
 from core.names import split_specs
 from core.registry import Kernel, resolve
@@ -43,25 +44,25 @@ def environment(config: pytest.Config) -> dict:
             "reductions": [check.as_json() for check in declared_trees(config)]}
 
 
-def run_kernels(config: pytest.Config) -> list[Kernel]:
-    """The kernels the run's --kernel SPECs name (--kind applied); a SPEC that does not resolve is the run's own
-    usage error, reported there, so it adds nothing here."""
-    kernels: list[Kernel] = []
+def run_kernels(config: pytest.Config) -> list[tuple[str, Kernel]]:
+    """(SPEC, kernel) for each kernel the run's --kernel SPECs name (--kind applied); a SPEC that does not resolve is
+    the run's own usage error, reported there, so it adds nothing here."""
+    kernels: list[tuple[str, Kernel]] = []
     for spec in split_specs(config.getoption("--kernel", None) or []):
         try:
-            kernels += resolve(spec, config.getoption("--kind", None))
+            kernels += [(spec, kernel) for kernel in resolve(spec, config.getoption("--kind", None))]
         except UsageError:
             continue
     return kernels
 
 
 def declared_trees(config: pytest.Config) -> list[trees.TreeCheck]:
-    """Each declared exact tree of the run's kernels checked on the device the run uses for that kernel (its declared
-    device, else CUDA where present) in each dtype the tree is declared for (core.trees); none for a declaration
-    made for another device (torch's CPU trees on a CUDA run)."""
+    """Each declared exact tree of the run's kernels checked on the device the run uses for that kernel
+    (core.capabilities.device_of) in each dtype the tree is declared for (core.trees); none for a declaration made
+    for another device (torch's CPU trees on a CUDA run)."""
     found = []
-    for kernel in run_kernels(config):
-        device = torch.device(kernel.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    for _, kernel in run_kernels(config):
+        device = torch.device(device_of(kernel))
         if not trees.applies(kernel.reduction, device) or not kernel.reduction.exact_tree:
             continue
         dtypes = kernel.dtypes or (torch.float32, torch.float16, torch.bfloat16)

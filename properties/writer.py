@@ -15,12 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import UsageError
 from core.files import write_atomically
-from core.names import split_specs
-from core.registry import resolve
 from core.results import Document, KernelEntry, Progress, Result, RunError, worst
-from properties.environment import environment
+from properties.environment import environment, run_kernels
 from properties.status import MAX_MESSAGE
 
 RECORD_KEY = "normverify.result"
@@ -43,14 +40,7 @@ class ResultsWriter:
         self.write(complete=False)
 
     def _kernels(self) -> list[dict]:
-        kernels = []
-        for spec in split_specs(self.config.getoption("--kernel", None) or []):
-            try:
-                found = resolve(spec, self.config.getoption("--kind", None))
-            except UsageError:
-                continue
-            kernels += [{**k.as_json(), "spec": k.spec or spec, "capabilities": None} for k in found]
-        return kernels
+        return [{**k.as_json(), "spec": k.spec or spec, "capabilities": None} for spec, k in run_kernels(self.config)]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:  # under pytest-xdist the controller collects nothing; its workers report below

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from core.results import NOT_PASSING, Document
+from core.results import NOT_PASSING, Document, Result
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
@@ -55,10 +55,14 @@ def _grouped(items: list[tuple[str | None, str, str]]) -> list[Group]:
     return list(groups.values())
 
 
+def reason(result: Result) -> str:
+    """A skipped test's reason: the first line of its message."""
+    return (result.message or "no reason given").strip().splitlines()[0]
+
+
 def skipped(document: Document) -> list[Group]:
     """The skipped tests by reason (a skip is never a pass: each reason is shown)."""
-    return _grouped([(r.claim, r.kernel, (r.message or "no reason given").strip().splitlines()[0])
-                     for r in document.results if r.status == "skipped"])
+    return _grouped([(r.claim, r.kernel, reason(r)) for r in document.results if r.status == "skipped"])
 
 
 def untested(document: Document) -> list[Group]:

@@ -290,11 +290,10 @@ def print_skips(console: Console, document: Document, verbose: bool = False) -> 
     for result in document.results:
         if result.status != "skipped":
             continue
-        reason = (result.message or "no reason given").strip().splitlines()[0]
-        key = (result.claim, result.kernel, reason)
+        key = (result.claim, result.kernel, grouping.reason(result))
         if key not in seen:
             seen.add(key)
-            console.print(Text.assemble(("SKIPPED ", STYLE["skipped"]), f"{key[0]} {key[1]}: {reason}"),
+            console.print(Text.assemble(("SKIPPED ", STYLE["skipped"]), f"{key[0]} {key[1]}: {key[2]}"),
                           soft_wrap=True)
 
 
