@@ -44,7 +44,6 @@ PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (x's dtype, weight's and bias' dtype): autocast / mixed-precision training, and 16-bit weights in float32 inference
 PARAMETER_MIXES = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float16),
                    (torch.float32, torch.bfloat16))
-MIXED_KINDS = ("layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm", "dropout_add_layernorm", "groupnorm")
 _PROBE_SHAPE = (2, 8)
 _PROBE_TIMEOUT_S = guard.DEFAULT_TIMEOUT_S  # NORMVERIFY_CALL_TIMEOUT, normverify run --timeout
 
@@ -109,16 +108,11 @@ def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtyp
     """The kernel's positional arguments for input x: unit weight, zero bias (in ``parameter_dtype``, default x's),
     eps 1e-5, p 0.5, seed 0; a fused kind's residual is x reversed; GroupNorm takes x [2, 8] as [N, C] with 2
     groups."""
-    d = x.shape[-1]
-    if kernel.kind == "dropout":
-        return (x, 0.5, 0)
-    weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=parameter_dtype or x.dtype, device=x.device)
-    bias = torch.zeros(d, dtype=parameter_dtype or x.dtype, device=x.device)
-    residual = x.flip(-1).detach()
-    return {"rmsnorm": (x, weight, 1e-5), "layernorm": (x, weight, bias, 1e-5),
-            "add_rmsnorm": (x, residual, weight, 1e-5), "add_layernorm": (x, residual, weight, bias, 1e-5),
-            "dropout_add_layernorm": (x, residual, weight, bias, 1e-5, 0.5, 0),
-            "groupnorm": (x, 2, weight, bias, 1e-5)}[kernel.kind]
+    d, dtype = x.shape[-1], parameter_dtype or x.dtype
+    weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=dtype, device=x.device)
+    bias = torch.zeros(d, dtype=dtype, device=x.device)
+    return kernel.record.arguments({"x": x, "residual": x.flip(-1).detach(), "num_groups": 2, "weight": weight,
+                                    "bias": bias, "eps": 1e-5, "p": 0.5, "seed": 0})
 
 
 def first_output(out: object) -> object:
@@ -166,7 +160,7 @@ def _mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str) -> tupl
     """(the parameter dtype mixes the kernel takes, {mix_name: why not} for the others): a mix is refused when its
     probe raises or times out (its output is not judged here: the claims check its values and dtype). Mixes whose
     x dtype is not among ``dtypes`` are neither: that dtype's own not-tested reason covers them."""
-    if kernel.kind not in MIXED_KINDS:
+    if "weight" not in kernel.record.signature:
         return (), {}
     taken, reasons = [], {}
     for x_dtype, parameter_dtype in PARAMETER_MIXES:

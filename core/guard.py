@@ -148,32 +148,50 @@ def limited(kernel, work: Callable[[], object], *, timeout: float | None = DEFAU
 
 
 def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool = False,
-         timeout: float | None = DEFAULT_TIMEOUT_S, dtype: torch.dtype | None = None, **kwargs) -> torch.Tensor:
+         timeout: float | None = DEFAULT_TIMEOUT_S, dtype: torch.dtype | None = None,
+         returns: tuple[str, ...] = ("output",), **kwargs) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """``kernel.fn(*args, **kwargs)``, checked against ``like`` (whose shape, dtype and device the output must have;
     ``dtype``: the output's dtype when it is not like's, e.g. by a declared output-dtype rule; ANY_DTYPE: not judged).
 
-    ``kernel`` is a :class:`core.registry.Kernel` or a plain callable. Non-finite outputs are a
-    fault only when every tensor argument is finite and ``allow_nonfinite`` is false.
+    ``returns`` names what the kernel's contract returns: one output (the default), or several (a fused kind's
+    ("y", "residual_out")), then a tuple or list of that many tensors, the first judged against ``like``, all given
+    back as a tuple; anything else is a ``type`` fault naming the contract. ``kernel`` is a
+    :class:`core.registry.Kernel` or a plain callable. Non-finite outputs are a fault only when every tensor argument
+    is finite and ``allow_nonfinite`` is false.
     """
     name = _name(kernel)
     fn = getattr(kernel, "fn", kernel)
     out = limited(kernel, lambda: fn(*args, **kwargs), timeout=timeout)
-    out = _check_tensor(name, out, like, "the output", dtype)
+    if len(returns) > 1:
+        if not (isinstance(out, (tuple, list)) and len(out) == len(returns)
+                and all(isinstance(t, torch.Tensor) for t in out)):
+            what = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else type(out).__name__
+            raise KernelFault(name, "type", f"returned {what}, not the {len(returns)} tensors "
+                                            f"({', '.join(returns)}) of its contract")
+        first, rest = out[0], tuple(out[1:])
+    else:
+        first, rest = out, ()
+    first = _check_tensor(name, first, like, f"the {returns[0]}", dtype)
     if not allow_nonfinite:
-        _check_finite(name, out, args, "the output")
-    return out
+        _check_finite(name, first, args, f"the {returns[0]}")
+    return (first, *rest) if len(returns) > 1 else first
 
 
-def grad(kernel, outputs: torch.Tensor, inputs: Sequence[torch.Tensor], grad_outputs: torch.Tensor, *,
-         allow_nonfinite: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> tuple[torch.Tensor, ...]:
-    """The kernel's backward: ``torch.autograd.grad(outputs, inputs, grad_outputs)``, one gradient per input.
+def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+         grad_outputs: torch.Tensor | Sequence[torch.Tensor], *, allow_nonfinite: bool = False,
+         timeout: float | None = DEFAULT_TIMEOUT_S) -> tuple[torch.Tensor, ...]:
+    """The kernel's backward: ``torch.autograd.grad(outputs, inputs, grad_outputs)``, one gradient per input
+    (``outputs`` one tensor or several, each with its upstream gradient in ``grad_outputs``).
 
-    Each gradient must be a tensor with its input's shape, dtype and device (an input the output
-    does not depend on is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are.
+    Each gradient must be a tensor with its input's shape, dtype and device (an input the outputs do not depend on
+    is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are. The first output must require grad (a
+    kernel with no backward is a ``missing`` fault).
     """
     name = _name(kernel)
     _refuse_if_hung(getattr(kernel, "fn", kernel), name)
-    if not outputs.requires_grad:
+    outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+    grad_outputs = (grad_outputs,) if isinstance(grad_outputs, torch.Tensor) else tuple(grad_outputs)
+    if not outputs[0].requires_grad:
         raise KernelFault(name, "missing", "returned an output that does not require grad (no backward)")
     inputs = tuple(inputs)
     grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True),
@@ -184,6 +202,5 @@ def grad(kernel, outputs: torch.Tensor, inputs: Sequence[torch.Tensor], grad_out
             raise KernelFault(name, "missing", f"returned no gradient for input {index} (shape {tuple(x.shape)})")
         _check_tensor(name, g, x, what)
         if not allow_nonfinite:
-            _check_finite(name, g, (*inputs, grad_outputs), what)
+            _check_finite(name, g, (*inputs, *grad_outputs), what)
     return grads
-

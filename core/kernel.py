@@ -16,19 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from core import kinds
 from core.errors import UsageError
 from proofs.reduction import Reduction
 
 if TYPE_CHECKING:
     import torch
 
-KINDS = ("layernorm", "rmsnorm", "dropout", "add_layernorm", "add_rmsnorm", "dropout_add_layernorm", "groupnorm")
-# Claim ids are prefixed by the kind's short name (proofs.claims).
-KIND_PREFIX = {"layernorm": "ln", "rmsnorm": "rms", "dropout": "dropout", "add_layernorm": "add_ln",
-               "add_rmsnorm": "add_rms", "dropout_add_layernorm": "drop_add_ln", "groupnorm": "gn"}
-# The claim families checked on a kind's kernels: its own prefix, and for LayerNorm the block claims too
-# (blocks.jacobians is checked on a Post-LN block built from a LayerNorm kernel: properties/test_blocks.py).
-KIND_FAMILIES = {kind: (prefix, "blocks") if kind == "layernorm" else (prefix,) for kind, prefix in KIND_PREFIX.items()}
+KINDS = kinds.NAMES  # the records: core.kinds
 RESIDUAL_DTYPES = ("storage", "float32")
 IN_PLACE_INPUTS = ("residual", "dy")
 # The dtype of the output when weight/bias come in another dtype than x: "input" (x's dtype, torch's rule:
@@ -124,6 +119,9 @@ class Kernel:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"kernel {self.name!r}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if not self.record.has_residual and (self.residual_dtype != "storage" or "residual" in self.in_place):
+            raise UsageError(f"kernel {self.name!r}: residual_dtype and an in-place residual are declarations of the "
+                             f"kinds with a residual, not of {self.kind}")
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
@@ -175,13 +173,18 @@ class Kernel:
                 "flush_to_zero": self.flush_to_zero, "description": self.description}
 
     @property
+    def record(self) -> kinds.Kind:
+        """The record of the kernel's kind (core.kinds): its signature, norm, prologue, outputs, claim prefix."""
+        return kinds.KINDS[self.kind]
+
+    @property
     def prefix(self) -> str:
-        return KIND_PREFIX[self.kind]
+        return self.record.prefix
 
     @property
     def families(self) -> tuple[str, ...]:
-        """The claim families (id prefixes) checked on this kernel: :data:`KIND_FAMILIES` of its kind."""
-        return KIND_FAMILIES[self.kind]
+        """The claim families (id prefixes) checked on this kernel: its kind record's."""
+        return self.record.families
 
 
 @dataclass(frozen=True)

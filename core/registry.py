@@ -20,12 +20,12 @@ import importlib
 import inspect
 from collections.abc import Callable
 
-from core import adapters
+from core import adapters, kinds
 from core.errors import UsageError
-from core.kernel import BACKWARD_PRECISIONS, KIND_PREFIX, KINDS, Builtin, Kernel
+from core.kernel import BACKWARD_PRECISIONS, KINDS, Builtin, Kernel
 from core.loading import load_attribute, load_module
 
-__all__ = ["BACKWARD_PRECISIONS", "KINDS", "KIND_PREFIX", "Builtin", "Kernel", "builtins", "infer_kind", "resolve"]
+__all__ = ["BACKWARD_PRECISIONS", "KINDS", "Builtin", "Kernel", "builtins", "infer_kind", "resolve"]
 
 
 @functools.cache
@@ -119,20 +119,5 @@ def check_signature(kernel: Kernel, spec: str) -> None:
 
 
 def infer_kind(fn: Callable) -> str | None:
-    """Kind from the parameter names: (x, weight, bias, eps) / (x, weight, eps) / (x, p, seed); a ``residual``
-    parameter makes a fused kind (with ``seed``: dropout_add_layernorm), ``num_groups`` a groupnorm."""
-    try:
-        names = [p.name for p in inspect.signature(fn).parameters.values()]
-    except (TypeError, ValueError):
-        return None
-    if "num_groups" in names:
-        return "groupnorm"
-    if "residual" in names:
-        return "dropout_add_layernorm" if "seed" in names else ("add_layernorm" if "bias" in names else "add_rmsnorm")
-    if "seed" in names or "p" in names[1:2]:
-        return "dropout"
-    if "bias" in names or len(names) == 4:
-        return "layernorm"
-    if len(names) == 3:
-        return "rmsnorm"
-    return None
+    """Kind from the parameter names (core.kinds.infer): the kind record whose signature they fit."""
+    return kinds.infer(fn)

@@ -70,7 +70,7 @@ class Match:
 def case_of(kernel: Kernel, x: torch.Tensor, weight, bias, eps: float, dy: torch.Tensor | None = None) -> Case:
     """The example as proofs.mechanisms takes it: float64 values, the effective weight, the dtypes' names."""
     return Case(kind=kernel.prefix, x=norms.as_float64(x), gamma=norms.effective_weight(kernel, weight),
-                beta=norms.as_float64(bias) if kernel.kind == "layernorm" else None, eps=eps,
+                beta=norms.as_float64(bias) if kernel.record.has_bias else None, eps=eps,
                 storage=dtype_name(x.dtype), accumulation=dtype_name(tolerance.accumulation_dtype(x.dtype)),
                 dy=None if dy is None else norms.as_float64(dy), bound=tolerance.bound_in_use(),
                 output=dtype_name(norms.output_dtype(kernel, x, weight)))

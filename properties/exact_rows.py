@@ -89,13 +89,13 @@ def exact_statistics_rows(draw, kernel: Kernel, upstream: bool = False) -> dict:
             rows.append([m * (1 + draw(st.integers(0, 7)) / 8)] * d)
     x = rounded(np.array(rows, dtype=np.float64), dtype, device)
     values = norms.as_float64(x)
-    centres = values.mean(-1, keepdims=True) if kernel.kind == "layernorm" else 0.0
+    centres = values.mean(-1, keepdims=True) if kernel.record.centred else 0.0
     example = {"x": x, "centred": rounded(values - centres, dtype, device)}
     gamma = draw(effective_weights(d))
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)
-    if kernel.kind == "layernorm":
+    if kernel.record.has_bias:
         beta = draw(biases(d, PRESENT_BIAS_FORMS))
         example["bias"] = rounded(beta, dtype, device)
     example["eps"] = draw(epsilons())

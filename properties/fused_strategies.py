@@ -21,10 +21,9 @@ from hypothesis import strategies as st
 from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
-from proofs import fused_oracles
-from properties import fused, fused_tolerance
+from properties import norms, tolerance
 from properties.dropout_strategies import SCALES, TESTED_PROBABILITIES, nonzero_values
-from properties.norms import as_float64, output_dtype, representable
+from properties.norms import output_dtype, representable
 from properties.strategies import (
     BIAS_FORMS,
     CI_MAX_WIDTH,
@@ -46,7 +45,6 @@ from properties.strategies import (
     valid_offset_ratio,
     widths,
 )
-from properties.tolerance import bound_in_use
 
 RESIDUAL_FORMS = ("independent", "independent", "independent", "cancelling")
 MASK_RESIDUALS = ("zeros", "within x")
@@ -65,7 +63,7 @@ def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, e
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     parameters = {"weight": None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, device)}
-    if fused.has_bias(kernel):
+    if kernel.record.has_bias:
         beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS))
         parameters["bias"] = None if beta is None else rounded(beta, dtype, device)
     return parameters
@@ -76,7 +74,8 @@ def _storage_backward_width(kernel: Kernel, dtype: torch.dtype, upstream: bool) 
     norm's backward bound is finite on centred rows (strategies.backward_width_limit); None otherwise."""
     if not (upstream and kernel.backward_precision == "storage" and dtype in (torch.float16, torch.bfloat16)):
         return None
-    return backward_width_limit(dataclasses.replace(kernel, kind=fused.norm_kind(kernel)), dtype, bound_in_use())
+    return backward_width_limit(dataclasses.replace(kernel, kind=kernel.record.plain_norm), dtype,
+                                tolerance.bound_in_use())
 
 
 @st.composite
@@ -112,23 +111,19 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device),
                **_parameters(draw, kernel, d, parameters, caps.device, every_input),
                "eps": draw(epsilons())}
-    h_dtype = fused.residual_dtype(kernel, example["residual"])
-    h, _ = fused_tolerance.residual_out(example["x"], example["residual"], h_dtype)
-    gamma64, beta64 = fused.gammas(kernel, example["weight"], example.get("bias"))
-    bound = fused_tolerance.forward(h, gamma64, beta64, example["eps"], fused.norm_kind(kernel), dtype)
+    h_dtype = norms.residual_dtype(kernel, example["residual"])
+    h = example["x"].to(h_dtype) + example["residual"].to(h_dtype)  # as tolerance.residual_out rounds it
+    bound = tolerance.forward(kernel, example["x"], example["weight"], example.get("bias"), example["eps"], h=h)
     assume(bool(np.isfinite(bound).all()))
     if upstream:
         shape = tuple(example["x"].shape)
         y_dtype = output_dtype(kernel, example["x"], example["weight"])
         example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
         example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
-        exact = fused_oracles.add_norm_vjp(h, gamma64, example["eps"], as_float64(example["dy"]),
-                                           as_float64(example["dh"]), fused.norm_kind(kernel))
-        assume(all(g is None or representable(g, dtype) for g in exact))
-        names = {"x": dtype, "residual": dtype, "weight": parameters, "bias": parameters}
-        bounds = fused_tolerance.backward(h, gamma64, example["eps"], as_float64(example["dy"]), exact[0],
-                                          fused.norm_kind(kernel), names, backward_precision=kernel.backward_precision,
-                                          dh=as_float64(example["dh"]), h_dtype=h_dtype)
+        exact = norms.reference_vjp(kernel, h, example["weight"], example["eps"], example["dy"], dh=example["dh"])
+        assume(all(representable(g, dtype) for g in exact.values()))
+        bounds = tolerance.backward(kernel, example["x"], example["weight"], example["eps"], example["dy"],
+                                    bias=example.get("bias"), h=h, dh=example["dh"], residual=example["residual"])
         assume(all(bool(np.isfinite(b).all()) for b in bounds.values()))
     return example
 
@@ -167,7 +162,7 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
                "eps": draw(epsilons()),
                "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}
     if upstream:
-        h_dtype = fused.residual_dtype(kernel, example["residual"])
+        h_dtype = norms.residual_dtype(kernel, example["residual"])
         y_dtype = output_dtype(kernel, x, example["weight"])
         example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
         example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)

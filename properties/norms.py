@@ -1,12 +1,18 @@
-"""LayerNorm and RMSNorm kernels behind one interface, and their float64 references.
+"""Kernels of every norm kind behind one interface, and their float64 references.
 
-Each claim family is written once for both kinds: :func:`forward` and :func:`vjp` call the
-kernel (always through :mod:`core.guard`), :func:`reference` and :func:`reference_vjp` give the
-float64 oracle of :mod:`proofs.oracles` on the same rounded inputs. The effective scale is
-``kernel.weight_offset + weight`` (docs/ARCHITECTURE.md, weight conventions); RMSNorm has no bias.
+A kind is a prologue, then the plain norm at the prologue's output h (core.kinds): h = x (LayerNorm, RMSNorm,
+GroupNorm over its grouped view), h = x + residual or residual + dropout(x) (the fused kinds, which return
+residual_out = h beside y). Each claim family is written once for all of them: :func:`call` and :func:`gradients`
+call the kernel (always through :mod:`core.guard`; a malformed return is a ``KernelFault``), :func:`reference`
+and :func:`reference_vjp` give the float64 oracle of :mod:`proofs.oracles` (:mod:`proofs.fused_oracles` for the
+grouped view) at the kernel's h, on the same rounded inputs. Examples are dicts keyed by the roles of the kind's
+signature (core.kinds.ROLES). The effective scale is ``kernel.weight_offset + weight`` (docs/ARCHITECTURE.md,
+weight conventions); RMSNorm has no bias.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -15,13 +21,13 @@ import torch
 from core import boundary, guard
 from core.capabilities import discover
 from core.registry import Kernel
-from proofs import oracles
+from proofs import fused_oracles, oracles
 
 
 def arguments(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
               eps: float) -> tuple:
-    """The positional arguments of the kernel's contract: (x, weight, bias, eps) or (x, weight, eps)."""
-    return (x, weight, eps) if kernel.kind == "rmsnorm" else (x, weight, bias, eps)
+    """The positional arguments of a plain norm kernel's contract: (x, weight, bias, eps) or (x, weight, eps)."""
+    return kernel.record.arguments({"x": x, "weight": weight, "bias": bias, "eps": eps})
 
 
 def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
@@ -33,43 +39,86 @@ def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -
     return torch.promote_types(x.dtype, weight.dtype) if kernel.output_dtype == "promoted" else weight.dtype
 
 
+def residual_dtype(kernel: Kernel, residual: torch.Tensor) -> torch.dtype:
+    """The dtype residual_out must have: float32 when declared (``residual_dtype="float32"``), else the residual's."""
+    return torch.float32 if kernel.residual_dtype == "float32" else residual.dtype
+
+
+def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dtype: bool = False
+         ) -> dict[str, torch.Tensor]:
+    """The kernel's outputs for ``example`` (keyed by role), by name: {"y"} or {"y", "residual_out"} (the kind's
+    ``outputs``). y is judged as every norm's output (core.guard: shape and device of x, finite for finite inputs,
+    the dtype of :func:`output_dtype` unless ``any_dtype``: for checks about something else, which compare the
+    kernel with itself); residual_out's dtype and values are the claims' business. Any other return is a
+    ``KernelFault``."""
+    x = example["x"]
+    names = kernel.record.outputs
+    dtype = guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, example.get("weight"))
+    if len(names) == 1:
+        return {"y": guard.call(kernel, *kernel.record.arguments(example), like=x, allow_nonfinite=allow_nonfinite,
+                                dtype=dtype)}
+    got = guard.call(kernel, *kernel.record.arguments(example), like=x, allow_nonfinite=allow_nonfinite, dtype=dtype,
+                     returns=names)
+    return dict(zip(names, got, strict=True))
+
+
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
             eps: float = 1e-5, allow_nonfinite: bool = False, any_dtype: bool = False) -> torch.Tensor:
-    """The kernel's output for x (guarded: faults become one-line KernelFault errors; an output dtype other than
-    :func:`output_dtype` is a ``dtype`` fault, unless ``any_dtype``: for checks about something else, which compare
-    the kernel with itself)."""
-    return guard.call(kernel, *arguments(kernel, x, weight, bias, eps), like=x, allow_nonfinite=allow_nonfinite,
-                      dtype=guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, weight))
+    """A plain norm kernel's output y for x (:func:`call`)."""
+    example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+    return call(kernel, example, allow_nonfinite, any_dtype)["y"]
+
+
+def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False,
+              allow_nonfinite: bool = False, any_dtype: bool = False
+              ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the outputs, detached; {input: gradient}) of the kernel's backward for the upstream gradients ``upstream``
+    of its outputs ({"y": dy} and, for the fused kinds, {"residual_out": dh}: L = <y, dy> + <residual_out, dh>).
+
+    The gradients are taken for the kind's differentiable inputs present in the example (core.kinds.DIFFERENTIABLE),
+    but for the parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight): those are
+    passed but not differentiated, and absent from the result. They are taken with respect to copies of the inputs,
+    and the upstream gradients are copies with their strides, unless ``same_tensors``: then the given tensors
+    themselves are the autograd leaves and upstream gradients (so that a kernel writing into them writes into the
+    caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf values and gradients
+    are not a fault (for checks about something else); ``any_dtype``: nor is y's dtype."""
+    record = kernel.record
+    leaves = {name: (example[name] if same_tensors else example[name].detach().clone())
+              for name in record.differentiable if example.get(name) is not None}
+    for name, leaf in leaves.items():
+        leaf.requires_grad_(name not in kernel.no_gradient)
+    differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
+    try:
+        with torch.enable_grad():
+            outputs = call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
+            # copies unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not change
+            # the dy the caller's reference is computed from; inputs_unmodified is the claim about that
+            given = {name: upstream[name] if same_tensors else copy_with_strides(upstream[name])
+                     for name in outputs}
+            flowing = [name for name in outputs if name == "y" or outputs[name].requires_grad]
+            grads = guard.grad(kernel, [outputs[name] for name in flowing], list(differentiated.values()),
+                               [_in_dtype(given[name], outputs[name]) for name in flowing],
+                               allow_nonfinite=allow_nonfinite)
+    finally:
+        if same_tensors:
+            for leaf in leaves.values():
+                leaf.requires_grad_(False)
+    return ({name: t.detach() for name, t in outputs.items()}, dict(zip(differentiated, grads, strict=True)))
+
+
+def _in_dtype(gradient: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """An upstream gradient in its output's dtype (autograd's rule): as given when it is (its strides kept)."""
+    return gradient if gradient.dtype == output.dtype else gradient.to(output.dtype)
 
 
 def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
         dy: torch.Tensor, *, same_tensors: bool = False, allow_nonfinite: bool = False,
         any_dtype: bool = False) -> dict[str, torch.Tensor]:
-    """The kernel's backward for upstream gradient dy: {"x": dx, "weight": dweight, "bias": dbias} (present ones).
-
-    Parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight) are passed but not
-    differentiated, and absent from the result. The gradients are taken with respect to copies of x, weight and
-    bias, unless ``same_tensors``: then the
-    given tensors themselves are the autograd leaves for the call (so that a kernel writing into them
-    writes into the caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf
-    values and gradients are not a fault (for checks about something else); ``any_dtype``: nor is the output's dtype.
-    """
-    given = {"x": x, "weight": weight, "bias": bias if kernel.kind == "layernorm" else None}
-    leaves = {name: (t if same_tensors else t.detach().clone()).requires_grad_(name not in kernel.no_gradient)
-              for name, t in given.items() if t is not None}
-    differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
-    try:
-        with torch.enable_grad():
-            y = forward(kernel, leaves["x"], leaves.get("weight"), leaves.get("bias"), eps, allow_nonfinite, any_dtype)
-            # a copy unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not
-            # change the dy the caller's reference is computed from; inputs_unmodified is the claim about that
-            upstream = dy if same_tensors else copy_with_strides(dy)
-            grads = guard.grad(kernel, y, list(differentiated.values()), upstream, allow_nonfinite=allow_nonfinite)
-    finally:
-        if same_tensors:
-            for leaf in leaves.values():
-                leaf.requires_grad_(False)
-    return dict(zip(differentiated, grads, strict=True))
+    """A plain norm kernel's gradients {"x": dx, "weight": dweight, "bias": dbias} (present, differentiated ones)
+    for upstream gradient dy (:func:`gradients`)."""
+    example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+    return gradients(kernel, example, {"y": dy}, same_tensors=same_tensors, allow_nonfinite=allow_nonfinite,
+                     any_dtype=any_dtype)[1]
 
 
 def copy_with_strides(t: torch.Tensor) -> torch.Tensor:
@@ -105,32 +154,68 @@ def effective_weight(kernel: Kernel, weight: torch.Tensor | None) -> np.ndarray 
     return None if weight is None else kernel.weight_offset + as_float64(weight)
 
 
+def grouped(kernel: Kernel, values: np.ndarray, num_groups: int | None) -> np.ndarray:
+    """A float64 array of x's shape as the norm's rows: itself, or for a grouped kind [N, C, *] as [N, G, (C/G) S]."""
+    return values.reshape(values.shape[0], num_groups, -1) if kernel.record.grouped else values
+
+
+def per_element(kernel: Kernel, parameter: np.ndarray | None, shape: tuple[int, ...], num_groups: int | None
+                ) -> np.ndarray | None:
+    """A parameter [d] as the norm applies it to the rows of :func:`grouped`: itself, or for a grouped kind its
+    per-channel values spread over each group's elements, [G, (C/G) S]."""
+    if parameter is None or not kernel.record.grouped:
+        return parameter
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    return np.repeat(parameter, spatial).reshape(num_groups, -1)
+
+
+def gammas(kernel: Kernel, weight: torch.Tensor | None, bias: torch.Tensor | None
+           ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(gamma, beta) in float64: the effective weight, and the bias (None for RMSNorm)."""
+    return effective_weight(kernel, weight), as_float64(bias) if kernel.record.has_bias else None
+
+
 def reference(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-              eps: float) -> np.ndarray:
-    """The float64 oracle output on the kernel's (rounded) inputs."""
-    gamma = effective_weight(kernel, weight)
-    if kernel.kind == "rmsnorm":
+              eps: float, num_groups: int | None = None) -> np.ndarray:
+    """The float64 oracle output N(x) on the kernel's (rounded) inputs; x is the norm's input h (a fused kernel's
+    residual_out), over the grouped view for a grouped kind (``num_groups``)."""
+    gamma, beta = gammas(kernel, weight, bias)
+    if kernel.record.grouped:
+        return fused_oracles.groupnorm(as_float64(x), num_groups, gamma, beta, eps)
+    if kernel.record.norm == "rms":
         return oracles.rmsnorm(as_float64(x), gamma, eps)
-    return oracles.layernorm(as_float64(x), gamma, as_float64(bias), eps)
+    return oracles.layernorm(as_float64(x), gamma, beta, eps)
 
 
 def reference_vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
-                  dy: torch.Tensor) -> dict[str, np.ndarray]:
-    """The float64 oracle gradients {"x", "weight", "bias"} (weight/bias summed over rows; no weight without one)."""
+                  dy: torch.Tensor, num_groups: int | None = None, dh: torch.Tensor | None = None
+                  ) -> dict[str, np.ndarray]:
+    """The float64 oracle gradients {"x", "weight", "bias"} at the norm's input x (weight/bias summed over rows, per
+    channel for a grouped kind; no weight without one); for the fused kinds, at residual_out x with dh the upstream
+    gradient of residual_out, also "residual": dL/dx = dL/dresidual = J_N(h)^T dy + dh (claim add_ln.jacobian; the
+    dropout + add kind's dL/dx is that times m/(1-p), which its check applies)."""
     gamma = effective_weight(kernel, weight)
-    vjp_of = oracles.rmsnorm_vjp if kernel.kind == "rmsnorm" else oracles.layernorm_vjp
-    grads = dict(zip(("x", "weight", "bias"), vjp_of(as_float64(x), gamma, eps, as_float64(dy)), strict=False))
+    x64, dy64 = as_float64(x), as_float64(dy)
+    if kernel.record.grouped:
+        found = fused_oracles.groupnorm_vjp(x64, num_groups, gamma, eps, dy64)
+    else:
+        vjp_of = oracles.rmsnorm_vjp if kernel.record.norm == "rms" else oracles.layernorm_vjp
+        found = vjp_of(x64, gamma, eps, dy64)
+    grads = dict(zip(("x", "weight", "bias"), found, strict=False))
+    if kernel.record.has_residual:
+        grads["x"] = grads["x"] + (0.0 if dh is None else as_float64(dh))
+        grads["residual"] = grads["x"]
     return {name: g for name, g in grads.items() if g is not None}
 
 
 def reference_jacobian(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> np.ndarray:
-    """dy/dx per row, [..., d, d], in float64."""
+    """dy/dx per row, [..., d, d], in float64 (plain kinds)."""
     gamma = effective_weight(kernel, weight)
-    jacobian = oracles.rmsnorm_jacobian if kernel.kind == "rmsnorm" else oracles.layernorm_jacobian
+    jacobian = oracles.rmsnorm_jacobian if kernel.record.norm == "rms" else oracles.layernorm_jacobian
     return jacobian(as_float64(x), gamma, eps)
 
 
 def reference_spectral_norm(kernel: Kernel, x: torch.Tensor, eps: float) -> np.ndarray:
     """The derived ||dy/dx||_2 per row for gamma = 1."""
-    norm = oracles.rmsnorm_spectral_norm if kernel.kind == "rmsnorm" else oracles.layernorm_spectral_norm
+    norm = oracles.rmsnorm_spectral_norm if kernel.record.norm == "rms" else oracles.layernorm_spectral_norm
     return np.asarray(norm(as_float64(x), eps))

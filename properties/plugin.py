@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from core import kinds
 from core.errors import UsageError
 from core.names import split_specs
 from core.registry import KINDS, Kernel, resolve
@@ -28,15 +29,15 @@ CLAIM_MARKER = "claim(id): the claim id (proofs.claims) this conformance test ch
 # Registered at import, before Hypothesis' own plugin loads the profile named by --hypothesis-profile.
 profiles.register()
 
-# Fixtures that stand for the kernels under test, and the kinds each one takes.
+# Fixtures that stand for the kernels under test, and the kinds each one takes (from the kind records, core.kinds):
+# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout.
 KERNEL_FIXTURES = {
-    "layernorm_kernel": ("layernorm",),
-    "rmsnorm_kernel": ("rmsnorm",),
-    "dropout_kernel": ("dropout",),
-    "norm_kernel": ("layernorm", "rmsnorm"),
-    "add_norm_kernel": ("add_layernorm", "add_rmsnorm"),
-    "dropout_add_kernel": ("dropout_add_layernorm",),
-    "groupnorm_kernel": ("groupnorm",),
+    **{f"{name}_kernel": (name,) for name in kinds.kinds_where(lambda record: record.plain)},
+    "norm_kernel": kinds.kinds_where(lambda record: record.plain),
+    "add_norm_kernel": kinds.kinds_where(lambda record: record.prologue == "add"),
+    "dropout_add_kernel": kinds.kinds_where(lambda record: record.prologue == "dropout_add"),
+    "groupnorm_kernel": kinds.kinds_where(lambda record: record.grouped),
+    "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),
 }
 
 
@@ -83,10 +84,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     same name defined by the tests themselves is theirs: the plugin (loaded in every pytest run through its
     entry point) leaves it alone.
     """
-    for fixture, kinds in KERNEL_FIXTURES.items():
+    for fixture, taken in KERNEL_FIXTURES.items():
         # A test module or conftest that defines a fixture of that name supplies its own kernels.
         if fixture in metafunc.fixturenames and not metafunc.definition._fixtureinfo.name2fixturedefs.get(fixture):
-            kernels = [k for k in metafunc.config._normverify_kernels if k.kind in kinds]
+            kernels = [k for k in metafunc.config._normverify_kernels if k.kind in taken]
             if kernels:
                 metafunc.parametrize(fixture, kernels, ids=[k.name for k in kernels])
 

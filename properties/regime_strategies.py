@@ -147,7 +147,7 @@ def affine_examples(draw, kernel: Kernel, end: str | None = None,
         exponent = draw(magnitude_exponents(dtype, d, end, kernel.flush_to_zero), label="exponent of x's scale")
         scale = 2.0**exponent
         a = draw(st.sampled_from([1.0, -1.0])) * 2.0 ** (round(math.log2(math.sqrt(eps))) - exponent)
-    b = draw(st.sampled_from([0.0, 1.0, -3.5])) * math.sqrt(eps) if kernel.kind == "layernorm" else 0.0
+    b = draw(st.sampled_from([0.0, 1.0, -3.5])) * math.sqrt(eps) if kernel.record.centred else 0.0
     device = discover(kernel).device
     x = rounded(factor * scale * z, dtype, device)
     transformed = rounded(a * x.double() + b, dtype, device)

@@ -323,7 +323,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
         gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
-    if kernel.kind == "layernorm":
+    if kernel.record.has_bias:
         beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS)) if weights else None
         example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)
     example["eps"] = epsilon

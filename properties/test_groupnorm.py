@@ -89,7 +89,7 @@ def _group_width_limit(kernel, dtype: torch.dtype) -> int | None:
     fused kinds'); None otherwise."""
     if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
         return None
-    return backward_width_limit(dataclasses.replace(kernel, kind="layernorm"), dtype, bound_in_use())
+    return backward_width_limit(dataclasses.replace(kernel, kind=kernel.record.plain_norm), dtype, bound_in_use())
 
 
 @pytest.mark.claim("gn.forward")

@@ -49,7 +49,7 @@ def many_rows_example(kernel, upstream: bool) -> dict:
         return rounded(offset + standard_values(shape, "normal", seed), dtype, caps.device)
 
     example = {"x": values((ROWS, WIDTH), 65535), "weight": values((WIDTH,), 1, offset=1.0), "eps": 1e-5}
-    if kernel.kind == "layernorm":
+    if kernel.record.has_bias:
         example["bias"] = values((WIDTH,), 2)
     if upstream:
         example["dy"] = values((ROWS, WIDTH), 3)
@@ -115,7 +115,7 @@ def huge_example(kernel) -> dict:
                     f"{free / 2**30:.1f} GiB are")
     example = {"block": rounded(standard_values((PERIOD, HUGE_WIDTH), "normal", 31), dtype, caps.device),
                "weight": rounded(1.0 + standard_values((HUGE_WIDTH,), "normal", 1), dtype, caps.device), "eps": 1e-5}
-    if kernel.kind == "layernorm":
+    if kernel.record.has_bias:
         example["bias"] = rounded(standard_values((HUGE_WIDTH,), "normal", 2), dtype, caps.device)
     return example
 

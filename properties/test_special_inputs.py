@@ -34,7 +34,7 @@ def constant_rows(draw, kernel) -> dict:
                                         max_size=example["x"].shape[0])), dtype=torch.float64,
                           device=HOST)
     example["x"] = rounded(values[:, None].expand_as(example["x"]), example["x"].dtype, example["x"].device)
-    example["centred"] = torch.zeros_like(example["x"]) if kernel.kind == "layernorm" else example["x"]
+    example["centred"] = torch.zeros_like(example["x"]) if kernel.record.centred else example["x"]
     return example
 
 

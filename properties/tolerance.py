@@ -32,9 +32,11 @@ import numpy as np
 import torch
 
 from core import trees
+from core.boundary import HOST
 from core.capabilities import dtype_name
 from core.registry import Kernel
-from proofs import error_model, oracles
+from proofs import error_model, oracles, probabilistic
+from properties import norms
 from properties.norms import as_float64, effective_weight, output_dtype
 
 # float16/bfloat16 data is accumulated in float32; a kernel that declares backward_precision="storage"
@@ -92,58 +94,222 @@ def condition_number(x: torch.Tensor, eps: float) -> np.ndarray:
     return np.asarray(error_model.condition_number(as_float64(x), eps))
 
 
+def _norm_rows(kernel: Kernel, h: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+               num_groups: int | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(the norm's rows, gamma, beta) in float64: h over the last axis, or a grouped kind's [N, G, (C/G) S] view with
+    its per-channel parameters spread over each group's elements (properties.norms.grouped, per_element)."""
+    h64 = as_float64(h)
+    gamma, beta = norms.gammas(kernel, weight, bias)
+    return (norms.grouped(kernel, h64, num_groups), norms.per_element(kernel, gamma, h64.shape, num_groups),
+            norms.per_element(kernel, beta, h64.shape, num_groups))
+
+
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-            eps: float, model: str | None = None) -> np.ndarray:
-    """Per-element bound on |kernel(x) - oracle(x)|, shape of x (``model``: the run's, :func:`bound_in_use`)."""
+            eps: float, model: str | None = None, *, h: torch.Tensor | None = None,
+            num_groups: int | None = None) -> np.ndarray:
+    """Per-element bound on |y - N(h)|, shape of h, for every norm kind: h the norm's input (x, or a fused kernel's
+    residual_out), over the grouped view for a grouped kind (``num_groups``); y rounded to the output dtype of the
+    example's x and weight (:func:`operand_roundoffs`), the kernel's declared reduction as far as it holds on h's
+    device and dtype, its flush-to-zero (``model``: the run's, :func:`bound_in_use`)."""
+    h = x if h is None else h
     u = operand_roundoffs(kernel, x, weight, bias)
-    beta = as_float64(bias) if kernel.kind == "layernorm" else None
-    bound = error_model.forward_bound(as_float64(x), effective_weight(kernel, weight), beta, eps,
-                                      u["acc"], u["y"], kernel.kind, model or bound_in_use(),
-                                      declared=declared_reduction(kernel, x),
+    rows, gamma, beta = _norm_rows(kernel, h, weight, bias, num_groups)
+    bound = error_model.forward_bound(rows, gamma, beta, eps, u["acc"], u["y"], kernel.record.norm,
+                                      model or bound_in_use(), declared=declared_reduction(kernel, h),
                                       flush_to_zero=kernel.flush_to_zero)
-    return np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
+    return np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape).reshape(h.shape)
 
 
-def covered(kernel: Kernel, x: torch.Tensor, eps: float) -> bool:
-    """Whether the forward bound is finite on every row of x (the error model applies: rho_t < 1)."""
-    return error_model.forward_bound_finite(as_float64(x), eps, unit_roundoffs(x.dtype)[0], kernel.kind,
+def covered(kernel: Kernel, x: torch.Tensor, eps: float, *, num_groups: int | None = None) -> bool:
+    """Whether the forward bound is finite on every row of x, the norm's input (the error model applies:
+    rho_t < 1)."""
+    rows = norms.grouped(kernel, as_float64(x), num_groups)
+    return error_model.forward_bound_finite(rows, eps, unit_roundoffs(x.dtype)[0], kernel.record.norm,
                                             bound_in_use(), declared=declared_reduction(kernel, x),
                                             flush_to_zero=kernel.flush_to_zero)
 
 
+def backward_accumulation(kernel: Kernel, storage: torch.dtype) -> float:
+    """u_acc of the backward for data stored in ``storage``: the accumulation dtype's, or the storage dtype's for a
+    kernel that declares ``backward_precision="storage"`` (statistics and sums kept in the storage dtype)."""
+    u_acc, u_storage = unit_roundoffs(storage)
+    return u_storage if kernel.backward_precision == "storage" else u_acc
+
+
 def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
-             dy: torch.Tensor, model: str | None = None) -> dict[str, np.ndarray]:
-    """Per-element bounds on the kernel's gradients: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)};
-    no "weight" entry without a weight. Each rounded to its own dtype (:func:`operand_roundoffs`; the bias is
-    taken in the weight's dtype, as the strategies draw it)."""
-    u = operand_roundoffs(kernel, x, weight, weight)
-    u_acc = u["x"] if kernel.backward_precision == "storage" else u["acc"]
+             dy: torch.Tensor, model: str | None = None, *, bias: torch.Tensor | None = None,
+             h: torch.Tensor | None = None, dh: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+             p: float | None = None, num_groups: int | None = None) -> dict[str, np.ndarray]:
+    """Per-element bounds on the kernel's gradients, for every norm kind, each rounded once to its own dtype
+    (:func:`operand_roundoffs`; the bias taken in the weight's dtype, as the strategies draw it), u_acc by
+    :func:`backward_accumulation`, the declared reduction and flush-to-zero as in :func:`forward`:
+
+    - plain kinds: {"x": [..., d], "weight": [d], "bias": [d] (LayerNorm)} (proofs.error_model.backward_bound);
+    - grouped kinds: dx per group, dweight and dbias per channel (:func:`_channel_sums`);
+    - kinds with a residual, at residual_out h with dh the upstream gradient of residual_out: also "residual", the
+      gradient of x and of the residual a k-term sum (:func:`_through_residual`), times the dropout scale
+      1/(1 - p) for x when ``p`` is given (x dropped out: the check zeroes the dropped elements' bounds).
+
+    No "weight" entry without a weight."""
+    model = model or bound_in_use()
+    if kernel.record.has_residual:
+        return _through_residual(kernel, x, weight, bias, eps, dy, model, h, dh, residual, p)
+    u = operand_roundoffs(kernel, x, weight, weight if bias is None else bias)
+    u_acc = backward_accumulation(kernel, x.dtype)
+    if kernel.record.grouped:
+        return _grouped_backward(kernel, x, weight, eps, dy, model, num_groups, u, u_acc)
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                        u_acc, u["x"], kernel.kind, model or bound_in_use(),
+                                        u_acc, u["x"], kernel.record.norm, model,
                                         u_weight=u["weight"], u_bias=u["bias"], declared=declared_reduction(kernel, x),
                                         flush_to_zero=kernel.flush_to_zero)
     named = dict(zip(("x", "weight", "bias"), bounds, strict=False))
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
 
+def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float, dy: torch.Tensor,
+                      model: str, num_groups: int, u: dict[str, float], u_acc: float) -> dict[str, np.ndarray]:
+    """A grouped kind's gradient bounds: dx within error_model.backward_bound of each group (LayerNorm over its
+    (C/G) S elements, per-element gamma); dweight_c = sum over (n, s) of dy xhat and dbias_c = sum of dy over the
+    N S elements of channel c, in any order: with f the forward bound of xhat (gamma = 1, beta = 0, no storage
+    rounding) and g = gamma_{NS-1},
+        |dweight_c error| <= (1 + g) sum (|dy| f + u |dy xhat|) + g sum |dy xhat| + u_out |dweight_c|,
+        |dbias_c error|   <= g sum |dy| + u_out |dbias_c|          (plus the oracle's 2^-53 relative),
+    u_out of the parameter's own dtype."""
+    x64, dy64 = as_float64(x), as_float64(dy)
+    rows, gamma, _ = _norm_rows(kernel, x, weight, None, num_groups)
+    upstream = norms.grouped(kernel, dy64, num_groups)
+    declared = declared_reduction(kernel, x)
+    dx = np.stack([error_model.backward_bound(rows[:, g], None if gamma is None else gamma[g], eps, upstream[:, g],
+                                              u_acc, u["x"], "ln", model, declared=declared,
+                                              flush_to_zero=kernel.flush_to_zero)[0]
+                   for g in range(num_groups)], axis=1).reshape(x64.shape)
+    xhat_error = error_model.forward_bound(rows, None, None, eps, u_acc, u_acc, "ln", "worst-case")
+    xhat = norms.reference(kernel, x, None, None, eps, num_groups)
+    exact = norms.reference_vjp(kernel, x, weight, eps, dy, num_groups)
+    channels, terms = x64.shape[1], x64.shape[0] * int(np.prod(x64.shape[2:], dtype=np.int64))
+    g = terms * u_acc / (1 - terms * u_acc) if terms * u_acc < 1 else np.inf
+
+    def per_channel(values: np.ndarray) -> np.ndarray:
+        return np.moveaxis(values, 1, 0).reshape(channels, -1).sum(-1)
+
+    products = np.abs(dy64 * xhat)
+    bounds = {"x": dx}
+    if weight is not None:
+        dweight = ((1 + g) * per_channel(np.abs(dy64) * xhat_error.reshape(x64.shape) + u_acc * products)
+                   + g * per_channel(products))
+        bounds["weight"] = dweight + (u["weight"] + U64) * np.abs(exact["weight"])
+    bounds["bias"] = g * per_channel(np.abs(dy64)) + (u["bias"] + U64) * np.abs(exact["bias"])
+    return bounds
+
+
+U64 = 2.0**-53
+# k of the k-term sum of dL/dh: the terms of N's backward combination (proofs.error_model.backward_terms) and dh
+ACCUMULATED_TERMS = {"ln": 4, "rms": 3}
+
+
+def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                      eps: float, dy: torch.Tensor, model: str, h: torch.Tensor, dh: torch.Tensor,
+                      residual: torch.Tensor, p: float | None) -> dict[str, np.ndarray]:
+    """The gradient bounds of a kind with a residual (docs/ARCHITECTURE.md, fused bounds).
+
+    d = J_N(h)^T dy + dh, rounded to each input's dtype. A fused kernel forms it in the accumulation dtype; a
+    composition (h = x + residual, then N(h), in plain torch) gets it from autograd, which adds the gradients reaching
+    h from each of its uses (residual_out itself: dh; N's uses of h: the terms of N's backward) in h's dtype, a
+    rounding after every partial sum, in an order the suite cannot know. Both are one model, a k-term sum (Higham
+    Lemma 3.1, any order): the terms c_1..c_{k-1} of J^T dy (LayerNorm: r g', r c1, r xhat c2; RMSNorm: r g',
+    r xhat c2; proofs.error_model.backward_terms), each computed within the error model's bound B of J^T dy
+    (u_out = u_acc: B bounds |sum_j c^_j - J^T dy|) and rounded to h's dtype, plus dh, added in any order with
+    k - 1 roundings of unit u_s = max(u_acc, u_h), u_h of h's dtype. With M >= sum_j |c^_j| (the terms' magnitude,
+    error_model.backward_terms_magnitude: every partial sum of the c_j is at most M) and t = J^T dy + dh exact:
+        |fl_s-sum(fl_h(c^_1), ..., fl_h(c^_{k-1}), dh) - t| <= B + u_h M + gamma_{k-1}(u_s) ((1 + u_h) M + |dh|) =: B_d
+    (the storing of each term errs u_h |c^_j|, at most u_h M in all; the sum's error is gamma_{k-1} times the sum of
+    its terms' magnitudes, which bounds every partial sum). Then one rounding to each input's dtype (u_o):
+        |fl_o(d^) - t| <= B_d (1 + u_o) + u_o |t|.
+    A fused kernel (one rounding of fl_acc(a^ + dh), k = 2, u_h = u_acc) and torch's unfused composition in 16-bit
+    (fl_h(fl_h(J^T dy) + dh), two roundings at u_h, docs/findings.md [R1]) are special cases; so are compositions
+    with float64 or float32 statistics, a float32 residual_out (dh added among N's float32 terms), and chunked
+    (Chan-merged) statistics, whose chunks' terms are pieces of the same c_j (tests/corpus/composed.py).
+    Dropout multiplies d by the scale s = 1/(1 - p): fused, fl_o(fl_acc(d fl_acc(s))); unfused (dropout applied to
+    the branch in storage before the add, as torch's F.dropout is: its backward gets d rounded to the output dtype),
+    fl_o(fl(fl_o(d) fl_o(s))). Four roundings at most, each within u_o >= u_acc:
+        |dx - m t/(1 - p)| <= s B' (1 + u_o)^4 + ((1 + u_o)^4 - 1) s |t|,
+    with B' the bound of d before its rounding to the output dtype. Every bound adds the float64 oracle's own
+    error (2^-53 relative, of the same sums)."""
+    norm = kernel.record.norm
+    dh = dh.to(h.dtype)  # autograd's upstream gradient of residual_out is in its dtype
+    h64, dy64, dh64 = as_float64(h), as_float64(dy), as_float64(dh)
+    gamma = effective_weight(kernel, weight)
+    u_acc, u_storage = backward_accumulation(kernel, x.dtype), unit_roundoffs(x.dtype)[1]
+    u = operand_roundoffs(kernel, x, weight, bias)
+    declared = declared_reduction(kernel, h)
+    accumulated = error_model.backward_bound(h64, gamma, eps, dy64, u_acc, u_acc, norm, model, declared=declared,
+                                             flush_to_zero=kernel.flush_to_zero)[0]
+    parameters = error_model.backward_bound(h64, gamma, eps, dy64, u_acc, u_storage, norm, model,
+                                            u_weight=u["weight"], u_bias=u["bias"], declared=declared,
+                                            flush_to_zero=kernel.flush_to_zero)[1:]
+    magnitude = np.abs(norms.reference_vjp(kernel, h, weight, eps, dy, dh=dh)["x"])
+    u_h = unit_roundoffs(h.dtype)[1]
+    terms = error_model.backward_terms_magnitude(h64, gamma, eps, dy64, u_acc, norm, model)
+    gamma_sum = probabilistic.gamma(ACCUMULATED_TERMS[norm] - 1, max(u_acc, u_h))
+    before_rounding = accumulated + u_h * terms + gamma_sum * ((1 + u_h) * terms + np.abs(dh64))
+    bounds = {}
+    for name, given in (("x", x), ("residual", residual)):
+        u_o = unit_roundoffs(given.dtype)[1]
+        if name == "x" and p is not None:
+            scale = 1.0 / (1.0 - p)
+            bounds[name] = (scale * before_rounding * (1 + u_o) ** 4 + ((1 + u_o) ** 4 - 1) * scale * magnitude
+                            + U64 * scale * magnitude)
+        else:
+            bounds[name] = before_rounding * (1 + u_o) + u_o * magnitude + U64 * magnitude
+    for name, bound in zip(("weight", "bias"), parameters, strict=False):
+        if bound is not None and (weight if name == "weight" else bias) is not None:
+            bounds[name] = np.asarray(bound, dtype=np.float64)
+    return bounds
+
+
+def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:
+    """Whether a plain kind's backward bound is finite on every row of x (it does not depend on the weight's or the
+    upstream gradient's finiteness: those only scale it)."""
+    bounds = backward(kernel, x, None, eps, torch.ones_like(x), model)
+    return all(bool(np.all(np.isfinite(b))) for b in bounds.values())
+
+
 def identities(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float,
                dy: torch.Tensor, model: str | None = None) -> dict[str, np.ndarray]:
     """Per-row bounds on the gradient identities of the kernel's dx, from their cancellation
     (proofs.error_model.identity_bounds): {"c_dot": |c . dx - (eps/s^2) c . g'/s|, "sum": |sum_i dx_i| (LayerNorm)}."""
-    u_acc, u_out = unit_roundoffs(x.dtype)
-    if kernel.backward_precision == "storage":
-        u_acc = u_out
     return error_model.identity_bounds(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
-                                       u_acc, u_out, kernel.kind, model or bound_in_use(),
+                                       backward_accumulation(kernel, x.dtype), unit_roundoffs(x.dtype)[1],
+                                       kernel.record.norm, model or bound_in_use(),
                                        declared=declared_reduction(kernel, x),
                                        flush_to_zero=kernel.flush_to_zero)
 
 
-def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:
-    """Whether the backward bound is finite on every row of x (it does not depend on the weight's or the upstream
-    gradient's finiteness: those only scale it)."""
-    bounds = backward(kernel, x, None, eps, torch.ones_like(x), model)
-    return all(bool(np.all(np.isfinite(b))) for b in bounds.values())
+def residual_out(x: torch.Tensor, residual: torch.Tensor, residual_dtype: torch.dtype
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(expected h in float64, per-element bound on |h_kernel - expected|) for a residual_out of ``residual_dtype``,
+    h = x + residual rounded once: in float32 the IEEE float32 sum of the inputs converted exactly to float32 (the
+    correctly rounded sum: bound 0, bit for bit); in a 16-bit dtype the exact sum, rounded once more from the
+    float32 sum at most: |h_kernel - (x + r)| <= ((1 + u_acc)(1 + u_out) - 1) |x + r|."""
+    if residual_dtype == torch.float32 or residual_dtype == torch.float64:
+        wide = torch.float64 if residual_dtype == torch.float64 else torch.float32
+        expected = as_float64(x.to(HOST, wide) + residual.to(HOST, wide))
+        return expected, np.zeros_like(expected)
+    exact = as_float64(x) + as_float64(residual)
+    u_acc, u_out = unit_roundoffs(residual_dtype)
+    return exact, ((1 + u_acc) * (1 + u_out) - 1) * np.abs(exact)
+
+
+def dropout_residual_out(x: torch.Tensor, residual: torch.Tensor, p: float, dtype: torch.dtype) -> np.ndarray:
+    """Bound on |h - (r + m x/(1-p))| for h = fl(r + b) stored in ``dtype``, b the dropped-out branch: computed in
+    the accumulation dtype (the scale, the product, the add: three roundings) or by an unfused dropout in x's dtype
+    (:func:`dropout_scaling`'s three roundings: the scale 1/(1-p) held in x's dtype, as torch's F.dropout's mask
+    tensor holds it, the product, the store), then one rounding to residual_out's dtype, of terms at most
+    |r| + |x|/(1-p)."""
+    u_acc, u_out = unit_roundoffs(dtype)
+    u_x = unit_roundoffs(x.dtype)[1]
+    return (((1 + u_acc) ** 3 * (1 + u_x) ** 3 * (1 + u_out) - 1)
+            * (np.abs(as_float64(residual)) + np.abs(as_float64(x)) / (1 - p)))
 
 
 def of_sum(bounds: np.ndarray, coefficients: np.ndarray | float = 1.0, axis: int = -1) -> np.ndarray:

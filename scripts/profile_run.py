@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = (
     ("kernel calls", "core/guard.py", ("call", "grad")),
     ("bounds", "properties/tolerance.py", ("forward", "backward", "identities", "covered", "backward_covered")),
-    ("fused and groupnorm bounds", "properties/fused_tolerance.py", ("forward", "backward")),
     ("oracles", "proofs/oracles.py", ("layernorm", "rmsnorm", "layernorm_vjp", "rmsnorm_vjp", "layernorm_jacobian",
                                       "rmsnorm_jacobian", "weighted_spectral_norm", "weighted_top_singular")),
     ("declared-tree checks", "core/trees.py", ("check",)),

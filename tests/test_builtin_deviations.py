@@ -117,7 +117,7 @@ def test_a_run_reports_the_declared_failure_xfailed_with_its_reason_and_others_f
 def test_torch_fused_add_rmsnorm_rounding_dh_twice_in_16_bit_is_inside_the_accumulated_sum_and_not_declared():
     """[R1]: the unfused h = x + residual; F.rms_norm(h) in float16 adds h's two gradients after rounding J^T dy to
     float16 (findings' minimal counterexample, which failed add_rms.jacobian by 1.25 when the bound had one rounding):
-    the k-term sum of properties.fused_tolerance covers it, so no deviation is declared and the check passes, as it
+    the k-term sum of properties.tolerance covers it, so no deviation is declared and the check passes, as it
     does with residual_out in float32 (torch-fused-fp32)."""
     from properties.checks.fused import check_vjp
 

@@ -153,7 +153,7 @@ def test_variance_bias_check_catches_shared_and_fixed_count_masks_by_a_wide_marg
 
 
 # The fused kinds' gradient bugs (tests/corpus/residual.py, dropout_add.py): the claim meant for each must catch it by
-# a wide margin under the k-term bound of dL/dh (properties.fused_tolerance), not by a bound too tight for correct
+# a wide margin under the k-term bound of dL/dh (properties.tolerance), not by a bound too tight for correct
 # compositions: the plain-torch references (tests/corpus/composed.py) pass on the same inputs.
 def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> dict:
     """Rows of normal x; the residual normal, or x times a uniform in [-1, 1] with dropout (so residual_out shows the

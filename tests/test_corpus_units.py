@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from corpus import BROKEN, CORPUS, CORRECT
 
-from core.kernel import KIND_FAMILIES
+from core.kinds import RECORDS
 from core.registry import Kernel, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def forward_error(k: Kernel, x: torch.Tensor, weight=None, bias=None, eps: float
 # --- the manifest -----------------------------------------------------------------------------------------------
 
 # A claim id of any family (ln, rms, dropout, add_ln, ..., blocks), longest family first.
-FAMILIES = sorted({family for families in KIND_FAMILIES.values() for family in families}, key=len, reverse=True)
+FAMILIES = sorted({family for record in RECORDS for family in record.families}, key=len, reverse=True)
 CLAIM_ID = re.compile(rf"\b(?:{'|'.join(FAMILIES)})\.[a-z_]+\b")
 
 

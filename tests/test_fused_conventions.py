@@ -1,6 +1,7 @@
-"""A fused add + norm kernel's declared conventions are checked at residual_out (properties.fused.norm_view): Llama's
-casting (double_rounding) after the residual add fails add_rms.forward undeclared and passes declared, as the
-unfused RMSNorm does (tests/corpus/conventions.py); on the witness of proofs.mechanisms' derivation."""
+"""A fused add + norm kernel's declared conventions are checked at residual_out
+(properties.checks.fused.norm_view): Llama's casting (double_rounding) after the residual add fails add_rms.forward
+undeclared and passes declared, as the unfused RMSNorm does (tests/corpus/conventions.py); on the witness of
+proofs.mechanisms' derivation."""
 
 from __future__ import annotations
 

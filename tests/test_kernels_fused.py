@@ -1,6 +1,6 @@
 """Our fused residual add + norm kernels (kernels/fused_norm.py) on the CPU through Triton's interpreter, against
 the float64 oracles of proofs.fused_oracles on the exact rounded inputs, within the derived bounds of
-properties.fused_tolerance (proofs.error_model): residual_out exact in float32, y = N(residual_out), and both
+properties.tolerance (proofs.error_model): residual_out exact in float32, y = N(residual_out), and both
 gradients J^T dy + dh, forward and backward, for LayerNorm and RMSNorm, with and without dropout."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import kernels
+from core.kernel import Kernel
 from kernels import fused_norm
 from proofs import fused_oracles
-from properties import fused_tolerance
+from properties import tolerance
 from properties.norms import as_float64
 from properties.outcome import ratios
 
@@ -42,6 +43,12 @@ def _call(kind: str, example: dict, residual_in_fp32: bool, p: float = 0.0, seed
     return y, h, dict(zip(leaves, grads, strict=True))
 
 
+def _record(kind: str, residual_in_fp32: bool = False, dropout: bool = False) -> Kernel:
+    """Our fused kernel's record, for the bounds (its declarations: the float32 residual_out)."""
+    name = "dropout_add_layernorm" if dropout else f"add_{kind}"
+    return Kernel("ours", name, lambda *args: None, residual_dtype="float32" if residual_in_fp32 else "storage")
+
+
 def _worst(got, expected, bound) -> float:
     return float(np.max(ratios(got, expected, bound)))
 
@@ -55,18 +62,20 @@ def test_add_norm_matches_the_oracle_within_the_derived_bounds(kind, dtype, resi
     y, h, grads = _call(kind, example, residual_in_fp32)
     residual_dtype = torch.float32 if residual_in_fp32 else dtype
     assert (y.dtype, h.dtype) == (dtype, residual_dtype)
-    expected_h, h_bound = fused_tolerance.residual_out(example["x"], example["residual"], residual_dtype)
+    expected_h, h_bound = tolerance.residual_out(example["x"], example["residual"], residual_dtype)
     assert _worst(h, expected_h, h_bound) <= 1.0
     if residual_dtype == torch.float32:
         assert np.array_equal(as_float64(h), expected_h)  # bit for bit
     h64, gamma = as_float64(h), as_float64(example["weight"])
     beta = as_float64(example["bias"]) if kind == "layernorm" else None
     expected_y, _ = fused_oracles.add_norm(h64, np.zeros_like(h64), gamma, beta, 1e-5, kind)
-    assert _worst(y, expected_y, fused_tolerance.forward(h64, gamma, beta, 1e-5, kind, dtype)) <= 1.0
+    record = _record(kind, residual_in_fp32)
+    bias = example["bias"] if kind == "layernorm" else None
+    assert _worst(y, expected_y, tolerance.forward(record, example["x"], example["weight"], bias, 1e-5, h=h)) <= 1.0
     dy, dh = as_float64(example["dy"]), as_float64(example["dh"].to(residual_dtype))
     through, *parameters = fused_oracles.add_norm_vjp(h64, gamma, 1e-5, dy, dh, kind)
-    dtypes = {name: t.dtype for name, t in grads.items()}
-    bounds = fused_tolerance.backward(h64, gamma, 1e-5, dy, through, kind, dtypes, dh=dh, h_dtype=h.dtype)
+    bounds = tolerance.backward(record, example["x"], example["weight"], 1e-5, example["dy"], bias=bias, h=h.detach(),
+                                dh=example["dh"], residual=example["residual"])
     expected = {"x": through, "residual": through, **dict(zip(("weight", "bias"), parameters, strict=False))}
     for name, got in grads.items():
         assert got.dtype == example[name].dtype
@@ -80,9 +89,8 @@ def test_multi_block_rows_give_the_single_block_result():
     one = fused_norm.forward(*args, rms=False, residual_dtype=torch.float32)
     blocks = fused_norm.forward(*args, rms=False, residual_dtype=torch.float32, block=16)
     assert torch.equal(one[1], blocks[1])
-    h64 = as_float64(one[1])
-    bound = fused_tolerance.forward(h64, as_float64(example["weight"]), as_float64(example["bias"]), 1e-5,
-                                    "layernorm", torch.float32)
+    bound = tolerance.forward(_record("layernorm", True), example["x"], example["weight"], example["bias"], 1e-5,
+                              h=one[1])
     assert _worst(blocks[0], as_float64(one[0]), 2 * bound) <= 1.0
 
 
@@ -110,9 +118,9 @@ def test_dropout_add_uses_the_dropout_mask_and_its_gradient(dtype):
     h64, gamma = as_float64(h), as_float64(example["weight"])
     dy, dh = as_float64(example["dy"]), as_float64(example["dh"].float())
     through, *_ = fused_oracles.add_norm_vjp(h64, gamma, 1e-5, dy, dh, "layernorm")
-    bounds = fused_tolerance.backward(h64, gamma, 1e-5, dy, through, "layernorm",
-                                      {name: t.dtype for name, t in grads.items()}, dropout_scale=1 / (1 - p),
-                                      dh=dh, h_dtype=h.dtype)
+    bounds = tolerance.backward(_record("layernorm", True, dropout=True), example["x"], example["weight"], 1e-5,
+                                example["dy"], bias=example["bias"], h=h.detach(), dh=example["dh"],
+                                residual=example["residual"], p=p)
     assert _worst(grads["x"], mask * through / (1 - p), bounds["x"]) <= 1.0
     assert _worst(grads["residual"], through, bounds["residual"]) <= 1.0
 

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from core.kernel import KIND_FAMILIES
+from core.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def test_kernels_parametrize_by_name_kinds_without_kernels_vanish_and_claims_fol
         if "[torch:rmsnorm]" in node:
             assert ids[0].startswith("rms."), (node, ids)
         if "[torch:layernorm]" in node:  # LayerNorm's own claims, or the block claims built on a LayerNorm
-            assert ids[0].partition(".")[0] in KIND_FAMILIES["layernorm"], (node, ids)
+            assert ids[0].partition(".")[0] in KINDS["layernorm"].families, (node, ids)
         if "user_kernels.py:dropout]" in node:
             assert ids[0].startswith("dropout."), (node, ids)
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 from torch.func import functional_call
 
+from core import kinds
 from core.errors import UsageError, one_line
 from core.kernel import Kernel
 
@@ -136,13 +137,14 @@ def kernel_from_module_class(cls: type[torch.nn.Module], spec: str, kind: str | 
     if bias_param is not None and found[bias_param] != (_PROBE_SIZE,):
         raise UsageError(f"kernel {label!r}: {cls.__name__}.{bias_param} has shape {list(found[bias_param])}, not [d]")
     kind = kind or ("layernorm" if bias_param else "rmsnorm")
-    if kind == "dropout":
-        raise UsageError(f"kernel {label!r}: an nn.Module class is run as a layernorm or rmsnorm, not dropout")
-    if kind == "rmsnorm" and bias_param is not None:
+    record = kinds.kind(kind)
+    if not record.plain:
+        raise UsageError(f"kernel {label!r}: an nn.Module class is run as a layernorm or rmsnorm, not {kind}")
+    if not record.has_bias and bias_param is not None:
         raise UsageError(f"kernel {label!r}: {cls.__name__} has a shift parameter {bias_param!r}; "
-                         "an rmsnorm takes none (use --kind layernorm)")
+                         f"an {kind} takes none (use --kind layernorm)")
     module_kernel = ModuleKernel(cls, label, weight_param, bias_param, eps_arg, eps_attribute, weight_offset, compile)
-    fn = module_kernel if kind == "layernorm" else _rmsnorm_call(module_kernel)
+    fn = module_kernel if record.has_bias else _rmsnorm_call(module_kernel)
     return Kernel(name=label, kind=kind, fn=fn, spec=spec, weight_offset=weight_offset,
                   description=description or f"nn.Module {cls.__module__}.{cls.__qualname__}"
                   + (" under torch.compile" if compile else ""))

@@ -17,13 +17,18 @@ import numpy as np
 import torch
 
 from core.capabilities import dtype_name
-from proofs import fused_oracles
 from properties import dropout_statistics as statistics
-from properties import fused, fused_tolerance, outcome
+from properties import norms, outcome
 from properties.checks import dropout as dropout_checks
 from properties.checks.contracts import inside_a_larger_buffer, strided
 from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
-from properties.checks.fused import dropout_values_comparison, forward_comparison
+from properties.checks.fused import (
+    dropout_values_comparison,
+    example_of,
+    expected_gradients,
+    forward_comparison,
+    outputs,
+)
 from properties.dropout_statistics import Finding
 from properties.norms import as_float64
 
@@ -31,7 +36,7 @@ from properties.norms import as_float64
 def kept_mask(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
               bias=None) -> np.ndarray:
     """The kernel's mask as int8 [rows, d]: residual_out != residual (exact under the drawn inputs)."""
-    _, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    _, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
     return mask_of(h, residual)
 
 
@@ -67,8 +72,8 @@ def check_seeds(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: fl
 def check_determinism(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                       bias=None) -> None:
     """Two calls with the same seed return the same y and residual_out, bit for bit."""
-    first = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
-    second = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    first = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
+    second = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
     differ = [f"{name} in {int((a != b).sum())} of {a.numel()} elements"
               for name, a, b in zip(("y", "residual_out"), first, second, strict=True) if not torch.equal(a, b)]
     outcome.exact(not differ, f"two calls with seed {seed} differ: {'; '.join(differ)}",
@@ -80,19 +85,14 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
                    dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
     """dL/dx = m t/(1-p) with m the forward's mask (read from its residual_out) and t = J^T dy + dh at residual_out:
     0 exactly where it dropped; dL/dresidual = t; dweight, dbias LayerNorm's at residual_out
-    (fused_tolerance.backward with the dropout scale). An element whose exact gradient is not representable in its
+    (properties.tolerance.backward with the dropout scale). An element whose exact gradient is not representable in its
     dtype has no finite bound: counted unchecked, never passed."""
-    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
-    h, grads = fused.vjp(kernel, example, dy, dh)
+    example = example_of(x, residual, weight, bias, eps, p, seed)
+    got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
+    h = got["residual_out"]
     kept = as_float64(h) != as_float64(residual)
-    gamma, _ = fused.gammas(kernel, weight, bias)
-    h64, dy64, dh64 = as_float64(h), as_float64(dy), as_float64(dh.to(h.dtype))
-    t, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, dh64, fused.norm_kind(kernel))
-    expected = {"x": np.where(kept, t / (1.0 - p), 0.0), "residual": t,
-                **dict(zip(("weight", "bias"), parameters, strict=False))}
-    bounds = fused_tolerance.backward(h64, gamma, eps, dy64, t, fused.norm_kind(kernel),
-                                      {name: g.dtype for name, g in grads.items()}, dropout_scale=1.0 / (1.0 - p),
-                                      backward_precision=kernel.backward_precision, dh=dh64, h_dtype=h.dtype)
+    expected, bounds = expected_gradients(kernel, example, dy, dh, h)
+    expected["x"] = np.where(kept, expected["x"] / (1.0 - p), 0.0)
     bounds["x"] = np.where(kept, bounds["x"], 0.0)
     comparisons = []
     for name, g in grads.items():
@@ -127,7 +127,7 @@ def check_layout_invariance(kernel, x: torch.Tensor, residual: torch.Tensor, wei
     findings = []
     share = alpha / len(LAYOUTS)
     for layout in LAYOUTS:
-        y, h = fused.forward(kernel, *layout_views(x, residual, weight, bias, layout), eps, p, seed)
+        y, h = outputs(kernel, *layout_views(x, residual, weight, bias, layout), eps, p, seed)
         outcome.conclude([dropout_values_comparison(h, x, residual, p, f"{layout}: residual_out"),
                           forward_comparison(kernel, y, h, x, weight, bias, eps, f"{layout}: y")[0]],
                          "in a non-contiguous layout, residual_out is not residual + m x/(1-p) or y is not its norm "

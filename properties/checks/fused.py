@@ -5,7 +5,7 @@
   and is x + residual: bit for bit in float32, within one rounding (after one float32 rounding) in 16-bit storage;
   a kernel that declares an in-place residual update leaves residual_out in the residual tensor;
 - {add_ln,add_rms}.jacobian: dL/dx = dL/dresidual = J_N(h)^T dy + dh and the norm's dweight/dbias at h, within
-  the bounds of properties.fused_tolerance (claim add_ln.jacobian);
+  the bounds of properties.tolerance (claim add_ln.jacobian);
 - {add_ln,add_rms}.inputs_unmodified: x, residual (unless declared in place), weight, bias, dy, dh unchanged;
 - {add_ln,add_rms}.row_independence / layout_invariance: as the norms' (properties.checks.contracts); the
   dropout + add kind's at p = 0 (check_noncontiguous) and its values and forward at the mask it drew
@@ -14,23 +14,45 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
 from core.capabilities import discover, dtype_name
-from proofs import fused_oracles
-from properties import diagnosis, fused, fused_tolerance, outcome
+from core.kernel import STORAGE_BACKWARD
+from core.registry import Kernel
+from properties import diagnosis, norms, outcome, tolerance
 from properties.checks.contracts import rows_that_differ
 from properties.checks.forward import output_dtype_rule
-from properties.norms import as_float64, output_dtype
-from properties.tolerance import unit_roundoffs
+
+
+def example_of(x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None) -> dict:
+    """A fused kind's arguments keyed by role (core.kinds)."""
+    return {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
+
+
+def outputs(kernel, x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None,
+            allow_nonfinite: bool = False, any_dtype: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out) of the kernel (properties.norms.call: a malformed return is a KernelFault)."""
+    got = norms.call(kernel, example_of(x, residual, weight, bias, eps, p, seed), allow_nonfinite, any_dtype)
+    return got["y"], got["residual_out"]
+
+
+def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None:
+    """The kernel as a kernel of its norm's plain kind, whose declared conventions' models (properties.diagnosis)
+    are evaluated at residual_out h; None when it declares no convention beyond the storage-precision backward (which
+    properties.tolerance applies) or when h is not in y's dtype (the models round to one storage dtype)."""
+    if h.dtype != x.dtype or not [c for c in kernel.conventions if c != STORAGE_BACKWARD]:
+        return None
+    return dataclasses.replace(kernel, kind=kernel.record.plain_norm, residual_dtype="storage", in_place=())
 
 
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
                   seed=None) -> None:
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
     conventions, the norm's declared model at residual_out (properties.diagnosis.expected_forward)."""
-    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    y, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed)
     comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,
@@ -41,12 +63,10 @@ def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor
                        what: str = "y") -> tuple[outcome.Comparison, tuple[str, ...]]:
     """y vs N(h) at the kernel's residual_out h, within the forward bound of N at h (the declared conventions'
     model for a kernel that declares them); and the conventions applied."""
-    view = fused.norm_view(kernel, h, x)
+    view = norm_view(kernel, h, x)
     if view is None:
-        gamma, beta = fused.gammas(kernel, weight, bias)
-        expected = fused.reference(kernel, h, weight, bias, eps)
-        bound = fused_tolerance.forward(as_float64(h), gamma, beta, eps, fused.norm_kind(kernel),
-                                        output_dtype(kernel, x, weight))
+        expected = norms.reference(kernel, h, weight, bias, eps)
+        bound = tolerance.forward(kernel, x, weight, bias, eps, h=h)
         declared = ()
     else:
         expected, bound, declared = diagnosis.expected_forward(view, h, weight, bias, eps)
@@ -59,32 +79,39 @@ check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_fo
 def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
     """residual_out: the declared dtype, x + residual within its rounding; the declared in-place update."""
     given = residual.clone()
-    _, h = fused.forward(kernel, x, residual, weight, bias, eps)
-    declared = fused.residual_dtype(kernel, given)
+    _, h = outputs(kernel, x, residual, weight, bias, eps)
+    declared = norms.residual_dtype(kernel, given)
     outcome.exact(h.dtype == declared and h.shape == x.shape,
                   f"residual_out is {dtype_name(h.dtype)} {tuple(h.shape)}, declared {dtype_name(declared)} "
                   f"{tuple(x.shape)}", "residual_out must keep the declared dtype (float32 when declared)")
     if "residual" in kernel.in_place:
         outcome.exact(torch.equal(residual.to(h.dtype), h), "the residual tensor does not hold residual_out after "
                       "the call", "the kernel declares an in-place residual update")
-    expected, bound = fused_tolerance.residual_out(x, given, declared)
+    expected, bound = tolerance.residual_out(x, given, declared)
     outcome.conclude(outcome.compare(h, expected, bound, "residual_out"),
                      "residual_out is not x + residual rounded once to its declared dtype",
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor, h: torch.Tensor
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """({input: expected gradient}, {input: bound}) at the kernel's residual_out h: d = J^T dy + dh for x and the
+    residual (properties.norms.reference_vjp), the norm's dweight and dbias at h, within properties.tolerance's
+    bounds (the dropout scale on x's for the dropout + add kind, whose check applies the mask)."""
+    dh = dh.to(h.dtype)
+    expected = norms.reference_vjp(kernel, h, example["weight"], example["eps"], dy, dh=dh)
+    bounds = tolerance.backward(kernel, example["x"], example["weight"], example["eps"], dy, bias=example["bias"],
+                                h=h, dh=dh, residual=example["residual"], p=example.get("p"))
+    return expected, bounds
+
+
 def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
               dh: torch.Tensor, bias=None) -> None:
     """Every gradient vs the derived VJP at the kernel's residual_out: d = J^T dy + dh for x and residual."""
-    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps}
-    h, grads = fused.vjp(kernel, example, dy, dh)
-    gamma, _ = fused.gammas(kernel, weight, bias)
-    h64, dy64, dh64 = as_float64(h), as_float64(dy), as_float64(dh.to(h.dtype))
-    through, *parameters = fused_oracles.add_norm_vjp(h64, gamma, eps, dy64, dh64, fused.norm_kind(kernel))
-    expected = {"x": through, "residual": through, **dict(zip(("weight", "bias"), parameters, strict=False))}
-    bounds = fused_tolerance.backward(h64, gamma, eps, dy64, through, fused.norm_kind(kernel),
-                                      {name: g.dtype for name, g in grads.items()},
-                                      backward_precision=kernel.backward_precision, dh=dh64, h_dtype=h.dtype)
+    example = example_of(x, residual, weight, bias, eps)
+    got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
+    h = got["residual_out"]
+    expected, bounds = expected_gradients(kernel, example, dy, dh, h)
     declared = _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
@@ -94,11 +121,11 @@ def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
 
 def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
                        expected: dict, bounds: dict) -> tuple[str, ...]:
-    """Under declared conventions (fused.norm_view), in place: the weight (and bias) gradients are the norm's
+    """Under declared conventions (:func:`norm_view`), in place: the weight (and bias) gradients are the norm's
     declared model at residual_out; the gradient of x and of the residual, J^T dy (the norm's, modelled) + dh
     rounded once, keeps its center and bound widened by the model's distance from the oracle plus the model's
     bound (properties.diagnosis.identity_bounds), times (1 + u_acc)(1 + u_out) <= 2. The conventions applied."""
-    view = fused.norm_view(kernel, h, x)
+    view = norm_view(kernel, h, x)
     if view is None:
         return ()
     centers, model_bounds, declared = diagnosis.expected_backward(view, h, weight, eps, dy)
@@ -125,11 +152,12 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, wei
     if "residual" not in kernel.in_place:
         inputs["residual"] = residual
     before = {name: t.clone() for name, t in inputs.items() if t is not None}
-    example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
+    example = example_of(x, residual, weight, bias, eps, p, seed)
     if discover(kernel).backward:
-        fused.vjp(kernel, example, dy, dh, same_tensors=True, allow_nonfinite=True, any_dtype=True)
+        norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, same_tensors=True, allow_nonfinite=True,
+                        any_dtype=True)
     else:
-        fused.forward(kernel, x, residual, weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
+        norms.call(kernel, example, allow_nonfinite=True, any_dtype=True)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}",
                   "inputs must be read-only unless declared", d=x.shape[-1], dtype=dtype_name(x.dtype))
@@ -139,10 +167,9 @@ def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, resid
                            eps: float, bias=None, p=None, seed=None) -> None:
     """``changed`` differs from x in row 0 only: rows 1.. of y and residual_out are identical (with dropout, the
     same seed: a mask drawn by position, not by value)."""
-    before = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
-                           any_dtype=True)
-    after = fused.forward(kernel, changed, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
-                          any_dtype=True)
+    before = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
+    after = outputs(kernel, changed, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
+                    any_dtype=True)
     moved = sorted({int(r) + 1 for a, b in zip(before, after, strict=True) for r in rows_that_differ(a[1:], b[1:])})
     outcome.exact(not moved, f"changing row 0 of x changed rows {moved[:8]} of y or residual_out",
                   "the statistics mix rows", d=x.shape[-1], dtype=dtype_name(x.dtype))
@@ -154,37 +181,22 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
     twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity): y's bound in
     the output-dtype rule's dtype (weight and bias may be in another dtype than x), y's dtype itself not judged (the
     forward claim's business), as in properties.checks.contracts."""
-    y, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
-                         any_dtype=True)
+    y, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
     weight, bias = (t if t is None else t.contiguous() for t in (weight, bias))
-    y0, h0 = fused.forward(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, p, seed,
-                           allow_nonfinite=True, any_dtype=True)
-    gamma, beta = fused.gammas(kernel, weight, bias)
-    bound = fused_tolerance.forward(as_float64(h0), gamma, beta, eps, fused.norm_kind(kernel),
-                                    output_dtype(kernel, x, weight))
-    _, h_bound = fused_tolerance.residual_out(x, residual, h0.dtype)
+    y0, h0 = outputs(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, p, seed,
+                     allow_nonfinite=True, any_dtype=True)
+    bound = tolerance.forward(kernel, x, weight, bias, eps, h=h0)
+    _, h_bound = tolerance.residual_out(x, residual, h0.dtype)
     outcome.conclude([outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
                       outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")],
                      "the kernel reads x or residual as if they were contiguous (strides ignored)",
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-def _dropout_rounding(x: torch.Tensor, residual: torch.Tensor, p: float, dtype: torch.dtype) -> np.ndarray:
-    """Bound on |h - (r + m x/(1-p))| for h = fl(r + b) stored in ``dtype``, b the dropped-out branch: computed in
-    the accumulation dtype (the scale, the product, the add: three roundings) or by an unfused dropout in x's dtype
-    (tolerance.dropout_scaling's three roundings: the scale 1/(1-p) held in x's dtype, as torch's F.dropout's mask
-    tensor holds it, the product, the store), then one rounding to residual_out's dtype, of terms at most
-    |r| + |x|/(1-p)."""
-    u_acc, u_out = unit_roundoffs(dtype)
-    u_x = unit_roundoffs(x.dtype)[1]
-    return (((1 + u_acc) ** 3 * (1 + u_x) ** 3 * (1 + u_out) - 1)
-            * (np.abs(as_float64(residual)) + np.abs(as_float64(x)) / (1 - p)))
-
-
 def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                          bias=None) -> None:
     """Every residual_out element is the residual (dropped) or residual + x/(1-p) (kept), within its rounding."""
-    _, h = fused.forward(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    _, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed)
     outcome.conclude(dropout_values_comparison(h, x, residual, p),
                      "an element of residual_out is neither the residual nor residual + x/(1-p)",
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
@@ -193,9 +205,9 @@ def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight
 def dropout_values_comparison(h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor, p: float,
                               what: str = "residual_out") -> outcome.Comparison:
     """residual_out h, element by element, vs the nearer of the residual and residual + x/(1-p), within its
-    rounding (_dropout_rounding)."""
-    h64, r64 = as_float64(h), as_float64(residual)
-    kept = r64 + as_float64(x) / (1 - p)
+    rounding (properties.tolerance.dropout_residual_out)."""
+    h64, r64 = norms.as_float64(h), norms.as_float64(residual)
+    kept = r64 + norms.as_float64(x) / (1 - p)
     nearest = np.where(np.abs(h64 - r64) <= np.abs(h64 - kept), r64, kept)
-    return outcome.compare(h64, nearest, _dropout_rounding(x, residual, p, h.dtype),
+    return outcome.compare(h64, nearest, tolerance.dropout_residual_out(x, residual, p, h.dtype),
                            f"{what} vs residual or residual + x/(1-p)")

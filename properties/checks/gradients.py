@@ -40,7 +40,7 @@ def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: t
     bounds = diagnosis.identity_bounds(kernel, x, weight, eps, dy)
     x64, dy64 = norms.as_float64(x), norms.as_float64(dy)
     gamma = norms.effective_weight(kernel, weight)
-    centred = x64 - x64.mean(-1, keepdims=True) if kernel.kind == "layernorm" else x64
+    centred = x64 - x64.mean(-1, keepdims=True) if kernel.record.centred else x64
     s = np.sqrt(np.mean(centred**2, axis=-1) + eps)
     scaled_dy = dy64 if gamma is None else gamma * dy64
     dx = norms.as_float64(got["x"])
@@ -54,7 +54,7 @@ def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: t
         xhat = (centred / s[..., None]).reshape(rows.shape)
         comparisons.append(outcome.compare(got["weight"], (rows * xhat).sum(0), bounds["weight"],
                                            "dgamma - sum of dy xhat"))
-    if kernel.kind == "layernorm":
+    if kernel.record.centred:
         comparisons.append(outcome.compare(dx.sum(-1), 0.0, structured["sum"] + tolerance.of_sum(widening),
                                            "sum of dx"))
         if "bias" in got:

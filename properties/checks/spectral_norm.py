@@ -28,10 +28,10 @@ from properties import norms, outcome, tolerance
 POWER_ITERATIONS = 30
 
 
-def _row_statistics(x: torch.Tensor, kind: str) -> float:
+def _row_statistics(kernel, x: torch.Tensor) -> float:
     """sigma^2 (LayerNorm) or mean(x^2) (RMSNorm) of the first row, in float64."""
     row = norms.as_float64(x)[0]
-    return float(np.var(row) if kind == "layernorm" else np.mean(row**2))
+    return float(np.var(row) if kernel.record.centred else np.mean(row**2))
 
 
 def check_spectral_norm(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
@@ -50,7 +50,7 @@ def check_spectral_norm(kernel, x: torch.Tensor, weight, eps: float, bias=None) 
     comparisons = [outcome.compare(measured, derived, slack, "||J||_2 vs the derived value"),
                    outcome.compare(max(measured - bound, 0.0), 0.0, slack, "||J||_2 above max|gamma|/sqrt(eps)")]
     outcome.conclude(comparisons, "the kernel's Jacobian does not have the derived spectral norm",
-                     **SERIES["spectral"].point(sigma2=_row_statistics(x, kernel.kind), eps=eps, measured=measured,
+                     **SERIES["spectral"].point(sigma2=_row_statistics(kernel, x), eps=eps, measured=measured,
                                                 derived=derived, bound=bound), d=d, dtype=dtype_name(x.dtype))
 
 
@@ -91,8 +91,8 @@ def check_matrix_free_spectral_norm(kernel, x: torch.Tensor, eps: float, start: 
     if gamma is None:
         derived = float(norms.reference_spectral_norm(kernel, x, eps)[0])
     else:
-        kind = "ln" if kernel.kind == "layernorm" else "rms"
-        derived, direction = oracles.weighted_top_singular(norms.as_float64(x)[0], gamma, eps, kind)
+        derived, direction = oracles.weighted_top_singular(norms.as_float64(x)[0], gamma, eps,
+                                                           kernel.record.norm)
         drawn = start.double() / start.double().norm()
         direction = boundary.to_kernel(direction.reshape(start.shape), torch.float64, start.device)
         start = (direction + 0.1 * drawn).to(start.dtype)
@@ -105,5 +105,5 @@ def check_matrix_free_spectral_norm(kernel, x: torch.Tensor, eps: float, start: 
     comparisons = [outcome.compare(norm_a, derived, slack, "power-iteration ||J||_2 vs the derived value"),
                    outcome.compare(max(norm_a - bound, 0.0), 0.0, slack, "||J||_2 above max|gamma|/sqrt(eps)")]
     outcome.conclude(comparisons, "the kernel's Jacobian does not have the derived spectral norm",
-                     **SERIES["spectral"].point(sigma2=_row_statistics(x, kernel.kind), eps=eps, measured=norm_a,
+                     **SERIES["spectral"].point(sigma2=_row_statistics(kernel, x), eps=eps, measured=norm_a,
                                                 derived=derived, bound=bound), d=x.shape[-1], dtype=dtype_name(x.dtype))

@@ -13,7 +13,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
 
 A torch autograd implementation with a 16-bit residual_out accumulates dL/dh from its two uses in the storage
-dtype (fl(fl(J^T dy) + dh)): inside the k-term sum the jacobian claim's bound allows (properties.fused_tolerance,
+dtype (fl(fl(J^T dy) + dh)): inside the k-term sum the jacobian claim's bound allows (properties.tolerance,
 docs/findings.md [R1]), so the correct control runs in float32 and float16.
 """
 

@@ -46,7 +46,7 @@ def _kernel_row(spec: str, builtin: Builtin, kernel: Kernel) -> dict:
     from core.capabilities import discover
 
     caps = discover(kernel).as_json()
-    norm = kernel.kind != "dropout"
+    norm = kernel.record.is_norm
     return {"spec": spec, "available": True, "reason": None, "kernel": kernel.name, "kind": kernel.kind,
             "weight": ("w" if kernel.weight_offset == 0 else f"{kernel.weight_offset:g} + w") if norm else "-",
             "backward_in": ("storage dtype" if kernel.backward_precision == "storage" else "fp32") if norm else "-",

@@ -1,0 +1,160 @@
+"""The kind records: one declarative entry per kind of kernel, from which everything kind-specific is derived.
+
+In the spirit of PyTorch's OpInfo, a :class:`Kind` says what a kernel of that kind takes and returns, and which
+norm it applies to what: the argument builders (:meth:`Kind.arguments`), the claim-id prefix and the claim
+families, the inputs with a gradient, the fixtures a conformance test runs over, and the kind inferred from a
+function's parameter names all come from here. Nothing outside this module compares a kind's name
+(tests/test_architecture.py); the derivation-side facts (oracle, VJP, error terms) live in proofs, keyed by
+:attr:`Kind.norm` ("ln" or "rms").
+
+Every norm kind is a prologue, then the plain norm at the prologue's output h, over rows:
+
+    layernorm              fn(x, weight, bias, eps) -> y                      h = x
+    rmsnorm                fn(x, weight, eps) -> y                            h = x
+    add_layernorm          fn(x, residual, weight, bias, eps) -> (y, residual_out)        h = x + residual
+    add_rmsnorm            fn(x, residual, weight, eps) -> (y, residual_out)              h = x + residual
+    dropout_add_layernorm  fn(x, residual, weight, bias, eps, p, seed) -> (y, residual_out)
+                                                                              h = residual + dropout(x)
+    groupnorm              fn(x, num_groups, weight, bias, eps) -> y          x [N, C, *]: the rows are the
+                                                                              groups' (C/G) x spatial elements,
+                                                                              weight and bias per channel
+    dropout                fn(x, p, seed) -> y                                (no norm: inverted dropout)
+
+y = N(h) over the last axis of the rows (the grouped view for GroupNorm), residual_out = h in the declared
+residual dtype. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+# The roles an argument of a kind's signature can play; the strategies' examples are dicts keyed by them.
+ROLES = ("x", "residual", "num_groups", "weight", "bias", "eps", "p", "seed")
+# Inputs a gradient is taken for, in this order, where the signature has them.
+DIFFERENTIABLE = ("x", "residual", "weight", "bias")
+PROLOGUES = ("", "add", "dropout_add")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of kernel.
+
+    ``signature``: the roles of its positional arguments, in order (:data:`ROLES`); ``norm``: the norm it applies,
+    "ln" (LayerNorm) or "rms" (RMSNorm), None for dropout; ``prologue``: what forms the norm's input h from the
+    arguments ("" h = x; "add" h = x + residual; "dropout_add" h = residual + dropout(x)); ``outputs``: what a call
+    returns, one tensor ("y",) or the pair ("y", "residual_out"); ``grouped``: the norm runs over groups of channels
+    (GroupNorm's [N, G, (C/G) S] view, per-channel weight and bias) instead of the last axis; ``prefix``: its claim
+    ids' prefix; ``also_checks``: further claim families checked on its kernels (LayerNorm's kernels build the
+    Post-LN blocks of ``blocks.*``)."""
+
+    name: str
+    prefix: str
+    signature: tuple[str, ...]
+    norm: str | None
+    prologue: str = ""
+    outputs: tuple[str, ...] = ("y",)
+    grouped: bool = False
+    also_checks: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = [role for role in self.signature if role not in ROLES]
+        if unknown or self.prologue not in PROLOGUES or self.norm not in ("ln", "rms", None):
+            raise ValueError(f"kind {self.name}: malformed record ({unknown or self.prologue or self.norm!r})")
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The claim families (id prefixes) checked on a kernel of this kind."""
+        return (self.prefix, *self.also_checks)
+
+    @property
+    def has_bias(self) -> bool:
+        return "bias" in self.signature
+
+    @property
+    def is_norm(self) -> bool:
+        return self.norm is not None
+
+    @property
+    def plain(self) -> bool:
+        """A norm over the last axis with no prologue: LayerNorm, RMSNorm."""
+        return self.is_norm and not self.prologue and not self.grouped
+
+    @property
+    def centred(self) -> bool:
+        """Whether the norm subtracts the mean (LayerNorm and the kinds built on it)."""
+        return self.norm == "ln"
+
+    @property
+    def dropout(self) -> bool:
+        """Whether the kind draws a dropout mask (takes p and a seed)."""
+        return "seed" in self.signature
+
+    @property
+    def differentiable(self) -> tuple[str, ...]:
+        """The inputs a gradient is taken for (:data:`DIFFERENTIABLE` in the signature)."""
+        return tuple(role for role in DIFFERENTIABLE if role in self.signature)
+
+    @property
+    def plain_norm(self) -> str:
+        """The plain kind of the norm this kind applies (a fused kind's y is that kind's output at residual_out)."""
+        return next(record.name for record in RECORDS if record.plain and record.norm == self.norm)
+
+    def arguments(self, values: Mapping[str, object]) -> tuple:
+        """The positional arguments of the contract, from an example keyed by role (an absent role: None)."""
+        return tuple(values.get(role) for role in self.signature)
+
+    @property
+    def has_residual(self) -> bool:
+        """Whether the kind takes a residual and returns residual_out (declarations residual_dtype, in-place)."""
+        return "residual" in self.signature
+
+
+RECORDS = (
+    Kind("layernorm", "ln", ("x", "weight", "bias", "eps"), "ln", also_checks=("blocks",),
+         description="LayerNorm over the last dimension"),
+    Kind("rmsnorm", "rms", ("x", "weight", "eps"), "rms", description="RMSNorm over the last dimension"),
+    Kind("dropout", "dropout", ("x", "p", "seed"), None, description="inverted dropout, deterministic for a seed"),
+    Kind("add_layernorm", "add_ln", ("x", "residual", "weight", "bias", "eps"), "ln", prologue="add",
+         outputs=("y", "residual_out"), description="residual add, then LayerNorm"),
+    Kind("add_rmsnorm", "add_rms", ("x", "residual", "weight", "eps"), "rms", prologue="add",
+         outputs=("y", "residual_out"), description="residual add, then RMSNorm"),
+    Kind("dropout_add_layernorm", "drop_add_ln", ("x", "residual", "weight", "bias", "eps", "p", "seed"), "ln",
+         prologue="dropout_add", outputs=("y", "residual_out"), description="dropout of x, residual add, LayerNorm"),
+    Kind("groupnorm", "gn", ("x", "num_groups", "weight", "bias", "eps"), "ln", grouped=True,
+         description="GroupNorm over [N, C, *], per-channel weight and bias"),
+)
+KINDS: dict[str, Kind] = {record.name: record for record in RECORDS}
+NAMES = tuple(KINDS)
+
+
+def kind(name: str) -> Kind:
+    """The record of the kind named ``name`` (KeyError naming the kinds otherwise)."""
+    if name not in KINDS:
+        raise KeyError(f"unknown kind {name!r}: expected one of {', '.join(NAMES)}")
+    return KINDS[name]
+
+
+def kinds_where(predicate: Callable[[Kind], bool]) -> tuple[str, ...]:
+    """The names of the kinds whose record satisfies ``predicate``, in :data:`RECORDS` order."""
+    return tuple(record.name for record in RECORDS if predicate(record))
+
+
+def infer(fn: Callable) -> str | None:
+    """The kind whose signature a function's parameter names fit: the longest signature whose roles are all among the
+    names; else, among the kinds with as many parameters, the one naming most of its roles (earliest on a tie:
+    fn(x, w, b, eps) is a layernorm, fn(x, w, eps) an rmsnorm, fn(x, p, generator) a dropout). None when nothing
+    fits."""
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        return None
+    contained = [record for record in RECORDS if set(record.signature) <= set(names)]
+    if contained:
+        return max(contained, key=lambda record: len(record.signature)).name
+    same_length = [record for record in RECORDS if len(record.signature) == len(names)]
+    if not same_length:
+        return None
+    return max(same_length, key=lambda record: sum(role in names for role in record.signature)).name
