@@ -47,7 +47,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import probabilistic, reduction
+from proofs import oracles, probabilistic, reduction
 
 C_RSQRT = 4
 C_WEIGHT = 1
@@ -140,13 +140,6 @@ def _row_quantities(row: np.ndarray, eps: float | np.ndarray, kind: str) -> dict
         s = np.sqrt(s2)
         return {"normalized": centred / s, "mean_abs": np.mean(np.abs(row), axis=-1, keepdims=True) / s,
                 "kappa": np.sqrt(np.mean(row**2, axis=-1, keepdims=True)) / s, "inv_s2": 1.0 / s2, "s": s}
-
-
-def _check_kind(kind: str) -> str:
-    aliases = {"ln": "ln", "layernorm": "ln", "rms": "rms", "rmsnorm": "rms"}
-    if kind not in aliases:
-        raise ValueError(f"unknown kind {kind!r}: expected 'layernorm' or 'rmsnorm'")
-    return aliases[kind]
 
 
 def underflow(u_value: float, flush_to_zero: bool = False) -> float:
@@ -264,8 +257,6 @@ def moments_factors(q: dict, u_acc: float, lam_value: float | None, row: np.ndar
 
 def _forward_bound_at(kind: str, row: np.ndarray, q: dict, weight, bias, u_acc: float, u_out: float,
                       factors: tuple) -> np.ndarray:
-    from proofs import oracles
-
     scale = np.ones(row.shape[-1]) if weight is None else np.abs(np.asarray(weight, dtype=np.float64))
     exact = oracles.layernorm(row, weight, bias, q["eps"]) if kind == "ln" else oracles.rmsnorm(row, weight, q["eps"])
     function = _forward_function(kind)
@@ -291,7 +282,7 @@ def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | N
     Includes the float64 oracle's own error. inf where the model does not apply (d u_acc too large,
     rho_t >= 1) and NaN where the function is undefined (sigma^2 + eps = 0).
     """
-    kind = _check_kind(kind)
+    kind = oracles.norm_key(kind)
     row = np.asarray(x, dtype=np.float64)
     q = {**_row_quantities(row, eps, kind), "eps": eps}
     kernel_q = _declared(q, declared, row.shape[-1], flush_to_zero)
@@ -316,7 +307,7 @@ def forward_bound_finite(x: np.ndarray, eps: float, u_acc: float, kind: str, mod
                          declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> bool:
     """Whether :func:`forward_bound` is finite on every row of x (rho_t < 1, (d + 9) u_acc < 1, sigma^2 + eps > 0),
     without evaluating it."""
-    kind = _check_kind(kind)
+    kind = oracles.norm_key(kind)
     row = np.asarray(x, dtype=np.float64)
     q = _row_quantities(row, eps, kind)
     rho_t = _forward_rho(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), u_acc, model)[1]
@@ -493,7 +484,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
     the mean error e and e1 cancel (they multiply sum_i c_i = 0). Each sum of per-element roundings is bounded by
     :func:`_rounding_sum` (worst case, or the probabilistic model).
     """
-    kind = _check_kind(kind)
+    kind = oracles.norm_key(kind)
     row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
     q = _row_quantities(row, eps, kind)
     rows, width = int(np.prod(row.shape[:-1])), row.shape[-1]
@@ -573,7 +564,7 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     that of the statistics the backward's xhat comes from; the gradient's own sums stay order-agnostic).
     Includes the float64 oracle's own error; inf where the model does not apply, NaN on undefined rows.
     """
-    kind = _check_kind(kind)
+    kind = oracles.norm_key(kind)
     row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
     q = _row_quantities(row, eps, kind)
     rows = int(np.prod(row.shape[:-1]))
@@ -596,7 +587,7 @@ def backward_terms_magnitude(x: np.ndarray, weight: np.ndarray | None, eps: floa
     + |c1| + dc1 + (|xhat_j| + Xi_j)(|c2| + dc2)) (the pieces of :func:`backward_terms`; |c1| counted for RMSNorm
     too, an overestimate). Every partial sum of those terms, in any order, is at most this: the scale at which a
     composition that adds them one by one (autograd over the uses of x) rounds. inf where the model does not apply."""
-    kind = _check_kind(kind)
+    kind = oracles.norm_key(kind)
     row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
     q = _row_quantities(row, eps, kind)
     lam_value = _lam(model, int(np.prod(row.shape[:-1])) * 4 + 2 * row.shape[-1])
