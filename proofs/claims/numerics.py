@@ -9,7 +9,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import aten_sum, error_model, expressions, oracles, probabilistic, reduction, simulate
+from proofs import aten_sum, error_model, error_terms, expressions, oracles, probabilistic, reduction, simulate
 from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
 from proofs.claims.base import Claim
 from proofs.claims.moments_steps import aten_moments_steps
@@ -466,13 +466,13 @@ def _probabilistic_steps() -> tuple:
 
 def _worst_case(term: str) -> sp.Expr:
     """A piece of the LayerNorm forward bound with the worst-case statistic factors gamma_{d+1}, gamma_{d+5}."""
-    return error_model.forward_terms("ln")[term].subs(error_model.WORST_CASE_FACTORS["ln"])
+    return error_terms.forward_terms("ln")[term].subs(error_terms.WORST_CASE_FACTORS["ln"])
 
 
 def _first_order_bound() -> sp.Expr:
     """|gamma_i| (|xhat_i| ((d+1) kappa + (d+5)/2 + C_RSQRT + 3 + C_WEIGHT) + (d+1) E_x): the mean's error enters
     the variance only squared (second order), the output linearly."""
-    m = error_model
+    m = error_terms
     return m.g * (m.xhat * ((m.n + 1) * m.kappa + (m.n + 5) / sp.Integer(2) + m.C_RSQRT + 3 + m.C_WEIGHT)
                   + (m.n + 1) * m.mean_abs)
 
@@ -506,12 +506,12 @@ def _error_model() -> Derivation:
               r"relative to $s^2 = \sigma^2+\epsilon$ that is $\kappa^2\delta_2$, $\kappa^2 = "
               r"\frac{\mu^2+\sigma^2}{\sigma^2+\epsilon}$: a factor $\kappa$ beyond the two-pass/Welford "
               r"$(2\kappa+1)\gamma_{d+5}$"),
-        Equal(sp.diff(_worst_case("product"), error_model.u).subs({error_model.u: 0, error_model.eta: 0}),
+        Equal(sp.diff(_worst_case("product"), error_terms.u).subs({error_terms.u: 0, error_terms.eta: 0}),
               _first_order_bound(),
               r"the bound to first order in $u$ (coefficient of $u$ before the storage rounding): linear in $d$, "
               r"in $\kappa$ and in $E_x = \mathrm{mean}|x|/s \le \kappa$"),
-        Equal(_worst_case("bound").subs({error_model.u: 0, error_model.eta: 0}),
-              error_model.w * error_model.y + error_model.eta_out,
+        Equal(_worst_case("bound").subs({error_terms.u: 0, error_terms.eta: 0}),
+              error_terms.w * error_terms.y + error_terms.eta_out,
               r"with exact arithmetic only the rounding of the output remains: $u_{out}|y_i|$ (+ underflow)"),
         Fact(r"\max |y_{\text{two-pass}} - y| / B \le 1 \text{ (float32, float16 out; sequential, pairwise, Welford)}",
              "simulated in numpy on rows |mean|/std up to 1e4, d up to 1024, eps 1e-12..1e-2",
