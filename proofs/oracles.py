@@ -60,7 +60,7 @@ def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
 def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
     from proofs import algebra as sym
     from proofs import expressions
-    from proofs.numeric import compile_indexed
+    from proofs.index_compiler import compile_indexed
 
     derived = {
         "output": lambda: expressions.output(kind),
@@ -78,7 +78,7 @@ def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
 @cache
 def _row_statistics():
     from proofs import algebra as sym
-    from proofs.numeric import compile_indexed
+    from proofs.index_compiler import compile_indexed
 
     return compile_indexed(sym.MEAN_DEF, ()), compile_indexed(sym.MS_DEF, ())
 

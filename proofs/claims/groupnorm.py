@@ -18,7 +18,7 @@ import sympy as sp
 
 from proofs import expressions
 from proofs.algebra import MEAN_DEF, VAR_DEF, beta, concrete, concrete_row, d, dy, eps, gamma, i, j, mu, var, x
-from proofs.claims import checks
+from proofs.claims import symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
 
@@ -66,7 +66,7 @@ def jacobian_is_blockwise_layernorm(channels: int, groups: int, spatial: int) ->
             local = {x[a % size + 1]: elements[a], x[b % size + 1]: elements[b]}
             entry = derived.subs({i: a % size + 1, j: b % size + 1, d: size}).subs(stats).xreplace(local)
             entry = entry.xreplace({gamma[a % size + 1]: gamma[a // spatial + 1]})
-            if not checks.zero_with_root(derivative - entry, radicand):
+            if not symbolic_checks.zero_with_root(derivative - entry, radicand):
                 return False
     return True
 

@@ -29,7 +29,7 @@ from proofs.algebra import (
     var,
     x,
 )
-from proofs.claims import checks
+from proofs.claims import symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 
@@ -57,7 +57,7 @@ def _jacobian() -> Derivation:
              r"\text{, entries (1,1), (1,2) for } d = 5, 6",
              "explicit differentiation of the written-out rows, compared exactly; the other entries follow by "
              "permuting the features",
-             lambda: all(checks.jacobian_matches_for_width("ln", n) for n in range(1, 7))),
+             lambda: all(symbolic_checks.jacobian_matches_for_width("ln", n) for n in range(1, 7))),
         Equal(D(expressions.LN_DEFINITION, gamma[j]), delta(i, j) * (x[i] - mu) / s,
               r"$y_i$ is linear in $\gamma_i$"),
         Equal(D(expressions.LN_DEFINITION, beta[j]), delta(i, j), r"$y_i$ is linear in $\beta_i$"),
@@ -134,7 +134,7 @@ def _spectra_match() -> bool:
                     expected = lam * (lam - 1) ** (width - 1)
                 else:
                     expected = lam * (lam - epsilon / (variance + epsilon)) * (lam - 1) ** (width - 2)
-                got = checks.characteristic_polynomial("ln", row, epsilon)
+                got = symbolic_checks.characteristic_polynomial("ln", row, epsilon)
                 if sp.expand(got - expected) != 0:
                     return False
     return True

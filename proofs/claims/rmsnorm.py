@@ -25,7 +25,7 @@ from proofs.algebra import (
     v,
     x,
 )
-from proofs.claims import checks
+from proofs.claims import symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 
@@ -46,7 +46,7 @@ def _jacobian() -> Derivation:
              r"\text{, entries (1,1), (1,2) for } d = 5, 6",
              "explicit differentiation of the written-out rows, compared exactly; the other entries follow by "
              "permuting the features",
-             lambda: all(checks.jacobian_matches_for_width("rms", n) for n in range(1, 7))),
+             lambda: all(symbolic_checks.jacobian_matches_for_width("rms", n) for n in range(1, 7))),
         Equal(D(expressions.RMS_DEFINITION, gamma[j]), delta(i, j) * x[i] / r, r"$y_i$ is linear in $\gamma_i$",
               aggregates=RMS_AGGREGATES),
         Equal(row_sum(dy[i] * expressions.jacobian("rms"), i),
@@ -80,7 +80,7 @@ def _spectra_match() -> bool:
         for row in ([0] * width, [n * n - 2 for n in range(width)]):
             q = sp.Rational(sum(a * a for a in row), width)
             expected = (lam - epsilon / (q + epsilon)) * (lam - 1) ** (width - 1)
-            if sp.expand(checks.characteristic_polynomial("rms", row, epsilon) - expected) != 0:
+            if sp.expand(symbolic_checks.characteristic_polynomial("rms", row, epsilon) - expected) != 0:
                 return False
     return True
 
