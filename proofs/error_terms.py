@@ -41,6 +41,12 @@ Safety constants, each stated and justified:
 One-pass variance E[x^2] - mu^2 has |error| ~ gamma_{d+2} (mu^2 + sigma^2) = gamma_{d+2} kappa^2 s^2: the
 relative error of t is kappa^2 d u instead of (2 kappa + 1) d u, so its output error exceeds this bound by a
 factor ~ kappa/2 (derived in claim numerics.error_model).
+
+With exact arithmetic (u = 0, no underflow) only the rounding of the stored output remains:
+
+>>> bound = forward_terms("ln")["bound"].subs(WORST_CASE_FACTORS["ln"])
+>>> bound.subs({u: 0, eta: 0})
+eta_out + u_out*|y_i|
 """
 
 from __future__ import annotations

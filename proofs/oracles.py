@@ -11,6 +11,12 @@ Undefined points: where sigma^2 + eps = 0 (LN: a constant row with eps = 0) or q
 (RMSNorm: a zero row with eps = 0) the function is 0/0, and every output of that row is NaN, never a
 finite value (the gradients and the spectral norm too), however the row's mean rounds: a constant row
 is detected exactly (all elements equal) and centred to exact zeros. No warning is emitted for them.
+
+>>> x = np.full(3, 3.7)  # its float64 mean is not 3.7: the naive formula turns 0/0 into -1
+>>> float(x.mean() - 3.7) != 0, ((x - x.mean()) / x.std()).tolist()
+(True, [-1.0, -1.0, -1.0])
+>>> layernorm(x, None, None, 0.0).tolist()
+[nan, nan, nan]
 """
 
 from __future__ import annotations

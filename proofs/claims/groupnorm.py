@@ -8,6 +8,15 @@ the mean and population variance of group g,
 
 G = 1 is LayerNorm over (C, *); G = C is InstanceNorm. Written out, the elements are numbered in
 row-major (channel, spatial) order, so group g is the contiguous run g m + 1 .. (g + 1) m.
+
+gn.degenerate, as a witness (tests/test_proofs_doctests.py runs it): one-element groups give beta_c for eps > 0, as
+the seed says, but at eps = 0 they are 0/0, undefined, not beta_c.
+
+>>> import numpy as np
+>>> from proofs import fused_oracles
+>>> x, bias = np.array([[[1.0], [2.0]]]), np.array([0.5, 0.25])  # N = 1, C = G = 2, one spatial element
+>>> [fused_oracles.groupnorm(x, 2, None, bias, eps).ravel().tolist() for eps in (1e-5, 0.0)]
+[[0.5, 0.25], [nan, nan]]
 """
 
 from __future__ import annotations

@@ -1,5 +1,36 @@
 """LayerNorm claims: Jacobian, spectral norm, mean stability, shift invariance, variance insensitivity,
-affine identities, gradient identities and the worked example of seed 000."""
+affine identities, gradient identities and the worked example of seed 000.
+
+What the seeds state and the derivations refute, as witnesses (tests/test_proofs_doctests.py runs them):
+
+>>> import numpy as np
+>>> from proofs import oracles
+
+ln.spectral_norm: ||J||_2 = 1/sqrt(sigma^2 + eps) needs d >= 3 (or a constant row); at d = 2 the norm is smaller.
+
+>>> x = np.array([1.0, -1.0])
+>>> round(float(oracles.layernorm_spectral_norm(x, 0.5)), 6), round(float(1 / np.sqrt(x.var() + 0.5)), 6)
+(0.272166, 0.816497)
+
+ln.variance_insensitivity: "insensitive to the input variance" fails where sigma^2 <= eps; at sigma^2 = 0 the
+sensitivity eps/(sigma^2 + eps)^2 is 1/eps.
+
+>>> round(float(oracles.normalized_variance_sensitivity(0.0, 1e-5)))
+100000
+
+ln.affine: scaling x by a is LayerNorm with eps/a^2, not the same LayerNorm.
+
+>>> x = np.array([1.0, 2.0, 4.0])
+>>> bool(np.allclose(oracles.layernorm(4 * x, None, None, 0.1), oracles.layernorm(x, None, None, 0.1 / 16)))
+True
+>>> bool(np.allclose(oracles.layernorm(4 * x, None, None, 0.1), oracles.layernorm(x, None, None, 0.1)))
+False
+
+ln.mean_stability: the output mean is beta only for a gamma that is the same for every feature.
+
+>>> round(float(oracles.layernorm(x, np.array([1.0, 1.0, 2.0]), None, 0.0).mean()), 6)
+0.445435
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,31 @@
 """The rounding-error model (claim numerics.error_model: its derivation steps) and the forward conformance claims it
 bounds (ln.forward, rms.forward). The terms it cites are proofs.error_terms'; the numerical checks its Fact steps run
-are proofs.claims.numerical_checks."""
+are proofs.claims.numerical_checks.
+
+The traps these claims find, as witnesses (tests/test_proofs_doctests.py runs them):
+
+>>> import numpy as np
+>>> from proofs import oracles
+
+A one-pass variance E[x^2] - mu^2 cancels: in float32 at |mean|/std ~ 1e4 it is 0 where the variance is 2/3, and the
+output is off by a factor ~260 (claim numerics.error_model: a factor ~kappa beyond the two-pass bound).
+
+>>> x = (10000.0 + np.array([-1.0, 0.0, 1.0])).astype(np.float32)
+>>> float(np.mean((x - x.mean()) ** 2)), float(np.mean(x * x) - x.mean() ** 2)
+(0.6666666865348816, 0.0)
+>>> [round(v, 2) for v in ((x - x.mean()) / np.sqrt(np.mean(x * x) - x.mean() ** 2 + np.float32(1e-5))).tolist()]
+[-316.23, 0.0, 316.23]
+>>> [round(v, 4) for v in oracles.layernorm(x, None, None, 1e-5).tolist()]
+[-1.2247, 0.0, 1.2247]
+
+eps outside the root, (x - mu)/(sigma + eps), is another function (claim ln.forward's conventions): here 4.5% off,
+about eps/(2 sigma^2) - eps/sigma, where a float32 kernel's bound is ~1e-6.
+
+>>> x, eps = np.array([1.0, 2.0, 4.0]), 0.1
+>>> outside = (x - x.mean()) / (x.std() + eps)
+>>> [round(v, 4) for v in (outside / oracles.layernorm(x, None, None, eps) - 1).tolist()]
+[-0.0449, -0.0449, -0.0449]
+"""
 
 from __future__ import annotations
 

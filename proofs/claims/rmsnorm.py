@@ -1,4 +1,30 @@
-"""RMSNorm claims: what the LayerNorm derivations become for y = gamma x / sqrt(mean(x^2) + eps)."""
+"""RMSNorm claims: what the LayerNorm derivations become for y = gamma x / sqrt(mean(x^2) + eps).
+
+LayerNorm's statements transferred to RMSNorm, refuted by witnesses (tests/test_proofs_doctests.py runs them):
+
+>>> import numpy as np
+>>> from proofs import oracles
+
+rms.mean_stability fails: RMSNorm does not centre; x = (1, 2), eps = 0 has output mean 3/sqrt(10), not 0.
+
+>>> round(float(oracles.rmsnorm(np.array([1.0, 2.0]), None, 0.0).mean()), 6), round(float(3 / np.sqrt(10)), 6)
+(0.948683, 0.948683)
+
+rms.variance_insensitivity fails: the output variance sigma^2/(q + eps) depends on the input mean.
+
+>>> [round(float(np.var(oracles.rmsnorm(np.array(row), None, 0.0))), 6) for row in ([1.0, 1.0], [0.0, 2.0])]
+[0.0, 0.5]
+
+rms.affine: no shift invariance (x = (1, -1), c = 1).
+
+>>> [round(v, 6) for v in oracles.rmsnorm(np.array([1.0, -1.0]) + 1.0, None, 0.0).tolist()]
+[1.414214, 0.0]
+
+rms.spectral_norm: at d = 1 the norm is eps/r^3, not 1/r (r = sqrt(x^2 + eps); x = 2, eps = 1).
+
+>>> round(float(oracles.rmsnorm_spectral_norm(np.array([2.0]), 1.0)), 6), round(1 / 5**1.5, 6), round(1 / 5**0.5, 6)
+(0.089443, 0.089443, 0.447214)
+"""
 
 from __future__ import annotations
 
