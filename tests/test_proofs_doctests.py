@@ -15,8 +15,9 @@ MODULES = sorted(module.name for module in pkgutil.walk_packages(proofs.__path__
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # the modules that state a trap a claim finds (eps outside the root, one-pass cancellation, the seeds' statements that
 # fail), each with its witness
-WITNESSED = ("proofs.claims.numerics", "proofs.claims.layernorm", "proofs.claims.rmsnorm", "proofs.claims.groupnorm",
-             "proofs.claims.blocks", "proofs.oracles", "proofs.error_terms", "proofs.error_model")
+WITNESSED = ("proofs.claims.numerics", "proofs.claims.layernorm", "proofs.claims.rmsnorm", "proofs.claims.dropout",
+             "proofs.claims.groupnorm", "proofs.claims.blocks", "proofs.oracles", "proofs.error_terms",
+             "proofs.error_model")
 
 
 @pytest.mark.parametrize("name", MODULES)
