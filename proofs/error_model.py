@@ -146,9 +146,9 @@ def _at_most(worst: np.ndarray, *relative: np.ndarray) -> np.ndarray:
 
 
 def statistic_factors(kind: str, q: RowQuantities, u_acc: float, lam_value: float | None, row: np.ndarray) -> tuple:
-    """(phi_mu, phi_v) per row, axis kept: the worst case WORST_CASE_FACTORS, or with the probabilistic sum factor
-    (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies. With a declared reduction
-    (q.declared, proofs.reduction) the sums' d - 1 additions become its depth D (both models), and a declared
+    """(phi_mu, phi_v) per row, axis kept: the worst case error_terms.WORST_CASE_FACTORS, or with the probabilistic
+    sum factor (proofs.probabilistic.sum_factor) in place of gamma_{d-1} where the model applies. With a declared
+    reduction (q.declared, proofs.reduction) the sums' d - 1 additions become its depth D (both models), and a declared
     exact tree gives the probabilistic factor its own sum_v A_v^2 (ATen's row moments: :func:`moments_factors`)."""
     factors = _shape_factors(kind, q, u_acc, lam_value, row)
     if _moments_tree(kind, q.declared, row.shape[-1]):
@@ -231,7 +231,7 @@ def _forward_bound_at(kind: str, row: np.ndarray, q: RowQuantities, weight, bias
 def forward_bound(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
                   u_acc: float, u_out: float, kind: str, model: str = DEFAULT_BOUND, *,
                   declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> np.ndarray:
-    """Per-element bound B with |y_kernel - y_oracle| <= B (module docstring), shape of x.
+    """Per-element bound B with |y_kernel - y_oracle| <= B (the model of proofs.error_terms), shape of x.
 
     ``model``: "probabilistic" (default: the sums' factors of proofs.probabilistic, exceeded by a correct kernel
     with probability at most probabilistic.FALSE_ALARM per call) or "worst-case" (always holds).
@@ -293,7 +293,7 @@ def _where_valid(bound: np.ndarray, width: int, u_acc: float, rho_t: np.ndarray,
 
 def _gradient_factors(width: int, u_acc: float, lam_value: float | None, g_prime: np.ndarray,
                       c2_terms: np.ndarray) -> tuple:
-    """(phi_1, phi_2) per row: WORST_CASE_BACKWARD_FACTORS, refined by the probabilistic sum factor."""
+    """(phi_1, phi_2) per row: error_terms.WORST_CASE_BACKWARD_FACTORS, refined by the probabilistic sum factor."""
     g = probabilistic.gamma
     shape = (*g_prime.shape[:-1], 1)
     first, second = (np.full(shape, g(width + k, u_acc)) for k in WORST_GRADIENT_ROUNDINGS)
@@ -306,14 +306,33 @@ def _gradient_factors(width: int, u_acc: float, lam_value: float | None, g_prime
     return first, second
 
 
-def _backward_at(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_weight=None, u_bias=None):
-    pieces = _backward_pieces(kind, row, q, weight, dy, u_acc, u_out, lam_value, u_weight, u_bias)
-    return pieces["dx"], pieces["dweight"], pieces["dbias"], pieces["rho_t"]
+@dataclass(frozen=True)
+class BackwardPieces:
+    """The pieces of one evaluation of the backward bound (names as in proofs.error_terms.backward_terms): the bounds
+    themselves (per element dx; dweight, dbias per feature) and what the identities' bounds reuse, per row (axis kept)
+    or per element."""
+
+    dx: np.ndarray  # the bound on |dx^_j - dx_j| of this evaluation (the kernel's, or the oracle's)
+    dweight: np.ndarray | None  # None without a weight
+    dbias: np.ndarray
+    rho_t: np.ndarray  # the relative error of t = fl(var + eps), per row
+    g_prime: np.ndarray  # g' = gamma dy
+    xi: np.ndarray  # Xi_j: the error of the recomputed normalized element
+    eps_r: np.ndarray  # the relative error of r^ = 1/sqrt(t)
+    mean_error: np.ndarray  # |mu^ - mu| / s
+    c1: np.ndarray  # mean(g')
+    c2: np.ndarray  # mean(g' xhat)
+    dc1: np.ndarray  # the errors of c1^ and c2^
+    dc2: np.ndarray
+    exact_dx: np.ndarray  # r (g' - c1 - xhat c2), exactly
+    magnitude: np.ndarray  # |g'^_j| + |c1^| + |x^_j c2^| at most: the magnitude of the combination's terms
 
 
-def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_weight=None, u_bias=None) -> dict:
-    """The per-row and per-element pieces of the backward bound (names as in :func:`backward_terms`); dweight and
-    dbias stored with u_weight and u_bias (default u_out, dx's)."""
+def _backward_pieces(kind: str, row: np.ndarray, q: RowQuantities, weight: np.ndarray | None, dy: np.ndarray,
+                     u_acc: float, u_out: float, lam_value: float | None, u_weight: float | None = None,
+                     u_bias: float | None = None) -> BackwardPieces:
+    """The per-row and per-element pieces of the backward bound (names as in proofs.error_terms.backward_terms);
+    dweight and dbias stored with u_weight and u_bias (default u_out, dx's)."""
     u_weight = u_out if u_weight is None else u_weight
     u_bias = u_out if u_bias is None else u_bias
     xi_of, eps_r_of, dx_of = backward_functions(kind)
@@ -351,9 +370,9 @@ def _backward_pieces(kind: str, row, q, weight, dy, u_acc, u_out, lam_value, u_w
         # |g'^_j| + |c1^| + |x^_j c2^| at most: the magnitude of the combination's terms (backward_terms)
         magnitude = (np.abs(g_prime) * (1 + probabilistic.gamma(1 + C_WEIGHT, u_acc)) + np.abs(first) + dc1
                      + (normalized + xi_j) * (np.abs(second) + dc2))
-    return {"dx": dx, "dweight": dweight, "dbias": dbias, "rho_t": rho_t, "g_prime": g_prime, "xi": xi_j,
-            "eps_r": eps_r, "mean_error": factors[0] * q.mean_abs, "c1": first, "c2": second, "dc1": dc1,
-            "dc2": dc2, "exact_dx": exact_dx, "magnitude": magnitude}
+    return BackwardPieces(dx=dx, dweight=dweight, dbias=dbias, rho_t=rho_t, g_prime=g_prime, xi=xi_j, eps_r=eps_r,
+                          mean_error=factors[0] * q.mean_abs, c1=first, c2=second, dc1=dc1, dc2=dc2, exact_dx=exact_dx,
+                          magnitude=magnitude)
 
 
 def _rounding_sum(values: np.ndarray, bound: float, lam_value: float | None, rounded: np.ndarray,
@@ -384,7 +403,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
 
     The computed dx_i = r^ (g^_i - c1^ - x^_i c2^)(1 + rho_i)(1 + eta_i) with g^_i = g'_i (1 + alpha_i),
     x^_i = (c_i - e) r^ (1 + theta_i), r^ = r (1 + eps_r), c1^ = c1 + e1, c2^ = c2 + e2 (the pieces of
-    :func:`backward_terms`). Since sum_i c_i = 0 and sum_i xhat_i = 0 (LayerNorm), to first order
+    :func:`proofs.error_terms.backward_terms`). Since sum_i c_i = 0 and sum_i xhat_i = 0 (LayerNorm), to first order
         sum_i dx_i = r [sum_i alpha_i g'_i - d e1 - (c2 + e2) sum_i (xhat_i theta_i - e r)] + combination roundings:
     neither eps_r nor the per-element values survive (they did in sum_i B_i);
         c . dx - value = r (1 + eps_r)[sum c_i alpha_i g'_i - e2 c . x^ - c2 sum c_i xhat_i theta_i + ...]
@@ -403,13 +422,13 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
     g_round, x_round, combine = g(1 + C_WEIGHT, u_acc), g(2 if kind == "ln" else 1, u_acc), g(C_COMBINE, u_acc)
     outer, float64 = (1 + u_acc) * (1 + u_out) - 1, g(width, 2.0**-53)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r, eps_r, xhat, g_prime = np.sqrt(q.inv_s2), p["eps_r"], q.normalized, p["g_prime"]
+        r, eps_r, xhat, g_prime = np.sqrt(q.inv_s2), p.eps_r, q.normalized, p.g_prime
         centred = xhat / r
-        magnitude = p["magnitude"]
-        computed = np.abs(p["exact_dx"]) + p["dx"]  # |dx^_i| at most
+        magnitude = p.magnitude
+        computed = np.abs(p.exact_dx) + p.dx  # |dx^_i| at most
         # the values rounded: g'_i = gamma_i dy_i (a product), xhat_i (x_i r), the combination g' - c1 - xhat c2
         # (a grid value shifted by row constants: tested for concentrated residues) and dx_i as stored
-        combination = p["exact_dx"] / r
+        combination = p.exact_dx / r
         rounding = {  # sum_i delta_i v_i of the roundings, per row
             "g": _rounding_sum(g_prime, g_round, lam_value, g_prime),
             "cg": _rounding_sum(centred * g_prime, g_round, lam_value, g_prime),
@@ -417,9 +436,9 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
             "cx": _rounding_sum(centred * xhat, x_round, lam_value, xhat),
             "combine": _rounding_sum(magnitude, combine, lam_value, combination, u_acc),
             "c_combine": _rounding_sum(centred * magnitude, combine, lam_value, combination, u_acc),
-            "outer": _rounding_sum(computed, outer, lam_value, p["exact_dx"], u_out),
-            "c_outer": _rounding_sum(centred * computed, outer, lam_value, p["exact_dx"], u_out)}
-        c2_hat = np.abs(p["c2"]) + p["dc2"]
+            "outer": _rounding_sum(computed, outer, lam_value, p.exact_dx, u_out),
+            "c_outer": _rounding_sum(centred * computed, outer, lam_value, p.exact_dx, u_out)}
+        c2_hat = np.abs(p.c2) + p.dc2
         shared = r * (1 + eps_r)
         cg = np.abs(np.sum(centred * g_prime, axis=-1, keepdims=True))
         spread = 1 - eps * q.inv_s2  # sigma^2 / s^2 (mean(x^2) / s^2 for RMSNorm)
@@ -427,7 +446,7 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
         # c weights element by element; fl(mu r) errs alike in every element, which c . 1 = 0 cancels and the sum
         # of dx meets d times (2 u E_x, E_x = mean|x| / s, covers both)
         association = u_acc * np.abs(row) * r if kind == "ln" else np.zeros_like(row)
-        c_dot = (shared * (rounding["cg"] + p["dc2"] * np.sum(np.abs(centred) * (np.abs(xhat) + p["xi"]), axis=-1,
+        c_dot = (shared * (rounding["cg"] + p.dc2 * np.sum(np.abs(centred) * (np.abs(xhat) + p.xi), axis=-1,
                                                                  keepdims=True)
                            + c2_hat * (1 + eps_r) * (rounding["cx"] + np.sum(np.abs(centred) * association, axis=-1,
                                                                              keepdims=True) * (1 + x_round))
@@ -438,13 +457,13 @@ def identity_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np
                  + float64 * (np.sum(np.abs(centred) * computed, axis=-1, keepdims=True) + r * cg))
         found = {"c_dot": c_dot[..., 0]}
         if kind == "ln":
-            mean_part = (1 + eps_r) * (rounding["x"] + width * (p["mean_error"] + 2 * u_acc * q.mean_abs)
+            mean_part = (1 + eps_r) * (rounding["x"] + width * (p.mean_error + 2 * u_acc * q.mean_abs)
                                        * (1 + x_round))
-            total = (shared * (rounding["g"] + width * p["dc1"] + c2_hat * mean_part + rounding["combine"])
+            total = (shared * (rounding["g"] + width * p.dc1 + c2_hat * mean_part + rounding["combine"])
                      + rounding["outer"] + float64 * np.sum(computed, axis=-1, keepdims=True)
                      + width * q.eta(u_out))
             found["sum"] = total[..., 0]
-    valid = np.isfinite(p["dx"]).all(axis=-1)
+    valid = np.isfinite(p.dx).all(axis=-1)
     return {name: np.where(valid, value, np.inf) for name, value in found.items()}
 
 
@@ -477,14 +496,14 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     q = RowQuantities.of(row, eps, kind)
     rows = int(np.prod(row.shape[:-1]))
     lam_value = _lam(model, rows * 4 + 2 * row.shape[-1])
-    kernel = _backward_at(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), weight, upstream, u_acc,
-                          u_out, lam_value, u_weight, u_bias)
-    oracle = _backward_at(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
-    dx = _where_valid(kernel[0] + oracle[0], row.shape[-1], u_acc, kernel[3], q.inv_s2)
+    kernel = _backward_pieces(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), weight, upstream,
+                              u_acc, u_out, lam_value, u_weight, u_bias)
+    oracle = _backward_pieces(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
+    dx = _where_valid(kernel.dx + oracle.dx, row.shape[-1], u_acc, kernel.rho_t, q.inv_s2)
     lead = tuple(range(row.ndim - 1))
     any_invalid = ~np.isfinite(dx).all(axis=lead)
-    dweight = None if weight is None else np.where(any_invalid, np.inf, kernel[1] + oracle[1])
-    dbias = kernel[2] + oracle[2]
+    dweight = None if weight is None else np.where(any_invalid, np.inf, kernel.dweight + oracle.dweight)
+    dbias = kernel.dbias + oracle.dbias
     return (dx, dweight, dbias) if kind == "ln" else (dx, dweight)
 
 
@@ -492,8 +511,8 @@ def backward_terms_magnitude(x: np.ndarray, weight: np.ndarray | None, eps: floa
                              kind: str, model: str = DEFAULT_BOUND) -> np.ndarray:
     """Per element j, a bound on the magnitude of the terms the backward adds into dx_j, as a kernel computes them:
     r^ (|g'^_j| + |c1^| + |x^_j| |c2^|) <= r (1 + eps_r)(1 + gamma_{C_COMBINE}) (|g'_j| (1 + gamma_{1+C_WEIGHT})
-    + |c1| + dc1 + (|xhat_j| + Xi_j)(|c2| + dc2)) (the pieces of :func:`backward_terms`; |c1| counted for RMSNorm
-    too, an overestimate). Every partial sum of those terms, in any order, is at most this: the scale at which a
+    + |c1| + dc1 + (|xhat_j| + Xi_j)(|c2| + dc2)) (the pieces of proofs.error_terms.backward_terms; |c1| counted for
+    RMSNorm too, an overestimate). Every partial sum of those terms, in any order, is at most this: the scale at which a
     composition that adds them one by one (autograd over the uses of x) rounds. inf where the model does not apply."""
     kind = oracles.norm_key(kind)
     row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
@@ -501,6 +520,6 @@ def backward_terms_magnitude(x: np.ndarray, weight: np.ndarray | None, eps: floa
     lam_value = _lam(model, int(np.prod(row.shape[:-1])) * 4 + 2 * row.shape[-1])
     p = _backward_pieces(kind, row, q, weight, upstream, u_acc, u_acc, lam_value)
     with np.errstate(invalid="ignore", over="ignore"):
-        scale = np.sqrt(q.inv_s2) * (1 + p["eps_r"]) * (1 + probabilistic.gamma(C_COMBINE, u_acc))
-        magnitude = scale * p["magnitude"]
-    return np.where(np.isfinite(p["dx"]), magnitude, np.inf)
+        scale = np.sqrt(q.inv_s2) * (1 + p.eps_r) * (1 + probabilistic.gamma(C_COMBINE, u_acc))
+        magnitude = scale * p.magnitude
+    return np.where(np.isfinite(p.dx), magnitude, np.inf)
