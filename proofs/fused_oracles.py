@@ -23,19 +23,11 @@ import numpy as np
 
 from proofs import oracles
 
-_SHORT = {"layernorm": "ln", "ln": "ln", "rmsnorm": "rms", "rms": "rms"}
-
-
-def _kind(kind: str) -> str:
-    if kind not in _SHORT:
-        raise ValueError(f"kind must be layernorm or rmsnorm, not {kind!r}")
-    return _SHORT[kind]
-
 
 def add_norm(x, residual, weight, bias, eps, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(N(h), h) with h = x + residual over the last axis; bias is ignored for RMSNorm (None)."""
     h = np.asarray(x, dtype=np.float64) + np.asarray(residual, dtype=np.float64)
-    if _kind(kind) == "rms":
+    if oracles.norm_key(kind) == "rms":
         return oracles.rmsnorm(h, weight, eps), h
     return oracles.layernorm(h, weight, bias, eps), h
 
@@ -44,7 +36,7 @@ def add_norm_vjp(h, weight, eps, dy, dh, kind: str) -> tuple:
     """(d, dweight[, dbias]) at the residual stream h = x + residual the norm was applied to, for upstream
     gradients dy = dL/dy and dh = dL/d(residual_out) (None: 0): d = J_N(h)^T dy + dh is both dL/dx and
     dL/dresidual (claim add_ln.jacobian); dweight (and dbias, LayerNorm) are the norm's at h."""
-    if _kind(kind) == "rms":
+    if oracles.norm_key(kind) == "rms":
         dn, *parameters = oracles.rmsnorm_vjp(h, weight, eps, dy)
     else:
         dn, *parameters = oracles.layernorm_vjp(h, weight, eps, dy)

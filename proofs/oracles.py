@@ -11,6 +11,12 @@ Undefined points: where sigma^2 + eps = 0 (LN: a constant row with eps = 0) or q
 (RMSNorm: a zero row with eps = 0) the function is 0/0, and every output of that row is NaN, never a
 finite value (the gradients and the spectral norm too), however the row's mean rounds: a constant row
 is detected exactly (all elements equal) and centred to exact zeros. No warning is emitted for them.
+
+>>> x = np.full(3, 3.7)  # its float64 mean is not 3.7: the naive formula turns 0/0 into -1
+>>> float(x.mean() - 3.7) != 0, ((x - x.mean()) / x.std()).tolist()
+(True, [-1.0, -1.0, -1.0])
+>>> layernorm(x, None, None, 0.0).tolist()
+[nan, nan, nan]
 """
 
 from __future__ import annotations
@@ -24,6 +30,23 @@ if TYPE_CHECKING:
     import sympy as sp
 
 ArrayLike = np.ndarray | float
+
+_NORM_KEYS = {"layernorm": "ln", "ln": "ln", "rmsnorm": "rms", "rms": "rms"}
+
+
+def norm_key(kind: str) -> str:
+    """The short key ("ln" or "rms") of a norm named "layernorm"/"ln" or "rmsnorm"/"rms" (both spellings are public).
+
+    >>> norm_key("layernorm"), norm_key("rms")
+    ('ln', 'rms')
+    >>> norm_key("groupnorm")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown kind 'groupnorm': expected 'layernorm' (or 'ln') or 'rmsnorm' (or 'rms')
+    """
+    if kind not in _NORM_KEYS:
+        raise ValueError(f"unknown kind {kind!r}: expected 'layernorm' (or 'ln') or 'rmsnorm' (or 'rms')")
+    return _NORM_KEYS[kind]
 
 
 def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
@@ -43,7 +66,7 @@ def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
 def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
     from proofs import algebra as sym
     from proofs import expressions
-    from proofs.numeric import compile_indexed
+    from proofs.index_compiler import compile_indexed
 
     derived = {
         "output": lambda: expressions.output(kind),
@@ -61,7 +84,7 @@ def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
 @cache
 def _row_statistics():
     from proofs import algebra as sym
-    from proofs.numeric import compile_indexed
+    from proofs.index_compiler import compile_indexed
 
     return compile_indexed(sym.MEAN_DEF, ()), compile_indexed(sym.MS_DEF, ())
 
@@ -207,10 +230,11 @@ DENSE_SPECTRAL_UP_TO = 64
 
 
 def weighted_spectral_norm(x: ArrayLike, weight: ArrayLike | None, eps: float, kind: str) -> np.ndarray:
-    """||J||_2 per row with per-feature gamma (kind "ln" or "rms"): ||diag(gamma) P|| / sqrt(s^2) in the derivation's
-    terms, at most max|gamma| / sqrt(eps). From the derived VJPs, never retyped: with gamma = 1 the Jacobian is
-    symmetric, so J v = gamma * J_1^T v and J^T J v = vjp(gamma, gamma * vjp(1, v)); its largest eigenvalue by
-    Lanczos (scipy eigsh, relative tolerance 1e-10) beyond DENSE_SPECTRAL_UP_TO, the SVD of the Jacobian below."""
+    """||J||_2 per row with per-feature gamma (kind: :func:`norm_key`): ||diag(gamma) P|| / sqrt(s^2) in the
+    derivation's terms, at most max|gamma| / sqrt(eps). From the derived VJPs, never retyped: with gamma = 1 the
+    Jacobian is symmetric, so J v = gamma * J_1^T v and J^T J v = vjp(gamma, gamma * vjp(1, v)); its largest
+    eigenvalue by Lanczos (scipy eigsh, relative tolerance 1e-10) beyond DENSE_SPECTRAL_UP_TO,
+    the SVD of the Jacobian below."""
     rows = np.atleast_2d(np.asarray(x, dtype=np.float64))
     norms = [weighted_top_singular(row, weight, eps, kind)[0] for row in rows.reshape(-1, rows.shape[-1])]
     return np.asarray(norms).reshape(rows.shape[:-1])
@@ -220,6 +244,7 @@ def weighted_top_singular(row: ArrayLike, weight: ArrayLike | None, eps: float, 
     """(||J||_2, a unit top right singular vector v: ||J v|| = ||J||_2) of one row (:func:`weighted_spectral_norm`)."""
     from scipy.sparse.linalg import LinearOperator, eigsh
 
+    kind = norm_key(kind)
     row = np.asarray(row, dtype=np.float64)
     gamma = np.ones(row.shape[-1]) if weight is None else np.asarray(weight, dtype=np.float64)
     if row.shape[-1] <= DENSE_SPECTRAL_UP_TO:

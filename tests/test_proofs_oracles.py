@@ -190,3 +190,21 @@ def test_weighted_spectral_norm_is_the_jacobians_and_can_be_far_below_the_stated
     exact = np.array([np.linalg.norm(j, 2) for j in jacobian])
     np.testing.assert_allclose(oracles.weighted_spectral_norm(x, weight, 1e-5, kind), exact, rtol=1e-9)
     assert (exact < oracles.spectral_norm_bound(1e-5, weight) / 100).all()
+
+
+def test_one_norm_key_names_the_norm_everywhere_in_proofs():
+    """error_model, fused_oracles and the spectral norm read "layernorm"/"ln" and "rmsnorm"/"rms" through
+    oracles.norm_key: both spellings give the same values, any other kind the same error."""
+    from proofs import error_model, fused_oracles
+
+    row = np.random.default_rng(0).standard_normal((2, 5)) + 3.0
+    u = error_model.unit_roundoff("float32")
+    calls = (lambda kind: error_model.forward_bound(row, None, None, 1e-5, u, u, kind),
+             lambda kind: fused_oracles.add_norm(row, row, None, None, 1e-5, kind)[0],
+             lambda kind: oracles.weighted_spectral_norm(row, None, 1e-5, kind))
+    for call in calls:
+        for long, short in (("layernorm", "ln"), ("rmsnorm", "rms")):
+            assert np.array_equal(call(long), call(short))
+        assert not np.array_equal(call("ln"), call("rms"))
+        with pytest.raises(ValueError, match=r"unknown kind 'batchnorm': expected 'layernorm' \(or 'ln'\)"):
+            call("batchnorm")

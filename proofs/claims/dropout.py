@@ -1,5 +1,19 @@
 """Inverted dropout feeding a norm: the variance bias of seed 003, the mask's laws that the statistical tests
-use (properties/dropout_statistics.py), and the contracts at the edges (p = 0, p = 1, seeds, gradient)."""
+use (properties/dropout_statistics.py), and the contracts at the edges (p = 0, p = 1, seeds, gradient).
+
+dropout.variance_bias, as a witness (tests/test_proofs_doctests.py runs it): the seed's bias p(d-1)/(d(1-p)) (v + mu^2)
+is exact with population variances and wrong with unbiased ones (x = (1, 3), p = 1/2, every mask of the row, exactly):
+
+>>> from fractions import Fraction
+>>> from statistics import mean, pvariance, variance
+>>> x, p = (1, 3), Fraction(1, 2)
+>>> outputs = [[xi * mi / (1 - p) for xi, mi in zip(x, mask)] for mask in itertools.product((0, 1), repeat=2)]
+>>> bias = p * (2 - 1) / (2 * (1 - p))
+>>> [str(mean(var_of(z) for z in outputs) - var_of(x)) for var_of in (pvariance, variance)]
+['5/2', '5']
+>>> [str(bias * (var_of(x) + mean(x) ** 2)) for var_of in (pvariance, variance)]
+['5/2', '3']
+"""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from proofs.algebra import (
     var,
     x,
 )
-from proofs.claims import checks, dropout
+from proofs.claims import dropout, symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
 from proofs.mechanisms import round_to
@@ -49,7 +49,7 @@ EXPLICIT_WIDTHS = (1, 2, 3)
 @cache
 def explicit_jacobian_matches(kind: str, width: int) -> bool:
     """d y_i/d x_j = d y_i/d z_j = J_ij(h) for y = N(x + z) written out at this width, every entry, exactly."""
-    definition, stats, radicand = checks.definition_and_stats(kind, width)
+    definition, stats, radicand = symbolic_checks.definition_and_stats(kind, width)
     xs, zs = concrete_row(width), concrete_row(width, z)
     added = {xs[n]: xs[n] + zs[n] for n in range(width)}
     derived = expressions.jacobian(kind)
@@ -58,7 +58,7 @@ def explicit_jacobian_matches(kind: str, width: int) -> bool:
         for b in range(width):
             entry = derived.subs({i: a + 1, j: b + 1, d: width}).subs(stats).xreplace(added)
             for variable in (xs[b], zs[b]):
-                if not checks.zero_with_root(sp.diff(output, variable) - entry, radicand.xreplace(added)):
+                if not symbolic_checks.zero_with_root(sp.diff(output, variable) - entry, radicand.xreplace(added)):
                     return False
     return True
 

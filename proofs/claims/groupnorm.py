@@ -8,6 +8,15 @@ the mean and population variance of group g,
 
 G = 1 is LayerNorm over (C, *); G = C is InstanceNorm. Written out, the elements are numbered in
 row-major (channel, spatial) order, so group g is the contiguous run g m + 1 .. (g + 1) m.
+
+gn.degenerate, as a witness (tests/test_proofs_doctests.py runs it): one-element groups give beta_c for eps > 0, as
+the seed says, but at eps = 0 they are 0/0, undefined, not beta_c.
+
+>>> import numpy as np
+>>> from proofs import fused_oracles
+>>> x, bias = np.array([[[1.0], [2.0]]]), np.array([0.5, 0.25])  # N = 1, C = G = 2, one spatial element
+>>> [fused_oracles.groupnorm(x, 2, None, bias, eps).ravel().tolist() for eps in (1e-5, 0.0)]
+[[0.5, 0.25], [nan, nan]]
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import sympy as sp
 
 from proofs import expressions
 from proofs.algebra import MEAN_DEF, VAR_DEF, beta, concrete, concrete_row, d, dy, eps, gamma, i, j, mu, var, x
-from proofs.claims import checks
+from proofs.claims import symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import Derivation, Equal, Fact
 
@@ -66,7 +75,7 @@ def jacobian_is_blockwise_layernorm(channels: int, groups: int, spatial: int) ->
             local = {x[a % size + 1]: elements[a], x[b % size + 1]: elements[b]}
             entry = derived.subs({i: a % size + 1, j: b % size + 1, d: size}).subs(stats).xreplace(local)
             entry = entry.xreplace({gamma[a % size + 1]: gamma[a // spatial + 1]})
-            if not checks.zero_with_root(derivative - entry, radicand):
+            if not symbolic_checks.zero_with_root(derivative - entry, radicand):
                 return False
     return True
 

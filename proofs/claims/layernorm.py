@@ -1,5 +1,36 @@
 """LayerNorm claims: Jacobian, spectral norm, mean stability, shift invariance, variance insensitivity,
-affine identities, gradient identities and the worked example of seed 000."""
+affine identities, gradient identities and the worked example of seed 000.
+
+What the seeds state and the derivations refute, as witnesses (tests/test_proofs_doctests.py runs them):
+
+>>> import numpy as np
+>>> from proofs import oracles
+
+ln.spectral_norm: ||J||_2 = 1/sqrt(sigma^2 + eps) needs d >= 3 (or a constant row); at d = 2 the norm is smaller.
+
+>>> x = np.array([1.0, -1.0])
+>>> round(float(oracles.layernorm_spectral_norm(x, 0.5)), 6), round(float(1 / np.sqrt(x.var() + 0.5)), 6)
+(0.272166, 0.816497)
+
+ln.variance_insensitivity: "insensitive to the input variance" fails where sigma^2 <= eps; at sigma^2 = 0 the
+sensitivity eps/(sigma^2 + eps)^2 is 1/eps.
+
+>>> round(float(oracles.normalized_variance_sensitivity(0.0, 1e-5)))
+100000
+
+ln.affine: scaling x by a is LayerNorm with eps/a^2, not the same LayerNorm.
+
+>>> x = np.array([1.0, 2.0, 4.0])
+>>> bool(np.allclose(oracles.layernorm(4 * x, None, None, 0.1), oracles.layernorm(x, None, None, 0.1 / 16)))
+True
+>>> bool(np.allclose(oracles.layernorm(4 * x, None, None, 0.1), oracles.layernorm(x, None, None, 0.1)))
+False
+
+ln.mean_stability: the output mean is beta only for a gamma that is the same for every feature.
+
+>>> round(float(oracles.layernorm(x, np.array([1.0, 1.0, 2.0]), None, 0.0).mean()), 6)
+0.445435
+"""
 
 from __future__ import annotations
 
@@ -29,7 +60,7 @@ from proofs.algebra import (
     var,
     x,
 )
-from proofs.claims import checks
+from proofs.claims import symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 
@@ -57,7 +88,7 @@ def _jacobian() -> Derivation:
              r"\text{, entries (1,1), (1,2) for } d = 5, 6",
              "explicit differentiation of the written-out rows, compared exactly; the other entries follow by "
              "permuting the features",
-             lambda: all(checks.jacobian_matches_for_width("ln", n) for n in range(1, 7))),
+             lambda: all(symbolic_checks.jacobian_matches_for_width("ln", n) for n in range(1, 7))),
         Equal(D(expressions.LN_DEFINITION, gamma[j]), delta(i, j) * (x[i] - mu) / s,
               r"$y_i$ is linear in $\gamma_i$"),
         Equal(D(expressions.LN_DEFINITION, beta[j]), delta(i, j), r"$y_i$ is linear in $\beta_i$"),
@@ -134,7 +165,7 @@ def _spectra_match() -> bool:
                     expected = lam * (lam - 1) ** (width - 1)
                 else:
                     expected = lam * (lam - epsilon / (variance + epsilon)) * (lam - 1) ** (width - 2)
-                got = checks.characteristic_polynomial("ln", row, epsilon)
+                got = symbolic_checks.characteristic_polynomial("ln", row, epsilon)
                 if sp.expand(got - expected) != 0:
                     return False
     return True

@@ -1,16 +1,39 @@
-"""The rounding-error model (numerics.error_model) and the forward conformance claims it bounds."""
+"""The rounding-error model (claim numerics.error_model: its derivation steps) and the forward conformance claims it
+bounds (ln.forward, rms.forward). The terms it cites are proofs.error_terms'; the numerical checks its Fact steps run
+are proofs.claims.numerical_checks.
+
+The traps these claims find, as witnesses (tests/test_proofs_doctests.py runs them):
+
+>>> import numpy as np
+>>> from proofs import oracles
+
+A one-pass variance E[x^2] - mu^2 cancels: in float32 at |mean|/std ~ 1e4 it is 0 where the variance is 2/3, and the
+output is off by a factor ~260 (claim numerics.error_model: a factor ~kappa beyond the two-pass bound).
+
+>>> x = (10000.0 + np.array([-1.0, 0.0, 1.0])).astype(np.float32)
+>>> float(np.mean((x - x.mean()) ** 2)), float(np.mean(x * x) - x.mean() ** 2)
+(0.6666666865348816, 0.0)
+>>> [round(v, 2) for v in ((x - x.mean()) / np.sqrt(np.mean(x * x) - x.mean() ** 2 + np.float32(1e-5))).tolist()]
+[-316.23, 0.0, 316.23]
+>>> [round(v, 4) for v in oracles.layernorm(x, None, None, 1e-5).tolist()]
+[-1.2247, 0.0, 1.2247]
+
+eps outside the root, (x - mu)/(sigma + eps), is another function (claim ln.forward's conventions): here 4.5% off,
+about eps/(2 sigma^2) - eps/sigma, where a float32 kernel's bound is ~1e-6.
+
+>>> x, eps = np.array([1.0, 2.0, 4.0]), 0.1
+>>> outside = (x - x.mean()) / (x.std() + eps)
+>>> [round(v, 4) for v in (outside / oracles.layernorm(x, None, None, eps) - 1).tolist()]
+[-0.0449, -0.0449, -0.0449]
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-from functools import cache
-
-import numpy as np
 import sympy as sp
 
-from proofs import aten_sum, error_model, expressions, oracles, probabilistic, reduction, simulate
+from proofs import error_terms, expressions
 from proofs.algebra import RMS_AGGREGATES, d, gamma, i, j, k, ms, mu, row_sum, var, x
+from proofs.claims import numerical_checks
 from proofs.claims.base import Claim
 from proofs.claims.moments_steps import aten_moments_steps
 from proofs.derivation import Derivation, Equal, Fact
@@ -19,66 +42,6 @@ e = sp.Symbol("e", real=True)  # the error of the computed mean
 rho = sp.Symbol("rho", real=True)
 d1, d2 = sp.symbols("delta_1 delta_2", real=True)
 eps = sp.Symbol("epsilon", positive=True)
-
-
-def _sum_order_bound_holds() -> bool:
-    """|fl(sum) - sum| <= gamma_{n-1} sum|x| for sequential and pairwise float32 sums of hard rows."""
-    rng = np.random.default_rng(0)
-    u = error_model.unit_roundoff("float32")
-    for width in (7, 64, 1000):
-        rows = (rng.standard_normal((50, width)) * 10.0 ** rng.integers(-3, 4, (50, width))).astype(np.float32)
-        exact = rows.astype(np.float64).sum(axis=-1)
-        bound = (width - 1) * u / (1 - (width - 1) * u) * np.abs(rows.astype(np.float64)).sum(axis=-1)
-        for order in ("sequential", "pairwise"):
-            if np.any(np.abs(simulate.summed(rows, order).astype(np.float64) - exact) > bound):
-                return False
-    return True
-
-
-@cache
-def worst_ratios(method: str, widths: tuple[int, ...], mean_over_std: tuple[float, ...], dtype: str,
-                 model: str = error_model.DEFAULT_BOUND) -> float:
-    """max |y_sim - y_oracle| / forward_bound (``model``) over adversarial rows, eps 1e-12..1e-2, for one method."""
-    rng = np.random.default_rng(1)
-    storage = {"float32": np.float32, "float16": np.float16}[dtype]
-    u_out = error_model.unit_roundoff(dtype)
-    worst = 0.0
-    for width in widths:
-        for shift in mean_over_std:
-            for epsilon in (1e-12, 1e-5, 1e-2):
-                row = simulate.adversarial_rows(rng, 4, width, shift, storage)
-                if method == "one_pass":
-                    got = simulate.layernorm_one_pass(row, epsilon, out=storage)
-                elif method == "rms":
-                    got = simulate.rmsnorm_reference(row, epsilon, out=storage)
-                else:
-                    got = simulate.layernorm_two_pass(row, epsilon, out=storage, order=method)
-                kind = "rms" if method == "rms" else "ln"
-                exact = oracles.rmsnorm(row, None, epsilon) if kind == "rms" else oracles.layernorm(row, None, None,
-                                                                                                   epsilon)
-                bound = error_model.forward_bound(row, None, None, epsilon, error_model.unit_roundoff("float32"),
-                                                  u_out, kind, model)
-                finite = np.isfinite(bound)
-                if finite.any():
-                    ratio = np.abs(got.astype(np.float64) - exact)[finite] / bound[finite]
-                    worst = max(worst, float(np.max(ratio)))
-    return worst
-
-
-def _backward_within_bound() -> bool:
-    rng = np.random.default_rng(3)
-    u = error_model.unit_roundoff("float32")
-    for width, model in itertools.product((2, 64, 1024), error_model.BOUNDS):
-        for shift in (0.0, 1e3):
-            row = simulate.adversarial_rows(rng, 4, width, shift, np.float32)
-            upstream = rng.standard_normal(row.shape).astype(np.float32).astype(np.float64)
-            for order in ("sequential", "pairwise"):
-                got = simulate.layernorm_backward(row, upstream, 1e-5, order=order).astype(np.float64)
-                exact = oracles.layernorm_vjp(row, None, 1e-5, upstream)[0]
-                bound = error_model.backward_bound(row, None, 1e-5, upstream, u, u, "ln", model)[0]
-                if np.any(np.abs(got - exact) > bound):
-                    return False
-    return True
 
 
 def _rounded_tree(leaves: list, order: str) -> tuple[sp.Expr, sp.Expr]:
@@ -104,80 +67,6 @@ def _rounded_tree(leaves: list, order: str) -> tuple[sp.Expr, sp.Expr]:
     return total - sum(leaves), sp.Add(*nodes)
 
 
-def _node_sums(weights: tuple[float, ...]) -> list[float]:
-    """sum_v A_v^2 of every full binary tree over the leaves ``weights`` (A_v the sum of the leaves under v)."""
-    @cache
-    def of(subset: frozenset[int]) -> tuple[float, ...]:
-        if len(subset) == 1:
-            return (0.0,)
-        first, *others = sorted(subset)
-        total = sum(weights[k] for k in subset) ** 2
-        found = []
-        for size in range(len(others)):
-            for chosen in itertools.combinations(others, size):
-                left = frozenset((first, *chosen))
-                found += [a + b + total for a in of(left) for b in of(subset - left)]
-        return tuple(found)
-
-    return list(of(frozenset(range(len(weights)))))
-
-
-def _decreasing_sequential_is_the_worst_tree() -> bool:
-    """max over trees of sum_v A_v^2 = sum_{k=2}^m T_k^2 (T_k: sum of the k largest weights), m = 2..6."""
-    rng = np.random.default_rng(7)
-    for m in range(2, 7):
-        for weights in (rng.exponential(size=m), np.ones(m), rng.integers(0, 3, m).astype(float)):
-            ordered = np.cumsum(np.sort(weights)[::-1])
-            bound = float(np.sum(ordered[1:] ** 2))
-            if not np.isclose(max(_node_sums(tuple(weights))), bound, rtol=1e-12):
-                return False
-    return True
-
-
-def _float32_sums_within_the_probabilistic_factor() -> bool:
-    """Sequential, pairwise and blocked (256, sequential across blocks) float32 sums of the suite's row
-    distributions stay within sum_factor * sum|x|; a sequential sum of a constant row breaks the sqrt bound by
-    more than 2x, and probabilistic.independent rejects that row (the fallback to the worst case)."""
-    rng = np.random.default_rng(11)
-    u = error_model.unit_roundoff("float32")
-    lam = probabilistic.lam(1)
-    for width, offset in itertools.product((100, 1000, 8192), (0.0, 10.0, 1e3)):
-        for values in (rng.standard_normal((20, width)), rng.uniform(-1, 1, (20, width)),
-                       rng.standard_normal((20, width)) * (rng.uniform(size=(20, width)) < 0.2),
-                       rng.integers(-8, 9, (20, width)).astype(float)):
-            rows = (offset + values).astype(np.float32)
-            exact = rows.astype(np.float64)
-            bound = probabilistic.sum_factor(exact, u, lam)[..., 0] * np.abs(exact).sum(-1)
-            blocked = simulate.summed(np.stack([simulate.summed(b, "pairwise") for b in
-                                                np.array_split(rows, -(-width // 256), axis=-1)], -1), "sequential")
-            for got in (simulate.summed(rows, "sequential"), simulate.summed(rows, "pairwise"), blocked):
-                if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > bound):
-                    return False
-    constant = np.full((1, 65536), 0.1, np.float32)
-    error = abs(float(simulate.summed(constant, "sequential")[0]) - float(constant.astype(np.float64).sum()))
-    sqrt_bound = lam * u * float(probabilistic.tree_factor(constant)[0, 0]) * float(np.abs(constant).sum())
-    return error > 2 * sqrt_bound and not probabilistic.independent(constant)[0, 0]
-
-
-def _aligned_rows_fall_back() -> bool:
-    """Rows whose residues modulo the partial sums' ulps are concentrated break the sqrt bound in a sequential float32
-    sum (shifted far from 0 at d = 65536; integers plus a fractional shift at d = 8192), and probabilistic.aligned
-    flags them (the worst case applies); normal rows with a small offset are not flagged."""
-    rng = np.random.default_rng(17)
-    u = error_model.unit_roundoff("float32")
-    lam = probabilistic.lam(1)
-    shifted = (999.7 + rng.standard_normal((4, 65536))).astype(np.float32)
-    integers = (49.3 + rng.integers(-8, 9, (4, 8192))).astype(np.float32)
-    for rows in (shifted, integers):
-        exact = rows.astype(np.float64)
-        error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
-        sqrt_bound = lam * u * probabilistic.tree_factor(exact)[..., 0] * np.abs(exact).sum(-1)
-        if not (np.all(error > sqrt_bound) and np.all(probabilistic.aligned(exact, u))):
-            return False
-    spread = (10.0 + rng.standard_normal((4, 8192))).astype(np.float32).astype(np.float64)
-    return not np.any(probabilistic.aligned(spread, u))
-
-
 def _identity_cancellation_steps() -> tuple:
     """What survives of the kernel's errors in sum_i dx_i and c . dx (d = 3 written out; error_model.identity_bounds):
     with g^_i = g_i (1 + alpha_i), c1^ = c1 + e_1, x^_i = xhat_i + xi_i, c2^ = c2 + e_2, sum g = 3 c1, sum xhat = 0
@@ -196,127 +85,6 @@ def _identity_cancellation_steps() -> tuple:
               r"$c \cdot \hat t$: the mean term and its error $e_1$ multiply $\sum_i c_i = 0$ (identity $c\cdot dx$)",
               aggregates={}, given=zero_sums),
     )
-
-
-def _declared_sums_within_the_depth_bounds() -> bool:
-    """numpy's float32 pairwise sum (np.sum: the Triton interpreter's tl.sum) of the suite's row distributions stays
-    within min(gamma_D, P_D) sum|x|, D = reduction.NUMPY_PAIRWISE's depth, and the declared exact tree of our Triton
-    kernels (exact_tree="numpy_pow2", block 8192: np.sum over the row zero-padded to a power of two, or over 8192
-    lanes the blocks of a wider row were added into, simulate.lanes_sum) within the factor of its own sum_v A_v^2 and
-    depth; a sequential float32 sum of offset rows at d = 65536 exceeds that bound on most rows (a false declaration
-    is caught) but not the order-agnostic one."""
-    rng = np.random.default_rng(13)
-    u = error_model.unit_roundoff("float32")
-    lam = probabilistic.lam(1)
-    lanes = dataclasses.replace(reduction.NUMPY_PAIRWISE, exact_tree="numpy_pow2", block=8192)
-    for width, offset in itertools.product((8, 100, 1000, 8192, 20000, 65536), (0.0, 10.0, 1e3)):
-        for values in (rng.standard_normal((8, width)), rng.uniform(-1, 1, (8, width)),
-                       rng.integers(-8, 9, (8, width)).astype(float)):
-            rows = (offset + values).astype(np.float32)
-            exact = rows.astype(np.float64)
-            trees = ((np.sum(rows, axis=-1), reduction.NUMPY_PAIRWISE.depth(width), None),
-                     (simulate.lanes_sum(rows, lanes.block), lanes.depth(width), lanes.tree_factor(exact)))
-            for got, depth, tree in trees:
-                factor = probabilistic.sum_factor(exact, u, lam, depth=depth, exact=tree)[..., 0]
-                if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > factor * np.abs(exact).sum(-1)):
-                    return False
-    rows = (1e3 + rng.standard_normal((16, 65536))).astype(np.float32)
-    exact = rows.astype(np.float64)
-    error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
-    declared = probabilistic.sum_factor(exact, u, lam, depth=reduction.NUMPY_PAIRWISE.depth(65536))[..., 0]
-    agnostic = probabilistic.sum_factor(exact, u, lam)[..., 0]
-    total = np.abs(exact).sum(-1)
-    caught = error / (declared * total)
-    return bool(np.median(caught) > 1 and caught.max() > 3 and np.all(error < agnostic * total))
-
-
-def _aten_cascade_sum_within_its_tree() -> bool:
-    """ATen's CPU float32 sum (proofs.aten_sum: torch's own bit for bit, tests/test_aten_sum.py): its magnitude
-    arithmetic's sum_v A_v^2 is the explicit tree's node-by-node sum (sparse rows: zero operands are no nodes); its
-    sums of normal, uniform and integer rows squared and offset (d to 65536, a one-row call's thread split
-    included) stay within lambda u (1 + gamma_D) sqrt(sum_v A_v^2); a sequential sum of offset rows at d = 65536
-    exceeds that bound on most rows."""
-    rng = np.random.default_rng(19)
-    for width in (2, 3, 7, 9, 33, 129, 1000):
-        row = np.abs(rng.standard_normal(width)) * (rng.uniform(size=width) < 0.7)
-        if not np.isclose(aten_sum.squares(row[None])[0], aten_sum.node_tree(row).squares(), rtol=1e-12):
-            return False
-    u = error_model.unit_roundoff("float32")
-    lam = probabilistic.lam(1)
-    for width, offset in itertools.product((8, 100, 1000, 8192, 65536), (0.0, 10.0, 1e3)):
-        for values in (rng.standard_normal((4, width)), rng.uniform(-1, 1, (4, width)),
-                       rng.integers(-8, 9, (4, width)).astype(float)):
-            terms = np.square((offset + values).astype(np.float32))
-            exact = terms.astype(np.float64)
-            bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact))[..., 0]
-            got = aten_sum.float32_sum(terms)  # one call of 4 rows; below, the first row alone (split if wide)
-            if np.any(np.abs(got - exact.sum(-1)) > bound * exact.sum(-1)) or np.any(
-                    np.abs(aten_sum.float32_sum(terms[:1], threads=2) - exact[0].sum()) > bound[0] * exact[0].sum()):
-                return False
-    terms = np.square((10.0 + rng.standard_normal((16, 65536))).astype(np.float32))
-    exact = terms.astype(np.float64)
-    error = np.abs(simulate.summed(terms, "sequential").astype(np.float64) - exact.sum(-1))
-    bound = probabilistic.sum_factor(exact, u, lam, exact=aten_sum.tree_factor(exact))[..., 0] * exact.sum(-1)
-    return bool(np.median(error / bound) > 1)
-
-
-def _exact_trees_within_their_node_sums() -> bool:
-    """The rigorous worst case of a declared tree, u (1 + gamma_D) sum_v A_v with each node at half an ulp of its
-    binade (Reduction.tree_sums), holds for the float32 sums of both exact trees (ATen's cascade sum, bit for bit
-    torch's; our Triton lanes tree, bit for bit the interpreter's) on structured rows, where the probabilistic factor
-    falls back to it: integers plus a shift, a constant, two values, rows 1e3 std off 0, their squares; d to 65536.
-    A sequential sum declared as the Triton tree exceeds it on the offset rows at d = 65536."""
-    rng = np.random.default_rng(31)
-    u = error_model.unit_roundoff("float32")
-    lanes = dataclasses.replace(reduction.NUMPY_PAIRWISE, block=8192, two_pass=True, exact_tree="numpy_pow2")
-    cascade = dataclasses.replace(reduction.NUMPY_PAIRWISE, exact_tree="aten_cascade_sum")
-    for width in (8, 100, 1000, 8192, 20000, 65536):
-        rows = np.stack([rng.integers(-8, 9, width) + 0.1, np.full(width, 0.1), rng.choice([0.3, 7.1], width),
-                         1e3 + rng.standard_normal(width)]).astype(np.float32)
-        for terms in (rows, np.square(rows)):
-            exact = terms.astype(np.float64)
-            for shape, got in ((lanes, simulate.lanes_sum(terms, lanes.block)), (cascade, aten_sum.float32_sum(terms))):
-                depth = min(reduction.depth(shape, width), width - 1)
-                if shape is cascade:
-                    depth = aten_sum.depth(width)
-                linear = shape.tree_sums(exact, 1 + probabilistic.gamma(depth, u))[1][..., 0]
-                bound = u * (1 + probabilistic.gamma(depth, u)) * linear * np.abs(exact).sum(-1)
-                if np.any(np.abs(got.astype(np.float64) - exact.sum(-1)) > bound):
-                    return False
-    rows = (1e3 + rng.standard_normal((8, 65536))).astype(np.float32)
-    exact = rows.astype(np.float64)
-    depth = reduction.depth(lanes, 65536)
-    bound = u * (1 + probabilistic.gamma(depth, u)) * lanes.tree_sums(exact, 1 + probabilistic.gamma(depth, u))[1]
-    error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
-    return bool(np.median(error / (bound[..., 0] * exact.sum(-1))) > 1)
-
-
-def _split_trees_within_their_bound() -> bool:
-    """The split bound of our Triton kernels' declared tree (Reduction.tree_split: nodes at aligned ulps and the
-    largest others rigorously, the rest by Azuma-Hoeffding) holds for its float32 sums (simulate.lanes_sum, the
-    interpreter's bits) of normal rows offset 1e3, integers plus 0.1, 49.3 and 4900.25, lognormal rows and their
-    squares, d to 65536, wherever the terms are independent (probabilistic.independent); a sequential sum declared as
-    that tree exceeds it on every offset row at d = 65536."""
-    rng = np.random.default_rng(37)
-    u = error_model.unit_roundoff("float32")
-    lam = probabilistic.lam(1)
-    lanes = dataclasses.replace(reduction.NUMPY_PAIRWISE, block=8192, two_pass=True, exact_tree="numpy_pow2")
-    for width in (8, 100, 1000, 8192, 20000, 65536):
-        rows = np.stack([1e3 + rng.standard_normal(width), rng.integers(-8, 9, width) + 0.1,
-                         rng.integers(-8, 9, width) + 49.3, rng.integers(-8, 9, width) + 4900.25,
-                         rng.lognormal(0, 2, width)]).astype(np.float32)
-        depth = min(reduction.depth(lanes, width), width - 1)
-        for terms in (rows, np.square(rows)):
-            exact = terms.astype(np.float64)
-            split = lanes.tree_split(exact, 1 + probabilistic.gamma(depth, u), u, lam)[..., 0]
-            error = np.abs(simulate.lanes_sum(terms, lanes.block).astype(np.float64) - exact.sum(-1))
-            if np.any((error > split * np.abs(exact).sum(-1)) & probabilistic.independent(exact)[..., 0]):
-                return False
-    rows = (1e3 + rng.standard_normal((8, 65536))).astype(np.float32)
-    exact = rows.astype(np.float64)
-    split = lanes.tree_split(exact, 1 + probabilistic.gamma(reduction.depth(lanes, 65536), u), u, lam)[..., 0]
-    error = np.abs(simulate.summed(rows, "sequential").astype(np.float64) - exact.sum(-1))
-    return bool(np.all(error > split * exact.sum(-1)))
 
 
 def _declared_shape_steps() -> tuple:
@@ -361,7 +129,7 @@ def _declared_shape_steps() -> tuple:
              r"normal/uniform/integer rows, offsets to $10^3$, $d$ to 65536; a "
              r"sequential sum at $d = 65536$, $|\mu|/\sigma = 10^3$, exceeds that bound on most rows (up to "
              r"$> 3\times$) and stays within the order-agnostic one: a declaration is a claim the check can refute",
-             _declared_sums_within_the_depth_bounds),
+             numerical_checks.declared_sums_within_the_depth_bounds),
         Fact(r"|\mathrm{fl}_{32}^{\text{ATen}}(\textstyle\sum x) - \sum x| \le \lambda u (1+\gamma_D)"
              r"\sqrt{\textstyle\sum_v A_v^2}",
              r"ATen's CPU float32 sum, a cascade of runs and levels, and a one-row call split over threads "
@@ -370,7 +138,7 @@ def _declared_shape_steps() -> tuple:
              r"magnitudes' $\sum_v A_v^2$ is the explicit tree's node-by-node sum, and its sums of squared normal, "
              r"uniform and integer rows, offsets to $10^3$, $d$ to 65536, stay within its own tree's bound "
              r"(\texttt{exact\_tree} of torch's RMSNorm); a sequential sum at $d = 65536$ exceeds it on most rows",
-             _aten_cascade_sum_within_its_tree),
+             numerical_checks.aten_cascade_sum_within_its_tree),
         Fact(r"|\mathrm{fl}(\textstyle\sum x) - \sum x| \le \sum_v u\,2^{\lfloor\log_2((1+\gamma_D)A_v)"
              r"\rfloor} \le u(1+\gamma_D)\sum_v A_v",
              r"a declared exact tree's rigorous worst case over its own nodes (steps 1, 2 and the half ulp), "
@@ -379,7 +147,7 @@ def _declared_shape_steps() -> tuple:
              r"two-valued and "
              r"$10^3$-offset rows and their squares, $d$ to 65536, stay within it; a sequential sum declared as our "
              r"Triton tree exceeds it on $10^3$-offset rows at $d = 65536$",
-             _exact_trees_within_their_node_sums),
+             numerical_checks.exact_trees_within_their_node_sums),
         Equal(sp.exp(-(_split_at - _rigid) ** 2 / (2 * _c**2 * _q_rest)),
               sp.exp(-_lam**2 / 2),
               r"split: $|\sum_v \delta_v t_v| \le \sum_{v \in S} c_v + |\sum_{v \notin S} \delta_v t_v|$ and the "
@@ -394,32 +162,13 @@ def _declared_shape_steps() -> tuple:
              r"\log_2((1+\gamma_D)A_v)\rfloor}$, nodes whose ulp the terms' residues are concentrated at forced into "
              r"$S$: \texttt{probabilistic.aligned\_scales}) of $10^3$-offset, integer + 0.1 / 49.3 / 4900.25 and "
              r"lognormal rows and their squares, $d$ to 65536; a sequential sum declared as that tree exceeds it on "
-             r"every $10^3$-offset row at $d = 65536$", _split_trees_within_their_bound),
+             r"every $10^3$-offset row at $d = 65536$", numerical_checks.split_trees_within_their_bound),
     )
 
 
 _lam, _events, _false_alarm, _q, _c = sp.symbols(r"\lambda N p Q c", positive=True)
 _q_rest, _rigid = sp.symbols(r"Q_M C_S", positive=True)  # the split: Azuma over the nodes outside S, S rigorous
 _split_at = _rigid + _lam * _c * sp.sqrt(_q_rest)
-
-
-def _half_ulp_bounds_round_to_nearest() -> bool:
-    """|round(t) - t| <= u 2^floor(log2|t|) for float64 t rounded to float32/float16/bfloat16 (normal range), random
-    and at the binade edges (just below and above powers of two), and some t come within 2^-10 of the bound."""
-    from proofs.mechanisms import round_to
-
-    rng = np.random.default_rng(29)
-    edges = np.exp2(np.arange(-8, 9))
-    values = np.concatenate([rng.uniform(-1, 1, 10**6) * np.exp2(rng.integers(-8, 9, 10**6)),
-                             edges * (1 - 2.0**-30), edges * (1 + 2.0**-30), -edges])
-    for dtype, smallest_normal in (("float32", 2.0**-126), ("float16", 2.0**-14), ("bfloat16", 2.0**-126)):
-        u = error_model.unit_roundoff(dtype)
-        normal = values[np.abs(values) >= smallest_normal]  # below: the underflow term eta of the model
-        half_ulp = u * np.exp2(np.floor(np.log2(np.abs(normal))))
-        error = np.abs(round_to(normal, dtype) - normal)
-        if np.any(error > half_ulp) or np.max(error / half_ulp) < 1 - 2.0**-10:
-            return False
-    return True
 
 
 def _probabilistic_steps() -> tuple:
@@ -436,7 +185,7 @@ def _probabilistic_steps() -> tuple:
              r"\text{ largest } |x_i|",
              r"order-agnostic: the sequential sum in decreasing order is the worst tree (proof: the $j$-th largest "
              r"node has at most $m-j+1$ leaves); checked on every tree of $m \le 6$ leaves",
-             _decreasing_sequential_is_the_worst_tree),
+             numerical_checks.decreasing_sequential_is_the_worst_tree),
         Equal(sp.exp(-azuma_t**2 / (2 * _c**2 * _q)), sp.exp(-_lam**2 / 2),
               r"Azuma--Hoeffding (assumed theorem: martingale differences $|\delta_v t_v| \le c\,A_v$, "
               r"$c = u(1+\gamma_{m-1})$, $Q = \sum_v A_v^2$): $P(|\sum_v\delta_v t_v| \ge \lambda c\sqrt{Q}) "
@@ -446,7 +195,7 @@ def _probabilistic_steps() -> tuple:
              r"increments of Azuma--Hoeffding bounded by $u\,2^{\lfloor\log_2((1+\gamma)A_v)\rfloor}$, "
              r"\texttt{probabilistic.node\_squares}); checked on $10^6$ float64 values rounded to float32, float16 "
              r"and bfloat16, binade edges included, and attained within a factor $1 + 2^{-10}$",
-             _half_ulp_bounds_round_to_nearest),
+             numerical_checks.half_ulp_bounds_round_to_nearest),
         Equal(_events * 2 * sp.exp(-sp.sqrt(2 * sp.log(2 * _events / _false_alarm)) ** 2 / 2), _false_alarm,
               r"$\lambda = \sqrt{2\ln(2N/p)}$: a union bound over the $N$ sums of one bound evaluation gives false "
               r"alarm $p$ per evaluation (\texttt{probabilistic.FALSE\_ALARM} $= 10^{-13}$), $K p$ per run of $K$"),
@@ -455,24 +204,24 @@ def _probabilistic_steps() -> tuple:
              r"float32 sequential, pairwise and blocked sums, normal/uniform/sparse/integer rows, offsets to $10^3$, "
              r"$m$ to 8192; a constant row (0.1, $m = 65536$) summed sequentially breaks $P_m$: "
              r"\texttt{probabilistic.independent} sends such rows to the worst case",
-             _float32_sums_within_the_probabilistic_factor),
+             numerical_checks.float32_sums_within_the_probabilistic_factor),
         Fact(r"R_q = |\overline{e^{2\pi i x/q}}| > 4/\sqrt{m} \Rightarrow \text{worst case}",
              r"roundings share a sign when the terms' residues modulo the partial sums' ulps $q$ are concentrated: "
              r"a sequential float32 sum of rows $999.7 + N(0,1)$ at $m = 65536$ and of integers $+ 49.3$ at "
              r"$m = 8192$ breaks the sqrt bound; \texttt{probabilistic.aligned} sends such sums to the worst case "
-             r"(evenly spread residues give $R_q \approx m^{-1/2}$)", _aligned_rows_fall_back),
+             r"(evenly spread residues give $R_q \approx m^{-1/2}$)", numerical_checks.aligned_rows_fall_back),
     )
 
 
 def _worst_case(term: str) -> sp.Expr:
     """A piece of the LayerNorm forward bound with the worst-case statistic factors gamma_{d+1}, gamma_{d+5}."""
-    return error_model.forward_terms("ln")[term].subs(error_model.WORST_CASE_FACTORS["ln"])
+    return error_terms.forward_terms("ln")[term].subs(error_terms.WORST_CASE_FACTORS["ln"])
 
 
 def _first_order_bound() -> sp.Expr:
     """|gamma_i| (|xhat_i| ((d+1) kappa + (d+5)/2 + C_RSQRT + 3 + C_WEIGHT) + (d+1) E_x): the mean's error enters
     the variance only squared (second order), the output linearly."""
-    m = error_model
+    m = error_terms
     return m.g * (m.xhat * ((m.n + 1) * m.kappa + (m.n + 5) / sp.Integer(2) + m.C_RSQRT + 3 + m.C_WEIGHT)
                   + (m.n + 1) * m.mean_abs)
 
@@ -490,7 +239,7 @@ def _error_model() -> Derivation:
         Fact(r"|\mathrm{fl}(\textstyle\sum_k x_k) - \sum_k x_k| \le \gamma_{d-1}\sum_k|x_k|,\ "
              r"\gamma_m = \frac{m u}{1-m u}, \text{ any order}",
              "Higham (2002) Lemma 3.1 and eq. (4.4); checked on float32 sequential and pairwise sums",
-             _sum_order_bound_holds),
+             numerical_checks.sum_order_bound_holds),
         Equal(centred_sum, d * var + d * e**2,
               r"two-pass: the mean's error $e$ adds $d e^2$ to $\sum_k(x_k-\hat\mu)^2$; the cross term "
               r"$-2e\sum_k(x_k-\mu)$ is 0"),
@@ -506,25 +255,23 @@ def _error_model() -> Derivation:
               r"relative to $s^2 = \sigma^2+\epsilon$ that is $\kappa^2\delta_2$, $\kappa^2 = "
               r"\frac{\mu^2+\sigma^2}{\sigma^2+\epsilon}$: a factor $\kappa$ beyond the two-pass/Welford "
               r"$(2\kappa+1)\gamma_{d+5}$"),
-        Equal(sp.diff(_worst_case("product"), error_model.u).subs({error_model.u: 0, error_model.eta: 0}),
+        Equal(sp.diff(_worst_case("product"), error_terms.u).subs({error_terms.u: 0, error_terms.eta: 0}),
               _first_order_bound(),
               r"the bound to first order in $u$ (coefficient of $u$ before the storage rounding): linear in $d$, "
               r"in $\kappa$ and in $E_x = \mathrm{mean}|x|/s \le \kappa$"),
-        Equal(_worst_case("bound").subs({error_model.u: 0, error_model.eta: 0}),
-              error_model.w * error_model.y + error_model.eta_out,
+        Equal(_worst_case("bound").subs({error_terms.u: 0, error_terms.eta: 0}),
+              error_terms.w * error_terms.y + error_terms.eta_out,
               r"with exact arithmetic only the rounding of the output remains: $u_{out}|y_i|$ (+ underflow)"),
         Fact(r"\max |y_{\text{two-pass}} - y| / B \le 1 \text{ (float32, float16 out; sequential, pairwise, Welford)}",
              "simulated in numpy on rows |mean|/std up to 1e4, d up to 1024, eps 1e-12..1e-2",
-             lambda: all(worst_ratios(method, (3, 64, 1024), (0.0, 1e2, 1e4), dtype, model) <= 1
-                         for method in ("sequential", "pairwise", "welford", "rms") for dtype in ("float32", "float16")
-                         for model in error_model.BOUNDS)),
+             numerical_checks.two_pass_within_the_bound),
         Fact(r"\max |dx_{\text{float32}} - dx| / B_{dx} \le 1",
              r"the backward bound (\texttt{backward\_bound}) on a float32 simulation of "
              r"$r(g - \bar g - \hat{x}\,\overline{g\hat{x}})$, rows $|\mu|/\sigma$ up to $10^3$, $d \le 1024$",
-             _backward_within_bound),
+             numerical_checks.backward_within_bound),
         Fact(r"\max |y_{\text{one-pass}} - y| / B > 10 \text{ at } \kappa \approx 10^4,\ d \le 64",
              "the one-pass variance breaks the bound by a wide margin where kappa exceeds d",
-             lambda: worst_ratios("one_pass", (8, 64), (1e4,), "float32") > 10),
+             numerical_checks.one_pass_breaks_the_bound),
     ))
 
 

@@ -1,4 +1,30 @@
-"""RMSNorm claims: what the LayerNorm derivations become for y = gamma x / sqrt(mean(x^2) + eps)."""
+"""RMSNorm claims: what the LayerNorm derivations become for y = gamma x / sqrt(mean(x^2) + eps).
+
+LayerNorm's statements transferred to RMSNorm, refuted by witnesses (tests/test_proofs_doctests.py runs them):
+
+>>> import numpy as np
+>>> from proofs import oracles
+
+rms.mean_stability fails: RMSNorm does not centre; x = (1, 2), eps = 0 has output mean 3/sqrt(10), not 0.
+
+>>> round(float(oracles.rmsnorm(np.array([1.0, 2.0]), None, 0.0).mean()), 6), round(float(3 / np.sqrt(10)), 6)
+(0.948683, 0.948683)
+
+rms.variance_insensitivity fails: the output variance sigma^2/(q + eps) depends on the input mean.
+
+>>> [round(float(np.var(oracles.rmsnorm(np.array(row), None, 0.0))), 6) for row in ([1.0, 1.0], [0.0, 2.0])]
+[0.0, 0.5]
+
+rms.affine: no shift invariance (x = (1, -1), c = 1).
+
+>>> [round(v, 6) for v in oracles.rmsnorm(np.array([1.0, -1.0]) + 1.0, None, 0.0).tolist()]
+[1.414214, 0.0]
+
+rms.spectral_norm: at d = 1 the norm is eps/r^3, not 1/r (r = sqrt(x^2 + eps); x = 2, eps = 1).
+
+>>> round(float(oracles.rmsnorm_spectral_norm(np.array([2.0]), 1.0)), 6), round(1 / 5**1.5, 6), round(1 / 5**0.5, 6)
+(0.089443, 0.089443, 0.447214)
+"""
 
 from __future__ import annotations
 
@@ -25,7 +51,7 @@ from proofs.algebra import (
     v,
     x,
 )
-from proofs.claims import checks
+from proofs.claims import symbolic_checks
 from proofs.claims.base import Claim
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 
@@ -46,7 +72,7 @@ def _jacobian() -> Derivation:
              r"\text{, entries (1,1), (1,2) for } d = 5, 6",
              "explicit differentiation of the written-out rows, compared exactly; the other entries follow by "
              "permuting the features",
-             lambda: all(checks.jacobian_matches_for_width("rms", n) for n in range(1, 7))),
+             lambda: all(symbolic_checks.jacobian_matches_for_width("rms", n) for n in range(1, 7))),
         Equal(D(expressions.RMS_DEFINITION, gamma[j]), delta(i, j) * x[i] / r, r"$y_i$ is linear in $\gamma_i$",
               aggregates=RMS_AGGREGATES),
         Equal(row_sum(dy[i] * expressions.jacobian("rms"), i),
@@ -80,7 +106,7 @@ def _spectra_match() -> bool:
         for row in ([0] * width, [n * n - 2 for n in range(width)]):
             q = sp.Rational(sum(a * a for a in row), width)
             expected = (lam - epsilon / (q + epsilon)) * (lam - 1) ** (width - 1)
-            if sp.expand(checks.characteristic_polynomial("rms", row, epsilon) - expected) != 0:
+            if sp.expand(symbolic_checks.characteristic_polynomial("rms", row, epsilon) - expected) != 0:
                 return False
     return True
 

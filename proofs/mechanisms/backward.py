@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, expressions
+from proofs import error_terms, expressions
 from proofs.algebra import (
     LN_AGGREGATES,
     RMS_AGGREGATES,
@@ -102,7 +102,7 @@ def _shifted_dx(case: Case, shift: np.ndarray) -> list[Prediction]:
     the store of the new value."""
     correct = gradients(case)
     center = correct.values["x"] + shift
-    bound = (correct.bounds["x"] + gamma_n(error_model.C_COMBINE, case.u_acc) * np.abs(shift)
+    bound = (correct.bounds["x"] + gamma_n(error_terms.C_COMBINE, case.u_acc) * np.abs(shift)
              + case.u_out * np.abs(center))
     return [replaced(correct, x=(center, bound))]
 

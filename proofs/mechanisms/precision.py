@@ -27,7 +27,7 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs import error_model, oracles, probabilistic, simulate
+from proofs import error_model, error_terms, oracles, probabilistic, simulate
 from proofs.algebra import d, mu, row_sum, var, x
 from proofs.derivation import Derivation, Equal, Fact
 from proofs.mechanisms.base import (
@@ -95,7 +95,7 @@ def _normalized(case: Case, u: float, mean_error, t_lo, t_hi) -> tuple[np.ndarra
     """The interval of the computed x_hat = fl(fl(x - mu_hat) fl(1/sqrt(t)))."""
     centred = case.x - row_statistics(case)["mean"]
     a_lo, a_hi = _widened(centred - mean_error, centred + mean_error, u)
-    rsqrt = gamma_n(error_model.C_RSQRT, u)
+    rsqrt = gamma_n(error_terms.C_RSQRT, u)
     with np.errstate(divide="ignore", invalid="ignore"):
         r_lo = (1 - rsqrt) / np.sqrt(t_hi)
         r_hi = np.where(t_lo > 0, (1 + rsqrt) / np.sqrt(np.maximum(t_lo, 0.0)), np.inf)
@@ -107,7 +107,7 @@ def _normalized(case: Case, u: float, mean_error, t_lo, t_hi) -> tuple[np.ndarra
 def _affine(case: Case, lo, hi, u: float) -> Prediction:
     """gamma [lo, hi] + beta, each operation rounded with u (the weight's own C_WEIGHT), then stored."""
     if case.gamma is not None:
-        lo, hi = _widened(*_times(lo, hi, case.gamma), gamma_n(1 + error_model.C_WEIGHT, u))
+        lo, hi = _widened(*_times(lo, hi, case.gamma), gamma_n(1 + error_terms.C_WEIGHT, u))
     if case.beta is not None:
         lo, hi = _widened(lo + case.beta, hi + case.beta, u)
     lo, hi = _widened(lo, hi, case.u_out + FLOAT64_SLACK)

@@ -1,4 +1,5 @@
-"""Checks on concrete rows that the Fact steps run: explicit Jacobians for d = 1..6, exact spectra, witnesses."""
+"""Exact (SymPy) checks on concrete rows that the Fact steps run: explicit Jacobians for d = 1..6, exact spectra,
+witnesses. The numerical checks (float simulations) live in proofs/claims/numerical_checks.py."""
 
 from __future__ import annotations
 
