@@ -25,19 +25,21 @@ SEED_MODULUS = 2**64  # Philox keys are 64 bits: seeds are taken modulo 2^64
 
 @triton.jit
 def _dropout(
-    X,  # input, contiguous, float32/float16/bfloat16
-    Y,  # output, contiguous, X's dtype
-    n_elements,  # elements of X
-    p, scale, seed,  # drop probability, 1/(1 - p) (0 for p = 1), Philox seed (mod 2^64)
-    BLOCK: tl.constexpr,  # elements per program
+    X,  # pointer to the input x, flattened and contiguous, float32/float16/bfloat16
+    Y,  # pointer to the output y, flattened and contiguous, X's dtype
+    n_elements,  # int: elements of X
+    p,  # float32: drop probability, in [0, 1]
+    scale,  # float32: 1/(1 - p), the kept values' scale (0 for p = 1)
+    seed,  # int: Philox seed, taken mod 2^64
+    BLOCK: tl.constexpr,  # int, power of two: elements per program
 ):
     """One program per block of BLOCK consecutive elements."""
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: the row-major element index i
+    mask = offsets < n_elements  # the last block is partial when BLOCK does not divide n_elements
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
-    keep = tl.rand(seed, offsets) >= p
-    y = tl.where(keep, x * scale, 0.0)
-    tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
+    keep = tl.rand(seed, offsets) >= p  # u_i = rand(seed, i), uniform in [0, 1): depends on seed and i only
+    y = tl.where(keep, x * scale, 0.0)  # the scaling in float32
+    tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)  # rounded once to X's dtype
 
 
 def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:

@@ -30,51 +30,81 @@ from kernels.dropout_kernel import dropout as dropout_kernel
 
 
 @triton.jit
-def _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, scale, seed,
-                    HAS_DROPOUT: tl.constexpr):
+def _residual_block(
+    X,  # pointer to the row's first element of the branch x, float32/float16/bfloat16
+    R,  # pointer to the row's first element of the residual stream r, float32/float16/bfloat16
+    H,  # pointer to the row's first element of the output residual_out (row-contiguous), in the residual dtype
+    cols,  # int32 [BLOCK]: the block's column indices
+    mask,  # bool [BLOCK]: cols < d, the block's columns that exist (the last block of a row is partial)
+    stride_x_col,  # int: elements between two columns of X
+    stride_r_col,  # int: elements between two columns of R
+    first,  # int64: row-major index of the row's first element (the dropout mask's counter)
+    p,  # float32: drop probability (used with HAS_DROPOUT)
+    scale,  # float32: 1/(1 - p), the kept values' scale (used with HAS_DROPOUT)
+    seed,  # int: Philox seed, mod 2^64 (used with HAS_DROPOUT)
+    HAS_DROPOUT: tl.constexpr,  # bool: drop out the branch (p > 0)
+):
     """h = r + x (or r + x m/(1-p)) for one block, in float32, stored rounded to H's dtype; returns the stored
     values in float32 (zeros where masked off)."""
     x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
     if HAS_DROPOUT:
-        keep = tl.rand(seed, first + cols) >= p
+        keep = tl.rand(seed, first + cols) >= p  # the mask of kernels/dropout_kernel.py: same seed, same index
         x = tl.where(keep, x * scale, 0.0)
+    # the sum in float32, rounded once to the residual dtype: y normalizes exactly this stored h
     h = (x + tl.load(R + cols * stride_r_col, mask=mask, other=0.0).to(tl.float32)).to(H.dtype.element_ty)
     tl.store(H + cols, h, mask=mask)
-    return tl.where(mask, h.to(tl.float32), 0.0)
+    return tl.where(mask, h.to(tl.float32), 0.0)  # masked-off lanes 0.0, so the statistics' sums ignore them
 
 
 @triton.jit
 def _add_norm_forward(
-    X, R,  # the branch and the residual stream, [n, d], any strides
-    H,  # output residual_out = r + x, [n, d], row-contiguous, in the residual dtype
-    Y,  # output N(h), [n, d], row-contiguous, X's dtype
-    W, B,  # gamma, beta, [d], contiguous; None without (then HAS_WEIGHT / HAS_BIAS is False)
-    Mean, Rstd,  # outputs, [n] float32: h's row mean (None for RMSNorm) and 1/sqrt(var + eps)
-    stride_x_row, stride_x_col, stride_r_row, stride_r_col, stride_h_row, stride_y_row,  # strides, in elements
-    n_cols, eps,  # d; eps, added to the variance inside the root
-    p, scale, seed,  # dropout on the branch: drop probability, 1/(1 - p), Philox seed (used with HAS_DROPOUT)
-    IS_RMS: tl.constexpr,  # RMSNorm: mean fixed at 0
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DROPOUT: tl.constexpr,  # W, B given; p > 0
-    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
-    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: h is normalized from registers, not re-read
+    X,  # pointer to the branch x, [n, d], any strides, float32/float16/bfloat16
+    R,  # pointer to the residual stream r, [n, d], any strides, float32/float16/bfloat16 (X's dtype or another)
+    H,  # pointer to the output residual_out = r + x, [n, d], row-contiguous, in the residual dtype (R's, or float32
+    #     with residual_in_fp32)
+    Y,  # pointer to the output y = N(h), [n, d], row-contiguous, X's dtype
+    W,  # pointer to gamma, [d], contiguous, float32/float16/bfloat16; None without (HAS_WEIGHT False)
+    B,  # pointer to beta, [d], contiguous, float32/float16/bfloat16; None without (HAS_BIAS False)
+    Mean,  # pointer to the output mean of h, float32 [n], one per row; None for RMSNorm (never written)
+    Rstd,  # pointer to the output rstd = 1/sqrt(var(h) + eps), float32 [n], one per row
+    stride_x_row,  # int: elements between two rows of X
+    stride_x_col,  # int: elements between two columns of X
+    stride_r_row,  # int: elements between two rows of R
+    stride_r_col,  # int: elements between two columns of R
+    stride_h_row,  # int: elements between two rows of H
+    stride_y_row,  # int: elements between two rows of Y
+    n_cols,  # int: d, the row's width (the normalized dimension)
+    eps,  # float32: added to the variance inside the root
+    p,  # float32: the branch's drop probability (used with HAS_DROPOUT)
+    scale,  # float32: 1/(1 - p), the kept values' scale (used with HAS_DROPOUT)
+    seed,  # int: Philox seed, mod 2^64 (used with HAS_DROPOUT)
+    IS_RMS: tl.constexpr,  # bool: RMSNorm (mean fixed at 0, Mean not written) instead of LayerNorm
+    HAS_WEIGHT: tl.constexpr,  # bool: W given
+    HAS_BIAS: tl.constexpr,  # bool: B given
+    HAS_DROPOUT: tl.constexpr,  # bool: p > 0, drop out the branch before the add
+    BLOCK: tl.constexpr,  # int, power of two: columns held at once (rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # bool: d <= BLOCK, h is normalized from registers, not re-read
 ):
-    """One program per row: h block by block (stored, statistics merged), then y from the stored h."""
-    row = tl.program_id(0).to(tl.int64)
+    """One program per row: h block by block (stored, statistics merged), then y from the stored h. The
+    statistics (count, mean, m2) are float32 scalars; the masks of the last, partial block are explicit in
+    _residual_block, merge_block and store_normalized."""
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     R += row * stride_r_row
     H += row * stride_h_row
     Y += row * stride_y_row
     first = row * n_cols  # row-major index of the row's first element: the dropout mask's counter
 
-    count = 0.0
+    count = 0.0  # float32 accumulators of the statistics of h (kernels.norm.merge_block)
     mean = 0.0
     m2 = 0.0
+    # typed before the loop that reassigns them: with SINGLE_BLOCK its one block stays in use after it
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     h = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols
+        mask = cols < n_cols  # the last block is partial when BLOCK does not divide d
         h = _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, scale, seed, HAS_DROPOUT)
         count, mean, m2 = norm.merge_block(count, mean, m2, h, mask, start, n_cols, IS_RMS, BLOCK)
     rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
@@ -88,7 +118,7 @@ def _add_norm_forward(
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < n_cols
-            h = tl.load(H + cols, mask=mask, other=0.0).to(tl.float32)
+            h = tl.load(H + cols, mask=mask, other=0.0).to(tl.float32)  # the stored, rounded h, read back
             norm.store_normalized(Y, W, B, cols, mask, h, mean, rstd, HAS_WEIGHT, HAS_BIAS)
 
 

@@ -30,28 +30,49 @@ from kernels import rows
 
 
 @triton.jit
-def store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+def store_normalized(
+    Y,  # pointer to the row's first output element (row-contiguous: column c at Y + c), in the output dtype
+    W,  # pointer to gamma, [d], contiguous, float32/float16/bfloat16; unused unless HAS_WEIGHT
+    B,  # pointer to beta, [d], contiguous, float32/float16/bfloat16; unused unless HAS_BIAS
+    cols,  # int32 [BLOCK]: the block's column indices
+    mask,  # bool [BLOCK]: cols < d, the block's columns that exist (the last block of a row is partial)
+    x,  # float32 [BLOCK]: the block's inputs (values where masked off are not stored)
+    mean,  # float32 scalar: the row's mean (0.0 for RMSNorm)
+    rstd,  # float32 scalar: 1 / sqrt(var + eps)
+    HAS_WEIGHT: tl.constexpr,  # bool: multiply by gamma (False: W is None, gamma = 1)
+    HAS_BIAS: tl.constexpr,  # bool: add beta (False: B is None, beta = 0)
+):
     """Y[cols] = (x - mean) * rstd * gamma + beta, computed in float32, rounded once to Y's dtype."""
-    y = (x - mean) * rstd
-    if HAS_WEIGHT:
+    y = (x - mean) * rstd  # float32
+    if HAS_WEIGHT:  # masked-off lanes load 0.0 and are not stored
         y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_BIAS:
         y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + cols, y.to(Y.dtype.element_ty), mask=mask)  # the one rounding, to the output dtype
 
 
 @triton.jit
-def merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS: tl.constexpr, BLOCK: tl.constexpr):
+def merge_block(
+    count,  # float32 scalar: columns of the row merged so far (unused for RMSNorm)
+    mean,  # float32 scalar: their mean (stays 0.0 for RMSNorm)
+    m2,  # float32 scalar: their sum of squared deviations from mean (RMSNorm: their sum of squares)
+    x,  # float32 [BLOCK]: the block row[start:start + BLOCK], 0.0 where masked off
+    mask,  # bool [BLOCK]: the block's columns < d
+    start,  # int: the block's first column
+    n_cols,  # int: d, the row's width
+    IS_RMS: tl.constexpr,  # bool: RMSNorm (sum of squares, mean fixed at 0) instead of LayerNorm
+    BLOCK: tl.constexpr,  # int, power of two: columns per block
+):
     """(count, mean, m2) of a row so far merged with the block x = row[start:start + BLOCK] (float32, zeros where
     masked off), for a kernel that sees each block once (kernels/fused_norm.py). RMSNorm: m2 += sum(x^2), mean stays
     0. LayerNorm: the block two-pass (its mean, then its squared deviations), merged by Chan et al.'s pairwise
-    update."""
+    update. Every sum is in float32."""
     if IS_RMS:
-        m2 += tl.sum(x * x, axis=0)
+        m2 += tl.sum(x * x, axis=0)  # masked-off lanes are 0.0 and add nothing
     else:
-        block_count = tl.minimum(n_cols - start, BLOCK).to(tl.float32)
+        block_count = tl.minimum(n_cols - start, BLOCK).to(tl.float32)  # the existing columns, not BLOCK
         block_mean = tl.sum(x, axis=0) / block_count
-        deviation = tl.where(mask, x - block_mean, 0.0)
+        deviation = tl.where(mask, x - block_mean, 0.0)  # masked-off lanes would add block_mean^2
         block_m2 = tl.sum(deviation * deviation, axis=0)
         total = count + block_count
         delta = block_mean - mean
@@ -62,32 +83,48 @@ def merge_block(count, mean, m2, x, mask, start, n_cols, IS_RMS: tl.constexpr, B
 
 
 @triton.jit
-def _load_row_block(X, start, stride_x_col, n_cols, BLOCK: tl.constexpr):
+def _load_row_block(
+    X,  # pointer to the row's first input element, float32/float16/bfloat16
+    start,  # int: the block's first column
+    stride_x_col,  # int: elements between two columns of X
+    n_cols,  # int: d, the row's width
+    BLOCK: tl.constexpr,  # int, power of two: columns per block
+):
     """(cols, mask, x) of the block row[start:start + BLOCK]: x in float32, zeros where masked off."""
     cols = start + tl.arange(0, BLOCK)
-    mask = cols < n_cols
+    mask = cols < n_cols  # the last block of a row is partial when BLOCK does not divide d
     return cols, mask, tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _squared_deviations(x, mask, mean):
+def _squared_deviations(
+    x,  # float32 [BLOCK]: a block of the row
+    mask,  # bool [BLOCK]: the block's columns < d
+    mean,  # float32 scalar: the row's mean (0.0 for RMSNorm)
+):
     """(x - mean)^2 in float32, 0 where masked off (RMSNorm: mean = 0, so x^2)."""
-    deviation = tl.where(mask, x - mean, 0.0)
+    deviation = tl.where(mask, x - mean, 0.0)  # masked-off lanes hold 0.0, whose deviation would be -mean
     return deviation * deviation
 
 
 @triton.jit
 def _norm_forward(
-    X,  # input, [n, d], any strides, float32/float16/bfloat16
-    Y,  # output, [n, d], row-contiguous, X's dtype
-    W, B,  # gamma, beta, [d], contiguous; None without (then HAS_WEIGHT / HAS_BIAS is False)
-    Mean, Rstd,  # outputs, [n] float32: the row's mean (None for RMSNorm) and 1/sqrt(var + eps)
-    stride_x_row, stride_x_col, stride_y_row,  # strides, in elements
-    n_cols, eps,  # d; eps, added to the variance inside the root (float32)
-    IS_RMS: tl.constexpr,  # RMSNorm: mean fixed at 0
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,  # W, B given
-    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
-    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: the row is loaded once
+    X,  # pointer to the input x, [n, d], any strides, float32/float16/bfloat16
+    Y,  # pointer to the output y, [n, d], row-contiguous (column stride 1), X's dtype
+    W,  # pointer to gamma, [d], contiguous, float32/float16/bfloat16; None without (HAS_WEIGHT False)
+    B,  # pointer to beta, [d], contiguous, float32/float16/bfloat16; None without (HAS_BIAS False)
+    Mean,  # pointer to the output mean, float32 [n], one per row; None for RMSNorm (never written)
+    Rstd,  # pointer to the output rstd = 1/sqrt(var + eps), float32 [n], one per row
+    stride_x_row,  # int: elements between two rows of X
+    stride_x_col,  # int: elements between two columns of X
+    stride_y_row,  # int: elements between two rows of Y
+    n_cols,  # int: d, the row's width (the normalized dimension)
+    eps,  # float32: added to the variance inside the root
+    IS_RMS: tl.constexpr,  # bool: RMSNorm (mean fixed at 0, Mean not written) instead of LayerNorm
+    HAS_WEIGHT: tl.constexpr,  # bool: W given
+    HAS_BIAS: tl.constexpr,  # bool: B given
+    BLOCK: tl.constexpr,  # int, power of two: columns held at once (rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # bool: d <= BLOCK, the row is loaded once
 ):
     """One program per row, two-pass over the whole row as in Triton's tutorial 05: the mean, then the squared
     deviations from it, then y. Each sum adds the row's blocks into a float32 vector of BLOCK lanes, one block after
@@ -96,11 +133,12 @@ def _norm_forward(
 
     Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK/256,
     1, 16), whatever the dtype (the accumulation is float32 for all)."""
-    row = tl.program_id(0).to(tl.int64)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     Y += row * stride_y_row
 
-    # Pass 1 (LayerNorm): mean = sum(x) / d; RMSNorm: mean = 0.
+    # Pass 1 (LayerNorm): mean = sum(x) / d; RMSNorm: mean = 0. The lanes are float32 whatever X's dtype, and the
+    # masked-off lanes of the last block are loaded as 0.0, so they add nothing.
     cols, mask, x = _load_row_block(X, 0, stride_x_col, n_cols, BLOCK)
     mean = 0.0
     if not IS_RMS:
@@ -110,7 +148,7 @@ def _norm_forward(
         mean = tl.sum(lanes, axis=0) / n_cols
         tl.store(Mean + row, mean)
 
-    # Pass 2: m2 = sum((x - mean)^2), the same way; rstd = 1 / sqrt(m2 / d + eps).
+    # Pass 2: m2 = sum((x - mean)^2), the same way (float32 lanes, masked-off lanes 0.0); rstd = 1 / sqrt(m2 / d + eps).
     lanes = _squared_deviations(x, mask, mean)
     for start in range(BLOCK, n_cols, BLOCK):
         cols, mask, x = _load_row_block(X, start, stride_x_col, n_cols, BLOCK)
@@ -118,7 +156,7 @@ def _norm_forward(
     rstd = 1.0 / tl.sqrt(tl.sum(lanes, axis=0) / n_cols + eps)
     tl.store(Rstd + row, rstd)
 
-    # Pass 3: y = (x - mean) * rstd * gamma + beta.
+    # Pass 3: y = (x - mean) * rstd * gamma + beta in float32, stored with the mask, rounded once to Y's dtype.
     if SINGLE_BLOCK:  # the row's only block is still in registers
         store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
     else:
@@ -128,20 +166,42 @@ def _norm_forward(
 
 
 @triton.jit
-def _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT: tl.constexpr):
+def _load_block(
+    x_row,  # pointer to the row's first element of the forward's input x, float32/float16/bfloat16
+    dy_row,  # pointer to the row's first element of the upstream gradient dy, float32/float16/bfloat16
+    W,  # pointer to gamma, [d], contiguous; unused unless HAS_WEIGHT
+    cols,  # int32 [BLOCK]: the block's column indices
+    mask,  # bool [BLOCK]: cols < d
+    stride_x_col,  # int: elements between two columns of x
+    stride_dy_col,  # int: elements between two columns of dy
+    mean,  # float32 scalar: the row's saved mean (0.0 for RMSNorm)
+    rstd,  # float32 scalar: the row's saved 1/sqrt(var + eps)
+    HAS_WEIGHT: tl.constexpr,  # bool: g = gamma * dy (False: g = dy)
+):
     """One block of a row in float32: (dy, g = gamma * dy, xhat = (x - mean) * rstd); zeros where masked off."""
     x = tl.load(x_row + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_row + cols * stride_dy_col, mask=mask, other=0.0).to(tl.float32)
     g = dy
     if HAS_WEIGHT:
         g = dy * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+    xhat = tl.where(mask, (x - mean) * rstd, 0.0)  # masked-off x is 0.0, whose xhat would be -mean * rstd
     return dy, g, xhat
 
 
 @triton.jit
-def _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd,
-                      HAS_DRES: tl.constexpr):
+def _store_input_grad(
+    dx_row,  # pointer to the row's first element of the output dx (row-contiguous), in dx's dtype
+    dres_row,  # pointer to the row's first element of dres (float32/float16/bfloat16); unused unless HAS_DRES
+    cols,  # int32 [BLOCK]: the block's column indices
+    mask,  # bool [BLOCK]: cols < d; only these are read and stored
+    stride_dres_col,  # int: elements between two columns of dres
+    g,  # float32 [BLOCK]: gamma * dy
+    xhat,  # float32 [BLOCK]: (x - mean) * rstd
+    c_xhat,  # float32 scalar: mean(g * xhat) over the row
+    c_one,  # float32 scalar: mean(g) over the row (0.0 for RMSNorm)
+    rstd,  # float32 scalar: the row's 1/sqrt(var + eps)
+    HAS_DRES: tl.constexpr,  # bool: add dres (the fused residual add's dL/dh) before the rounding
+):
     """dx[cols] = rstd (g - xhat c_xhat - c_one) (+ dres[cols]), in float32, rounded once to dx's dtype."""
     dx = (g - (xhat * c_xhat + c_one)) * rstd
     if HAS_DRES:
@@ -151,20 +211,33 @@ def _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_
 
 @triton.jit
 def _norm_backward_input(
-    X, DY,  # the forward's input and the upstream gradient, [n, d], any strides
-    DX,  # output, [n, d], row-contiguous (x's dtype, or float32 for the fused kernels' sum)
-    W,  # gamma, [d], contiguous; None without
-    Mean, Rstd,  # the forward's float32 statistics, [n]; Mean is None for RMSNorm
-    Partials,  # output, float32 [(FUSE_DW + FUSE_DB) * n_programs, d]: the programs' dgamma rows, then dbeta rows
-    DRES,  # [n, d]: a gradient added to dx before its rounding (fused residual add); None without
-    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col, stride_dx_row,  # strides, in elements
-    stride_dres_row, stride_dres_col,  # DRES's strides (0 without)
-    n_rows, n_cols,  # X's shape
-    IS_RMS: tl.constexpr,  # RMSNorm: mean = 0, no mean(g) term
-    HAS_WEIGHT: tl.constexpr, HAS_DRES: tl.constexpr,  # W, DRES given
-    FUSE_DW: tl.constexpr, FUSE_DB: tl.constexpr,  # write the dgamma / dbeta partial sums (SINGLE_BLOCK only)
-    BLOCK: tl.constexpr,  # columns held at once (power of two; rows.LaunchConfig.block)
-    SINGLE_BLOCK: tl.constexpr,  # d <= BLOCK: the row is read once
+    X,  # pointer to the forward's input x, [n, d], any strides, float32/float16/bfloat16
+    DY,  # pointer to the upstream gradient dy, [n, d], any strides, float32/float16/bfloat16
+    DX,  # pointer to the output dx, [n, d], row-contiguous, in x's dtype (float32 where fused_norm's backward
+    #      asks for it: x and the residual in different dtypes, or dropout after)
+    W,  # pointer to gamma, [d], contiguous, float32/float16/bfloat16; None without (HAS_WEIGHT False)
+    Mean,  # pointer to the forward's mean, float32 [n]; None for RMSNorm (never read)
+    Rstd,  # pointer to the forward's rstd, float32 [n]
+    Partials,  # pointer to the output partial sums, float32 [(FUSE_DW + FUSE_DB) * n_programs, d]: the programs'
+    #            dgamma rows, then their dbeta rows; None when neither FUSE_DW nor FUSE_DB
+    DRES,  # pointer to dres, [n, d], any strides: a gradient added to dx before its rounding (the fused residual
+    #        add's dL/dh); None without (HAS_DRES False)
+    stride_x_row,  # int: elements between two rows of X
+    stride_x_col,  # int: elements between two columns of X
+    stride_dy_row,  # int: elements between two rows of DY
+    stride_dy_col,  # int: elements between two columns of DY
+    stride_dx_row,  # int: elements between two rows of DX
+    stride_dres_row,  # int: elements between two rows of DRES (0 without)
+    stride_dres_col,  # int: elements between two columns of DRES (0 without)
+    n_rows,  # int: n, X's rows
+    n_cols,  # int: d, the row's width
+    IS_RMS: tl.constexpr,  # bool: RMSNorm (mean = 0, no mean(g) term) instead of LayerNorm
+    HAS_WEIGHT: tl.constexpr,  # bool: W given (g = gamma * dy; else g = dy)
+    HAS_DRES: tl.constexpr,  # bool: DRES given
+    FUSE_DW: tl.constexpr,  # bool: write the programs' dgamma partial sums (SINGLE_BLOCK only)
+    FUSE_DB: tl.constexpr,  # bool: write the programs' dbeta partial sums (SINGLE_BLOCK only)
+    BLOCK: tl.constexpr,  # int, power of two: columns held at once (rows.LaunchConfig.block)
+    SINGLE_BLOCK: tl.constexpr,  # bool: d <= BLOCK, the row is read once
 ):
     """dx, row by row; each program takes rows program, program + n_programs, ...
 
@@ -178,13 +251,13 @@ def _norm_backward_input(
     """
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
-    if FUSE_DW or FUSE_DB:
+    if FUSE_DW or FUSE_DB:  # this program's partial sums of dgamma, dbeta: float32 accumulators, one lane a column
         param_cols = tl.arange(0, BLOCK)
         dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
         db_acc = tl.zeros([BLOCK], dtype=tl.float32)
 
     for row in range(program, n_rows, n_programs):
-        x_row = X + row.to(tl.int64) * stride_x_row
+        x_row = X + row.to(tl.int64) * stride_x_row  # int64: row * stride can pass 2^31 elements
         dy_row = DY + row.to(tl.int64) * stride_dy_row
         dx_row = DX + row.to(tl.int64) * stride_dx_row
         dres_row = DRES
@@ -193,9 +266,10 @@ def _norm_backward_input(
         mean = 0.0 if IS_RMS else tl.load(Mean + row)
         rstd = tl.load(Rstd + row)
 
-        # Pass 1: the row's sums of g * xhat and of g, with g = gamma * dy.
+        # Pass 1: the row's sums of g * xhat and of g, with g = gamma * dy, in float32 (masked-off lanes are 0.0).
         sum_g_xhat = 0.0
         sum_g = 0.0
+        # typed before the loop that reassigns them: with SINGLE_BLOCK its one block stays in use after it
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols
         dy = tl.zeros([BLOCK], dtype=tl.float32)
@@ -203,7 +277,7 @@ def _norm_backward_input(
         xhat = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK):
             cols = start + tl.arange(0, BLOCK)
-            mask = cols < n_cols
+            mask = cols < n_cols  # the last block is partial when BLOCK does not divide d
             dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT)
             sum_g_xhat += tl.sum(g * xhat, axis=0)
             sum_g += tl.sum(g, axis=0)
@@ -212,7 +286,7 @@ def _norm_backward_input(
         if not IS_RMS:
             c_one = sum_g / n_cols
 
-        # Pass 2: dx = rstd * (g - xhat * c_xhat - c_one).
+        # Pass 2: dx = rstd * (g - xhat * c_xhat - c_one) in float32, stored with the mask, rounded once to dx's dtype.
         if SINGLE_BLOCK:  # the row's only block is still in registers
             _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
             if FUSE_DW:
@@ -227,6 +301,7 @@ def _norm_backward_input(
                                           HAS_WEIGHT)
                 _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
 
+    # The partial sums are stored in float32 (rounded to the weight's dtype only after _sum_partials adds them).
     if FUSE_DW:
         tl.store(Partials + program * n_cols + param_cols, dw_acc, mask=param_cols < n_cols)
     if FUSE_DB:
@@ -238,26 +313,36 @@ def _norm_backward_input(
 
 @triton.jit
 def _norm_backward_params(
-    X, DY, Mean, Rstd,  # the forward's input and the upstream gradient, [n, d]; its float32 statistics, [n]
-    DW, DB,  # outputs, [d], in the weight's dtype; None when not needed (Mean is None for RMSNorm)
-    stride_x_row, stride_x_col, stride_dy_row, stride_dy_col,  # strides of X and DY, in elements
-    n_rows, n_cols,  # X's shape
-    IS_RMS: tl.constexpr,  # mean = 0 (RMSNorm)
-    COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,  # which of dgamma, dbeta to write
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,  # the tile summed at a time (rows.LaunchConfig.sum_*)
+    X,  # pointer to the forward's input x, [n, d], any strides, float32/float16/bfloat16
+    DY,  # pointer to the upstream gradient dy, [n, d], any strides, float32/float16/bfloat16
+    Mean,  # pointer to the forward's mean, float32 [n]; None for RMSNorm (never read)
+    Rstd,  # pointer to the forward's rstd, float32 [n]
+    DW,  # pointer to the output dgamma, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DW
+    DB,  # pointer to the output dbeta, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DB
+    stride_x_row,  # int: elements between two rows of X
+    stride_x_col,  # int: elements between two columns of X
+    stride_dy_row,  # int: elements between two rows of DY
+    stride_dy_col,  # int: elements between two columns of DY
+    n_rows,  # int: n, X's rows
+    n_cols,  # int: d, the row's width
+    IS_RMS: tl.constexpr,  # bool: RMSNorm (mean = 0) instead of LayerNorm
+    COMPUTE_DW: tl.constexpr,  # bool: write dgamma
+    COMPUTE_DB: tl.constexpr,  # bool: write dbeta
+    BLOCK_ROWS: tl.constexpr,  # int, power of two: rows of the tile summed at a time (rows.LaunchConfig.sum_rows)
+    BLOCK_COLS: tl.constexpr,  # int, power of two: columns of that tile, one program per block of them (sum_cols)
 ):
     """dgamma = sum_rows dy * xhat and dbeta = sum_rows dy for rows wider than one block (d > MAX_BLOCK), straight
     from x and dy: one program per block of BLOCK_COLS columns sums every row of it (no partial sums, no second
     launch). Each sum adds BLOCK_ROWS x BLOCK_COLS tiles in float32, then reduces the tile's rows once."""
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    col_mask = cols < n_cols  # the last column block is partial when BLOCK_COLS does not divide d
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)  # float32 accumulators, one per tile element
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     for start in range(0, n_rows, BLOCK_ROWS):
         row_ids = start + tl.arange(0, BLOCK_ROWS)
-        row_mask = row_ids < n_rows
-        mask = row_mask[:, None] & col_mask[None, :]
-        row_ids = row_ids.to(tl.int64)
+        row_mask = row_ids < n_rows  # the last row tile is partial when BLOCK_ROWS does not divide n
+        mask = row_mask[:, None] & col_mask[None, :]  # masked-off elements load as 0.0 and add nothing
+        row_ids = row_ids.to(tl.int64)  # int64: row * stride can pass 2^31 elements
         dy = tl.load(DY + row_ids[:, None] * stride_dy_row + cols[None, :] * stride_dy_col,
                      mask=mask, other=0.0).to(tl.float32)
         if COMPUTE_DW:
@@ -272,6 +357,7 @@ def _norm_backward_params(
             dw_acc += dy * xhat
         if COMPUTE_DB:
             db_acc += dy
+    # The tile's rows reduced once, in float32, then rounded once to the weight's dtype.
     if COMPUTE_DW:
         tl.store(DW + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
     if COMPUTE_DB:
@@ -280,22 +366,27 @@ def _norm_backward_params(
 
 @triton.jit
 def _sum_partials(
-    Partials,  # float32 [(COMPUTE_DW + COMPUTE_DB) * n_partials, d]: dgamma's partial rows, then dbeta's
-    DW, DB,  # outputs, [d], in the weight's dtype; None when not needed
-    n_partials, n_cols,  # rows per partial sum, d
-    COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,  # which of dgamma, dbeta to write
-    BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,  # the tile summed at a time (rows.LaunchConfig.sum_*)
+    Partials,  # pointer to the partial sums, float32 [(COMPUTE_DW + COMPUTE_DB) * n_partials, d], contiguous:
+    #            dgamma's partial rows, then dbeta's
+    DW,  # pointer to the output dgamma, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DW
+    DB,  # pointer to the output dbeta, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DB
+    n_partials,  # int: partial-sum rows per gradient (the backward's programs)
+    n_cols,  # int: d, the row's width (Partials' row stride)
+    COMPUTE_DW: tl.constexpr,  # bool: write dgamma
+    COMPUTE_DB: tl.constexpr,  # bool: write dbeta
+    BLOCK_ROWS: tl.constexpr,  # int, power of two: rows of the tile summed at a time (rows.LaunchConfig.sum_rows)
+    BLOCK_COLS: tl.constexpr,  # int, power of two: columns of that tile, one program per block of them (sum_cols)
 ):
     """dgamma, dbeta = the column sums of the partial-sum buffers (the second stage of tutorial 05's two-stage
     reduction), in float32, rounded once to the weight's dtype: one program per block of BLOCK_COLS columns, both
     buffers in one launch."""
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    col_mask = cols < n_cols
-    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
+    col_mask = cols < n_cols  # the last column block is partial when BLOCK_COLS does not divide d
+    dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)  # float32 accumulators, one per tile element
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     for start in range(0, n_partials, BLOCK_ROWS):
         row_ids = start + tl.arange(0, BLOCK_ROWS)
-        mask = (row_ids < n_partials)[:, None] & col_mask[None, :]
+        mask = (row_ids < n_partials)[:, None] & col_mask[None, :]  # masked-off elements load as 0.0
         offsets = row_ids[:, None] * n_cols + cols[None, :]
         if COMPUTE_DW:
             dw_acc += tl.load(Partials + offsets, mask=mask, other=0.0)
@@ -303,6 +394,7 @@ def _sum_partials(
             if COMPUTE_DW:
                 offsets += n_partials * n_cols  # dbeta's rows follow dgamma's
             db_acc += tl.load(Partials + offsets, mask=mask, other=0.0)
+    # The tile's rows reduced once, in float32, then rounded once to the weight's dtype.
     if COMPUTE_DW:
         tl.store(DW + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
     if COMPUTE_DB:
