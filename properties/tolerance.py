@@ -203,7 +203,7 @@ def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
 
 
 U64 = 2.0**-53
-# k of the k-term sum of dL/dh: the terms of N's backward combination (proofs.error_model.backward_terms) and dh
+# k of the k-term sum of dL/dh: the terms of N's backward combination (proofs.error_terms.backward_terms) and dh
 ACCUMULATED_TERMS = {"ln": 4, "rms": 3}
 
 
@@ -217,7 +217,7 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     h from each of its uses (residual_out itself: dh; N's uses of h: the terms of N's backward) in h's dtype, a
     rounding after every partial sum, in an order the suite cannot know. Both are one model, a k-term sum (Higham
     Lemma 3.1, any order): the terms c_1..c_{k-1} of J^T dy (LayerNorm: r g', r c1, r xhat c2; RMSNorm: r g',
-    r xhat c2; proofs.error_model.backward_terms), each computed within the error model's bound B of J^T dy
+    r xhat c2; proofs.error_terms.backward_terms), each computed within the error model's bound B of J^T dy
     (u_out = u_acc: B bounds |sum_j c^_j - J^T dy|) and rounded to h's dtype, plus dh, added in any order with
     k - 1 roundings of unit u_s = max(u_acc, u_h), u_h of h's dtype. With M >= sum_j |c^_j| (the terms' magnitude,
     error_model.backward_terms_magnitude: every partial sum of the c_j is at most M) and t = J^T dy + dh exact:
