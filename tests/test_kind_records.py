@@ -1,0 +1,118 @@
+"""The kind records (core.kinds) are the one place kinds are named, and every kind goes through the one call and
+bound path: each drift point the records removed has a test here that would catch its return (issue 'One record
+per kind')."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from core import kinds
+from core.guard import KernelFault
+from core.kernel import Kernel
+from proofs.claims import CLAIMS
+from proofs.reduction import Reduction
+from properties import norms, tolerance
+from properties.checks import fused as fused_checks
+from properties.plugin import KERNEL_FIXTURES
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMED = set(kinds.NAMES)
+
+
+def _compares_a_kind_name(node: ast.AST) -> bool:
+    """Whether ``node`` compares against a kind's name (``kind == "layernorm"``, ``kind in ("rmsnorm", ...)``)."""
+    if not isinstance(node, ast.Compare):
+        return False
+    sides = [node.left, *node.comparators]
+    for side in sides:
+        values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        if any(isinstance(v, ast.Constant) and v.value in NAMED for v in values):
+            return True
+    return False
+
+
+def test_only_the_kind_records_compare_kind_names():
+    """No module of core/, properties/ or verify/ branches on a kind's name: what differs between kinds is a field
+    of its record (a new kind is a new record, not a new branch)."""
+    found = []
+    for package in ("core", "properties", "verify"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "core" / "kinds.py":
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree) if _compares_a_kind_name(n)]
+    assert not found, "kind names compared outside core/kinds.py:\n" + "\n".join(found)
+
+
+def test_every_kind_has_claims_a_fixture_and_a_signature_for_its_arguments():
+    for record in kinds.RECORDS:
+        assert any(claim.startswith(record.prefix + ".") for claim in CLAIMS), record.name
+        assert any(record.name in taken for taken in KERNEL_FIXTURES.values()), record.name
+        values = {role: role for role in kinds.ROLES}
+        assert record.arguments(values) == record.signature
+
+
+@pytest.mark.parametrize("record", kinds.RECORDS, ids=lambda record: record.name)
+def test_the_kind_is_inferred_from_its_own_signature(record):
+    names = ", ".join(record.signature)
+    fn = eval(f"lambda {names}: None")  # a function with exactly the record's parameter names
+    assert kinds.infer(fn) == record.name
+
+
+def _fused(fn, **declarations) -> Kernel:
+    return Kernel("composed", "add_layernorm", fn, **declarations)
+
+
+def _add_layernorm(x, residual, weight, bias, eps):
+    h = x + residual
+    return torch.nn.functional.layer_norm(h, h.shape[-1:], weight, bias, eps), h
+
+
+def _example(d: int = 16, rows: int = 3) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    return {"x": torch.randn(rows, d, generator=generator), "residual": torch.randn(rows, d, generator=generator),
+            "weight": torch.randn(d, generator=generator), "bias": torch.randn(d, generator=generator), "eps": 1e-5}
+
+
+def test_a_fused_kernel_that_does_not_return_its_pair_is_a_kernel_fault():
+    kernel = _fused(lambda x, residual, weight, bias, eps: _add_layernorm(x, residual, weight, bias, eps)[0])
+    with pytest.raises(KernelFault, match=r"not the 2 tensors \(y, residual_out\) of its contract") as fault:
+        norms.call(kernel, _example())
+    assert fault.value.reason == "type"
+
+
+def test_no_gradient_is_honoured_by_the_fused_kinds():
+    """A frozen weight (the kernel detaches it) is a missing gradient undeclared, and declared it is not asked for,
+    the others still checked."""
+
+    def frozen(x, residual, weight, bias, eps):
+        return _add_layernorm(x, residual, weight.detach(), bias, eps)
+
+    example, upstream = _example(), {"y": torch.ones(3, 16), "residual_out": torch.ones(3, 16)}
+    with pytest.raises(KernelFault, match="no gradient"):
+        norms.gradients(_fused(frozen), example, upstream)
+    _, grads = norms.gradients(_fused(frozen, no_gradient=("weight",)), example, upstream)
+    assert sorted(grads) == ["bias", "residual", "x"]
+    fused_checks.check_vjp(_fused(frozen, no_gradient=("weight",)), example["x"], example["residual"],
+                           example["weight"], 1e-5, upstream["y"], upstream["residual_out"], bias=example["bias"])
+
+
+def test_a_fused_kernel_s_declared_reduction_bounds_its_norm_as_the_plain_kind_s():
+    """The forward bound of y at residual_out is the plain norm's at the same rows, with the declared reduction (it
+    was dropped on the fused path): tighter than undeclared, equal to the plain kind's."""
+    example = _example(d=4096, rows=2)
+    h = example["x"] + example["residual"]
+    declared = Reduction(run=1, lanes=16, source="a test's declaration")
+    fused = _fused(_add_layernorm, reduction=declared)
+    plain = dataclasses.replace(fused, kind=fused.record.plain_norm)
+    args = (example["x"], example["weight"], example["bias"], 1e-5)
+    with_tree = tolerance.forward(fused, *args, h=h)
+    assert np.array_equal(with_tree, tolerance.forward(plain, h, *args[1:]))
+    assert np.all(with_tree <= tolerance.forward(_fused(_add_layernorm), *args, h=h))
+    assert np.any(with_tree < tolerance.forward(_fused(_add_layernorm), *args, h=h))
