@@ -34,6 +34,7 @@ from properties.strategies import (
     biases,
     effective_weights,
     epsilons,
+    leading_shapes,
     offset_ratios,
     parameter_dtypes,
     rounded,
@@ -54,6 +55,7 @@ MASK_RESIDUALS = ("zeros", "within x")
 MASK_SHAPES, KEEP_RATE_FRACTION, INDEPENDENCE_FRACTION = ((16, 4096), (64, 1024)), 0.25, 0.15
 SEED_SHAPES, SEED_FRACTION = ((4, 4096), (16, 1024)), 0.15
 LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel may switch to another code path
+BATCHES = st.sampled_from((2, 3))  # add_norm_examples' ndims for the claims whose checks take any batch shape
 
 
 def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, every_input: bool = False) -> dict:
@@ -82,9 +84,12 @@ def _storage_backward_width(kernel: Kernel, dtype: torch.dtype, upstream: bool) 
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
                       every_input: bool = False, residual: str | None = None,
                       dtypes: tuple[torch.dtype, ...] | None = None,
-                      parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
+                      parameter_dtype: torch.dtype | None = None, mixed: bool = False,
+                      ndims: st.SearchStrategy[int] | None = None) -> dict:
     """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``); weight and bias in
     ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes).
+    ``ndims``: the dimensions of x and the residual (default 2; :data:`BATCHES` draws [B, S, d] as well), the rows
+    spread over the leading dimensions as strategies.norm_examples spreads them.
 
     With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
     declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
@@ -108,6 +113,8 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         r = -x
     else:
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
+    shape = (*draw(leading_shapes(x.shape[0], draw(ndims) if ndims is not None else 2)), d)
+    x, r = x.reshape(shape), r.reshape(shape)
     example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device),
                **_parameters(draw, kernel, d, parameters, caps.device, every_input),
                "eps": draw(epsilons())}

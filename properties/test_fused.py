@@ -2,7 +2,8 @@
 .jacobian, .inputs_unmodified, .row_independence, .layout_invariance.
 
 The checks, and the derivation each rests on: :mod:`properties.checks.fused` (claims in proofs/claims/fused.py).
-Special inputs (d = 1, 2, 3 and residual = -x, whose sum is the zero row) are drawn by every test.
+Special inputs (d = 1, 2, 3 and residual = -x, whose sum is the zero row) are drawn by every test; the claims
+whose checks take any batch shape draw [B, S, d] inputs too (fused_strategies.BATCHES).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from properties.checks.fused import (
     check_residual_out,
     check_vjp,
 )
-from properties.fused_strategies import add_norm_examples, row_zero_changed
+from properties.fused_strategies import BATCHES, add_norm_examples, row_zero_changed
 from properties.norms import require_backward
 from properties.strategies import mixed_parameter_examples, over_parameter_mixes, widths
 
@@ -31,7 +32,8 @@ from properties.strategies import mixed_parameter_examples, over_parameter_mixes
 @profiles.share(1.0)
 @given(data=st.data())
 def test_y_is_the_norm_of_residual_out(add_norm_kernel, data):
-    evidence.check(check_forward, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel), "example"))
+    example = data.draw(add_norm_examples(add_norm_kernel, ndims=BATCHES), "example")
+    evidence.check(check_forward, add_norm_kernel, example)
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")
@@ -41,7 +43,7 @@ def test_y_is_the_norm_of_residual_out(add_norm_kernel, data):
 def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
     """float32 weight and bias with 16-bit x (autocast), 16-bit ones with float32 x: y in the output-dtype rule's
     dtype (x's, torch's), the norm of residual_out within the bound of the dtypes received."""
-    example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples), "example")
+    example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, ndims=BATCHES), "example")
     evidence.check(check_forward_with_parameter_dtypes, add_norm_kernel, example)
 
 
@@ -49,7 +51,8 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_residual_out_is_the_sum_in_its_declared_dtype(add_norm_kernel, data):
-    evidence.check(check_residual_out, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel), "example"))
+    example = data.draw(add_norm_examples(add_norm_kernel, ndims=BATCHES), "example")
+    evidence.check(check_residual_out, add_norm_kernel, example)
 
 
 @pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
@@ -57,7 +60,7 @@ def test_residual_out_is_the_sum_in_its_declared_dtype(add_norm_kernel, data):
 @given(data=st.data())
 def test_both_gradients_flow_back(add_norm_kernel, data):
     require_backward(add_norm_kernel)
-    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True), "example")
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, ndims=BATCHES), "example")
     evidence.check(check_vjp, add_norm_kernel, example)
 
 
@@ -68,7 +71,8 @@ def test_both_gradients_flow_back(add_norm_kernel, data):
 def test_both_gradients_flow_back_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
     """dx and dresidual in their dtypes, dweight and dbias in the parameters' own, each within its bound."""
     require_backward(add_norm_kernel)
-    example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, upstream=True), "example")
+    example = mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, upstream=True, ndims=BATCHES)
+    example = data.draw(example, "example")
     evidence.check(check_vjp, add_norm_kernel, example)
 
 
@@ -76,7 +80,8 @@ def test_both_gradients_flow_back_with_parameters_in_another_dtype(add_norm_kern
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(add_norm_kernel, data):
-    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True, mixed=True), "example")
+    example = add_norm_examples(add_norm_kernel, upstream=True, every_input=True, mixed=True, ndims=BATCHES)
+    example = data.draw(example, "example")
     evidence.check(check_inputs_unmodified, add_norm_kernel, example)
 
 

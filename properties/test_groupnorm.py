@@ -41,7 +41,8 @@ from properties.strategies import (
 from properties.tolerance import bound_in_use
 
 CHANNELS = (1, 2, 3, 4, 6, 8, 12, 32)
-SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9))
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by x's rank
+SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as torch's GroupNorm takes
 
 
 @st.composite
@@ -142,12 +143,13 @@ def test_instance_norm_at_spatial_size_one_gives_beta(groupnorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_channels_last_input(groupnorm_kernel, data):
-    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=((2, 3), (4, 4), (7, 9)), mixed=True), "example")
+    spatial = ((2, 3), (4, 4), (7, 9), (2, 2, 3))
+    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=spatial, mixed=True), "example")
     if example["x"].shape[1] == 1:
         example["x"] = torch.cat([example["x"], -example["x"]], dim=1)
         example["weight"] = None if example["weight"] is None else example["weight"].repeat(2)
         example["bias"] = None if example["bias"] is None else example["bias"].repeat(2)
-    example["x"] = example["x"].to(memory_format=torch.channels_last)
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(check_channels_last, groupnorm_kernel, example)
 
 

@@ -7,7 +7,8 @@ reference and bounds on the grouped view [N, G, (C/G) S] with the per-element we
 - gn.forward: y vs the grouped LayerNorm within the forward bound of the grouped view;
 - gn.jacobian: dx within the backward bound of each group, dweight and dbias per channel
   (properties.tolerance.backward);
-- gn.layout_invariance: a channels-last x gives the contiguous call's y within twice the forward bound;
+- gn.layout_invariance: a channels-last x (4-D, or channels-last-3d 5-D) gives the contiguous call's y within twice
+  the forward bound;
 - gn.independence: replacing sample 0 leaves every other sample of y bit for bit; replacing the channels of group 0
   of the last sample leaves the other samples and that sample's other groups bit for bit (same shapes, same
   computation: as the norms' row independence);
@@ -64,7 +65,7 @@ def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: 
 
 def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
     """x in channels-last memory gives the contiguous call's y within twice the forward bound."""
-    assert x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    assert x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()  # channels innermost: channels-last (2-D or 3-D)
     y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     y0 = _call(kernel, x.contiguous(), num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     bound = tolerance.forward(kernel, x, weight, bias, eps, num_groups=num_groups)
