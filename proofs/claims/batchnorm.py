@@ -242,6 +242,10 @@ def _seed_disagreements_are_at_rounding_ties() -> bool:
 def _forward() -> Derivation:
     channel0 = [sp.Rational(str(v)) for sample in SEED_002_DATA for v in sample[0]]
     mean0 = sum(channel0) / 8
+    eighth = sp.Rational(1, 8)
+    shown_mean = sp.Mul(eighth, sp.Add(*channel0, evaluate=False), evaluate=False)
+    shown_variance = sp.Mul(eighth, sp.Add(*[sp.Pow(v - mean0, 2, evaluate=False) for v in channel0], evaluate=False),
+                            evaluate=False)
     return Derivation((
         Fact(r"\mu_c = \tfrac{1}{NS}\sum_{n,s} x_{n,c,s},\ \sigma_c^2 = \tfrac{1}{NS}\sum_{n,s}(x_{n,c,s}-\mu_c)^2:"
              r"\ y_{n,c,s} = \mathrm{LN}(x_{:,c,:}; d = NS)\ \text{with } \gamma_c, \beta_c,\ (N,C,S) \in "
@@ -249,14 +253,15 @@ def _forward() -> Derivation:
              "the seed's formula (sums over the batch and the spatial axes) written out on a symbolic batch equals "
              "LayerNorm's definition on each channel's N S elements, every output exactly",
              lambda: _all(reduces_to_layernorm, "batch")),
-        Equal(mean0, sp.Rational(1, 5), r"seed 002's batch, channel 0: $\mu_0 = 1.6/8$ (the seed prints "
+        Equal(shown_mean, sp.Rational(1, 5), r"seed 002's batch, channel 0: $\mu_0 = 1.6/8$ (the seed prints "
               r"0.20000000298, float32's 0.2)"),
-        Equal(sum((v - mean0) ** 2 for v in channel0) / 8, sp.Rational(21, 200),
+        Equal(shown_variance, sp.Rational(21, 200),
               r"$\sigma_0^2 = 0.105$, the population variance (\texttt{unbiased=False}) the seed's manual code uses"),
         Fact(r"|y^{\text{printed}} - y^{\text{exact}}| \le 10^{-6}\ \text{for all 24 outputs, torch's and the "
              r"manual ones}", "the exact outputs of the seed's (2, 3, 2, 2) batch at eps = 1e-5 against both printed "
              "columns", _seed_prints_within_a_millionth),
-        Fact(r"y_{1,1,(1,2)} = 1.5750545\ldots,\ y_{1,2,(1,1)} = 0.3613495\ldots,\ y_{1,2,(2,1)} = -2.3153135\ldots",
+        Fact(r"y_{1,1,0,1} = 1.5750545\ldots,\ y_{1,2,0,0} = 0.3613495\ldots,\ y_{1,2,1,0} = -2.3153135\ldots"
+             r"\ (n, c, h, w \text{ from 0, as the seed prints them})",
              "the three printed disagreements between torch and the manual code sit within 1e-7 of a rounding tie of "
              "the sixth decimal: float32 rounding, not a difference of formula",
              _seed_disagreements_are_at_rounding_ties),
@@ -429,7 +434,7 @@ def _single_sample() -> Derivation:
              "with one channel per group (InstanceNorm), every output exactly",
              lambda: same(2, 2) and same(1, 3) and same(3, 1)),
         Fact(r"N = S = 1,\ x = (3, -1),\ \epsilon = 10^{-5}:\ y = (\beta_1, \beta_2)",
-             "at one spatial element both are the degenerate beta_c (claims bn.degenerate, gn.degenerate)",
+             r"at one spatial element both are the degenerate $\beta_c$ (claims bn.degenerate, gn.degenerate)",
              _single_element_gives_beta),
     ), notes=(r"Only in training mode: eval mode normalizes with the running statistics (claim bn.eval), and the "
               r"running statistics of BN and of InstanceNorm agree for $N = 1$ only (claim in.running\_statistics).",))
@@ -466,7 +471,7 @@ def _spectral_norm() -> Derivation:
         Equal(eigen["row"], eps / s**3, r"$\epsilon/s_c^3$ on $\hat{x}$ (the norm for $n = 2$), 0 on $\mathbf{1}$"),
         Fact(r"\|J_{\mathrm{BN}}\|_2 = \max_c |\gamma_c|\,\|J_{\mathrm{LN}}(x_{:,c,:})\|_2:\ (N,C,S) = (2,2,2),\ "
              r"\gamma = (2,-\tfrac12),\ \epsilon = \tfrac13",
-             "a block-diagonal matrix's norm is its largest block's: the exact spectrum of J^T J (a rational matrix) "
+             "a block-diagonal matrix's norm is its largest block's: the exact spectrum of $J^TJ$ (a rational matrix) "
              "of the written-out batch", _spectral_gram_is_max_block),
         AtMost(1 / scale, 1 / sp.sqrt(epsp), r"so $\|J_{\mathrm{BN}}\|_2 \le \max_c|\gamma_c|/\sqrt\epsilon$, "
                r"attained by a constant channel (claim bn.degenerate)",
@@ -534,9 +539,9 @@ def _instance_running_statistics() -> Derivation:
     return Derivation((
         Fact(r"\mu_c = \tfrac1N\sum_n \mu_{n,c},\ \sigma_c^2 = \underbrace{\tfrac1N\sum_n \sigma_{n,c}^2}_{W} + "
              r"\underbrace{\tfrac1N\sum_n(\mu_{n,c}-\mu_c)^2}_{B}:\ (N,S) \in \{(2,2),(3,2),(2,3)\}",
-             "the written-out batch: the mean of the instance means is BatchNorm's channel mean (so torch's running "
-             "mean update of InstanceNorm, (1-m) mu_R + m mean_n mu_nc, is BatchNorm's exactly), and the law of total "
-             "variance splits BatchNorm's variance (equal-size instances)",
+             r"the written-out batch: the mean of the instance means is BatchNorm's channel mean (so torch's running "
+             r"mean update of InstanceNorm, $(1-m)\mu_R + \frac mN\sum_n \mu_{n,c}$, is BatchNorm's exactly), and "
+             r"the law of total variance splits BatchNorm's variance (equal-size instances)",
              lambda: all(_total_variance_holds(*shape) for shape in ((2, 2), (3, 2), (2, 3)))),
         Equal(batch_increment - instance_increment,
               samples * spatial / (samples * spatial - 1) * (between - agreeing),
@@ -547,7 +552,8 @@ def _instance_running_statistics() -> Derivation:
               r"$\mathbb{E}B = \frac{N-1}{N}\frac{\sigma^2}{S}$, $\mathbb{E}W = \frac{S-1}{S}\sigma^2$): both "
               r"estimate $\sigma^2$ without bias there; per-instance offsets (what InstanceNorm removes) raise $B$, "
               r"and only BatchNorm's running variance sees them"),
-    ), notes=(r"\texttt{nn.InstanceNorm*d(track\_running\_stats=True, momentum=None)} passes momentum 0.0 to "
+    ), notes=(r"\texttt{nn.InstanceNorm1d} (2d, 3d) with \texttt{track\_running\_stats=True} and "
+              r"\texttt{momentum=None} passes momentum 0.0 to "
               r"\texttt{F.instance\_norm}: its running statistics never change (not a cumulative average), and "
               r"$S = 1$ in training raises \texttt{Expected more than 1 spatial element when training} (torch 2.13, "
               r"tests/test\_proofs\_batchnorm.py). Eval mode with tracked statistics is the affine map of claim "
@@ -560,7 +566,7 @@ SEED_002_BATCHNORM = (
     "positions, mu_c = 1/(NHW) sum_{n,h,w} x_{n,c,h,w}, sigma_c^2 = 1/(NHW) sum_{n,h,w} (x_{n,c,h,w} - mu_c)^2, "
     "normalizes every activation of the channel with them, xhat = (x - mu_c)/sqrt(sigma_c^2 + eps), and applies a "
     "per-channel affine map y = gamma_c xhat + beta_c. torch's nn.BatchNorm2d in training mode and a manual "
-    "implementation (channel_data.var(unbiased=False)) print the same normalized values.")
+    "implementation (the variance taken with unbiased=False) print the same normalized values.")
 SEED_002_CROSS_SAMPLE = (
     "BatchNorm computes, within a batch, the mean and variance of each feature channel: the statistics that normalize "
     "a single sample come from all the other samples of the same batch. This cross-sample statistical dependence lets "
@@ -688,7 +694,7 @@ CLAIMS = (
           _spectral_norm, evidence=THEORY),
     Claim("cln.forward", "Channel-wise LayerNorm over (C, *) per sample", "002", SEED_002_CNN_LAYERNORM,
           r"$y_{n,:,:} = \mathrm{LN}(x_{n,:,:})$ over the sample's $CS$ elements with element-wise $\gamma_{c,s}, "
-          r"\beta_{c,s}$ (torch's \texttt{nn.LayerNorm([C, H, W])}); its batch Jacobian is block-diagonal over "
+          r"\beta_{c,s}$ (torch's \texttt{nn.LayerNorm} over $[C, H, W]$); its batch Jacobian is block-diagonal over "
           r"samples, "
           r"each block $\mathrm{diag}(\gamma)J_{\mathrm{LN}}$ with $d = CS$; with one weight per channel it is "
           r"GroupNorm with $G = 1$.",
@@ -704,16 +710,15 @@ CLAIMS = (
           r"statistics, which only eval mode reads).",
           _instance_norm, evidence=THEORY),
     Claim("in.running_statistics", "InstanceNorm's running statistics (track_running_stats)", "",
-          "torch's F.instance_norm with running_mean and running_var (nn.InstanceNorm*d(track_running_stats=True)) "
-          "updates them in training and normalizes with them in eval mode (issue 28).",
+          "torch's F.instance_norm given running mean and variance buffers (an InstanceNorm module with "
+          "track_running_stats=True) updates them in training and normalizes with them in eval mode (issue 28).",
           r"Each training call: $\mu_R \leftarrow (1-m)\mu_R + \frac mN\sum_n\mu_{n,c}$ (BatchNorm's mean update), "
           r"$\sigma_R^2 \leftarrow (1-m)\sigma_R^2 + \frac mN\sum_n\frac{S}{S-1}\sigma_{n,c}^2$, which equals "
           r"BatchNorm's $\frac{NS}{NS-1}\sigma_c^2$ iff the between-instance variance $B$ is $\frac{(N-1)W}{N(S-1)}$ "
           r"($W$ the mean within-instance variance).",
           (r"$S \ge 2$ (torch refuses $S = 1$ in training)", r"momentum a number (the module's None becomes 0)"),
           "holds",
-          r"torch's update, as derived (checked against \texttt{F.instance\_norm} in "
-          r"tests/test\_proofs\_batchnorm.py): "
+          r"torch's update, as derived (checked against \texttt{F.instance\_norm} in the tests): "
           r"the per-instance statistics averaged over the batch, which leaves out the spread of the instance means.",
           _instance_running_statistics, evidence=THEORY),
 )
