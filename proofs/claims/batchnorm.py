@@ -162,15 +162,12 @@ def _all(check, scope: str) -> bool:
     return all(check(shape, scope) for shape in SHAPES[scope])
 
 
-def _values(shape: tuple[int, int, int], scope: str, values: list, epsilon, weights: dict | None = None) -> list:
-    """The norm of the scope on a rational batch (values in (n, c, s) order), exactly; gamma = 1 unless given,
-    beta = 0."""
+def _values(shape: tuple[int, int, int], scope: str, values: list, epsilon) -> list:
+    """The norm of the scope on a rational batch (values in (n, c, s) order), exactly, with gamma = 1, beta = 0."""
     outputs = written_out(shape, scope)
     given = {**dict(zip((x[e] for e in outputs), map(sp.Rational, values), strict=True)), eps: sp.Rational(epsilon)}
     for element in outputs:
-        weight = _parameter(gamma, scope, element)
-        given.setdefault(weight, (weights or {}).get(weight, 1))
-        given[_parameter(beta, scope, element)] = 0
+        given.update({_parameter(gamma, scope, element): 1, _parameter(beta, scope, element): 0})
     return [sp.radsimp(output.xreplace(given)) for output in outputs.values()]
 
 
@@ -394,15 +391,24 @@ def _eval() -> Derivation:
     ))
 
 
+def _held(weight: sp.Expr, centred: sp.Expr, variance: sp.Expr, bias: sp.Expr) -> sp.Expr:
+    """weight centred / sqrt(variance + eps) + bias, its parts shown as given (SymPy would cancel them at once)."""
+    root = sp.Pow(sp.Add(variance, eps, evaluate=False), sp.Rational(-1, 2), evaluate=False)
+    return sp.Add(sp.Mul(weight, centred, root, evaluate=False), bias, evaluate=False)
+
+
 def _degenerate() -> Derivation:
-    single = _channel(concrete(expressions.LN_DEFINITION, 1).subs(i, 1).xreplace({gamma[1]: gc, beta[1]: bc}))
+    single = concrete(expressions.LN_DEFINITION, 1).subs(i, 1).xreplace({gamma[1]: gc, beta[1]: bc})
+    held = _held(gc, sp.Add(x[1], -x[1], evaluate=False), sp.Pow(sp.Add(x[1], -x[1], evaluate=False), 2,
+                                                                  evaluate=False), bc)
     constant_jacobian = expressions.jacobian("ln").subs({x[i]: mu, x[j]: mu, var: 0})
     return Derivation((
-        Equal(single, bc, r"$n = NS = 1$ (one sample, one spatial element): $x - \mu_c = 0$, so $y = \beta_c$ for "
-              r"$\epsilon > 0$ (0/0 at $\epsilon = 0$)"),
-        Equal(sp.diff(single, x[1]), 0, r"and no gradient reaches $x$"),
-        Equal(expressions.output("ln").subs({x[i]: mu, var: 0}), beta[i],
-              r"a constant channel ($\sigma_c^2 = 0$, any $n$): every output is $\beta_c$"),
+        Equal(held, single, r"$n = NS = 1$ (one sample, one spatial element): the definition has $\mu_c = x_1$, "
+              r"$\sigma_c^2 = 0$, so $y = \beta_c$ for $\epsilon > 0$ (0/0 at $\epsilon = 0$)"),
+        Equal(sp.Derivative(held, x[1]), 0, r"and no gradient reaches $x$"),
+        Equal(_held(gamma[i], sp.Add(mu, -mu, evaluate=False), sp.S.Zero, beta[i]),
+              expressions.output("ln").subs({x[i]: mu, var: 0}),
+              r"a constant channel ($x_i = \mu_c$, $\sigma_c^2 = 0$, any $n$): every output is $\beta_c$"),
         Equal(constant_jacobian, gamma[i] * (delta(i, j) - 1 / d) / sp.sqrt(eps),
               r"where its Jacobian is $\frac{\gamma_c}{\sqrt\epsilon}(I - \mathbf{1}\mathbf{1}^T/n)$: the largest "
               r"gain $1/\sqrt\epsilon$ of claim bn.spectral\_norm"),
@@ -547,7 +553,9 @@ def _instance_running_statistics() -> Derivation:
               samples * spatial / (samples * spatial - 1) * (between - agreeing),
               r"its variance update averages the instances' unbiased $\frac{S}{S-1}\sigma_{n,c}^2$; BatchNorm adds "
               r"$\frac{NS}{NS-1}(W+B)$: the two agree iff $B = \frac{(N-1)W}{N(S-1)}$"),
-        Equal(((samples - 1) * var / (samples * spatial)) / ((spatial - 1) * var / spatial), agreeing / within,
+        Equal(sp.Mul((samples - 1) * var / (samples * spatial), sp.Pow((spatial - 1) * var / spatial, -1,
+                                                                      evaluate=False), evaluate=False),
+              agreeing / within,
               r"that is the ratio $\mathbb{E}B/\mathbb{E}W$ of i.i.d. elements of variance $\sigma^2$ (the textbook "
               r"$\mathbb{E}B = \frac{N-1}{N}\frac{\sigma^2}{S}$, $\mathbb{E}W = \frac{S-1}{S}\sigma^2$): both "
               r"estimate $\sigma^2$ without bias there; per-instance offsets (what InstanceNorm removes) raise $B$, "
