@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from proofs import batchnorm_oracles as oracle
+from proofs import render
 from proofs.algebra import d, eps, i, j, mu, var, x
 from proofs.claims import CLAIMS, batchnorm
 from proofs.claims.base import THEORY
@@ -53,6 +54,8 @@ def test_the_claims_are_registered_theory_only_and_in_the_architecture_table():
 
     assert IDS and set(IDS) <= set(CLAIMS) and set(IDS) <= architecture_claim_ids()
     assert all(CLAIMS[claim_id].evidence == THEORY for claim_id in IDS)
+    assert "theory only" in render.claim_latex("bn.coupling")  # the PDF says no property checks it yet
+    assert "theory only" not in render.claim_latex("gn.jacobian")
 
 
 def test_the_checker_rejects_a_wrong_coupling_entry():
@@ -276,3 +279,21 @@ def test_instance_norm_quirks_of_torch():
         F.instance_norm(_batch(2, 3, 1))
     with pytest.raises(ValueError, match="numeric momentum"):
         oracle.instance_running_update(np.zeros(3), np.ones(3), _batch(2, 3, 4).numpy(), None)
+
+
+def test_eval_modes_read_the_running_statistics_and_write_nothing():
+    """BatchNorm's and InstanceNorm's eval mode (use_input_stats=False) are the affine map of claim bn.eval, and
+    leave the running buffers exactly as they were."""
+    x_ = _batch(3, 2, 5)
+    weight, bias = _channel_parameters(2)
+    running_mean, running_var = _buffers(2)
+    before = (running_mean.clone(), running_var.clone())
+    expected = oracle.batchnorm_eval(x_.numpy(), running_mean.numpy(), running_var.numpy(), weight.numpy(),
+                                     bias.numpy(), EPS)
+    batch = F.batch_norm(x_, running_mean, running_var, weight, bias, training=False, momentum=0.5, eps=EPS)
+    instance = F.instance_norm(x_, running_mean, running_var, weight, bias, use_input_stats=False, momentum=0.5,
+                               eps=EPS)
+    for y in (batch, instance):
+        np.testing.assert_allclose(y.numpy(), expected, **TOL)
+    for buffer, original in zip((running_mean, running_var), before, strict=True):
+        assert torch.equal(buffer, original)

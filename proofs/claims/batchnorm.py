@@ -669,7 +669,9 @@ CLAIMS = (
           r"(momentum 1) it differs from training by $\sqrt{(\sigma^2+\epsilon)/(\frac{n}{n-1}\sigma^2+\epsilon)}$.",
           (r"$\sigma_R^2 + \epsilon > 0$",), "holds",
           r"An affine map per channel, independent of the batch; a kernel that uses batch statistics in eval mode "
-          r"is distinguishable by the coupling and by the factor above.",
+          r"is distinguishable by the coupling and by the factor above. torch's eval mode (BatchNorm, and "
+          r"InstanceNorm with tracked statistics) is this map and leaves the running buffers unchanged (checked in "
+          r"the tests).",
           _eval, evidence=THEORY),
     Claim("bn.degenerate", "Degenerate BatchNorm: one element per channel, constant channels", "",
           "issue 28: one element per channel (variance 0, output beta); n = 1 makes the unbiased factor undefined.",
