@@ -14,6 +14,7 @@ from functools import cache
 import sympy as sp
 
 from proofs.claims import CLAIMS
+from proofs.claims.base import THEORY
 from proofs.derivation import Equal, Fact
 
 PREAMBLE = r"""\documentclass[10pt]{article}
@@ -81,6 +82,9 @@ def claim_latex(claim_id: str) -> str:
         parts.append(f"\\emph{{{note}}}\n")
     verdict = f"\\textbf{{Verdict: {escape_text(claim.verdict)}.}}"
     parts.append(f"{verdict} {claim.verdict_note}\n")
+    if claim.evidence == THEORY:
+        parts.append(r"\textbf{Evidence:} theory only; no conformance test checks a kernel against this claim "
+                     "yet.\n")
     return "\n".join(parts)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from proofs.claims import blocks, contracts, dropout, fused, groupnorm, layernorm, numerics, rmsnorm
+from proofs.claims import batchnorm, blocks, contracts, dropout, fused, groupnorm, layernorm, numerics, rmsnorm
 from proofs.claims.base import VERDICTS, Claim
 
 CLAIMS: dict[str, Claim] = {
     claim.id: claim
-    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, blocks)
+    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, blocks, batchnorm)
     for claim in family.CLAIMS
 }
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from proofs.derivation import Derivation
 
 VERDICTS = ("holds", "holds only when", "fails", "contract")
+PROPERTY, THEORY = "property", "theory"
+EVIDENCE = (PROPERTY, THEORY)  # what checks a claim: a conformance test, or its derivation alone (none yet)
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,15 @@ class Claim:
     # of that claim, and why (plain text); results and reports show it next to the claim's verdict.
     view_of: str | None = None
     view_reason: str = ""
+    # THEORY: no conformance test checks a kernel against the claim yet (docs/ARCHITECTURE.md's "kind of claim:
+    # theory"); a run or a report never counts it as checked, and tests/ refuse a property naming it.
+    evidence: str = PROPERTY
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"claim {self.id}: verdict {self.verdict!r} is not one of {VERDICTS}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"claim {self.id}: evidence {self.evidence!r} is not one of {EVIDENCE}")
         if (self.view_of is None) != (not self.view_reason):
             raise ValueError(f"claim {self.id}: view_of and view_reason go together (the claim viewed, and why)")
 
