@@ -86,7 +86,7 @@ def batchnorm_vjp(x, weight, eps, dy) -> tuple[np.ndarray, np.ndarray | None, np
 def _eval_map():
     """LayerNorm's derived output y_i with the named statistics mu, sigma^2 left free (read from the environment)."""
     from proofs import algebra, expressions
-    from proofs.numeric import compile_indexed
+    from proofs.index_compiler import compile_indexed
 
     return compile_indexed(expressions.output("ln"), (algebra.i,))
 

@@ -3,7 +3,7 @@
 the backward) with exactly one thing broken, for both norms. Each bug's description names the claim that must
 catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
 
-    RESIDUAL_OUT_MISSING       returns y alone, not (y, residual_out)                -> residual_out, forward
+    RESIDUAL_OUT_MISSING       returns y alone, not (y, residual_out): a fault     -> residual_out, forward (error)
     RESIDUAL_OUT_ROUNDED       declares float32 residual_out but rounds h to storage -> residual_out
     RESIDUAL_GRADIENT_DROPPED  residual_out detached: dL/d(residual_out) never flows -> jacobian
     NORMALIZES_THE_BRANCH      y = N(x), not N(x + residual)                         -> forward
@@ -67,8 +67,8 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
 
 # Each description names its claims with the kind's prefix ({p}: add_ln or add_rms), the ids the manifest lists.
 BUGS = {
-    "RESIDUAL_OUT_MISSING": ("missing", "returns y alone, not the pair (y, residual_out): {p}.residual_out, "
-                                        "{p}.forward"),
+    "RESIDUAL_OUT_MISSING": ("missing", "returns y alone, not the pair (y, residual_out): a kernel fault of "
+                                        "{p}.residual_out, {p}.forward"),
     "RESIDUAL_OUT_ROUNDED": ("rounded", "declares residual_dtype float32 but rounds x + residual to the storage dtype "
                                         "first: {p}.residual_out"),
     "RESIDUAL_GRADIENT_DROPPED": ("dropped", "returns residual_out detached, so dL/d(residual_out) never reaches x "
