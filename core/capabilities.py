@@ -63,6 +63,14 @@ class Capabilities:
     backward_fault: str = ""
     mixes: tuple[tuple[torch.dtype, torch.dtype], ...] = ()
     mix_reasons: dict[str, str] = field(default_factory=dict)  # mix_name -> why it is not checked
+    # a kind with a residual: why the kernel does not take residual=None (a first layer's call), '' when it does;
+    # None for the kinds without one
+    residual_none_reason: str | None = None
+
+    @property
+    def residual_none(self) -> bool:
+        """Whether the kernel takes residual=None (its residual_out is then x in the declared dtype)."""
+        return self.residual_none_reason == ""
 
     @property
     def not_tested(self) -> dict[str, str]:
@@ -90,7 +98,8 @@ class Capabilities:
             "double_backward": self.double_backward,
             "reasons": {**self.dtype_reasons,
                         **({"backward": self.backward_reason} if self.backward_reason else {}),
-                        **({"double_backward": self.double_backward_reason} if self.double_backward_reason else {})},
+                        **({"double_backward": self.double_backward_reason} if self.double_backward_reason else {}),
+                        **({"residual_none": self.residual_none_reason} if self.residual_none_reason else {})},
         }
 
 
@@ -154,6 +163,25 @@ def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.Ker
     except guard.KernelFault as fault:
         return fault
     return None
+
+
+def _residual_none_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str | None:
+    """Why a kind with a residual cannot take residual=None, the call of a first layer ('' when the kernel returns
+    its (y, residual_out) for it; None for a kind without a residual); the dropout + add kind reads its mask from
+    residual_out against the residual, so it is always drawn with one."""
+    record = kernel.record
+    if not record.has_residual:
+        return None
+    if record.dropout:
+        return "not drawn: the dropout + add kind's mask is read from residual_out against the residual"
+    x = _probe_input(dtype, device)
+    arguments = list(probe_arguments(kernel, x))
+    arguments[record.signature.index("residual")] = None
+    try:
+        guard.call(kernel, *arguments, like=x, returns=record.outputs, timeout=_PROBE_TIMEOUT_S)
+    except guard.KernelFault as fault:
+        return f"refused: {fault}"
+    return ""
 
 
 def _mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str) -> tuple[tuple, dict[str, str]]:
@@ -272,7 +300,8 @@ def discover(kernel: Kernel) -> Capabilities:
     return Capabilities(device=device, dtypes=dtypes, backward=not backward_reason,
                         double_backward=not double_reason, backward_reason=backward_reason,
                         double_backward_reason=double_reason, dtype_reasons=reasons, faults=faults,
-                        backward_fault=backward_fault, mixes=mixes, mix_reasons=mix_reasons)
+                        backward_fault=backward_fault, mixes=mixes, mix_reasons=mix_reasons,
+                        residual_none_reason=_residual_none_problem(kernel, probe_dtype, device))
 
 
 def unusable(kernel: Kernel) -> str:

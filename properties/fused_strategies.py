@@ -4,7 +4,8 @@ core.capabilities.PARAMETER_MIXES, drawn through strategies.mixed_parameter_exam
 properties.strategies' pieces.
 
 The residual is drawn like x (its own distribution, offset and scale, up to 4x larger: the residual stream
-usually dominates the branch) or as -x ("cancelling": h = 0, a zero row for the norm, its special input).
+usually dominates the branch), as -x ("cancelling": h = 0, a zero row for the norm, its special input) or, for a
+kernel that takes it (core.capabilities: Capabilities.residual_none), as None: a first layer's call, residual_out = x.
 Each of x and the residual keeps |mean|/std within half the error model's range, so h = x + residual stays
 within it; an example whose derived forward bound is not finite is left out (``assume``), never passed.
 """
@@ -108,18 +109,20 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
 
     x = draw(rows(d, offset=ratio(), scale=scales(dtype)))
-    form = residual or draw(st.sampled_from(RESIDUAL_FORMS))
+    form = residual or draw(st.sampled_from(RESIDUAL_FORMS + (("none",) if caps.residual_none else ())))
     if form == "cancelling":
         r = -x
+    elif form == "none":
+        r = None
     else:
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
     shape = (*draw(leading_shapes(x.shape[0], draw(ndims) if ndims is not None else 2)), d)
-    x, r = x.reshape(shape), r.reshape(shape)
-    example = {"x": rounded(x, dtype, caps.device), "residual": rounded(r, dtype, caps.device),
+    example = {"x": rounded(x.reshape(shape), dtype, caps.device),
+               "residual": None if r is None else rounded(r.reshape(shape), dtype, caps.device),
                **_parameters(draw, kernel, d, parameters, caps.device, every_input),
                "eps": draw(epsilons())}
-    h_dtype = norms.residual_dtype(kernel, example["residual"])
-    h = example["x"].to(h_dtype) + example["residual"].to(h_dtype)  # as tolerance.residual_out rounds it
+    h_dtype = norms.residual_dtype(kernel, example["residual"], example["x"])
+    h = tolerance.residual_sum(example["x"], example["residual"], h_dtype)
     bound = tolerance.forward(kernel, example["x"], example["weight"], example.get("bias"), example["eps"], h=h)
     assume(bool(np.isfinite(bound).all()))
     if upstream:
@@ -169,7 +172,7 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
                "eps": draw(epsilons()),
                "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}
     if upstream:
-        h_dtype = norms.residual_dtype(kernel, example["residual"])
+        h_dtype = norms.residual_dtype(kernel, example["residual"], x)
         y_dtype = output_dtype(kernel, x, example["weight"])
         example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
         example["dh"] = rounded(standard_values(shape, "normal", draw(seeds())), h_dtype, caps.device)
@@ -182,7 +185,8 @@ def row_zero_changed(draw, example: dict) -> dict:
     replaced by 7 z (z normal), for the row-independence claims."""
     x, residual = example["x"], example["residual"]
     if x.shape[0] < 2:
-        x, residual = torch.cat([x, x.flip(0) * 0.5]), torch.cat([residual, residual])
+        x = torch.cat([x, x.flip(0) * 0.5])
+        residual = None if residual is None else torch.cat([residual, residual])
     changed = x.clone()
     changed[0] = rounded(standard_values(x.shape[-1:], "normal", draw(seeds())) * 7, x.dtype, x.device)
     return {**example, "x": x, "residual": residual, "changed": changed}

@@ -39,9 +39,12 @@ def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -
     return torch.promote_types(x.dtype, weight.dtype) if kernel.output_dtype == "promoted" else weight.dtype
 
 
-def residual_dtype(kernel: Kernel, residual: torch.Tensor) -> torch.dtype:
-    """The dtype residual_out must have: float32 when declared (``residual_dtype="float32"``), else the residual's."""
-    return torch.float32 if kernel.residual_dtype == "float32" else residual.dtype
+def residual_dtype(kernel: Kernel, residual: torch.Tensor | None, x: torch.Tensor) -> torch.dtype:
+    """The dtype residual_out must have: float32 when declared (``residual_dtype="float32"``), else the residual's
+    (x's without one: a first layer's call, residual_out = x)."""
+    if kernel.residual_dtype == "float32":
+        return torch.float32
+    return x.dtype if residual is None else residual.dtype
 
 
 def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dtype: bool = False

@@ -254,6 +254,8 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     before_rounding = accumulated + u_h * terms + gamma_sum * ((1 + u_h) * terms + np.abs(dh64))
     bounds = {}
     for name, given in (("x", x), ("residual", residual)):
+        if given is None:
+            continue
         u_o = unit_roundoffs(given.dtype)[1]
         if name == "x" and p is not None:
             scale = 1.0 / (1.0 - p)
@@ -285,12 +287,22 @@ def identities(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps
                                        flush_to_zero=kernel.flush_to_zero)
 
 
-def residual_out(x: torch.Tensor, residual: torch.Tensor, residual_dtype: torch.dtype
+def residual_sum(x: torch.Tensor, residual: torch.Tensor | None, residual_dtype: torch.dtype) -> torch.Tensor:
+    """x + residual rounded once to ``residual_dtype`` (the sum of the exactly converted inputs, on x's device); x
+    itself in that dtype without a residual (a first layer's call)."""
+    h = x.to(residual_dtype)
+    return h if residual is None else h + residual.to(residual_dtype)
+
+
+def residual_out(x: torch.Tensor, residual: torch.Tensor | None, residual_dtype: torch.dtype
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(expected h in float64, per-element bound on |h_kernel - expected|) for a residual_out of ``residual_dtype``,
-    h = x + residual rounded once: in float32 the IEEE float32 sum of the inputs converted exactly to float32 (the
-    correctly rounded sum: bound 0, bit for bit); in a 16-bit dtype the exact sum, rounded once more from the
-    float32 sum at most: |h_kernel - (x + r)| <= ((1 + u_acc)(1 + u_out) - 1) |x + r|."""
+    h = x + residual rounded once (x alone without a residual: exact): in float32 the IEEE float32 sum of the inputs
+    converted exactly to float32 (the correctly rounded sum: bound 0, bit for bit); in a 16-bit dtype the exact sum,
+    rounded once more from the float32 sum at most: |h_kernel - (x + r)| <= ((1 + u_acc)(1 + u_out) - 1) |x + r|."""
+    if residual is None:
+        expected = as_float64(x)
+        return expected, np.zeros_like(expected)
     if residual_dtype == torch.float32 or residual_dtype == torch.float64:
         wide = torch.float64 if residual_dtype == torch.float64 else torch.float32
         expected = as_float64(x.to(HOST, wide) + residual.to(HOST, wide))

@@ -116,3 +116,15 @@ def test_a_fused_kernel_s_declared_reduction_bounds_its_norm_as_the_plain_kind_s
     assert np.array_equal(with_tree, tolerance.forward(plain, h, *args[1:]))
     assert np.all(with_tree <= tolerance.forward(_fused(_add_layernorm), *args, h=h))
     assert np.any(with_tree < tolerance.forward(_fused(_add_layernorm), *args, h=h))
+
+
+def test_whether_a_fused_kernel_takes_no_residual_is_probed():
+    """A first layer's call (residual=None) is drawn for the kernels that take it, and the others say why not."""
+    from core.capabilities import discover
+    from core.registry import resolve
+
+    (first_layer,) = resolve("tests/corpus/residual.py:LN_FIRST_LAYER")
+    assert discover(first_layer).residual_none
+    torch_fused = next(k for k in resolve("torch-fused") if k.kind == "add_layernorm")
+    caps = discover(torch_fused)
+    assert not caps.residual_none and caps.as_json()["reasons"]["residual_none"].startswith("refused: ")

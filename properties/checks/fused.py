@@ -32,6 +32,11 @@ def example_of(x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float
     return {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "p": p, "seed": seed}
 
 
+def fresh(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A copy of a tensor the kernel may write into (a residual updated in place), None kept."""
+    return None if t is None else t.clone()
+
+
 def outputs(kernel, x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None,
             allow_nonfinite: bool = False, any_dtype: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, residual_out) of the kernel (properties.norms.call: a malformed return is a KernelFault)."""
@@ -52,7 +57,7 @@ def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: 
                   seed=None) -> None:
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
     conventions, the norm's declared model at residual_out (properties.diagnosis.expected_forward)."""
-    y, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed)
     comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,
@@ -78,13 +83,13 @@ check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_fo
 
 def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None) -> None:
     """residual_out: the declared dtype, x + residual within its rounding; the declared in-place update."""
-    given = residual.clone()
+    given = fresh(residual)
     _, h = outputs(kernel, x, residual, weight, bias, eps)
-    declared = norms.residual_dtype(kernel, given)
+    declared = norms.residual_dtype(kernel, given, x)
     outcome.exact(h.dtype == declared and h.shape == x.shape,
                   f"residual_out is {dtype_name(h.dtype)} {tuple(h.shape)}, declared {dtype_name(declared)} "
                   f"{tuple(x.shape)}", "residual_out must keep the declared dtype (float32 when declared)")
-    if "residual" in kernel.in_place:
+    if "residual" in kernel.in_place and residual is not None:
         outcome.exact(torch.equal(residual.to(h.dtype), h), "the residual tensor does not hold residual_out after "
                       "the call", "the kernel declares an in-place residual update")
     expected, bound = tolerance.residual_out(x, given, declared)
@@ -167,8 +172,8 @@ def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, resid
                            eps: float, bias=None, p=None, seed=None) -> None:
     """``changed`` differs from x in row 0 only: rows 1.. of y and residual_out are identical (with dropout, the
     same seed: a mask drawn by position, not by value)."""
-    before = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
-    after = outputs(kernel, changed, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True,
+    before = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
+    after = outputs(kernel, changed, fresh(residual), weight, bias, eps, p, seed, allow_nonfinite=True,
                     any_dtype=True)
     moved = sorted({int(r) + 1 for a, b in zip(before, after, strict=True) for r in rows_that_differ(a[1:], b[1:])})
     outcome.exact(not moved, f"changing row 0 of x changed rows {moved[:8]} of y or residual_out",
@@ -181,9 +186,10 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
     twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity): y's bound in
     the output-dtype rule's dtype (weight and bias may be in another dtype than x), y's dtype itself not judged (the
     forward claim's business), as in properties.checks.contracts."""
-    y, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
+    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
     weight, bias = (t if t is None else t.contiguous() for t in (weight, bias))
-    y0, h0 = outputs(kernel, x.contiguous(), residual.contiguous(), weight, bias, eps, p, seed,
+    contiguous = None if residual is None else residual.contiguous()
+    y0, h0 = outputs(kernel, x.contiguous(), contiguous, weight, bias, eps, p, seed,
                      allow_nonfinite=True, any_dtype=True)
     bound = tolerance.forward(kernel, x, weight, bias, eps, h=h0)
     _, h_bound = tolerance.residual_out(x, residual, h0.dtype)
@@ -196,7 +202,7 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
 def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                          bias=None) -> None:
     """Every residual_out element is the residual (dropped) or residual + x/(1-p) (kept), within its rounding."""
-    _, h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed)
+    _, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed)
     outcome.conclude(dropout_values_comparison(h, x, residual, p),
                      "an element of residual_out is neither the residual nor residual + x/(1-p)",
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))

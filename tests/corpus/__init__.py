@@ -182,6 +182,8 @@ CORPUS: tuple[Entry, ...] = (
     *(_broken(f"residual.py:{norm.upper()}_{bug}", *(f"add_{norm}.{claim}" for claim in claims),
               status="error" if bug in RESIDUAL_FAULTS else "failed")
       for norm in ("ln", "rms") for bug, claims in RESIDUAL_BUGS.items()),
+    *(_broken(f"residual.py:{norm.upper()}_FIRST_LAYER_UNWRITTEN", f"add_{norm}.residual_out", f"add_{norm}.forward")
+      for norm in ("ln", "rms")),
     _broken("dropout_add.py:DROP_ADD_NO_RESCALE", "drop_add_ln.values"),
     _broken("dropout_add.py:DROP_ADD_ONE_MASK_FOR_ROWS", "drop_add_ln.independence"),
     _broken("dropout_add.py:DROP_ADD_BLOCKS_OF_2", "drop_add_ln.variance_bias", "drop_add_ln.independence"),
@@ -222,6 +224,8 @@ CORPUS: tuple[Entry, ...] = (
     _correct("dropout.py:DROPOUT_BERNOULLI"),
     _correct("residual.py:LN_IN_PLACE_DECLARED"),
     _correct("residual.py:RMS_IN_PLACE_DECLARED"),
+    _correct("residual.py:LN_FIRST_LAYER"),
+    _correct("residual.py:RMS_FIRST_LAYER"),
     _correct("torch-fused-fp32"),
     _correct("dropout_add.py:DROP_ADD_CORRECT"),
     *(_correct(f"composed.py:{name}") for name in ("ADD_LN_FLOAT64", "ADD_RMS_FLOAT64", "ADD_LN_FLOAT32",

@@ -11,6 +11,8 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
+    FIRST_LAYER                takes residual=None (a first layer): residual_out = x: correct
+    FIRST_LAYER_UNWRITTEN      takes residual=None but leaves residual_out as allocated -> residual_out, forward
 
 A torch autograd implementation with a 16-bit residual_out accumulates dL/dh from its two uses in the storage
 dtype (fl(fl(J^T dy) + dh)): inside the k-term sum the jacobian claim's bound allows (properties.tolerance,
@@ -42,10 +44,16 @@ def _contiguous_view(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, t.shape, torch.empty(t.shape).stride(), t.storage_offset())
 
 
-def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[str, ...] = ()):
+def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[str, ...] = (),
+          first_layer: bool = False):
+    """(fn, residual_dtype, in_place) of the kernel with ``bug``; ``first_layer``: it also takes residual=None (h = x,
+    as flash-attention's layer_norm_fn does), leaving residual_out as allocated (zeros here) with bug "unwritten"."""
     rms = kind == "rms"
 
     def add_norm(x, residual, weight, bias, eps):
+        missing = first_layer and residual is None
+        if missing:
+            residual = torch.zeros_like(x)  # h = x + 0 = x exactly
         if bug == "strides":
             x, residual = _contiguous_view(x), _contiguous_view(residual)
         wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
@@ -53,6 +61,8 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
         if bug in ("written", "declared"):
             residual.data.copy_(h.detach().to(residual.dtype))
         y = _norm(x if bug == "branch" else h, weight, bias, eps, rms, whole_tensor=bug == "whole").to(x.dtype)
+        if missing and bug == "unwritten":
+            h = torch.zeros_like(h)
         if bug == "missing":
             return y
         return y, (h.detach() if bug == "dropped" else h)
@@ -94,6 +104,13 @@ def _kernels(kind: str) -> dict[str, Kernel]:
                                        spec=f"{SPEC}{kind.upper()}_IN_PLACE_DECLARED", in_place=in_place,
                                        dtypes=(torch.float32, torch.float16),
                                        description="writes residual_out into residual, declared: correct")
+    for name, bug, description in (
+            ("FIRST_LAYER", "none", "takes residual=None (a first layer's call): residual_out = x, correct"),
+            ("FIRST_LAYER_UNWRITTEN", "unwritten", "takes residual=None but leaves residual_out as allocated (zeros): "
+                                                   "{p}.residual_out, {p}.forward")):
+        fn, _, _ = _make(bug, kind, first_layer=True)
+        made[name] = Kernel(f"add_{kind}_{name.lower()}", KIND[kind], fn, spec=f"{SPEC}{kind.upper()}_{name}",
+                            dtypes=(torch.float32, torch.float16), description=description.format(p=f"add_{kind}"))
     return made
 
 
