@@ -24,7 +24,7 @@ import torch
 from core import guard
 from core.capabilities import discover, dtype_name
 from core.errors import one_line
-from properties import diagnosis, evidence, norms, outcome
+from properties import evidence, models, norms, outcome
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
 from properties.strategies import rounded, standard_values
@@ -124,12 +124,12 @@ def check_rows_beyond_2_31_elements(kernel, block: torch.Tensor, weight, eps: fl
                                     rows: int = HUGE_ROWS, elements: int = 2**31) -> None:
     """x = ``block`` repeated to ``rows`` rows: |kernel(x) - oracle(x)| <= forward bound on the rows around element
     ``elements`` (2^31) and the last one (one call on all of x); oracle and bound those of the kernel's declared
-    conventions, as ln.forward's other checks use (diagnosis.expected_forward)."""
+    conventions, as ln.forward's other checks use (models.expected_forward)."""
     x = block.repeat(rows // block.shape[0] + 1, 1)[:rows]
     boundary = elements // x.shape[-1]
     checked = torch.tensor([0, boundary - 1, boundary, boundary + 1, rows - 1], device=x.device)
     got = norms.forward(kernel, x, weight, bias, eps)[checked]
-    expected, bound, _ = diagnosis.expected_forward(kernel, x[checked], weight, bias, eps)  # its declared conventions
+    expected, bound, _ = models.expected_forward(kernel, x[checked], weight, bias, eps)  # its declared conventions
     comparison = outcome.compare(got, expected, bound, "output")
     outcome.conclude(comparison, "rows beyond 2^31 elements are not normalized (32-bit offsets?)",
                      d=x.shape[-1], dtype=dtype_name(x.dtype), rows=x.shape[0])

@@ -21,7 +21,7 @@ from test_corpus import CorpusRun, corpus  # noqa: F401  (the session's corpus r
 from core.errors import UsageError
 from core.kernel import Kernel
 from core.registry import resolve
-from properties import diagnosis, evidence, norms
+from properties import diagnosis, evidence, models, norms
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_gradient_identities, check_vjp
 
@@ -124,7 +124,7 @@ def test_the_probes_rule_out_a_wrong_eps_that_matched_one_row_by_coincidence():
     x = torch.tensor([values], dtype=torch.float16)
     (kernel,) = resolve("tests/corpus/statistics.py:LN_ONE_PASS_VARIANCE")
     got = {"y": norms.as_float64(norms.forward(kernel, x, weight, None, 1e-5))}
-    case = diagnosis.case_of(kernel, x, weight, None, 1e-5)
+    case = models.case_of(kernel, x, weight, None, 1e-5)
     on_the_row = {m.mechanism for m in diagnosis.explaining(kernel, case, got, "forward")}
     probed = diagnosis.explaining(kernel, case, got, "forward", diagnosis.probes(kernel, x, weight, None, 1e-5))
     assert {"eps_outside_root", "one_pass_variance"} <= on_the_row
@@ -160,7 +160,7 @@ def test_a_declared_convention_never_passes_an_element_its_model_does_not_cover(
     x = torch.full((1, 64), 1000.0, dtype=torch.float16)
     x[0, 0] = 1001.0
     kernel = Kernel("k", "layernorm", RMS_LLAMA_CASTING.fn, conventions=("storage_accumulation",))
-    _, bound, declared = diagnosis.expected_forward(kernel, x, None, None, 1e-5)
+    _, bound, declared = models.expected_forward(kernel, x, None, None, 1e-5)
     assert declared == ("storage_accumulation",) and np.isfinite(bound).all()
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from core.registry import builtins, resolve
-from properties import diagnosis, outcome
+from properties import models, outcome
 
 LIGER = ["liger-layernorm", "liger-rmsnorm-llama", "liger-rmsnorm-gemma", "liger-rmsnorm-none"]
 HF = ["hf-llama-rmsnorm", "hf-gemma-rmsnorm", "hf-t5-layernorm"]
@@ -65,7 +65,7 @@ def assert_close(got, expected, bound, what):
 
 def assert_forward(kernel, y, x, weight, bias, eps, what):
     """The kernel's output against the oracle (or its declared conventions' model) within the derived bound."""
-    expected, bound, _ = diagnosis.expected_forward(kernel, x, weight, bias, eps)
+    expected, bound, _ = models.expected_forward(kernel, x, weight, bias, eps)
     assert_close(y, expected, bound, what)
 
 
@@ -74,7 +74,7 @@ def assert_gradients(kernel, x, weight, bias, eps, dy):
     y, dx, dweight = run(kernel, x, weight, bias, eps, dy)
     assert y.dtype == x.dtype and y.shape == x.shape
     assert_forward(kernel, y, x, weight, bias if kernel.kind == "layernorm" else None, eps, f"{kernel.name} y")
-    expected, bounds, _ = diagnosis.expected_backward(kernel, x, weight, eps, dy)
+    expected, bounds, _ = models.expected_backward(kernel, x, weight, eps, dy)
     assert_close(dx, expected["x"], bounds["x"], f"{kernel.name} dx")
     assert_close(dweight, expected["weight"], bounds["weight"], f"{kernel.name} dweight")
 
@@ -112,7 +112,7 @@ def test_weight_offset_is_declared_and_weight_zero_means_scale_offset(spec, offs
     x, _, _, _ = example(torch.float32)
     zero = torch.zeros(x.shape[-1])
     y = kernel.fn(x, zero, 1e-5)
-    bound = diagnosis.expected_forward(kernel, x, zero, None, 1e-5)[1]
+    bound = models.expected_forward(kernel, x, zero, None, 1e-5)[1]
     assert_close(y, offset * F.rms_norm(x.double(), x.shape[-1:], None, 1e-5), bound, spec)
 
 
@@ -124,7 +124,7 @@ def test_none_weight_and_bias_mean_scale_one_and_shift_zero(spec):
             y, expected = kernel.fn(x, None, None, 1e-5), F.layer_norm(x.double(), x.shape[-1:], None, None, 1e-5)
         else:
             y, expected = kernel.fn(x, None, 1e-5), F.rms_norm(x.double(), x.shape[-1:], None, 1e-5)
-        assert_close(y, expected, diagnosis.expected_forward(kernel, x, None, None, 1e-5)[1], kernel.name)
+        assert_close(y, expected, models.expected_forward(kernel, x, None, None, 1e-5)[1], kernel.name)
 
 
 def test_liger_rmsnorm_default_backward_writes_into_the_upstream_gradient():

@@ -15,13 +15,13 @@ import torch
 from core import guard
 from core.capabilities import dtype_name
 from core.results import SERIES
-from properties import diagnosis, norms, outcome, tolerance
+from properties import diagnosis, models, norms, outcome, tolerance
 
 
 def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
     """|kernel(x) - oracle(x)| <= forward bound, elementwise."""
     got = norms.forward(kernel, x, weight, bias, eps)
-    expected, bound, declared = diagnosis.expected_forward(kernel, x, weight, bias, eps)
+    expected, bound, declared = models.expected_forward(kernel, x, weight, bias, eps)
     comparison = outcome.compare(got, expected, bound, "output")
     kappa = float(tolerance.condition_number(x, eps).max())
     model = f"the declared {' and '.join(declared)} model" if declared else "the exact normalization"
@@ -29,7 +29,7 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> Non
                                  f"(row condition number {kappa:.3g})",
                      diagnose=diagnosis.of_forward(kernel, x, weight, bias, eps, got),
                      **SERIES["ratio"].point(kappa=kappa), d=x.shape[-1], dtype=dtype_name(x.dtype),
-                     **diagnosis.declared_point(declared))
+                     **models.declared_point(declared))
 
 
 def output_dtype_rule(check: Callable[..., None], name: str) -> Callable[..., None]:

@@ -22,7 +22,7 @@ import torch
 from core.capabilities import discover, dtype_name
 from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
-from properties import diagnosis, norms, outcome, tolerance
+from properties import models, norms, outcome, tolerance
 from properties.checks.contracts import rows_that_differ
 from properties.checks.forward import output_dtype_rule
 
@@ -56,12 +56,12 @@ def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
                   seed=None) -> None:
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
-    conventions, the norm's declared model at residual_out (properties.diagnosis.expected_forward)."""
+    conventions, the norm's declared model at residual_out (properties.models.expected_forward)."""
     y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed)
     comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,
-                     d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
 def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor, weight, bias, eps: float,
@@ -74,7 +74,7 @@ def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor
         bound = tolerance.forward(kernel, x, weight, bias, eps, h=h)
         declared = ()
     else:
-        expected, bound, declared = diagnosis.expected_forward(view, h, weight, bias, eps)
+        expected, bound, declared = models.expected_forward(view, h, weight, bias, eps)
     return outcome.compare(y, expected, bound, what), declared
 
 
@@ -121,7 +121,7 @@ def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparisons, "the backward is not J^T dy + dh at residual_out (a gradient dropped or wrong)"
-                     + model, d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+                     + model, d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
 def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
@@ -129,12 +129,12 @@ def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: fl
     """Under declared conventions (:func:`norm_view`), in place: the weight (and bias) gradients are the norm's
     declared model at residual_out; the gradient of x and of the residual, J^T dy (the norm's, modelled) + dh
     rounded once, keeps its center and bound widened by the model's distance from the oracle plus the model's
-    bound (properties.diagnosis.identity_bounds), times (1 + u_acc)(1 + u_out) <= 2. The conventions applied."""
+    bound (properties.models.identity_bounds), times (1 + u_acc)(1 + u_out) <= 2. The conventions applied."""
     view = norm_view(kernel, h, x)
     if view is None:
         return ()
-    centers, model_bounds, declared = diagnosis.expected_backward(view, h, weight, eps, dy)
-    widening = 2 * diagnosis.identity_bounds(view, h, weight, eps, dy)["x"]
+    centers, model_bounds, declared = models.expected_backward(view, h, weight, eps, dy)
+    widening = 2 * models.identity_bounds(view, h, weight, eps, dy)["x"]
     for name in ("x", "residual"):
         if name in bounds:
             bounds[name] = bounds[name] + widening

@@ -19,25 +19,25 @@ import numpy as np
 import torch
 
 from core.capabilities import dtype_name
-from properties import diagnosis, norms, outcome, tolerance
+from properties import diagnosis, models, norms, outcome, tolerance
 
 
 def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
     """Each gradient the kernel returns is the oracle's, within the backward bound, elementwise."""
     got = norms.vjp(kernel, x, weight, bias, eps, dy)
-    expected, bounds, declared = diagnosis.expected_backward(kernel, x, weight, eps, dy)
+    expected, bounds, declared = models.expected_backward(kernel, x, weight, eps, dy)
     comparisons = [outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got]
     model = f" (checked against the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparisons, "the backward is not the derivative of the normalization" + model,
                      diagnose=diagnosis.of_backward(kernel, "jacobian", x, weight, eps, dy, got),
-                     d=x.shape[-1], dtype=dtype_name(x.dtype), **diagnosis.declared_point(declared))
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
 def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
     """sum(dx) = 0 (LayerNorm), c . dx = (eps/s^2) c . (gamma dy)/s, dgamma = sum of dy xhat, dbeta = sum of dy:
     each within its bound."""
     got = norms.vjp(kernel, x, weight, bias, eps, dy)
-    bounds = diagnosis.identity_bounds(kernel, x, weight, eps, dy)
+    bounds = models.identity_bounds(kernel, x, weight, eps, dy)
     x64, dy64 = norms.as_float64(x), norms.as_float64(dy)
     gamma = norms.effective_weight(kernel, weight)
     centred = x64 - x64.mean(-1, keepdims=True) if kernel.record.centred else x64

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import dtype_name
-from properties import diagnosis, norms, outcome
+from properties import models, norms, outcome
 from properties.checks.contracts import rows_that_differ
 
 
@@ -35,8 +35,8 @@ def check_exact_statistics(kernel, x: torch.Tensor, centred: torch.Tensor, weigh
     """Rows whose mean every correct kernel computes exactly (properties.exact_rows: d = 1, pairs m +- delta,
     constant rows; any magnitude): the output is the oracle's within the bound of the centred rows."""
     got = norms.forward(kernel, x, weight, bias, eps)
-    expected = diagnosis.expected_forward(kernel, x, weight, bias, eps)[0]  # a declared convention's model, if any
-    bound = diagnosis.expected_forward(kernel, centred, weight, bias, eps)[1]
+    expected = models.expected_forward(kernel, x, weight, bias, eps)[0]  # a declared convention's model, if any
+    bound = models.expected_forward(kernel, centred, weight, bias, eps)[1]
     comparison = outcome.compare(got, expected, bound, "output")
     outcome.conclude(comparison, "on rows with exact statistics the output depends on the offset |mean| (a residue "
                                  "of x * rstd - mean * rstd, or the statistics lose x - mean)",
@@ -47,8 +47,8 @@ def check_exact_statistics_vjp(kernel, x: torch.Tensor, centred: torch.Tensor, w
                                bias=None) -> None:
     """The gradients on rows with exact statistics: the oracle's within the backward bound of the centred rows."""
     got = norms.vjp(kernel, x, weight, bias, eps, dy)
-    expected = diagnosis.expected_backward(kernel, x, weight, eps, dy)[0]  # a declared convention's model, if any
-    bounds = diagnosis.expected_backward(kernel, centred, weight, eps, dy)[1]
+    expected = models.expected_backward(kernel, x, weight, eps, dy)[0]  # a declared convention's model, if any
+    bounds = models.expected_backward(kernel, centred, weight, eps, dy)[1]
     outcome.conclude([outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got],
                      "on rows with exact statistics the gradients depend on the offset |mean|",
                      d=x.shape[-1], dtype=dtype_name(x.dtype), magnitude=float(x.abs().max()))
