@@ -157,7 +157,7 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     u = operand_roundoffs(kernel, x, weight, weight if bias is None else bias)
     u_acc = backward_accumulation(kernel, x.dtype)
     if kernel.record.grouped:
-        return _grouped_backward(kernel, x, weight, eps, dy, model, num_groups, u, u_acc)
+        return _grouped_backward(kernel, x, weight, bias, eps, dy, model, num_groups, u, u_acc)
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                         u_acc, u["x"], kernel.record.norm, model,
                                         u_weight=u["weight"], u_bias=u["bias"], declared=declared_reduction(kernel, x),
@@ -166,15 +166,16 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
     return {name: np.asarray(b, dtype=np.float64) for name, b in named.items() if b is not None}
 
 
-def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float, dy: torch.Tensor,
-                      model: str, num_groups: int, u: dict[str, float], u_acc: float) -> dict[str, np.ndarray]:
+def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                      eps: float, dy: torch.Tensor, model: str, num_groups: int, u: dict[str, float], u_acc: float
+                      ) -> dict[str, np.ndarray]:
     """A grouped kind's gradient bounds: dx within error_model.backward_bound of each group (LayerNorm over its
     (C/G) S elements, per-element gamma); dweight_c = sum over (n, s) of dy xhat and dbias_c = sum of dy over the
     N S elements of channel c, in any order: with f the forward bound of xhat (gamma = 1, beta = 0, no storage
     rounding) and g = gamma_{NS-1},
         |dweight_c error| <= (1 + g) sum (|dy| f + u |dy xhat|) + g sum |dy xhat| + u_out |dweight_c|,
         |dbias_c error|   <= g sum |dy| + u_out |dbias_c|          (plus the oracle's 2^-53 relative),
-    u_out of the parameter's own dtype."""
+    u_out of the parameter's own dtype, and the rounding's eta where the stored gradient underflows (:func:`_eta`)."""
     x64, dy64 = as_float64(x), as_float64(dy)
     rows, gamma, _ = _norm_rows(kernel, x, weight, None, num_groups)
     upstream = norms.grouped(kernel, dy64, num_groups)
@@ -197,12 +198,19 @@ def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     if weight is not None:
         dweight = ((1 + g) * per_channel(np.abs(dy64) * xhat_error.reshape(x64.shape) + u_acc * products)
                    + g * per_channel(products))
-        bounds["weight"] = dweight + (u["weight"] + U64) * np.abs(exact["weight"])
-    bounds["bias"] = g * per_channel(np.abs(dy64)) + (u["bias"] + U64) * np.abs(exact["bias"])
+        bounds["weight"] = dweight + (u["weight"] + U64) * np.abs(exact["weight"]) + _eta(kernel, weight.dtype)
+    eta_bias = _eta(kernel, x.dtype if bias is None else bias.dtype)
+    bounds["bias"] = g * per_channel(np.abs(dy64)) + (u["bias"] + U64) * np.abs(exact["bias"]) + eta_bias
     return bounds
 
 
 U64 = 2.0**-53
+def _eta(kernel: Kernel, dtype: torch.dtype) -> float:
+    """The absolute error of one rounding to ``dtype`` whose result underflows (proofs.error_model.underflow: half
+    the smallest subnormal, the smallest normal for a kernel that flushes to zero)."""
+    return error_model.underflow(unit_roundoffs(dtype)[1], kernel.flush_to_zero)
+
+
 # k of the k-term sum of dL/dh: the terms of N's backward combination (proofs.error_terms.backward_terms) and dh
 ACCUMULATED_TERMS = {"ln": 4, "rms": 3}
 
@@ -224,7 +232,10 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
         |fl_s-sum(fl_h(c^_1), ..., fl_h(c^_{k-1}), dh) - t| <= B + u_h M + gamma_{k-1}(u_s) ((1 + u_h) M + |dh|) =: B_d
     (the storing of each term errs u_h |c^_j|, at most u_h M in all; the sum's error is gamma_{k-1} times the sum of
     its terms' magnitudes, which bounds every partial sum). Then one rounding to each input's dtype (u_o):
-        |fl_o(d^) - t| <= B_d (1 + u_o) + u_o |t|.
+        |fl_o(d^) - t| <= B_d (1 + u_o) + u_o |t| + eta_o.
+    Each rounding whose result underflows errs by eta (:func:`_eta`: half the smallest subnormal, the smallest normal
+    under flush-to-zero) instead: 2 (k - 1) such roundings in h's dtype inside B_d, one to each input's dtype
+    (a gradient below float16's smallest normal, 6.1e-5, is stored on the subnormal grid).
     A fused kernel (one rounding of fl_acc(a^ + dh), k = 2, u_h = u_acc) and torch's unfused composition in 16-bit
     (fl_h(fl_h(J^T dy) + dh), two roundings at u_h, docs/findings.md [R1]) are special cases; so are compositions
     with float64 or float32 statistics, a float32 residual_out (dh added among N's float32 terms), and chunked
@@ -232,7 +243,7 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     Dropout multiplies d by the scale s = 1/(1 - p): fused, fl_o(fl_acc(d fl_acc(s))); unfused (dropout applied to
     the branch in storage before the add, as torch's F.dropout is: its backward gets d rounded to the output dtype),
     fl_o(fl(fl_o(d) fl_o(s))). Four roundings at most, each within u_o >= u_acc:
-        |dx - m t/(1 - p)| <= s B' (1 + u_o)^4 + ((1 + u_o)^4 - 1) s |t|,
+        |dx - m t/(1 - p)| <= s B' (1 + u_o)^4 + ((1 + u_o)^4 - 1) s |t| + 4 (1 + u_o)^3 eta_o,
     with B' the bound of d before its rounding to the output dtype. Every bound adds the float64 oracle's own
     error (2^-53 relative, of the same sums)."""
     norm = kernel.record.norm
@@ -249,20 +260,22 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
                                             flush_to_zero=kernel.flush_to_zero)[1:]
     magnitude = np.abs(norms.reference_vjp(kernel, h, weight, eps, dy, dh=dh)["x"])
     u_h = unit_roundoffs(h.dtype)[1]
+    k = ACCUMULATED_TERMS[norm]
     terms = error_model.backward_terms_magnitude(h64, gamma, eps, dy64, u_acc, norm, model)
-    gamma_sum = probabilistic.gamma(ACCUMULATED_TERMS[norm] - 1, max(u_acc, u_h))
-    before_rounding = accumulated + u_h * terms + gamma_sum * ((1 + u_h) * terms + np.abs(dh64))
+    gamma_sum = probabilistic.gamma(k - 1, max(u_acc, u_h))
+    before_rounding = (accumulated + u_h * terms + gamma_sum * ((1 + u_h) * terms + np.abs(dh64))
+                       + 2 * (k - 1) * _eta(kernel, h.dtype))
     bounds = {}
     for name, given in (("x", x), ("residual", residual)):
         if given is None:
             continue
-        u_o = unit_roundoffs(given.dtype)[1]
+        u_o, eta_o = unit_roundoffs(given.dtype)[1], _eta(kernel, given.dtype)
         if name == "x" and p is not None:
             scale = 1.0 / (1.0 - p)
             bounds[name] = (scale * before_rounding * (1 + u_o) ** 4 + ((1 + u_o) ** 4 - 1) * scale * magnitude
-                            + U64 * scale * magnitude)
+                            + U64 * scale * magnitude + 4 * (1 + u_o) ** 3 * eta_o)
         else:
-            bounds[name] = before_rounding * (1 + u_o) + u_o * magnitude + U64 * magnitude
+            bounds[name] = before_rounding * (1 + u_o) + u_o * magnitude + U64 * magnitude + eta_o
     for name, bound in zip(("weight", "bias"), parameters, strict=False):
         if bound is not None and (weight if name == "weight" else bias) is not None:
             bounds[name] = np.asarray(bound, dtype=np.float64)

@@ -128,3 +128,15 @@ def test_whether_a_fused_kernel_takes_no_residual_is_probed():
     torch_fused = next(k for k in resolve("torch-fused") if k.kind == "add_layernorm")
     caps = discover(torch_fused)
     assert not caps.residual_none and caps.as_json()["reasons"]["residual_none"].startswith("refused: ")
+
+
+def test_the_fused_gradient_bound_covers_a_rounding_onto_the_subnormal_grid():
+    """A float16 gradient below the smallest normal (6.1e-5) is stored on the subnormal grid, off by up to half its
+    spacing, 2^-25, whatever its size: every element's bound allows that (a relative bound alone did not, found by a
+    3-D draw of a correct kernel whose dx was 8.8e-6)."""
+    example = {name: t.half() for name, t in _example().items() if name != "eps"}
+    upstream = {"y": torch.full((3, 16), 1e-3).half(), "residual_out": torch.full((3, 16), 1e-5).half()}
+    h = example["x"] + example["residual"]
+    bounds = tolerance.backward(_fused(_add_layernorm), example["x"], example["weight"], 1e-5, upstream["y"],
+                                bias=example["bias"], h=h, dh=upstream["residual_out"], residual=example["residual"])
+    assert all(bool(np.all(bounds[name] >= 2.0**-25)) for name in ("x", "residual"))
