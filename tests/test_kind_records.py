@@ -135,7 +135,9 @@ def test_the_fused_gradient_bound_covers_a_rounding_onto_the_subnormal_grid():
     spacing, 2^-25, whatever its size: every element's bound allows that (a relative bound alone did not, found by a
     3-D draw of a correct kernel whose dx was 8.8e-6)."""
     example = {name: t.half() for name, t in _example().items() if name != "eps"}
-    upstream = {"y": torch.full((3, 16), 1e-3).half(), "residual_out": torch.full((3, 16), 1e-5).half()}
+    example["x"] = (12000 * example["x"].float()).half()  # rows with s ~ 1e4: J^T dy ~ 1e-6 for dy ~ 1e-2
+    upstream = {"y": (0.01 * torch.randn(3, 16, generator=torch.Generator().manual_seed(1))).half(),
+                "residual_out": torch.zeros(3, 16, dtype=torch.float16)}
     h = example["x"] + example["residual"]
     bounds = tolerance.backward(_fused(_add_layernorm), example["x"], example["weight"], 1e-5, upstream["y"],
                                 bias=example["bias"], h=h, dh=upstream["residual_out"], residual=example["residual"])
