@@ -7,7 +7,7 @@ unusable (not a tensor, wrong shape, dtype or device, NaN/inf for finite inputs)
 :class:`KernelFault` with one line that says which and how; the test reports that claim and the
 run goes on.
 
-How a fault is reported (``properties.results``): a kernel whose output is NaN/inf on finite
+How a fault is reported (``properties.run.results``): a kernel whose output is NaN/inf on finite
 inputs gave a wrong answer, so the claim is **failed** (reason ``nonfinite``); every other reason
 (raised, timeout, type, shape, dtype, device, missing) means the claim could not be checked, so
 it is an **error**. Both make ``normverify run`` exit 1.

@@ -57,7 +57,7 @@ class Kernel:
     ``conventions`` declares mechanisms the kernel follows on purpose (ids of
     ``proofs.mechanisms.CONVENTIONS``, e.g. ``("double_rounding",)`` for Llama's casting): its forward
     and backward are checked against those mechanisms' derived models instead of the correct one
-    (properties.diagnosis). ``"storage_statistics_backward"`` and ``backward_precision="storage"`` are
+    (properties.bounds.diagnosis). ``"storage_statistics_backward"`` and ``backward_precision="storage"`` are
     the same declaration; either sets the other.
 
     What a kernel does by design, declared and then checked as declared: ``no_gradient`` names parameters

@@ -2,7 +2,7 @@
 ``normverify.results/1`` document, the plot series the claims declare, and a claim x kernel summary.
 
 This is the one definition of the schema (docs/ARCHITECTURE.md, "Results JSON"): the results plugin
-(:mod:`properties.results`) builds a :class:`Document`, the runner, the commands and the report read one
+(:mod:`properties.run.results`) builds a :class:`Document`, the runner, the commands and the report read one
 (:func:`load`, :func:`parse`), and ``core/results.schema.json`` is generated from it (:func:`json_schema`;
 ``python -m core.results`` rewrites it, tests/test_results_schema.py fails when it is stale and validates a
 real run's output against it). The report imports this module, never the plugin, torch or pytest.
@@ -139,7 +139,7 @@ class Environment(_Model):
     hypothesis: str | None = None
     device: str | None = None
     profile: str | None = None
-    bound: str | None = None  # properties.tolerance.bound_in_use(): "probabilistic" or "worst-case"
+    bound: str | None = None  # properties.bounds.tolerance.bound_in_use(): "probabilistic" or "worst-case"
     commit: str | None = None
     date: str | None = None
     cpu_capability: str | None = None  # the capability ATen dispatches its CPU kernels on (DEFAULT, AVX2, AVX512)
@@ -200,7 +200,7 @@ class KernelEntry(_Model):
 
 
 class Diagnosis(_Model):
-    """One mechanism that explains a failed example (``properties.diagnosis``)."""
+    """One mechanism that explains a failed example (``properties.bounds.diagnosis``)."""
 
     mechanism: str
     ratio: float | None
@@ -234,7 +234,7 @@ class Counterexample(_Model):
 
     text: str
     message: str = ""  # this failure in one line (a test with several distinct failures has one per example)
-    file: str | None = None  # the torch.save file (properties.counterexamples), None when not saved
+    file: str | None = None  # the torch.save file (properties.run.counterexamples), None when not saved
     replay: str  # `normverify replay FILE` when saved, else the same as rerun
     rerun: str  # the pytest command that reruns the test
     hypothesis: str = ""  # what Hypothesis printed of the example
@@ -273,7 +273,7 @@ class Result(_Model):
     coverage: dict[str, dict[str, int]] = Field(default_factory=dict)
     worst_case: Point | None = None
     points: list[Point] = Field(default_factory=list)
-    # the diagnosis of the reported failing example (properties.diagnosis; its point is the last one diagnosed,
+    # the diagnosis of the reported failing example (properties.bounds.diagnosis; its point is the last one diagnosed,
     # not necessarily the worst case once Hypothesis has shrunk it)
     diagnosis: list[Diagnosis] | None = None
     counterexamples: list[Counterexample] = Field(default_factory=list)  # one per distinct failure

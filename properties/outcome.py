@@ -1,7 +1,7 @@
 """Judging one example: error against bound, the evidence it leaves, and what a failure says.
 
 :func:`compare` measures a kernel's values against the float64 reference under per-element
-bounds (from :mod:`properties.tolerance`): the worst ratio |error| / bound and expected vs got at
+bounds (from :mod:`properties.bounds.tolerance`): the worst ratio |error| / bound and expected vs got at
 the worst element. :func:`conclude` records the example for the results
 (``properties.evidence.record``), steers Hypothesis towards large ratios with ``target()``, and
 raises :class:`CheckFailure` (an AssertionError carrying expected, got and where) when the ratio exceeds 1.
@@ -102,7 +102,7 @@ def conclude(comparisons: Comparison | list[Comparison], meaning: str = "", labe
 
     ``meaning`` says what a failure means (noted for Hypothesis and put in the AssertionError).
     ``diagnose(ratio)``, called on a failure, returns (the diagnosis as JSON, its one-line sentence) or None
-    (properties.diagnosis): the sentence leads the AssertionError, the diagnosis goes into the evidence.
+    (properties.bounds.diagnosis): the sentence leads the AssertionError, the diagnosis goes into the evidence.
     """
     comparisons = [comparisons] if isinstance(comparisons, Comparison) else comparisons
     worst = max(comparisons, key=lambda c: c.ratio)

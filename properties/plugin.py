@@ -17,11 +17,12 @@ from core.names import split_specs
 from core.registry import KINDS, Kernel, resolve
 from core.results import ReductionCheck
 from proofs import error_model
-from properties import profiles, tolerance
-from properties.selection import kernel_of
+from properties.bounds import tolerance
+from properties.run import profiles
+from properties.run.selection import kernel_of
 
 # Plugins of the conformance run (e.g. the results plugin); other parts append their module name here.
-pytest_plugins: list[str] = ["properties.results", "properties.expectations"]
+pytest_plugins: list[str] = ["properties.run.results", "properties.run.expectations"]
 
 DEFAULT_KERNEL = "torch"
 CLAIM_MARKER = "claim(id): the claim id (proofs.claims) this conformance test checks"
@@ -132,7 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     # the plugin module, as pytest registered it (importing it here first would defeat its assert rewriting)
-    env = config.pluginmanager.get_plugin("properties.results").environment(config)  # what the JSON records
+    env = config.pluginmanager.get_plugin("properties.run.results").environment(config)  # what the JSON records
     return [
         f"normverify kernel: {', '.join(kernel_specs(config))}"
         + (f" (kind {config.getoption('--kind')})" if config.getoption("--kind") else ""),

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, profiles
+from properties import evidence
 from properties.checks.affine import check_affine
-from properties.regime_strategies import ENDS_AND_DTYPES, affine_examples
+from properties.draws.regime_strategies import ENDS_AND_DTYPES, affine_examples
+from properties.run import profiles
 
 
 @pytest.mark.claim("ln.affine", "rms.affine")
@@ -28,6 +29,6 @@ def test_affine_identity(norm_kernel, data):
 @given(data=st.data())
 def test_affine_identity_across_the_exponent_range(norm_kernel, end, dtype, data):
     """a = +-2^k with x at the smallest or largest scale the error model covers, eps/a^2 far from forward's eps:
-    the regime of this claim that ln/rms.forward never draws (properties.regime_strategies)."""
+    the regime of this claim that ln/rms.forward never draws (properties.draws.regime_strategies)."""
     example = affine_examples(norm_kernel, end, dtypes=(dtype,))
     evidence.check(check_affine, norm_kernel, data.draw(example, label="example"))

@@ -11,9 +11,11 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from properties import evidence, norms, profiles, tolerance
+from properties import evidence, norms
+from properties.bounds import tolerance
 from properties.checks.blocks import check_contraction, check_post_ln_scaled_block
-from properties.strategies import norm_examples, rounded
+from properties.draws.strategies import norm_examples, rounded
+from properties.run import profiles
 
 WIDTHS = (3, 4, 7, 16, 31)
 

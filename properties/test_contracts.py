@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, norms, profiles
+from properties import evidence, norms
 from properties.checks.contracts import (
     check_changing_one_row,
     check_inputs_unmodified,
@@ -23,7 +23,8 @@ from properties.checks.contracts import (
     inside_a_larger_buffer,
     strided,
 )
-from properties.strategies import norm_examples, rounded, standard_values, widths
+from properties.draws.strategies import norm_examples, rounded, standard_values, widths
+from properties.run import profiles
 
 
 def layouts() -> st.SearchStrategy[str]:

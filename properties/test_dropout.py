@@ -1,9 +1,9 @@
 """Inverted dropout: every dropout claim (proofs/claims/dropout.py) on the ``dropout_kernel`` fixture.
 
 The checks, and the statistics each rests on: :mod:`properties.checks.dropout`,
-:mod:`properties.dropout_statistics`. Each statistical test spends its share of
+:mod:`properties.bounds.dropout_statistics`. Each statistical test spends its share of
 ``dropout_statistics.BUDGET`` (false alarms per kernel and run) evenly over its examples (:func:`_alpha`); its
-sizes and example counts (properties/dropout_strategies.py) are those at which tests/test_dropout_statistics.py
+sizes and example counts (properties/draws/dropout_strategies.py) are those at which tests/test_dropout_statistics.py
 shows its power.
 Determinism, keep rate, independence and the exact values at p = 0 and p = 1 are also checked at scale, one example
 each, for kernels fast enough to run it (:func:`_require_native_speed`: Triton's CPU interpreter is not, measured):
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from core import guard
 from core.capabilities import discover
-from properties import dropout_statistics as statistics
-from properties import evidence, norms, profiles
+from properties import evidence, norms
+from properties.bounds import dropout_statistics as statistics
 from properties.checks.dropout import (
     check_determinism,
     check_edge_probabilities,
@@ -37,7 +37,7 @@ from properties.checks.dropout import (
     check_values,
     check_variance_bias,
 )
-from properties.dropout_strategies import (
+from properties.draws.dropout_strategies import (
     INDEPENDENCE_ELEMENTS,
     INDEPENDENCE_FRACTION,
     INDEPENDENCE_WIDTHS,
@@ -61,7 +61,8 @@ from properties.dropout_strategies import (
     nonzero_values,
     variance_bias_inputs,
 )
-from properties.strategies import rounded, row_counts, seeds, widths
+from properties.draws.strategies import rounded, row_counts, seeds, widths
+from properties.run import profiles
 
 PROBE_ELEMENTS = 2**16
 LARGE_CALL_LIMIT_S = 0.5

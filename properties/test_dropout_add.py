@@ -3,14 +3,14 @@ drop_add_ln.forward (y = LN(residual_out)), drop_add_ln.values (each residual_ou
 residual + x/(1-p)), drop_add_ln.variance_bias (seed 003's bias, in the branch's statistics, from the exact law of
 Var(r + x m/(1-p)) over all masks of an 8-element row), and
 the dropout part, its mask read exactly from residual_out: drop_add_ln.keep_rate, .independence, .seeds (the tests
-of properties/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale); and the
+of properties/bounds/dropout_statistics.py), .determinism and .gradient (the forward's mask, the 1/(1-p) scale); and the
 contracts drop_add_ln.inputs_unmodified, .row_independence (the same seed: a mask drawn by position) and
 .layout_invariance (strided, transposed and offset views: at p = 0 the contiguous call's result; at 0 < p < 1 the
 mask's law, the values and y at the mask the kernel used).
 
 The checks: :mod:`properties.checks.fused` and :mod:`properties.checks.dropout_add`. Each statistical test spends
 its share of ``dropout_statistics.BUDGET["drop_add_ln.*"]`` evenly over its examples; its power at the sizes of
-properties/fused_strategies.py is derived in tests/test_dropout_add_statistics.py.
+properties/draws/fused_strategies.py is derived in tests/test_dropout_add_statistics.py.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from core.boundary import HOST, host_generator
-from properties import dropout_statistics as statistics
-from properties import evidence, profiles
+from properties import evidence
+from properties.bounds import dropout_statistics as statistics
 from properties.checks.dropout_add import (
     LAYOUT_FRACTION,
     LAYOUTS,
@@ -43,8 +43,8 @@ from properties.checks.fused import (
     check_inputs_unmodified,
     check_noncontiguous,
 )
-from properties.dropout_strategies import KEEP_RATE_PROBABILITIES, variance_bias_inputs
-from properties.fused_strategies import (
+from properties.draws.dropout_strategies import KEEP_RATE_PROBABILITIES, variance_bias_inputs
+from properties.draws.fused_strategies import (
     INDEPENDENCE_FRACTION,
     KEEP_RATE_FRACTION,
     LARGE_PATH_SHAPE,
@@ -55,8 +55,9 @@ from properties.fused_strategies import (
     masked_examples,
     row_zero_changed,
 )
+from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, rounded, seeds, widths
 from properties.norms import as_float64, require_backward
-from properties.strategies import mixed_parameter_examples, over_parameter_mixes, rounded, seeds, widths
+from properties.run import profiles
 
 DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
 

@@ -1,5 +1,5 @@
 """ln.forward / rms.forward: the kernel's output is the float64 oracle's on the same rounded inputs,
-within the error-model bound (properties.tolerance), for every width, dtype, weight and eps.
+within the error-model bound (properties.bounds.tolerance), for every width, dtype, weight and eps.
 
 The checks, and the derivation each rests on: :mod:`properties.checks.forward`.
 """
@@ -11,15 +11,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, profiles
+from properties import evidence
 from properties.checks.forward import check_forward, check_forward_with_parameter_dtypes
-from properties.strategies import (
+from properties.draws.strategies import (
     mixed_parameter_examples,
     norm_examples,
     one_ulp_apart_widths,
     over_parameter_mixes,
     widths,
 )
+from properties.run import profiles
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, profiles
+from properties import evidence
 from properties.checks.contracts import strided
 from properties.checks.fused import (
     check_changing_one_row,
@@ -23,9 +23,10 @@ from properties.checks.fused import (
     check_residual_out,
     check_vjp,
 )
-from properties.fused_strategies import BATCHES, add_norm_examples, row_zero_changed
+from properties.draws.fused_strategies import BATCHES, add_norm_examples, row_zero_changed
+from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, widths
 from properties.norms import require_backward
-from properties.strategies import mixed_parameter_examples, over_parameter_mixes, widths
+from properties.run import profiles
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")

@@ -11,9 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES
-from properties import evidence, norms, profiles, tolerance
+from properties import evidence, norms
+from properties.bounds import tolerance
 from properties.checks.gradients import check_gradient_identities, check_vjp
-from properties.strategies import backward_width_limit, mixed_parameter_examples, norm_examples, over_parameter_mixes
+from properties.draws.strategies import (
+    backward_width_limit,
+    mixed_parameter_examples,
+    norm_examples,
+    over_parameter_mixes,
+)
+from properties.run import profiles
 
 # Gradient claims see 2-D, 3-D and 4-D x: dgamma and dbeta sum over every leading dimension, not only the first.
 NDIMS = st.sampled_from([2, 3, 4])

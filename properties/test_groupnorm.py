@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from core.boundary import HOST
 from core.capabilities import discover
-from properties import evidence, profiles
+from properties import evidence
+from properties.bounds.tolerance import bound_in_use
 from properties.checks.groupnorm import (
     check_channels_last,
     check_forward,
@@ -22,8 +23,7 @@ from properties.checks.groupnorm import (
     check_inputs_unmodified,
     check_vjp,
 )
-from properties.norms import output_dtype, require_backward
-from properties.strategies import (
+from properties.draws.strategies import (
     backward_width_limit,
     biases,
     effective_weights,
@@ -38,7 +38,8 @@ from properties.strategies import (
     standard_values,
     storage_dtypes,
 )
-from properties.tolerance import bound_in_use
+from properties.norms import output_dtype, require_backward
+from properties.run import profiles
 
 CHANNELS = (1, 2, 3, 4, 6, 8, 12, 32)
 CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by x's rank

@@ -24,10 +24,11 @@ import torch
 from core import guard
 from core.capabilities import discover, dtype_name
 from core.errors import one_line
-from properties import evidence, models, norms, outcome
+from properties import evidence, norms, outcome
+from properties.bounds import models
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
-from properties.strategies import rounded, standard_values
+from properties.draws.strategies import rounded, standard_values
 
 ROWS = 65_537
 WIDTH = 8

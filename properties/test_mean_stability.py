@@ -11,10 +11,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, profiles
+from properties import evidence
 from properties.checks.mean_stability import check_mean_stability, check_shift_invariance
-from properties.regime_strategies import rows_shifted_one_by_one
-from properties.strategies import norm_examples
+from properties.draws.regime_strategies import rows_shifted_one_by_one
+from properties.draws.strategies import norm_examples
+from properties.run import profiles
 
 
 @st.composite
@@ -42,6 +43,6 @@ def test_output_mean_is_the_mean_of_beta(layernorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_shift_invariance(layernorm_kernel, data):
-    """Each row its own shift, up to the error model's |mean|/std limit (properties.regime_strategies)."""
+    """Each row its own shift, up to the error model's |mean|/std limit (properties.draws.regime_strategies)."""
     evidence.check(check_shift_invariance, layernorm_kernel, data.draw(rows_shifted_one_by_one(layernorm_kernel),
                                                                        label="example"))

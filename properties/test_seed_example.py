@@ -13,7 +13,7 @@ from core.boundary import HOST
 from core.capabilities import discover
 from properties import evidence
 from properties.checks.forward import check_forward
-from properties.strategies import rounded, storage_dtypes
+from properties.draws.strategies import rounded, storage_dtypes
 
 SEED_ROW = (5.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 

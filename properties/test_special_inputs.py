@@ -13,22 +13,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.boundary import HOST
-from properties import evidence, norms, profiles
+from properties import evidence, norms
 from properties.checks.forward import check_forward
 from properties.checks.special_inputs import (
     check_exact_statistics,
     check_exact_statistics_vjp,
     check_nonfinite_stays_in_its_row,
 )
-from properties.exact_rows import exact_statistics_rows
-from properties.regime_strategies import largest_safe_magnitude
-from properties.strategies import norm_examples, rounded, storage_dtypes
+from properties.draws.exact_rows import exact_statistics_rows
+from properties.draws.regime_strategies import largest_safe_magnitude
+from properties.draws.strategies import norm_examples, rounded, storage_dtypes
+from properties.run import profiles
 
 
 @st.composite
 def constant_rows(draw, kernel) -> dict:
     """Rows that are constant (c in {0, 1, -3.5, 1e3}), each row its own c, with any weights, at widths that are
-    powers of two (where sum / d and sum * (1/d) are both exact: the statistics are exact, properties.exact_rows)."""
+    powers of two (where sum / d and sum * (1/d) are both exact: the statistics are exact,
+    properties.draws.exact_rows)."""
     example = draw(norm_examples(kernel, d=st.sampled_from([1, 2, 4, 8, 64, 1024])))
     values = torch.tensor(draw(st.lists(st.sampled_from([0.0, 1.0, -3.5, 1e3]), min_size=example["x"].shape[0],
                                         max_size=example["x"].shape[0])), dtype=torch.float64,
@@ -75,7 +77,7 @@ def test_constant_and_zero_rows(norm_kernel, data):
 @given(data=st.data())
 def test_exact_values_at_widths_one_and_two_at_every_magnitude(norm_kernel, data):
     """d = 1 (LayerNorm: beta), d = 2 pairs m +- delta (+-delta / sqrt(delta^2 + eps)), constant rows, with |m| over
-    the whole range the dtype allows (properties.exact_rows)."""
+    the whole range the dtype allows (properties.draws.exact_rows)."""
     evidence.check(check_exact_statistics, norm_kernel, data.draw(exact_statistics_rows(norm_kernel), "example"))
 
 

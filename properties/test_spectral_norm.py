@@ -12,9 +12,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from core.capabilities import discover
-from properties import evidence, norms, profiles, tolerance
+from properties import evidence, norms
+from properties.bounds import tolerance
 from properties.checks.spectral_norm import check_matrix_free_spectral_norm, check_spectral_norm
-from properties.strategies import norm_examples
+from properties.draws.strategies import norm_examples
+from properties.run import profiles
 
 SMALL_WIDTHS = (2, 3, 4, 5, 7, 8, 16, 31, 32)
 MATRIX_FREE_WIDTHS = (4096, 65536)

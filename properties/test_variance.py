@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from properties import evidence, profiles
+from properties import evidence
 from properties.checks.variance import check_normalized_variance, check_variance_sensitivity
-from properties.regime_strategies import ENDS_AND_DTYPES, rows_with_variance_near_eps
-from properties.strategies import rounded
+from properties.draws.regime_strategies import ENDS_AND_DTYPES, rows_with_variance_near_eps
+from properties.draws.strategies import rounded
+from properties.run import profiles
 
 
 @pytest.mark.claim("ln.variance_insensitivity")
@@ -30,7 +31,7 @@ def test_normalized_variance(layernorm_kernel, data):
 @given(data=st.data())
 def test_normalized_variance_across_the_exponent_range(layernorm_kernel, end, dtype, data):
     """sigma^2 near eps at the smallest and largest eps whose rows stay inside the error model (eps = 2^(2e):
-    properties.regime_strategies), which ln.forward never draws."""
+    properties.draws.regime_strategies), which ln.forward never draws."""
     example = rows_with_variance_near_eps(layernorm_kernel, end, dtypes=(dtype,))
     evidence.check(check_normalized_variance, layernorm_kernel, data.draw(example, "example"))
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (part, module prefix of the file, function names): their cumulative times split the tests' time.
 PARTS = (
     ("kernel calls", "core/guard.py", ("call", "grad")),
-    ("bounds", "properties/tolerance.py", ("forward", "backward", "identities", "covered", "backward_covered")),
+    ("bounds", "properties/bounds/tolerance.py", ("forward", "backward", "identities", "covered", "backward_covered")),
     ("oracles", "proofs/oracles.py", ("layernorm", "rmsnorm", "layernorm_vjp", "rmsnorm_vjp", "layernorm_jacobian",
                                       "rmsnorm_jacobian", "weighted_spectral_norm", "weighted_top_singular")),
     ("declared-tree checks", "core/trees.py", ("check",)),
@@ -57,7 +57,7 @@ def child(spec: str, claims: str | None) -> dict:
 
     stamps = Stamps()
     results = Path(tempfile.mkdtemp()) / "results.json"
-    args = [str(ROOT / "properties"), "-p", "properties.results", "--json", str(results), "--kernel", spec,
+    args = [str(ROOT / "properties"), "-p", "properties.run.results", "--json", str(results), "--kernel", spec,
             "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "--no-header"]
     if claims:
         args += ["--claims", claims]

@@ -2,9 +2,9 @@
 
 For each built-in LayerNorm/RMSNorm kernel (torch, our Triton kernel: interpreted on CPU) and each cell
 (d, dtype, |mean|/std), rows are drawn from the conformance suite's own row distributions
-(properties.strategies.DISTRIBUTIONS: normal, uniform, sparse, integers, spike; structured ones included),
+(properties.draws.strategies.DISTRIBUTIONS: normal, uniform, sparse, integers, spike; structured ones included),
 shifted to the cell's |mean|/std and rounded to the dtype; each row's ratio is max_i |y_i - oracle_i| / B_i
-with B the forward bound (properties.tolerance.forward) evaluated on groups of 4 rows as the suite does.
+with B the forward bound (properties.bounds.tolerance.forward) evaluated on groups of 4 rows as the suite does.
 Prints max and median of the per-row ratios for both bounds (``probabilistic``, the default, and
 ``worst-case``) as a Markdown table; a ratio above 1 for a correct kernel would be a false alarm.
 
@@ -29,8 +29,13 @@ from core.capabilities import discover
 from core.registry import resolve
 from kernels import interpret
 from proofs import error_model
-from properties.strategies import MAX_ELEMENTS, ONE_ULP_MAX_OFFSET_RATIO, resolved_offset_ratio, valid_offset_ratio
-from properties.tightness import GROUP, row_ratios, suite_rows
+from properties.draws.strategies import (
+    MAX_ELEMENTS,
+    ONE_ULP_MAX_OFFSET_RATIO,
+    resolved_offset_ratio,
+    valid_offset_ratio,
+)
+from properties.run.tightness import GROUP, row_ratios, suite_rows
 
 WIDTHS = (8, 64, 512, 4096, 8192, 65536)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

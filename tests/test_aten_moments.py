@@ -10,7 +10,7 @@ import torch
 from emulated import verified_kernel
 
 from proofs import aten_moments, error_model, probabilistic
-from properties.tightness import suite_rows
+from properties.run.tightness import suite_rows
 
 WIDTHS = (1, 3, 7, 8, 9, 17, 100, 127, 128, 129, 1000, 4095, 4096, 12345, 65536)
 

@@ -20,7 +20,7 @@ from core.kernel import Kernel
 from core.registry import resolve
 from proofs import aten_sum, simulate
 from proofs.reduction import Reduction
-from properties.tightness import row_ratios, suite_rows
+from properties.run.tightness import row_ratios, suite_rows
 
 WIDTHS = (1, 2, 3, 5, 7, 8, 9, 17, 31, 64, 100, 129, 512, 1000, 4096, 4097, 8192, 16383, 32768, 32769, 65536)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from proofs import error_model, simulate
-from properties import tolerance
+from properties.bounds import tolerance
 from verify import runner
 
 U32 = error_model.unit_roundoff("float32")

@@ -1,4 +1,5 @@
-"""The built-ins' declared deviations (properties.expectations.BUILTIN_DEVIATIONS) are facts, and only they are excused.
+"""The built-ins' declared deviations (properties.run.expectations.BUILTIN_DEVIATIONS) are facts, and only they are
+excused.
 
 torch's CPU layer_norm keeps rstd in float16; for var + eps < 2.3e-10 it is inf and the backward gives NaN. If torch
 ever stops doing so, the first test fails and the declaration goes; the others show that nothing beyond the
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from core.guard import KernelFault
 from core.registry import resolve
 from properties.checks.gradients import check_gradient_identities, check_vjp
-from properties.expectations import BUILTIN_DEVIATIONS, float16_rstd_overflows
+from properties.run.expectations import BUILTIN_DEVIATIONS, float16_rstd_overflows
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the deviation is torch's CPU layer_norm's")
 TORCH_LN_NAN = next(d for d in BUILTIN_DEVIATIONS if d.applies is float16_rstd_overflows)
@@ -78,7 +79,7 @@ RUN = textwrap.dedent('''
     import pytest
     import torch
 
-    from properties import evidence
+    from properties.run import evidence
     from properties.checks.gradients import check_gradient_identities
 
 
@@ -117,7 +118,7 @@ def test_a_run_reports_the_declared_failure_xfailed_with_its_reason_and_others_f
 def test_torch_fused_add_rmsnorm_rounding_dh_twice_in_16_bit_is_inside_the_accumulated_sum_and_not_declared():
     """[R1]: the unfused h = x + residual; F.rms_norm(h) in float16 adds h's two gradients after rounding J^T dy to
     float16 (findings' minimal counterexample, which failed add_rms.jacobian by 1.25 when the bound had one rounding):
-    the k-term sum of properties.tolerance covers it, so no deviation is declared and the check passes, as it
+    the k-term sum of properties.bounds.tolerance covers it, so no deviation is declared and the check passes, as it
     does with residual_out in float32 (torch-fused-fp32)."""
     from properties.checks.fused import check_vjp
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from core.results import Document, Result, View
 from proofs.claims import CLAIMS
 from proofs.claims.base import Claim
-from properties.results import claim_view
+from properties.run.results import claim_view
 from verify.commands.run import print_views, summary_table
 from verify.report import write_report
 

@@ -78,7 +78,7 @@ def test_pytest_command_carries_the_request(tmp_path):
                                 claims=["rms.*"], profile="ci", workers="3", timeout=5)
     command = runner.pytest_command(request)
     text = " ".join(command)
-    assert f"{runner.SUITE} -p properties.results --json {tmp_path / 'r.json'}" in text
+    assert f"{runner.SUITE} -p properties.run.results --json {tmp_path / 'r.json'}" in text
     for words in ("--kernel torch --kernel triton", "--kind rmsnorm", "--claims rms.*", "--hypothesis-profile ci",
                   "-n 3", "--timeout 50"):
         assert words in text

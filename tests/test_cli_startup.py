@@ -18,11 +18,11 @@ import pytest
 
 from core import adapters
 from proofs.error_model import BOUNDS
-from properties.profiles import PROFILES
+from properties.run.profiles import PROFILES
 
 LIMIT_S = 1.0
 WALL_SLACK_S = 4.0  # a 2-core machine shared by many jobs starts Python slowly
-HEAVY = ("torch", "triton", "sympy", "hypothesis", "pytest", "numpy", "properties.results")
+HEAVY = ("torch", "triton", "sympy", "hypothesis", "pytest", "numpy", "properties.run.results")
 
 
 def normverify(*args: str) -> tuple[subprocess.CompletedProcess, float, float]:

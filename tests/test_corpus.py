@@ -149,7 +149,7 @@ def test_broken_kernel_passes_the_claims_whose_inputs_miss_it(corpus: CorpusRun,
 def acceptable_for_a_correct_kernel(result: dict) -> bool:
     if result["status"] == "skipped":
         return bool(result["message"])
-    if result["status"] == "xfailed":  # a built-in's declared deviation (properties.expectations), with its reason
+    if result["status"] == "xfailed":  # a built-in's declared deviation (properties.run.expectations), with its reason
         return result["message"].startswith("declared deviation of")
     return result["status"] == "passed"
 
@@ -178,7 +178,7 @@ def test_every_claim_the_suite_checks_catches_a_corpus_kernel(corpus: CorpusRun)
 def test_the_counterexample_of_an_input_writing_kernel_replays_as_it_failed(corpus: CorpusRun):
     """The saved counterexample holds the inputs as the kernel received them (copied before the call), so the
     replay of a kernel that overwrites its input fails again instead of passing on the overwritten values."""
-    from properties.counterexamples import replay
+    from properties.run.counterexamples import replay
 
     (name,) = corpus.kernel_names(Entry("tests/corpus/fused.py:LN_INPUT_OVERWRITTEN"))
     (result,) = [r for r in corpus.results(name) if "test_inputs_unmodified[" in r["test"]]

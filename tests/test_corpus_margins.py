@@ -60,8 +60,8 @@ def example(n: int, d: int, mean: float, std: float, dtype: torch.dtype, eps: fl
 
 
 def one_ulp_example(n: int, d: int, dtype: torch.dtype, significand: float, eps: float, seed: int = 0) -> dict:
-    """16-bit rows one ulp apart (properties.strategies.rows_one_ulp_apart, k = 1): each row +-significand 2^6 but one
-    value an ulp further out, |mean|/std ~ 2^t significand sqrt(d); weight and bias random."""
+    """16-bit rows one ulp apart (properties.draws.strategies.rows_one_ulp_apart, k = 1): each row +-significand 2^6
+    but one value an ulp further out, |mean|/std ~ 2^t significand sqrt(d); weight and bias random."""
     generator = torch.Generator().manual_seed(seed)
     signs = torch.tensor([(-1.0) ** r for r in range(n)], dtype=torch.float64)[:, None]
     x = (significand * 2.0**6 * signs).repeat(1, d)
@@ -153,7 +153,7 @@ def test_variance_bias_check_catches_shared_and_fixed_count_masks_by_a_wide_marg
 
 
 # The fused kinds' gradient bugs (tests/corpus/residual.py, dropout_add.py): the claim meant for each must catch it by
-# a wide margin under the k-term bound of dL/dh (properties.tolerance), not by a bound too tight for correct
+# a wide margin under the k-term bound of dL/dh (properties.bounds.tolerance), not by a bound too tight for correct
 # compositions: the plain-torch references (tests/corpus/composed.py) pass on the same inputs.
 def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> dict:
     """Rows of normal x; the residual normal, or x times a uniform in [-1, 1] with dropout (so residual_out shows the

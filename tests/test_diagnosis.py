@@ -1,4 +1,4 @@
-"""The diagnosis of failures (properties.diagnosis over proofs.mechanisms) and declared conventions.
+"""The diagnosis of failures (properties.bounds.diagnosis over proofs.mechanisms) and declared conventions.
 
 Measured power on the corpus (the same run as tests/test_corpus.py): for the broken kernels whose bug is in the
 library (``Entry.mechanism``), the diagnosis of their failed checks names the planted mechanism for at least
@@ -21,7 +21,8 @@ from test_corpus import CorpusRun, corpus  # noqa: F401  (the session's corpus r
 from core.errors import UsageError
 from core.kernel import Kernel
 from core.registry import resolve
-from properties import diagnosis, evidence, models, norms
+from properties import evidence, norms
+from properties.bounds import diagnosis, models
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_gradient_identities, check_vjp
 

@@ -1,7 +1,7 @@
 """The dropout + add kind's statistical tests (properties/test_dropout_add.py): the mask they read from residual_out
 is the mask the kernel drew, and each test has its stated power against named alternatives at the sizes and false
-alarms it runs with under ci (the tests themselves, and their false alarms, are properties/dropout_statistics.py's,
-shown there by tests/test_dropout_statistics.py)."""
+alarms it runs with under ci (the tests themselves, and their false alarms, are
+properties/bounds/dropout_statistics.py's, shown there by tests/test_dropout_statistics.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 from corpus.dropout_add import DROP_ADD_CORRECT, _mask
 from hypothesis import settings
 
-from properties import dropout_statistics as ds
-from properties import fused_strategies as sizes
+from properties.bounds import dropout_statistics as ds
 from properties.checks.dropout_add import LAYOUT_FRACTION, LAYOUTS, kept_mask
-from properties.dropout_strategies import KEEP_RATE_PROBABILITIES, TESTED_PROBABILITIES, nonzero_values
+from properties.draws import fused_strategies as sizes
+from properties.draws.dropout_strategies import KEEP_RATE_PROBABILITIES, TESTED_PROBABILITIES, nonzero_values
 
 CI_EXAMPLES = settings.get_profile("ci").max_examples
 

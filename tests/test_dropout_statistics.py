@@ -1,4 +1,4 @@
-"""The dropout tests' stated false-alarm probabilities and powers (properties/dropout_statistics.py), shown by
+"""The dropout tests' stated false-alarm probabilities and powers (properties/bounds/dropout_statistics.py), shown by
 simulation with cheap numpy masks: at a measurable alpha a correct mask is rejected no more often than stated,
 and each named alternative is rejected at least as often as its derived power."""
 
@@ -12,8 +12,8 @@ from hypothesis import settings
 from scipy import stats
 
 from proofs import oracles
-from properties import dropout_statistics as ds
-from properties import dropout_strategies as sizes
+from properties.bounds import dropout_statistics as ds
+from properties.draws import dropout_strategies as sizes
 
 
 def iid_masks(rng: np.random.Generator, rows: int, width: int, p: float) -> np.ndarray:

@@ -26,7 +26,7 @@ from core.registry import Kernel
 from proofs import error_model
 from properties.checks.affine import check_affine
 from properties.checks.variance import check_normalized_variance
-from properties.regime_strategies import affine_examples, exponent_range, rows_with_variance_near_eps
+from properties.draws.regime_strategies import affine_examples, exponent_range, rows_with_variance_near_eps
 
 N32 = 2.0**-126
 U32 = 2.0**-24

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 import verify
-from properties import profiles
+from properties.run import profiles
 from verify.cli import main
 
 

@@ -43,7 +43,7 @@ def test_group_norm_backward_raises_for_a_bias_without_weight_and_only_that_is_d
     """[R3]: F.group_norm's backward raises for weight=None with a bias that needs a gradient; with a weight it
     works. The declared deviation of torch-groupnorm explains that fault on such examples only."""
     from core.guard import KernelFault
-    from properties.expectations import BUILTIN_DEVIATIONS, bias_without_weight
+    from properties.run.expectations import BUILTIN_DEVIATIONS, bias_without_weight
 
     x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
     bias = torch.zeros(4, requires_grad=True)
@@ -94,7 +94,7 @@ def test_the_cuda_group_norm_forward_deviation_is_keyed_on_the_tensors_device():
     """[R7]: the declared gn.forward deviation applies to 16-bit x on a CUDA device only, whatever
     torch.cuda.is_available() says; on the CPU torch's forward uses float32 statistics and passes."""
     from properties.checks.groupnorm import check_forward
-    from properties.expectations import BUILTIN_DEVIATIONS, sixteen_bit_on_cuda
+    from properties.run.expectations import BUILTIN_DEVIATIONS, sixteen_bit_on_cuda
 
     (kernel,) = resolve("torch-groupnorm")
     declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is sixteen_bit_on_cuda)
@@ -107,7 +107,7 @@ def test_the_cuda_group_norm_forward_deviation_is_keyed_on_the_tensors_device():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's CUDA group_norm needs a CUDA device")
 def test_the_cuda_group_norm_forward_keeps_16_bit_statistics_as_declared():
     from properties.checks.groupnorm import check_forward
-    from properties.expectations import BUILTIN_DEVIATIONS, sixteen_bit_on_cuda
+    from properties.run.expectations import BUILTIN_DEVIATIONS, sixteen_bit_on_cuda
 
     (kernel,) = resolve("torch-groupnorm")
     declared = next(d for d in BUILTIN_DEVIATIONS if d.applies is sixteen_bit_on_cuda)

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from core import guard
 from core.registry import Kernel, resolve
-from properties import dropout_strategies
+from properties.draws import dropout_strategies
 from properties.test_many_rows import PERIOD, check_rows_beyond_2_31_elements, skip_when_out_of_memory
 
 D, ROWS, WRAP = 64, 120, 50 * 64  # a "2^31" of 50 rows

@@ -1,6 +1,6 @@
 """Our fused residual add + norm kernels (kernels/fused_norm.py) on the CPU through Triton's interpreter, against
 the float64 oracles of proofs.fused_oracles on the exact rounded inputs, within the derived bounds of
-properties.tolerance (proofs.error_model): residual_out exact in float32, y = N(residual_out), and both
+properties.bounds.tolerance (proofs.error_model): residual_out exact in float32, y = N(residual_out), and both
 gradients J^T dy + dh, forward and backward, for LayerNorm and RMSNorm, with and without dropout."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import kernels
 from core.kernel import Kernel
 from kernels import fused_norm
 from proofs import fused_oracles
-from properties import tolerance
+from properties.bounds import tolerance
 from properties.norms import as_float64
 from properties.outcome import ratios
 

@@ -1,6 +1,6 @@
 """kernels.LayerNorm / kernels.RMSNorm as drop-ins for torch.nn's, the functional checks, the 'triton' built-in.
 
-Values are compared with the float64 oracle within the suite's tolerances (properties.tolerance), over the
+Values are compared with the float64 oracle within the suite's tolerances (properties.bounds.tolerance), over the
 normalized trailing dimensions flattened into rows.
 """
 
@@ -12,7 +12,8 @@ import torch
 import kernels
 from core.kernel import Kernel
 from core.registry import resolve
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 
 @pytest.fixture(autouse=True)

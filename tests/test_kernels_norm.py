@@ -1,7 +1,7 @@
 """Our Triton LayerNorm/RMSNorm (kernels/) on the CPU through the interpreter, against float64 torch.
 
 The reference is computed in float64 on the exact (already rounded) inputs the kernel received; the
-tolerances are the suite's own (properties.tolerance: the error model's per-element bounds for the storage
+tolerances are the suite's own (properties.bounds.tolerance: the error model's per-element bounds for the storage
 and accumulation dtypes, the width and each row's condition number), compared by properties.outcome.compare:
 an element without a finite bound is a failure here, never a silent pass.
 """
@@ -16,7 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import kernels
 from core.kernel import Kernel
 from kernels import interpret, norm, rows
-from properties import outcome, tolerance
+from properties import outcome
+from properties.bounds import tolerance
 
 WIDTHS = (1, 2, 3, 7, 1000, 4097)
 
@@ -44,7 +45,7 @@ def record(kind: str) -> Kernel:
 
 
 def assert_close(got: torch.Tensor, ref: torch.Tensor, bound, what: str) -> None:
-    """|got - ref| <= bound elementwise (properties.tolerance), every element with a finite bound."""
+    """|got - ref| <= bound elementwise (properties.bounds.tolerance), every element with a finite bound."""
     comparison = outcome.compare(got, ref, bound, what)
     assert comparison.unchecked == 0, f"{what}: {comparison.unchecked} elements without a finite bound"
     assert comparison.ratio <= 1.0, comparison.message

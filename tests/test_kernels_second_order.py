@@ -2,7 +2,7 @@
 
 A gradient of <(dx, dweight, dbias), (u, a, c)> with respect to (dy, x, weight): this is what a
 Jacobian-vector product as a VJP of a VJP (the spectral-norm property) and Hessian-vector products use.
-The Jacobian-vector product is checked within the suite's bound (properties.tolerance: each Jacobian entry's
+The Jacobian-vector product is checked within the suite's bound (properties.bounds.tolerance: each Jacobian entry's
 bound, summed against |v|); second derivatives have no derived bound in the error model, so their check is
 a relative one (64 u d), far below the O(1) error of a dropped term.
 """
@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 import kernels
 from core.kernel import Kernel
-from properties import outcome, tolerance
+from properties import outcome
+from properties.bounds import tolerance
 
 
 @pytest.fixture(autouse=True)

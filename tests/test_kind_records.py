@@ -17,7 +17,8 @@ from core.guard import KernelFault
 from core.kernel import Kernel
 from proofs.claims import CLAIMS
 from proofs.reduction import Reduction
-from properties import norms, tolerance
+from properties import norms
+from properties.bounds import tolerance
 from properties.checks import fused as fused_checks
 from properties.plugin import KERNEL_FIXTURES
 

@@ -11,11 +11,12 @@ import torch.nn.functional as F
 from core.kernel import Kernel
 from core.registry import resolve
 from proofs import error_model
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 from properties.checks import fused as fused_checks
 from properties.checks import groupnorm as groupnorm_checks
 from properties.checks.forward import check_forward_with_parameter_dtypes
-from properties.counterexamples import check_reference
+from properties.run.counterexamples import check_reference
 
 U = {dtype: error_model.unit_roundoff(str(dtype)) for dtype in (torch.float32, torch.float16, torch.bfloat16)}
 

@@ -14,7 +14,7 @@ import torch
 from emulated import verified_kernel
 
 from proofs import aten_moments, probabilistic, reduction, simulate
-from properties.tightness import row_ratios, suite_rows
+from properties.run.tightness import row_ratios, suite_rows
 
 U32 = 2.0**-24
 LAM = probabilistic.lam(1)

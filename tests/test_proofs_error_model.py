@@ -200,7 +200,7 @@ def test_stored_gradients_of_a_shifted_16_bit_grid_round_alike_and_the_identity_
     roundings to the worst case (probabilistic.concentrated): it holds; without that test it fails."""
     from core.registry import resolve
     from proofs import probabilistic
-    from properties import tolerance
+    from properties.bounds import tolerance
 
     data = np.load(Path(__file__).parent / "data" / "identity_rounding_aligned_fp16.npz")
     x, dy, eps = torch.from_numpy(data["x"]), torch.from_numpy(data["dy"]), float(data["eps"])
@@ -231,7 +231,7 @@ def test_identity_bounds_hold_where_thorough_runs_found_them_short(spec, kind, x
     are in the bounds now (error_model.identity_bounds); the ratios are 0.41-0.61."""
     from core.registry import resolve
     from kernels import interpret
-    from properties import tolerance
+    from properties.bounds import tolerance
 
     interpret.enable()
     (kernel,) = resolve(spec, kind)

@@ -1,4 +1,4 @@
-"""properties.strategies generate what their names say."""
+"""properties.draws.strategies generate what their names say."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from core.registry import Kernel, resolve
-from properties import norms, strategies, tolerance
+from properties import norms
+from properties.bounds import tolerance
+from properties.draws import strategies
 
 LN = Kernel("torch-ln", "layernorm", lambda x, weight, bias, eps: torch.nn.functional.layer_norm(
     x, (x.shape[-1],), weight, bias, eps), dtypes=(torch.float32, torch.float16))
@@ -47,7 +49,7 @@ def test_rows_have_the_asked_width_offset_and_scale(d, ratio, scale, data):
 
 
 # too_slow: the first example compiles the oracles and the error model (SymPy lambdify, ~1.5 s), as the suite's
-# profiles allow (properties.profiles)
+# profiles allow (properties.run.profiles)
 @settings(max_examples=40, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_norm_examples_are_rounded_to_a_probed_dtype_and_follow_the_weight_convention(data):

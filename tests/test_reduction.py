@@ -18,7 +18,7 @@ from core.registry import resolve
 from core.results import KernelEntry
 from proofs import simulate
 from proofs.reduction import NUMPY_PAIRWISE, Reduction
-from properties.tightness import row_ratios, suite_rows
+from properties.run.tightness import row_ratios, suite_rows
 
 
 def sequential_layernorm(x: torch.Tensor, weight, bias, eps: float) -> torch.Tensor:

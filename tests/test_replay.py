@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.registry import resolve
-from properties import counterexamples
+from properties.run import counterexamples
 from verify.cli import main
 
 BROKEN_KERNEL = '''

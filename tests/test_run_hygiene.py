@@ -9,8 +9,8 @@ import types
 import torch
 
 from core.adapters import flashattn
-from properties import counterexamples
-from properties.environment import suite_commit
+from properties.run import counterexamples
+from properties.run.environment import suite_commit
 
 
 def test_flash_attention_dropout_leaves_the_global_rng_alone(monkeypatch):

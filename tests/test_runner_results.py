@@ -1,7 +1,7 @@
-"""properties.results: the records of a run, in one process and under pytest-xdist, and after an interruption.
+"""properties.run.results: the records of a run, in one process and under pytest-xdist, and after an interruption.
 
 The plugin is exercised on a small property-style suite written to a temporary folder (its own
-kernels, claims and failures), run by pytest in a subprocess with ``-p properties.results``.
+kernels, claims and failures), run by pytest in a subprocess with ``-p properties.run.results``.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def suite(tmp_path_factory) -> Path:
 
 def run_suite(folder: Path, out: Path, *args: str, crash: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "SUITE_CRASH": crash, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "pytest", str(folder / "test_suite.py"), "-p", "properties.results",
+    command = [sys.executable, "-m", "pytest", str(folder / "test_suite.py"), "-p", "properties.run.results",
                "--json", str(out), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), *args]
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 

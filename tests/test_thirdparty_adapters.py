@@ -3,8 +3,8 @@
 These check the adapters' plumbing (argument order, weight offset, None weight and bias, dtype,
 gradients reaching the test's tensors) against float64 torch on the same rounded inputs; whether
 the kernels conform to the derivations is the conformance run's business
-(tests/test_thirdparty_conformance.py). Tolerances: the suite's own (properties.tolerance, through
-properties.diagnosis for a kernel's declared conventions), far below the O(1) or O(1/d) error of a wrong
+(tests/test_thirdparty_conformance.py). Tolerances: the suite's own (properties.bounds.tolerance, through
+properties.bounds.diagnosis for a kernel's declared conventions), far below the O(1) or O(1/d) error of a wrong
 convention; an element without a finite bound fails.
 """
 
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from core.registry import builtins, resolve
-from properties import models, outcome
+from properties import outcome
+from properties.bounds import models
 
 LIGER = ["liger-layernorm", "liger-rmsnorm-llama", "liger-rmsnorm-gemma", "liger-rmsnorm-none"]
 HF = ["hf-llama-rmsnorm", "hf-gemma-rmsnorm", "hf-t5-layernorm"]

@@ -1,4 +1,5 @@
-"""properties.expectations: --skips-file / --xfails-file turn listed claims into skip / xfail markers with reasons."""
+"""properties.run.expectations: --skips-file / --xfails-file turn listed claims into skip / xfail markers with
+reasons."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import textwrap
 
 import pytest
 
-from properties.expectations import Expectation, parse
+from properties.run.expectations import Expectation, parse
 
 pytest_plugins = ["pytester"]
 
@@ -45,7 +46,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 def run(suite: pytest.Pytester, *args: str) -> pytest.RunResult:
     # pytester restores sys.modules after each run; without these plugins the inner run takes 0.2 s, not 4 s
     unused_plugins = ("-p", "no:xdist", "-p", "no:anyio", "-p", "no:hypothesispytest")
-    return suite.runpytest_inprocess("-p", "properties.expectations", "-rsxX", *unused_plugins, *args)
+    return suite.runpytest_inprocess("-p", "properties.run.expectations", "-rsxX", *unused_plugins, *args)
 
 
 def test_xfails_file_marks_the_listed_claim_for_the_listed_kernel_only(suite):

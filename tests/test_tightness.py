@@ -1,7 +1,7 @@
 """The forward tolerance is tight, not only sound: a correct kernel's error/bound has a pinned floor on its median
 (a bound inflated 10x fails here) and never exceeds 1 (scripts/tightness.py prints the full table, docs/tightness.md).
 
-Rows come from the suite's own distributions (properties.strategies.DISTRIBUTIONS, structured ones included),
+Rows come from the suite's own distributions (properties.draws.strategies.DISTRIBUTIONS, structured ones included),
 shifted to |mean|/std in {0, 10}; the ratio of a row is max_i |y_i - oracle_i| / B_i, B the default
 (probabilistic) bound evaluated on groups of 4 rows as the conformance run does.
 """
@@ -16,7 +16,7 @@ from emulated import verified_kernel
 from core.registry import resolve
 from proofs import error_model, oracles, simulate
 from properties import outcome
-from properties.tightness import row_ratios, suite_rows
+from properties.run.tightness import row_ratios, suite_rows
 
 ROWS = 60
 # Floors on the median ratio of torch's kernels (with their declared reductions, core.adapters.torch_native), about a

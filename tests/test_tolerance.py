@@ -1,4 +1,4 @@
-"""properties.tolerance: the bounds are those of proofs.error_model with the right unit roundoffs, hold for
+"""properties.bounds.tolerance: the bounds are those of proofs.error_model with the right unit roundoffs, hold for
 correct kernels computed in other orders and dtypes, and leave a one-pass variance kernel far behind."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import torch
 
 from core.registry import Kernel
 from proofs import error_model
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 LN = Kernel("simulated-layernorm", "layernorm", lambda x, w, b, eps: x)
 RMS = Kernel("simulated-rmsnorm", "rmsnorm", lambda x, w, eps: x)

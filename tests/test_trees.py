@@ -22,8 +22,8 @@ from core import trees
 from core.adapters.torch_native import cpu_reductions, layernorm
 from core.kernel import Kernel
 from core.registry import resolve
-from properties import tolerance
-from properties.tightness import suite_rows
+from properties.bounds import tolerance
+from properties.run.tightness import suite_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")

@@ -3,7 +3,7 @@
 Why a child process: pytest's own output goes to a log file and the terminal shows only our
 progress and summary; a kernel that crashes the interpreter (a segfault in a native kernel)
 takes down the child, not the command, which still reads the results written so far and exits
-with the right code. The child writes the Results JSON (``properties.results``) after every
+with the right code. The child writes the Results JSON (``properties.run.results``) after every
 test; the command follows it to show progress.
 
 Everything that can be wrong with the request (a SPEC that does not load, a claim glob that
@@ -59,7 +59,7 @@ class RunRequest:
     bound: str | None = None  # the tolerances' rounding-error bound (pytest --bound); None: the suite's default
     workers: str = "auto"
     timeout: float = 120.0
-    skips_file: Path | None = None  # properties/expectations.py: claim ids (and kernels) to skip, with reasons
+    skips_file: Path | None = None  # properties/run/expectations.py: claim ids (and kernels) to skip, with reasons
     xfails_file: Path | None = None  # ... and the known deviations to run as expected failures
 
     @property
@@ -110,7 +110,7 @@ def check_request(request: RunRequest) -> list[Kernel]:
     kernels = [kernel for spec in split_specs(request.specs) for kernel in resolve(spec, request.kind)]
     if request.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {request.timeout:g}")
-    from properties import profiles  # Hypothesis: imported to run, not to build the command's parser
+    from properties.run import profiles  # Hypothesis: imported to run, not to build the command's parser
 
     try:
         profiles.chosen(request.profile)
@@ -152,7 +152,7 @@ def check_writable(path: Path, option: str) -> None:
 
 def pytest_command(request: RunRequest) -> list[str]:
     """The pytest command line of the run (for the child process)."""
-    command = [sys.executable, "-m", "pytest", str(SUITE), "-p", "properties.results",
+    command = [sys.executable, "-m", "pytest", str(SUITE), "-p", "properties.run.results",
                "--json", str(request.json_path), "-p", "no:cacheprovider", "--color=no", "-q", "-rfE",
                "--continue-on-collection-errors",  # a test file that does not import is an error, not the end
                "--timeout", f"{request.timeout * TEST_TIMEOUT_FACTOR:g}", "--timeout-method", "signal"]

@@ -1,5 +1,5 @@
 """Inverted dropout feeding a norm: the variance bias of seed 003, the mask's laws that the statistical tests
-use (properties/dropout_statistics.py), and the contracts at the edges (p = 0, p = 1, seeds, gradient).
+use (properties/bounds/dropout_statistics.py), and the contracts at the edges (p = 0, p = 1, seeds, gradient).
 
 dropout.variance_bias, as a witness (tests/test_proofs_doctests.py runs it): the seed's bias p(d-1)/(d(1-p)) (v + mu^2)
 is exact with population variances and wrong with unbiased ones (x = (1, 3), p = 1/2, every mask of the row, exactly):

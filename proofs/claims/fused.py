@@ -101,7 +101,7 @@ def _add_norm_jacobian(kind: str) -> Derivation:
              r"every partial sum, in an order not known; every partial sum is at most $M + |g^h|$, so $k - 1$ "
              r"roundings of unit $u_s$ err by $\gamma_{k-1}(u_s)$ times that (Higham, Lemma 3.1). Checked in float16, "
              r"bfloat16 and float32 on 3000 cancelling term sets of $k = 2, 3, 4$, every order and both tree shapes "
-             r"(properties/tolerance.py: $k = 4$ for LayerNorm, 3 for RMSNorm)", _accumulated_sums_bounded),
+             r"(properties/bounds/tolerance.py: $k = 4$ for LayerNorm, 3 for RMSNorm)", _accumulated_sums_bounded),
     ), notes=(r"$\partial L/\partial z = \partial L/\partial x$ exactly: a kernel returns one gradient "
               r"for both (or the same values twice).",))
 
@@ -127,7 +127,7 @@ def _rounded_sum(node, dtype: str):
 
 
 def _accumulated_sums_bounded() -> bool:
-    """The k-term sum of dL/dh (properties.tolerance): terms c_j (float64 values around a cancelling sum)
+    """The k-term sum of dL/dh (properties.bounds.tolerance): terms c_j (float64 values around a cancelling sum)
     stored in h's dtype, plus g^h in h's dtype, summed in every order with a rounding after each addition, never err
     beyond u_h M + gamma_{k-1}(u_h)((1 + u_h) M + |g^h|) from the exact sum."""
     import numpy as np

@@ -3,6 +3,6 @@
 example's error/bound ratio (:mod:`properties.evidence`).
 
 The test modules (``properties/test_*.py``) only draw examples and call these; saved counterexamples
-(:mod:`properties.counterexamples`) name them as ``properties.checks.<module>:<function>``, and the tests
+(:mod:`properties.run.counterexamples`) name them as ``properties.checks.<module>:<function>``, and the tests
 of the suite (tests/) import them directly.
 """

@@ -13,7 +13,8 @@ import math
 import torch
 
 from core.capabilities import dtype_name
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 
 def check_affine(kernel, x: torch.Tensor, transformed: torch.Tensor, a: float, eps: float) -> None:

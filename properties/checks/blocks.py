@@ -7,7 +7,7 @@
   J_{LN, eps/(1+a)^2}(x) (the sublayer's factor 1 + a cancels): the kernel's (1 + a) J(h) at h = (1 + a) x vs the
   derived Jacobian at x with eps/(1 + a)^2, within (1 + a) ||B(h)||_F.
 
-B is the kernel's backward bound (properties.tolerance) at the input the kernel received.
+B is the kernel's backward bound (properties.bounds.tolerance) at the input the kernel received.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 
 from core.capabilities import dtype_name
 from proofs import oracles
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 
 def _measured_jacobian(kernel, row: torch.Tensor, eps: float) -> tuple[np.ndarray, float]:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import discover, dtype_name
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 
 def rows_that_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """Inverted dropout: the checks of the dropout claims (proofs/claims/dropout.py).
 
-x never has a zero entry (properties/dropout_strategies.py), and a kept element x/(1-p) is never 0, so the mask
+x never has a zero entry (properties/draws/dropout_strategies.py), and a kept element x/(1-p) is never 0, so the mask
 the kernel drew is ``y != 0``. The statistical checks judge masks with the tests of
-:mod:`properties.dropout_statistics`, each with its false-alarm probability and its power against named
+:mod:`properties.bounds.dropout_statistics`, each with its false-alarm probability and its power against named
 alternatives derived there; ``alpha`` is the false alarm the example may spend (its test's share of
 ``dropout_statistics.BUDGET`` over the test's examples), so a run's false alarms for a correct kernel add up to at
 most ``dropout_statistics.RUN_FALSE_ALARM``. The seeds come from the example: in the derandomized ci profile
@@ -19,10 +19,11 @@ import torch
 from core import boundary, guard
 from core.capabilities import dtype_name
 from core.results import SERIES
-from properties import dropout_statistics as statistics
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import dropout_statistics as statistics
+from properties.bounds import tolerance
+from properties.bounds.dropout_statistics import Finding
 from properties.checks.contracts import strided
-from properties.dropout_statistics import Finding
 
 
 def _dropout(kernel, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:

@@ -3,9 +3,9 @@
 (proofs/claims/fused.py).
 
 A fused kernel does not return its mask, but residual_out shows it: with 0 < |x_i| and |residual_i| <= |x_i|
-(properties.fused_strategies.masked_examples draws them so), element i was kept exactly when
+(properties.draws.fused_strategies.masked_examples draws them so), element i was kept exactly when
 residual_out_i != residual_i, in any dtype and along any rounding path (the derivation of drop_add_ln.keep_rate).
-The statistical checks judge that mask with the tests of :mod:`properties.dropout_statistics`, as the dropout
+The statistical checks judge that mask with the tests of :mod:`properties.bounds.dropout_statistics`, as the dropout
 kind's do (properties.checks.dropout): ``alpha`` is the false alarm the example may spend, its test's share of
 ``dropout_statistics.BUDGET["drop_add_ln.*"]``; the powers at the sizes the tests use are derived in
 tests/test_dropout_add_statistics.py.
@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from core.capabilities import dtype_name
-from properties import dropout_statistics as statistics
 from properties import norms, outcome
+from properties.bounds import dropout_statistics as statistics
+from properties.bounds.dropout_statistics import Finding
 from properties.checks import dropout as dropout_checks
 from properties.checks.contracts import inside_a_larger_buffer, strided
 from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
@@ -29,7 +30,6 @@ from properties.checks.fused import (
     forward_comparison,
     outputs,
 )
-from properties.dropout_statistics import Finding
 from properties.norms import as_float64
 
 
@@ -85,8 +85,8 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
                    dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
     """dL/dx = m t/(1-p) with m the forward's mask (read from its residual_out) and t = J^T dy + dh at residual_out:
     0 exactly where it dropped; dL/dresidual = t; dweight, dbias LayerNorm's at residual_out
-    (properties.tolerance.backward with the dropout scale). An element whose exact gradient is not representable in its
-    dtype has no finite bound: counted unchecked, never passed."""
+    (properties.bounds.tolerance.backward with the dropout scale). An element whose exact gradient is not
+    representable in its dtype has no finite bound: counted unchecked, never passed."""
     example = example_of(x, residual, weight, bias, eps, p, seed)
     got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
     h = got["residual_out"]

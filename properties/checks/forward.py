@@ -1,9 +1,10 @@
 """ln.forward / rms.forward: the kernel's output is the float64 oracle's on the same rounded inputs,
-within the error-model bound (properties.tolerance), for every width, dtype, weight and eps; or, for a kernel
-that declares conventions, within their derived model (properties.diagnosis). A failure names the mechanisms
+within the error-model bound (properties.bounds.tolerance), for every width, dtype, weight and eps; or, for a kernel
+that declares conventions, within their derived model (properties.bounds.diagnosis). A failure names the mechanisms
 that explain it. With weight and bias in another dtype than x (float32 with 16-bit x, 16-bit with float32 x) the
 output must also have the output-dtype rule's dtype (properties.norms.output_dtype: x's, torch's rule, unless the
-kernel declares another), and the bound is that of the dtypes received (properties.tolerance.operand_roundoffs)."""
+kernel declares another), and the bound is that of the dtypes received
+(properties.bounds.tolerance.operand_roundoffs)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch
 from core import guard
 from core.capabilities import dtype_name
 from core.results import SERIES
-from properties import diagnosis, models, norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import diagnosis, models, tolerance
 
 
 def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:

@@ -5,7 +5,7 @@
   and is x + residual: bit for bit in float32, within one rounding (after one float32 rounding) in 16-bit storage;
   a kernel that declares an in-place residual update leaves residual_out in the residual tensor;
 - {add_ln,add_rms}.jacobian: dL/dx = dL/dresidual = J_N(h)^T dy + dh and the norm's dweight/dbias at h, within
-  the bounds of properties.tolerance (claim add_ln.jacobian);
+  the bounds of properties.bounds.tolerance (claim add_ln.jacobian);
 - {add_ln,add_rms}.inputs_unmodified: x, residual (unless declared in place), weight, bias, dy, dh unchanged;
 - {add_ln,add_rms}.row_independence / layout_invariance: as the norms' (properties.checks.contracts); the
   dropout + add kind's at p = 0 (check_noncontiguous) and its values and forward at the mask it drew
@@ -22,7 +22,8 @@ import torch
 from core.capabilities import discover, dtype_name
 from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
-from properties import models, norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import models, tolerance
 from properties.checks.contracts import rows_that_differ
 from properties.checks.forward import output_dtype_rule
 
@@ -45,9 +46,9 @@ def outputs(kernel, x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: 
 
 
 def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None:
-    """The kernel as a kernel of its norm's plain kind, whose declared conventions' models (properties.diagnosis)
+    """The kernel as a kernel of its norm's plain kind, whose declared conventions' models (properties.bounds.diagnosis)
     are evaluated at residual_out h; None when it declares no convention beyond the storage-precision backward (which
-    properties.tolerance applies) or when h is not in y's dtype (the models round to one storage dtype)."""
+    properties.bounds.tolerance applies) or when h is not in y's dtype (the models round to one storage dtype)."""
     if h.dtype != x.dtype or not [c for c in kernel.conventions if c != STORAGE_BACKWARD]:
         return None
     return dataclasses.replace(kernel, kind=kernel.record.plain_norm, residual_dtype="storage", in_place=())
@@ -56,7 +57,7 @@ def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
                   seed=None) -> None:
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
-    conventions, the norm's declared model at residual_out (properties.models.expected_forward)."""
+    conventions, the norm's declared model at residual_out (properties.bounds.models.expected_forward)."""
     y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed)
     comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
@@ -101,7 +102,7 @@ def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, 
 def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor, h: torch.Tensor
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """({input: expected gradient}, {input: bound}) at the kernel's residual_out h: d = J^T dy + dh for x and the
-    residual (properties.norms.reference_vjp), the norm's dweight and dbias at h, within properties.tolerance's
+    residual (properties.norms.reference_vjp), the norm's dweight and dbias at h, within properties.bounds.tolerance's
     bounds (the dropout scale on x's for the dropout + add kind, whose check applies the mask)."""
     dh = dh.to(h.dtype)
     expected = norms.reference_vjp(kernel, h, example["weight"], example["eps"], dy, dh=dh)
@@ -129,7 +130,7 @@ def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: fl
     """Under declared conventions (:func:`norm_view`), in place: the weight (and bias) gradients are the norm's
     declared model at residual_out; the gradient of x and of the residual, J^T dy (the norm's, modelled) + dh
     rounded once, keeps its center and bound widened by the model's distance from the oracle plus the model's
-    bound (properties.models.identity_bounds), times (1 + u_acc)(1 + u_out) <= 2. The conventions applied."""
+    bound (properties.bounds.models.identity_bounds), times (1 + u_acc)(1 + u_out) <= 2. The conventions applied."""
     view = norm_view(kernel, h, x)
     if view is None:
         return ()
@@ -211,7 +212,7 @@ def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight
 def dropout_values_comparison(h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor, p: float,
                               what: str = "residual_out") -> outcome.Comparison:
     """residual_out h, element by element, vs the nearer of the residual and residual + x/(1-p), within its
-    rounding (properties.tolerance.dropout_residual_out)."""
+    rounding (properties.bounds.tolerance.dropout_residual_out)."""
     h64, r64 = norms.as_float64(h), norms.as_float64(residual)
     kept = r64 + norms.as_float64(x) / (1 - p)
     nearest = np.where(np.abs(h64 - r64) <= np.abs(h64 - kept), r64, kept)

@@ -8,9 +8,9 @@ P = I - 11^T/d - xhat xhat^T/d (LayerNorm) or I - xhat xhat^T/d (RMSNorm), xhat 
     both:       dgamma = sum over rows of dy * xhat (from x, not from the output)
     LayerNorm:  dbeta = sum over rows of dy
 
-The two identities of dx are bounded from their cancellation (properties.tolerance.identities: the error of the
+The two identities of dx are bounded from their cancellation (properties.bounds.tolerance.identities: the error of the
 mean term and the per-element terms that cancel exactly are not counted), not by summing element bounds; under
-declared conventions the elements' widening (properties.diagnosis) is added, summed.
+declared conventions the elements' widening (properties.bounds.diagnosis) is added, summed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from core.capabilities import dtype_name
-from properties import diagnosis, models, norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import diagnosis, models, tolerance
 
 
 def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:

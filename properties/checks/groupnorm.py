@@ -1,12 +1,12 @@
 """Checks of GroupNorm kernels, kind groupnorm: fn(x, num_groups, weight, bias, eps) over x [N, C, *].
 
 GroupNorm is LayerNorm over each group's (C/G) x spatial elements with per-channel weight and bias (claim
-gn.jacobian): its kind record (core.kinds) is grouped, so properties.norms and properties.tolerance give its
+gn.jacobian): its kind record (core.kinds) is grouped, so properties.norms and properties.bounds.tolerance give its
 reference and bounds on the grouped view [N, G, (C/G) S] with the per-element weight:
 
 - gn.forward: y vs the grouped LayerNorm within the forward bound of the grouped view;
 - gn.jacobian: dx within the backward bound of each group, dweight and dbias per channel
-  (properties.tolerance.backward);
+  (properties.bounds.tolerance.backward);
 - gn.layout_invariance: a channels-last x (4-D, or channels-last-3d 5-D) gives the contiguous call's y within twice
   the forward bound;
 - gn.independence: replacing sample 0 leaves every other sample of y bit for bit; replacing the channels of group 0
@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import discover, dtype_name
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 from properties.checks.contracts import rows_that_differ
 from properties.checks.forward import output_dtype_rule
 

@@ -13,7 +13,8 @@ import torch
 
 from core.capabilities import dtype_name
 from core.results import SERIES
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 
 def check_mean_stability(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:

@@ -3,7 +3,7 @@
 d = 1, 2, 3; constant rows (LayerNorm: output beta, finite; RMSNorm: gamma c / sqrt(c^2 + eps)); zero
 rows; eps = 1e-12 with float16 data; |mean|/std up to 1e4 with float32 data; very large and very small
 magnitudes; rows whose statistics are exact at any magnitude (d = 1, pairs m +- delta, constant rows:
-properties.exact_rows), checked within the bound of their centred rows; NaN/inf in one row. The numerical
+properties.draws.exact_rows), checked within the bound of their centred rows; NaN/inf in one row. The numerical
 ones are the forward claim's check (kernel vs oracle on the rounded inputs, within the error-model bound) on
 these inputs; NaN/inf is a contract: the other
 rows' outputs are exactly those of the same call without the non-finite value.
@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from core.capabilities import dtype_name
-from properties import models, norms, outcome
+from properties import norms, outcome
+from properties.bounds import models
 from properties.checks.contracts import rows_that_differ
 
 
@@ -32,7 +33,7 @@ def check_nonfinite_stays_in_its_row(kernel, x: torch.Tensor, poisoned: torch.Te
 
 
 def check_exact_statistics(kernel, x: torch.Tensor, centred: torch.Tensor, weight, eps: float, bias=None) -> None:
-    """Rows whose mean every correct kernel computes exactly (properties.exact_rows: d = 1, pairs m +- delta,
+    """Rows whose mean every correct kernel computes exactly (properties.draws.exact_rows: d = 1, pairs m +- delta,
     constant rows; any magnitude): the output is the oracle's within the bound of the centred rows."""
     got = norms.forward(kernel, x, weight, bias, eps)
     expected = models.expected_forward(kernel, x, weight, bias, eps)[0]  # a declared convention's model, if any

@@ -3,7 +3,7 @@ derived value and the bound max|gamma| / sqrt(eps).
 
 Small d: the whole Jacobian from d VJPs (one call on d copies of the row with the identity as upstream
 gradient; row i of the result is e_i^T J), then an exact SVD in float64. Its distance to the derived
-Jacobian is at most ||B||_F for the element bounds B of the backward (properties.tolerance.of_matrix_norm).
+Jacobian is at most ||B||_F for the element bounds B of the backward (properties.bounds.tolerance.of_matrix_norm).
 
 Large d (matrix-free): power iteration on J^T J with VJPs (J^T w) and JVPs by double VJP
 (J v = d/du <J^T u, v>), with per-feature gamma (d = 4096) or gamma = 1; the derived value is exact in both:
@@ -23,7 +23,8 @@ from core import boundary, guard
 from core.capabilities import dtype_name
 from core.results import SERIES
 from proofs import oracles
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 POWER_ITERATIONS = 30
 

@@ -18,7 +18,8 @@ import torch
 
 from core.capabilities import dtype_name
 from proofs import oracles
-from properties import norms, outcome, tolerance
+from properties import norms, outcome
+from properties.bounds import tolerance
 
 
 def _variance_and_bound(kernel, x: torch.Tensor, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

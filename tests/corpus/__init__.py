@@ -98,7 +98,7 @@ CORPUS: tuple[Entry, ...] = (
     # precision bugs at realistic widths and dtypes: each lives in one regime the ci profile must draw every run
     *(_broken(f"statistics.py:LN_ONE_PASS_{regime}", "ln.forward", mechanism="one_pass_variance")
       for regime in ("FP32_D1024", "FP32_D4096", "FP32_D8192")),
-    # 16-bit storage, float32 sums: rows one ulp apart (properties.strategies.rows_one_ulp_apart) show it
+    # 16-bit storage, float32 sums: rows one ulp apart (properties.draws.strategies.rows_one_ulp_apart) show it
     *(_broken(f"statistics.py:LN_ONE_PASS_{storage}", "ln.forward", margin="ln.forward",
               mechanism="one_pass_variance") for storage in ("FP16", "BF16")),
     _broken("statistics.py:LN_BLOCK_PARTIALS_IN_STORAGE_DTYPE", "ln.forward", mechanism="storage_accumulation"),

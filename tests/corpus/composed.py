@@ -15,7 +15,7 @@ must pass every one of them on every claim, in float32 and float16 (issue 25, po
                             with the seed, the product in x's dtype; LayerNorm in float32
 
 Autograd accumulates dL/dh over h's uses (residual_out itself, and each use inside N) in h's dtype, a rounding after
-every partial sum: the k-term sum the fused bound allows in any order (properties.tolerance, claim
+every partial sum: the k-term sum the fused bound allows in any order (properties.bounds.tolerance, claim
 add_ln.jacobian). Before that term these kernels failed add_ln.jacobian / add_rms.jacobian / drop_add_ln.gradient.
 """
 

@@ -17,7 +17,7 @@
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
 backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): inside the k-term sum the
-gradient bound allows (properties.tolerance), so it runs in every dtype.
+gradient bound allows (properties.bounds.tolerance), so it runs in every dtype.
 """
 
 from __future__ import annotations

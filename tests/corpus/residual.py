@@ -15,7 +15,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     FIRST_LAYER_UNWRITTEN      takes residual=None but leaves residual_out as allocated -> residual_out, forward
 
 A torch autograd implementation with a 16-bit residual_out accumulates dL/dh from its two uses in the storage
-dtype (fl(fl(J^T dy) + dh)): inside the k-term sum the jacobian claim's bound allows (properties.tolerance,
+dtype (fl(fl(J^T dy) + dh)): inside the k-term sum the jacobian claim's bound allows (properties.bounds.tolerance,
 docs/findings.md [R1]), so the correct control runs in float32 and float16.
 """
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from properties.counterexamples import ReplayResult
+    from properties.run.counterexamples import ReplayResult
 
 NAME = "replay"
 HELP = "re-run a saved counterexample (exit 1 if it still fails, 0 if it passes)"
@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def show(result: ReplayResult, console: Console) -> None:
     """One status line, the claim and kernel, expected vs got side by side, the message and the inputs."""
-    from properties.counterexamples import describe
+    from properties.run.counterexamples import describe
 
     head = Text.assemble((result.outcome.upper(), STYLES[result.outcome]), f"  {result.claim} on {result.kernel}")
     console.print(head)
@@ -48,7 +48,7 @@ def show(result: ReplayResult, console: Console) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from properties.counterexamples import replay  # torch: only when replaying
+    from properties.run.counterexamples import replay  # torch: only when replaying
 
     result = replay(args.file, args.kernel)
     show(result, Console(highlight=False))

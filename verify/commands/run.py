@@ -44,7 +44,7 @@ def workers(text: str) -> str:
 
 def one_of(module: str, names: str) -> Callable[[str], str]:
     """An argparse ``type`` accepting the names ``module.names`` lists, imported only when the option is given
-    (properties.profiles loads Hypothesis, proofs.error_model SymPy: not for --help or a usage error)."""
+    (properties.run.profiles loads Hypothesis, proofs.error_model SymPy: not for --help or a usage error)."""
 
     def check(text: str) -> str:
         allowed = getattr(importlib.import_module(module), names)
@@ -64,7 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=KINDS, help="the kernel's kind where it cannot be inferred; "
                                                       "also restricts the run to it")
     parser.add_argument("--claims", metavar="IDS", help="only these claims: comma-separated ids or globs, e.g. 'ln.*'")
-    parser.add_argument("--profile", type=one_of("properties.profiles", "PROFILES"), metavar="NAME",
+    parser.add_argument("--profile", type=one_of("properties.run.profiles", "PROFILES"), metavar="NAME",
                         help="Hypothesis profile: ci (derandomized), dev (random, quick) or thorough "
                              "(default: NORMVERIFY_PROFILE, else ci)")
     parser.add_argument("--bound", type=one_of("proofs.error_model", "BOUNDS"), metavar="NAME",
@@ -91,8 +91,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from proofs.error_model import DEFAULT_BOUND
-    from properties.profiles import chosen as chosen_profile  # the suite (hypothesis, pytest, torch): only to run
-    from properties.selection import claim_patterns
+    from properties.run.profiles import chosen as chosen_profile  # the suite (hypothesis, pytest, torch): only to run
+    from properties.run.selection import claim_patterns
 
     device_option.select(args.device)  # before anything initializes CUDA; the pytest child inherits it
     bound = args.bound or DEFAULT_BOUND

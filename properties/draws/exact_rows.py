@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
-from properties import norms, tolerance
-from properties.strategies import (
+from properties import norms
+from properties.bounds import tolerance
+from properties.draws.strategies import (
     PRESENT_BIAS_FORMS,
     biases,
     effective_weights,

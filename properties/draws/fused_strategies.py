@@ -1,7 +1,7 @@
 """Hypothesis strategies for the fused residual add + norm kinds: the branch x, the residual, weight, bias, eps
 (and dy, dh), rounded to the kernel's storage dtype (weight and bias to ``parameter_dtype`` when given: the mixes of
 core.capabilities.PARAMETER_MIXES, drawn through strategies.mixed_parameter_examples), built from
-properties.strategies' pieces.
+properties.draws.strategies' pieces.
 
 The residual is drawn like x (its own distribution, offset and scale, up to 4x larger: the residual stream
 usually dominates the branch), as -x ("cancelling": h = 0, a zero row for the norm, its special input) or, for a
@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
-from properties import norms, tolerance
-from properties.dropout_strategies import SCALES, TESTED_PROBABILITIES, nonzero_values
-from properties.norms import output_dtype, representable
-from properties.strategies import (
+from properties import norms
+from properties.bounds import tolerance
+from properties.draws.dropout_strategies import SCALES, TESTED_PROBABILITIES, nonzero_values
+from properties.draws.strategies import (
     BIAS_FORMS,
     CI_MAX_WIDTH,
     PRESENT_BIAS_FORMS,
@@ -47,6 +47,7 @@ from properties.strategies import (
     valid_offset_ratio,
     widths,
 )
+from properties.norms import output_dtype, representable
 
 RESIDUAL_FORMS = ("independent", "independent", "independent", "cancelling")
 MASK_RESIDUALS = ("zeros", "within x")

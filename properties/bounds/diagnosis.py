@@ -14,7 +14,7 @@ rows with sigma^2 > eps); where no tight model fits, every loose one that does. 
 failing test, on the example Hypothesis reports (:func:`final_example`), not on every example tried while
 shrinking.
 
-Declared conventions (``Kernel.conventions``) are part of a kernel's model (properties.models), so they are not
+Declared conventions (``Kernel.conventions``) are part of a kernel's model (properties.bounds.models), so they are not
 candidates here.
 """
 
@@ -30,7 +30,7 @@ from core.guard import KernelFault
 from core.registry import Kernel
 from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, Prediction, correct_backward, correct_forward
 from properties import norms, outcome
-from properties.models import case_of, conventions_of
+from properties.bounds.models import case_of, conventions_of
 
 TIGHT = 4.0  # a model whose total bound is within this factor of the correct model's is a tight one
 TIE = 0.1  # two tight models predict the same where their centers differ by at most this fraction of their bounds

@@ -3,7 +3,7 @@
 
 The drop probability is drawn from a range with 0, values below 0.1, values not representable in any storage
 dtype (0.1, 0.3, 1/3) and values near 1, plus arbitrary floats; the statistical claims draw from
-:data:`TESTED_PROBABILITIES`, the values at which properties/dropout_statistics.py states their power.
+:data:`TESTED_PROBABILITIES`, the values at which properties/bounds/dropout_statistics.py states their power.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from core.capabilities import discover
 from core.registry import Kernel
-from properties.strategies import rounded, seeds, standard_values, storage_dtypes
+from properties.draws.strategies import rounded, seeds, standard_values, storage_dtypes
 
 EDGE_PROBABILITIES = (0.0, 1e-3, 0.01, 0.05, 0.1, 1 / 3, 0.3, 0.5, 0.7, 0.9, 0.99, 0.999)
 LARGEST_P = 0.999  # below 1: x / (1 - p) stays finite in float16 for |x| <= 65

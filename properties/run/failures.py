@@ -3,7 +3,7 @@
 Hypothesis reports a failure by the exception its minimal example raised, with its notes (``__notes__``: the
 falsifying example, the ``@reproduce_failure`` blob, a ``@seed``), and several distinct failures as an
 exception group. ``properties.evidence.failed_example`` gives the inputs that raised each exception;
-``properties.counterexamples.save`` stores them for ``normverify replay`` in the folder the plugin names.
+``properties.run.counterexamples.save`` stores them for ``normverify replay`` in the folder the plugin names.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 from core.errors import one_line
 from core.registry import Kernel
 from core.results import replay_command
-from properties import counterexamples, evidence
-from properties.rerun import rerun_command
-from properties.status import MAX_MESSAGE, described, distinct_failures, exception_parts
+from properties import evidence
+from properties.run import counterexamples
+from properties.run.rerun import rerun_command
+from properties.run.status import MAX_MESSAGE, described, distinct_failures, exception_parts
 
 _REPRODUCE = re.compile(r"@reproduce_failure\([^)]*\)")
 _SEED = re.compile(r"@seed\((\d+)\)")

@@ -37,7 +37,7 @@ import torch
 from core.boundary import HOST
 from core.guard import KernelFault
 from properties import evidence
-from properties.selection import claim_of, kernel_of
+from properties.run.selection import claim_of, kernel_of
 
 OPTIONS = {"skip": "--skips-file", "xfail": "--xfails-file"}
 
@@ -154,12 +154,12 @@ def sixteen_bit_on_cuda(example: dict) -> bool:
 
 
 def affine_residue_shows(example: dict) -> bool:
-    """An ``x`` of exact statistics (properties.exact_rows: it has ``centred`` rows): for the gradients (with ``dy``)
-    any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU layer_norm
-    computes x_hat as x * rstd - mean * rstd (the forward y = x * a + b with a = rstd gamma, b = beta - mean a, in
-    float16/bfloat16; the backward's x_hat in every dtype, where even a d = 1 row's mean * rstd differs from
-    x * rstd) and keeps a residue ~ u_float32 |mean| rstd that the exact value (beta, dgamma = 0 on a constant row)
-    does not have."""
+    """An ``x`` of exact statistics (properties.draws.exact_rows: it has ``centred`` rows): for the gradients (with
+    ``dy``) any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU
+    layer_norm computes x_hat as x * rstd - mean * rstd (the forward y = x * a + b with a = rstd gamma, b = beta -
+    mean a, in float16/bfloat16; the backward's x_hat in every dtype, where even a d = 1 row's mean * rstd differs
+    from x * rstd) and keeps a residue ~ u_float32 |mean| rstd that the exact value (beta, dgamma = 0 on a constant
+    row) does not have."""
     x = example.get("x")
     if "centred" not in example or not isinstance(x, torch.Tensor):
         return False
@@ -267,7 +267,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_unmatched_key] = [e for e in entries if e not in used]
 
 
-@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: properties.results records the report as changed here
+@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: properties.run.results records the report as changed here
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     claim = claim_of(item)

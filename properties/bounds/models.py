@@ -1,8 +1,8 @@
-"""What a kernel's result is checked against: the float64 oracle within properties.tolerance's bounds, or, for a
+"""What a kernel's result is checked against: the float64 oracle within properties.bounds.tolerance's bounds, or, for a
 kernel that declares conventions (``Kernel.conventions``, ids of ``proofs.mechanisms.CONVENTIONS``), the union of
 its conventions' derived models in their place (:func:`expected_forward`, :func:`expected_backward`), the correct
 model kept wherever a convention's model does not apply. ``storage_statistics_backward`` is the same as
-``backward_precision="storage"``, which properties.tolerance applies.
+``backward_precision="storage"``, which properties.bounds.tolerance applies.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from core.capabilities import dtype_name
 from core.registry import Kernel
 from proofs.mechanisms import MECHANISMS, Case, Prediction
 from proofs.mechanisms.base import union
-from properties import norms, tolerance
+from properties import norms
+from properties.bounds import tolerance
 
-# handled by properties.tolerance through Kernel.backward_precision (the same model: u_acc = u_storage)
+# handled by properties.bounds.tolerance through Kernel.backward_precision (the same model: u_acc = u_storage)
 _BY_TOLERANCE = frozenset({"storage_statistics_backward"})
 
 
@@ -77,7 +78,7 @@ def expected_backward(kernel: Kernel, x, weight, eps: float, dy) -> tuple[dict, 
 
 
 def identity_bounds(kernel: Kernel, x, weight, eps: float, dy) -> dict[str, np.ndarray]:
-    """Bounds on |gradient - oracle gradient| for the identities' checks: properties.tolerance's, widened under
+    """Bounds on |gradient - oracle gradient| for the identities' checks: properties.bounds.tolerance's, widened under
     declared conventions by |convention center - oracle| (the triangle inequality)."""
     if not _declared(kernel, "backward"):
         return tolerance.backward(kernel, x, weight, eps, dy)

@@ -1,5 +1,5 @@
 """Strategies for the regimes of the derived-property claims (issue 11, point 6): the inputs on which each claim can
-fail where ``*.forward``'s draws (:func:`properties.strategies.norm_examples`) cannot.
+fail where ``*.forward``'s draws (:func:`properties.draws.strategies.norm_examples`) cannot.
 
 Each check of ln.shift_invariance, ln.affine / rms.affine and ln.variance_insensitivity is bounded by forward bounds
 of the same inputs (properties.checks), so on an input ``*.forward`` also draws it can only fail where that does.
@@ -14,7 +14,7 @@ What each claim adds is where it looks:
     rows_with_variance_near_eps      ln.variance_insensitivity: sigma^2 = t eps, t from 0.1 to 10, eps at any
                                      magnitude, near-constant rows (|mean|/std up to the model's limit), wide rows
 
-Values come from :func:`properties.strategies.standard_values` (seeded rows) and are rounded to the storage dtype
+Values come from :func:`properties.draws.strategies.standard_values` (seeded rows) and are rounded to the storage dtype
 the kernel receives; the checks compare against the float64 oracle on those rounded values.
 """
 
@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 from core.capabilities import discover
 from core.registry import Kernel
 from proofs import error_model
-from properties import norms, tolerance
-from properties.strategies import (
+from properties import norms
+from properties.bounds import tolerance
+from properties.draws.strategies import (
     DISTRIBUTIONS,
     norm_examples,
     rounded,

@@ -25,7 +25,8 @@ from core.boundary import HOST, host_generator, to_kernel
 from core.capabilities import PARAMETER_MIXES, discover, dtype_name, mix_name
 from core.registry import Kernel
 from proofs import probabilistic
-from properties import norms, tolerance
+from properties import norms
+from properties.bounds import tolerance
 
 SMALL_WIDTHS = (1, 2, 3)
 SMALL_PRIMES = (5, 7, 11, 13, 17, 31, 61, 127)

@@ -7,8 +7,9 @@ import numpy as np
 import torch
 
 from core.registry import Kernel
-from properties import norms, outcome, tolerance
-from properties.strategies import DISTRIBUTIONS, resolved_offset_ratio, standard_values, values_one_ulp_apart
+from properties import norms, outcome
+from properties.bounds import tolerance
+from properties.draws.strategies import DISTRIBUTIONS, resolved_offset_ratio, standard_values, values_one_ulp_apart
 
 GROUP = 4  # rows per bound evaluation, as the suite's examples (strategies.row_counts)
 

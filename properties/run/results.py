@@ -4,13 +4,13 @@ Options: ``--json PATH`` writes the ``normverify.results/1`` document (:mod:`cor
 ``--claims IDS`` (comma-separated ids or globs such as ``ln.*``) keeps only the conformance tests of
 those claims. The jobs live in their own modules; this one connects them to pytest's hooks:
 
-    properties.selection     the claim and the kernel of a test item, --claims
+    properties.run.selection     the claim and the kernel of a test item, --claims
     properties.evidence      around the call: the examples each check recorded, the ones that failed
-    properties.summary       the examples summed up: count, unchecked, worst ratio, dtypes, widths, points
-    properties.status        the phase's status and message from pytest's and Hypothesis' structured data
-    properties.failures      one counterexample per distinct failure: inputs, saved file, replay and rerun
-    properties.environment   versions, device, profile, bound, commit, date
-    properties.writer        the document: the phase records (of this process or of xdist workers) merged
+    properties.run.summary       the examples summed up: count, unchecked, worst ratio, dtypes, widths, points
+    properties.run.status        the phase's status and message from pytest's and Hypothesis' structured data
+    properties.run.failures      one counterexample per distinct failure: inputs, saved file, replay and rerun
+    properties.run.environment   versions, device, profile, bound, commit, date
+    properties.run.writer        the document: the phase records (of this process or of xdist workers) merged
 
 Every failed claim's report ends with a ``normverify replay`` command per distinct failure, in a plain pytest run
 too (its counterexamples go to ``counterexamples/`` next to ``--json PATH``, else to ``.normverify/`` in the
@@ -26,12 +26,13 @@ import pytest
 from core.capabilities import discover
 from core.errors import one_line
 from core.results import FAILING, NO_KERNEL
-from properties import evidence, selection, status
-from properties.environment import environment  # noqa: F401  (the plugin's header asks the registered plugin)
-from properties.failures import counterexamples_of
-from properties.selection import claim_of, kernel_of
-from properties.summary import summarize
-from properties.writer import RECORD_KEY, ResultsWriter
+from properties import evidence
+from properties.run import selection, status
+from properties.run.environment import environment  # noqa: F401  (the plugin's header asks the registered plugin)
+from properties.run.failures import counterexamples_of
+from properties.run.selection import claim_of, kernel_of
+from properties.run.summary import summarize
+from properties.run.writer import RECORD_KEY, ResultsWriter
 
 FALLBACK_FOLDER = Path(".normverify") / "counterexamples"
 _examples_key = pytest.StashKey[list]()

@@ -18,7 +18,8 @@ from core.capabilities import device_of
 from core.errors import UsageError
 from core.names import split_specs
 from core.registry import Kernel, resolve
-from properties import profiles, tolerance
+from properties.bounds import tolerance
+from properties.run import profiles
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout's root when normverify runs from one
 

@@ -11,14 +11,14 @@ import sys
 import pytest
 
 from core.names import split_specs
-from properties import profiles
+from properties.run import profiles
 
 
 def rerun_command(item: pytest.Item) -> str:
     """``python -m pytest FILE::TEST --kernel SPEC ... [--kind K] [--bound B] --hypothesis-profile P``."""
     config = item.config
     node = f"{item.path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else str(item.path)
-    words = [sys.executable, "-m", "pytest", node, "-p", "properties.results"]
+    words = [sys.executable, "-m", "pytest", node, "-p", "properties.run.results"]
     for spec in split_specs(config.getoption("--kernel", None) or []):
         words += ["--kernel", spec]
     for option in ("--kind", "--bound"):

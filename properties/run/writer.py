@@ -17,8 +17,8 @@ import pytest
 
 from core.files import write_atomically
 from core.results import Document, KernelEntry, Progress, Result, RunError, worst
-from properties.environment import environment, run_kernels
-from properties.status import MAX_MESSAGE
+from properties.run.environment import environment, run_kernels
+from properties.run.status import MAX_MESSAGE
 
 RECORD_KEY = "normverify.result"
 
