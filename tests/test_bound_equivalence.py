@@ -30,6 +30,8 @@ ATEN_MOMENTS = Reduction(run=16, lanes=8, level_cost=2, finish=8 + 2, exact_tree
 ATEN_SUM = Reduction(run=16, lanes=32, fan=16, level_cost=16, finish=9 + 8 + 2, max_width=2**18 * 8,
                      exact_tree="aten_cascade_sum", device="cpu")
 INTERPRETED = dataclasses.replace(NUMPY_PAIRWISE, block=8192, two_pass=True, exact_tree="numpy_pow2", device="cpu")
+# ATen's row moments: chunk counts 3, 6, 12, 15, 17 (each with a short last chunk) besides those of WIDTHS.
+MOMENT_WIDTHS = (280, 700, 1416, 1800, 2056)
 BOUND_WIDTHS = (2, 9, 129, 1000, 8193)  # the public bounds: one width per regime of the trees
 # Arrays longer than this are stored as a digest of their bits (-0.0 taken as 0.0, every NaN as one NaN), to keep
 # the file small; the shorter ones as they are (a difference is then shown).
@@ -78,6 +80,9 @@ def computed() -> dict[str, np.ndarray]:
             _moments(put, key, x)
             if width in BOUND_WIDTHS:
                 _bounds(put, key, x, np.random.default_rng(width + 1).standard_normal(x.shape))
+    for width in MOMENT_WIDTHS:
+        for label, x in rows(width, seed=width).items():
+            _moments(put, f"{width}/{label}", x)
     for width in WIDTHS:
         put(f"aten_sum.depth/{width}", aten_sum.depth(width))
         put(f"reduction.depth/{width}", [r.depth(width) for r in (ATEN_MOMENTS, ATEN_SUM, INTERPRETED)])
@@ -160,6 +165,20 @@ def test_every_bound_function_gives_the_stored_arrays_bit_for_bit(stored):
     differ = [name for name in found if found[name].dtype != stored[name].dtype
               or not np.array_equal(found[name], stored[name], equal_nan=found[name].dtype.kind == "f")]
     assert not differ, f"{len(differ)} of {len(found)} arrays differ, e.g. {differ[:5]}"
+
+
+def test_the_residue_fraction_is_np_mods_on_every_kind_of_operand():
+    """probabilistic._residue_fraction computes np.mod(a, q) / q by a / q - floor(a / q) where that is exact: the
+    same bits on negative terms far below q, terms far above it, zeros, subnormals, and (through np.mod) on moduli
+    that are not normal powers of two, infinite or NaN terms."""
+    rng = np.random.default_rng(27)
+    magnitudes = np.exp2(rng.integers(-1074, 1023, 4000).astype(np.float64)) * rng.uniform(1, 2, 4000)
+    a = np.concatenate([magnitudes * rng.choice([-1.0, 1.0], 4000), [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324,
+                                                                      -5e-324, -1e-300, 1e300]])
+    for q in (2.0**-1074, 2.0**-1030, 2.0**-149, 2.0**-24, 1.0, 2.0**40, 2.0**1023, 3.0, 0.1, np.inf, 0.0):
+        with np.errstate(all="ignore"):
+            expected = np.mod(a, q) / q
+        assert np.array_equal(probabilistic._residue_fraction(a, np.float64(q)), expected, equal_nan=True), q
 
 
 if __name__ == "__main__":
