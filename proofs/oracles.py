@@ -41,9 +41,21 @@ def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
 
 @cache
 def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
+    """The oracle ``what`` of ``kind`` compiled once per process, from its expression derived once per version of
+    the derivations (proofs.disk_cache: the derivation is most of a worker's first oracle call)."""
     from proofs import algebra as sym
-    from proofs import expressions
+    from proofs import disk_cache
     from proofs.numeric import compile_indexed
+
+    name = f"oracle-{kind}-{what}-{'weight' if weight else 'unit'}-{'bias' if bias else 'none'}"
+    expression = disk_cache.expression(name, lambda: _derived(kind, what, weight, bias))
+    free = (sym.i, sym.j) if what == "jacobian" else ((sym.i,) if what == "output" else (sym.j,))
+    return compile_indexed(expression, free)
+
+
+def _derived(kind: str, what: str, weight: bool, bias: bool) -> sp.Expr:
+    """The derived expression of the oracle ``what`` (LN: in the centred row), without the absent parameters."""
+    from proofs import expressions
 
     derived = {
         "output": lambda: expressions.output(kind),
@@ -54,8 +66,7 @@ def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
     }[what]()
     if kind == "ln":
         derived = expressions.centred(derived)
-    free = (sym.i, sym.j) if what == "jacobian" else ((sym.i,) if what == "output" else (sym.j,))
-    return compile_indexed(_without(derived, weight, bias), free)
+    return _without(derived, weight, bias)
 
 
 @cache
