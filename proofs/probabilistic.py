@@ -67,7 +67,11 @@ def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
 
 
 def gamma(m: np.ndarray | int, u: float) -> np.ndarray:
-    """gamma_m = m u / (1 - m u), inf where m u >= 1."""
+    """gamma_m = m u / (1 - m u), inf where m u >= 1 (a 0-d array for scalar m and u, computed in Python's float64
+    arithmetic, the same operations without numpy's per-call cost: the bounds take it thousands of times a run)."""
+    if np.ndim(m) == 0 and np.ndim(u) == 0:
+        mu = float(m) * float(u)
+        return np.asarray(mu / (1 - mu) if mu < 1 else np.inf)
     m = np.asarray(m, dtype=np.float64)
     with np.errstate(divide="ignore"):
         return np.where(m * u < 1, m * u / (1 - m * u), np.inf)
