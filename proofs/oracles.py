@@ -176,13 +176,20 @@ def _scalar(expr: sp.Expr, *args: sp.Symbol):
     return sp.lambdify(args, expr, modules="numpy")
 
 
+@cache
+def _eigenvalues(kind: str) -> dict:
+    """proofs.expressions.eigenvalues(kind), derived once per version of the derivations (proofs.disk_cache)."""
+    from proofs import disk_cache, expressions
+
+    return disk_cache.expression(f"eigenvalues-{kind}", lambda: expressions.eigenvalues(kind))
+
+
 def _spectral(kind: str, x_: ArrayLike, eps_: ArrayLike) -> np.ndarray:
     from proofs import algebra as sym
-    from proofs import expressions
 
     env, undefined = _environment(kind, x_, eps_)
     width = env["x"].shape[-1]
-    values = expressions.eigenvalues(kind)
+    values = _eigenvalues(kind)
     scale = env["sigma^2"] if kind == "ln" else env["q"]
     named = sym.var if kind == "ln" else sym.ms
     # Which eigenspaces exist (claims ln.spectral_norm / rms.spectral_norm): the complement of

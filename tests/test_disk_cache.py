@@ -73,8 +73,10 @@ def test_the_oracles_compiled_from_stored_expressions_are_the_derived_ones_bit_f
 
     def evaluated() -> list[np.ndarray]:
         oracles._compiled.cache_clear()
+        oracles._eigenvalues.cache_clear()
         return [oracles.layernorm(x, weight, weight, 1e-5), *oracles.layernorm_vjp(x, weight, 1e-5, dy),
-                oracles.rmsnorm_jacobian(x, None, 1e-5)]
+                oracles.rmsnorm_jacobian(x, None, 1e-5), oracles.layernorm_spectral_norm(x, 1e-5),
+                oracles.rmsnorm_spectral_norm(x[:, :2], 1e-5)]
 
     try:
         derived = evaluated()
@@ -82,4 +84,5 @@ def test_the_oracles_compiled_from_stored_expressions_are_the_derived_ones_bit_f
         stored = evaluated()
     finally:
         oracles._compiled.cache_clear()
+        oracles._eigenvalues.cache_clear()
     assert all(np.array_equal(a, b) for a, b in zip(derived, stored, strict=True))
