@@ -59,6 +59,9 @@ ALIGNED_R = 4.0
 # The ulps checked: the largest a partial sum reaches and ULP_SCALES - 1 finer ones (each halving, a sequential sum
 # of like terms spends half as many additions below it: the bias they add shrinks geometrically).
 ULP_SCALES = 4
+# aligned_scales tests its moduli in blocks of at most this many (modulus, term) pairs (a few temporary float64 arrays
+# of that size: ~32 MB each).
+SCALES_AT_ONCE = 1 << 22
 
 
 def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
@@ -113,7 +116,9 @@ def aligned_scales(terms: np.ndarray, u: float, exponents: np.ndarray) -> np.nda
     :func:`aligned`), i.e. whether additions whose results lie in [2^e, 2^(e+1)) may round alike."""
     a = np.asarray(terms, dtype=np.float64)
     q = 2 * u * np.exp2(np.asarray(exponents, dtype=np.float64))
-    return _concentrated_at(a[..., None, :], q[..., None])
+    step = max(1, SCALES_AT_ONCE // max(a.size, 1))  # the moduli tested together: at most ~SCALES_AT_ONCE elements
+    return np.concatenate([_concentrated_at(a[..., None, :], q[..., start:start + step, None])
+                           for start in range(0, max(q.shape[-1], 1), step)], axis=-1)
 
 
 def grouped(values: np.ndarray, keys: np.ndarray) -> np.ndarray:

@@ -181,6 +181,14 @@ def test_the_residue_fraction_is_np_mods_on_every_kind_of_operand():
         assert np.array_equal(probabilistic._residue_fraction(a, np.float64(q)), expected, equal_nan=True), q
 
 
+def test_the_moduli_tested_in_blocks_give_the_moduli_tested_at_once(monkeypatch):
+    x = rows(1000, seed=3)["integers"]
+    exponents = np.broadcast_to(np.arange(-10.0, 19.0), (*x.shape[:-1], 29))
+    at_once = probabilistic.aligned_scales(x, U32, exponents)
+    monkeypatch.setattr(probabilistic, "SCALES_AT_ONCE", 7000)  # 2 moduli a block, the last alone
+    assert np.array_equal(probabilistic.aligned_scales(x, U32, exponents), at_once) and at_once.any()
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/test_bound_equivalence.py --write  (from the repository root)")
