@@ -26,11 +26,14 @@ T = TypeVar("T")
 PACKAGE = Path(__file__).resolve().parent
 
 
-def directory() -> Path:
-    """Where the expressions are stored (module docstring)."""
+def directory() -> Path | None:
+    """Where the expressions are stored (module docstring); None without a home directory (nothing is stored)."""
     if os.environ.get("NORMVERIFY_CACHE_DIR"):
         return Path(os.environ["NORMVERIFY_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except RuntimeError:  # no HOME and no password entry
+        return None
     return Path(base) / "normverify"
 
 
@@ -47,7 +50,10 @@ def key() -> str:
 
 def expression(name: str, derive: Callable[[], T]) -> T:
     """The stored value of ``name`` for the current :func:`key`, or ``derive()`` (then stored)."""
-    path = directory() / f"{name}-{key()}.pickle"
+    folder = directory()
+    if folder is None:
+        return derive()
+    path = folder / f"{name}-{key()}.pickle"
     try:
         with path.open("rb") as stored:
             return pickle.load(stored)

@@ -53,6 +53,19 @@ def test_an_unwritable_directory_costs_only_the_derivation(tmp_path, monkeypatch
     assert disk_cache.expression("square", derive) == derive()
 
 
+def test_without_a_home_directory_nothing_is_stored(monkeypatch):
+    def no_home() -> None:
+        raise RuntimeError("Could not determine home directory.")
+
+    for variable in ("NORMVERIFY_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(disk_cache.Path, "home", staticmethod(no_home))
+    derive = Counted()
+    assert disk_cache.directory() is None
+    assert disk_cache.expression("square", derive) == disk_cache.expression("square", derive)
+    assert derive.calls == 2
+
+
 def test_a_changed_source_changes_the_key(tmp_path, monkeypatch):
     for name in ("algebra.py", "expressions.py"):
         (tmp_path / name).write_bytes((disk_cache.PACKAGE / name).read_bytes())
