@@ -32,53 +32,81 @@ INPUT_DTYPES = ("float32",)  # 16-bit rows: UpdateMomentsVec splits each vector 
 
 
 class _Moments:
-    """A Welford/Chan state of one or more lanes: count, mean m, M2, and ``errors`` = (G_mm, G_m2, G_22, L_m, L_2,
-    H_mm, H_m2, H_22, R_m, R_2): the Gram matrix G = sum_v g_v g_v^T of the first-order rounding coefficients g_v of
-    (m, M2), upper bounds L_m >= sum_v |g_v[0]|, L_2 >= sum_v |g_v[1]| (the first-order worst case), and the same
-    split between the modelled nodes (their Gram matrix H) and the nodes bounded rigorously (their L1 sums R: the
-    lanes' final merges, :func:`row_moments`)."""
+    """A Welford/Chan state of one or more lanes: count, mean m, M2, and ``errors``, an array whose 10 rows (axis 0,
+    the state's shape after it) are (G_mm, G_m2, G_22, L_m, L_2, H_mm, H_m2, H_22, R_m, R_2): the Gram matrix
+    G = sum_v g_v g_v^T of the first-order rounding coefficients g_v of (m, M2), upper bounds L_m >= sum_v |g_v[0]|,
+    L_2 >= sum_v |g_v[1]| (the first-order worst case), and the same split between the modelled nodes (their Gram
+    matrix H) and the nodes bounded rigorously (their L1 sums R: the lanes' final merges, :func:`row_moments`).
+    Seen as (2, 5, *shape) the two halves, (G, L) of every node and (H, R) of the split, map alike."""
 
     __slots__ = ("count", "errors", "m", "m2")
 
     def __init__(self, count, m, m2, errors=None):
-        zero = np.zeros(np.shape(m), dtype=np.float64)
         self.count, self.m, self.m2 = count, m, m2
-        self.errors = (zero,) * 10 if errors is None else errors
+        self.errors = np.zeros((10, *np.shape(m)), dtype=np.float64) if errors is None else errors
 
-    def mapped(self, alpha, beta) -> tuple:
+    def mapped(self, alpha, beta) -> np.ndarray:
         """The errors under the linear map J = [[alpha, 0], [beta, 1]] of (e_m, e_M2): J G J^T (and J H J^T), and
         the L1 bounds |alpha| L_m, |beta| L_m + L_2 (and the same of R)."""
-        return _gram_mapped(self.errors[:3], alpha, beta) + _l1_mapped(self.errors[3:5], alpha, beta) + \
-            _gram_mapped(self.errors[5:8], alpha, beta) + _l1_mapped(self.errors[8:], alpha, beta)
+        halves = _halves(self.errors)
+        a, b, c, l_m, l_2 = (halves[:, k] for k in range(5))
+        out = np.empty((2, 5, *np.broadcast_shapes(halves.shape[2:], np.shape(alpha), np.shape(beta))))
+        out[:, 0] = alpha * alpha * a
+        out[:, 1] = alpha * (beta * a + b)
+        out[:, 2] = beta * beta * a + 2 * beta * b + c
+        out[:, 3] = np.abs(alpha) * l_m
+        out[:, 4] = np.abs(beta) * l_m + l_2
+        return out.reshape(10, *out.shape[2:])
 
     def part(self, index) -> _Moments:
-        """The state of some of the lanes (an index into the arrays' trailing axes)."""
+        """The state of some of the lanes (an index tuple into the arrays' trailing axes)."""
         count = self.count if np.ndim(self.count) == 0 else int(np.max(self.count[index]))
-        return _Moments(count, self.m[index], self.m2[index], tuple(e[index] for e in self.errors))
+        return _Moments(count, self.m[index], self.m2[index], self.errors[(slice(None), *index)])
 
 
-def _gram_mapped(gram: tuple, alpha, beta) -> tuple:
-    a, b, c = gram
-    return alpha * alpha * a, alpha * (beta * a + b), beta * beta * a + 2 * beta * b + c
+def _halves(errors: np.ndarray) -> np.ndarray:
+    """A state's errors (10, *shape) seen as (2, 5, *shape): (G_mm, G_m2, G_22, L_m, L_2) and (H_mm, ..., R_2)."""
+    return errors.reshape(2, 5, *errors.shape[1:])
 
 
-def _l1_mapped(l1: tuple, alpha, beta) -> tuple:
-    l_m, l_2 = l1
-    return np.abs(alpha) * l_m, np.abs(beta) * l_m + l_2
+def _coefficients(coefficients: tuple, shape: tuple) -> np.ndarray:
+    """The new roundings' coefficient vectors g = (g_m, g_M2) as one array (k, 2, *shape)."""
+    g = np.empty((len(coefficients), 2, *shape))
+    for k, (g_m, g_2) in enumerate(coefficients):
+        g[k, 0], g[k, 1] = g_m, g_2
+    return g
 
 
-def _add(errors: tuple, *coefficients, rigorous: bool = False) -> tuple:
-    """errors + the new roundings' coefficient vectors g = (g_m, g_M2): G + sum g g^T, L + sum |g|, and H + sum g g^T
-    (modelled nodes) or, ``rigorous``, R + sum |g|."""
-    a, b, c, l_m, l_2, h_a, h_b, h_c, r_m, r_2 = errors
-    for g_m, g_2 in coefficients:
-        a, b, c = a + g_m * g_m, b + g_m * g_2, c + g_2 * g_2
-        l_m, l_2 = l_m + np.abs(g_m), l_2 + np.abs(g_2)
-        if rigorous:
-            r_m, r_2 = r_m + np.abs(g_m), r_2 + np.abs(g_2)
-        else:
-            h_a, h_b, h_c = h_a + g_m * g_m, h_b + g_m * g_2, h_c + g_2 * g_2
-    return a, b, c, l_m, l_2, h_a, h_b, h_c, r_m, r_2
+def _added(start: np.ndarray, increments: np.ndarray) -> np.ndarray:
+    """start + increments[0] + increments[1] + ... (same shapes), one addition after another: the order in which
+    the roundings of a step accumulate (each addition covers every row, lane and error row at once)."""
+    total = start
+    for increment in increments:
+        total = total + increment
+    return total
+
+
+def _add(errors: np.ndarray, coefficients: tuple, shape: tuple, rigorous: bool = False) -> np.ndarray:
+    """errors + the new roundings' coefficient vectors g = (g_m, g_M2) (values of the state's ``shape``), each added
+    in turn: G + sum g g^T, L + sum |g|, and H + sum g g^T (modelled nodes) or, ``rigorous``, R + sum |g|."""
+    g = _coefficients(coefficients, shape)
+    g_m, g_2 = g[:, 0], g[:, 1]
+    increments = np.empty((len(g), 5, *shape))
+    increments[:, 0], increments[:, 1], increments[:, 2] = g_m * g_m, g_m * g_2, g_2 * g_2
+    increments[:, 3:] = np.abs(g)
+    out = np.empty((2, 5, *shape))
+    out[...] = _halves(errors)
+    out[0] = _added(out[0], increments)
+    if rigorous:
+        out[1, 3:] = _added(out[1, 3:], increments[:, 3:])
+    else:
+        out[1, :3] = _added(out[1, :3], increments[:, :3])
+    return out.reshape(10, *shape)
+
+
+def _l1_added(errors: np.ndarray, coefficients: tuple, shape: tuple) -> np.ndarray:
+    """The L1 rows (L_m, L_2) of :func:`_add` (errors, coefficients, shape), alone."""
+    return _added(np.broadcast_to(_halves(errors)[0, 3:], (2, *shape)), np.abs(_coefficients(coefficients, shape)))
 
 
 def _half_ulp_share(value, bound, u: float | None):
@@ -120,22 +148,27 @@ def welford_step(state: _Moments, x, c, active=True, divide: bool = False, u: fl
     c64 = 1 / np.float64(c) if divide else np.float64(c)
     d64, q64, m64, f64, p64, s64 = (np.asarray(v, dtype=np.float64) for v in (d, q, m_new, f, p, m2_new))
     mapped = state.mapped(1 - c64, -(f64 + d64 * (1 - c64)))
+    shape = np.broadcast_shapes(mapped.shape[1:], d64.shape, m64.shape)
+
+    def coefficients(share_m, share_2) -> tuple:
+        return ((c64 * d64, f64 * d64 - c64 * d64 * d64),  # d = fl(x - m)
+                (q64, -d64 * q64),  # q = fl(d c)
+                (share_m * m64, -share_m * d64 * m64),  # m' = fl(m + q)
+                (0.0, d64 * f64),  # f = fl(x - m')
+                (0.0, p64),  # p = fl(d f)
+                (0.0, share_2 * s64))  # M2' = fl(M2 + p)
+
     share_m = share_2 = 1.0
-    for _ in range(1 if u is None else 2):  # the shares need the new state's L1 sums: first with shares 1
-        errors = _add(mapped,
-                      (c64 * d64, f64 * d64 - c64 * d64 * d64),  # d = fl(x - m)
-                      (q64, -d64 * q64),  # q = fl(d c)
-                      (share_m * m64, -share_m * d64 * m64),  # m' = fl(m + q)
-                      (0.0, d64 * f64),  # f = fl(x - m')
-                      (0.0, p64),  # p = fl(d f)
-                      (0.0, share_2 * s64))  # M2' = fl(M2 + p)
-        share_m, share_2 = _half_ulp_share(m64, errors[3], u), _half_ulp_share(s64, errors[4], u)
+    if u is not None:  # the shares need the new state's L1 sums, taken with shares 1
+        l_m, l_2 = _l1_added(mapped, coefficients(share_m, share_2), shape)
+        share_m, share_2 = _half_ulp_share(m64, l_m, u), _half_ulp_share(s64, l_2, u)
+    errors = _add(mapped, coefficients(share_m, share_2), shape)
     first = np.asarray(state.count) == 0
     keep = ~np.asarray(active, dtype=bool)
     pick = np.where
     m_new = pick(first, x, m_new)
     m2_new = pick(first, 0 * m2_new, m2_new)
-    errors = tuple(pick(keep, old, pick(first, 0.0, new)) for old, new in zip(state.errors, errors, strict=True))
+    errors = pick(keep, state.errors, pick(first, 0.0, errors))
     return _Moments(pick(keep, state.count, state.count + 1), pick(keep, state.m, m_new),
                     pick(keep, state.m2, m2_new), errors)
 
@@ -165,19 +198,21 @@ def chan_merge(dst: _Moments, add: _Moments, dtype, fused: bool = False, u: floa
     c64, n64 = np.float64(c), float(n_d)
     d64, t64, m64, h64, s64, w64 = (np.asarray(v, dtype=np.float64) for v in (delta, t, m_new, h, s, m2_new))
     coupling = 2 * c64 * n64 * d64
-    a_dst = dst.mapped(1 - c64, -coupling)
-    a_add = add.mapped(c64, coupling)
-    mapped = tuple(p + q for p, q in zip(a_dst, a_add, strict=True))
+    mapped = dst.mapped(1 - c64, -coupling) + add.mapped(c64, coupling)
+    shape = np.broadcast_shapes(mapped.shape[1:], d64.shape, w64.shape)
+
+    def coefficients(share_m, share_s, share_2) -> tuple:
+        return ((c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
+                (t64, 0.0), (share_m * m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
+                (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
+                (0.0, share_s * s64), (0.0, share_2 * w64))  # s = fl(M2_a + h), M2 = fl(M2_d + s)
+
     share_m = share_s = share_2 = 1.0
-    for _ in range(1 if u is None else 2):
-        errors = _add(mapped,
-                      (c64 * d64, coupling * d64),  # delta = fl(m_a - m_d)
-                      (t64, 0.0), (share_m * m64, 0.0),  # t = fl(c delta), m = fl(m_d + t)
-                      (0.0, h64), (0.0, h64), (0.0, h64),  # the three products of h
-                      (0.0, share_s * s64), (0.0, share_2 * w64),  # s = fl(M2_a + h), M2 = fl(M2_d + s)
-                      rigorous=rigorous)
-        share_m = _half_ulp_share(m64, errors[3], u)
-        share_s, share_2 = _half_ulp_share(s64, errors[4], u), _half_ulp_share(w64, errors[4], u)
+    if u is not None:  # as in welford_step
+        l_m, l_2 = _l1_added(mapped, coefficients(share_m, share_s, share_2), shape)
+        share_m = _half_ulp_share(m64, l_m, u)
+        share_s, share_2 = _half_ulp_share(s64, l_2, u), _half_ulp_share(w64, l_2, u)
+    errors = _add(mapped, coefficients(share_m, share_s, share_2), shape, rigorous=rigorous)
     return _Moments(n_d + n_a, m_new, m2_new, errors)
 
 
@@ -193,10 +228,7 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None, contract: 
     batch, width = rows.shape[:-1], rows.shape[-1]
     n = width // lanes
     chunks = -(-n // CHUNK)
-    zero = np.zeros((*batch, lanes), dtype=dtype)
     vectors = rows[..., : n * lanes].reshape(*batch, n, lanes)
-    depth = max(int(np.ceil(np.log2(chunks))) if chunks > 1 else 0, 1)
-    stack = [_Moments(0, zero, zero) for _ in range(depth)]
     padded = np.concatenate([vectors, np.zeros((*batch, chunks * CHUNK - n, lanes), dtype=dtype)], axis=-2)
     runs = padded.reshape(*batch, chunks, CHUNK, lanes)
     counts = np.minimum(CHUNK, n - CHUNK * np.arange(chunks))[:, None]
@@ -205,23 +237,51 @@ def row_moments(rows: np.ndarray, lanes: int, u: float | None = None, contract: 
     for j in range(min(CHUNK, n)):  # steps past every chunk's count would leave the state as it is
         run = welford_step(run, runs[..., j, :], (np.float32(1) / np.float32(j + 1)).astype(dtype), active=j < counts,
                            u=u, contract=contract)
-    for i in range(chunks):
-        stack[0] = chan_merge(stack[0], run.part((..., i, slice(None))), dtype, u=u)
-        mask = i + 1
-        j = 1
-        while j < depth and (mask & 1) == 0:
-            stack[j] = chan_merge(stack[j], stack[j - 1], dtype, u=u)
-            stack[j - 1] = _Moments(0, zero, zero)
-            mask >>= 1
-            j += 1
-    for j in range(1, depth):
-        stack[0] = chan_merge(stack[0], stack[j], dtype, u=u)
+    lanes_state = _cascade(run, [int(count) for count in counts[:, 0]], dtype, u)
     tail = _Moments(0, np.zeros(batch, dtype=dtype), np.zeros(batch, dtype=dtype))
     for i in range(n * lanes, width):
         tail = welford_step(tail, rows[..., i], np.asarray(int(tail.count) + 1, dtype=dtype), divide=True, u=u)
     for k in range(lanes):
-        tail = chan_merge(tail, stack[0].part((..., k)), dtype, fused=contract, u=u, rigorous=True)
+        tail = chan_merge(tail, lanes_state.part((..., k)), dtype, fused=contract, u=u, rigorous=True)
     return tail
+
+
+def _cascade(run: _Moments, counts: list[int], dtype, u: float | None) -> _Moments:
+    """RowwiseMomentsImpl's binary-counter stack of Chan merges over the chunks' states (axis -2 of ``run``'s arrays;
+    ``counts``: their terms per lane), one level at a time. Slot j of the stack holds 2^j consecutive chunks, the
+    merge of two slots of 2^(j-1) (the earlier one the destination); at the end the slots left, the blocks of the
+    binary digits of the chunk count (the last chunks in the smallest), are swept from the smallest up, each larger
+    (earlier) block merged into the sum so far. Every pair of a level is one :func:`chan_merge` over all of them
+    (their counts are equal, but for the pair holding a short last chunk, merged apart): the same merges, in the same
+    order per chunk, as the stack does one chunk after another. A state of count 0 without chunks."""
+    shape = (*run.m.shape[:-2], run.m.shape[-1])
+    if not counts:
+        return _Moments(0, np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype))
+
+    def nodes(state: _Moments, index: slice, count: int) -> _Moments:
+        return _Moments(count, state.m[..., index, :], state.m2[..., index, :], state.errors[..., index, :])
+
+    level, sizes, blocks = run, counts, []
+    while sizes:
+        if len(sizes) % 2:  # a binary digit of the count: the last node is a finished block
+            blocks.append(nodes(level, slice(len(sizes) - 1, len(sizes)), sizes[-1]))
+            sizes = sizes[:-1]
+        if not sizes:
+            break
+        pairs = len(sizes) // 2
+        alike = pairs if sizes[-1] == sizes[0] else pairs - 1
+        merged = [chan_merge(nodes(level, slice(0, 2 * alike, 2), sizes[0]),
+                             nodes(level, slice(1, 2 * alike, 2), sizes[0]), dtype, u=u)] if alike else []
+        if alike < pairs:
+            merged.append(chan_merge(nodes(level, slice(-2, -1), sizes[-2]), nodes(level, slice(-1, None), sizes[-1]),
+                                     dtype, u=u))
+        level = _Moments(0, *(np.concatenate([getattr(state, name) for state in merged], axis=-2)
+                              for name in ("m", "m2", "errors")))
+        sizes = [sizes[2 * k] + sizes[2 * k + 1] for k in range(pairs)]
+    total = blocks[0]
+    for block in blocks[1:]:
+        total = chan_merge(total, block, dtype, u=u)
+    return _Moments(total.count, total.m[..., 0, :], total.m2[..., 0, :], total.errors[..., 0, :])
 
 
 def modelled(rows: np.ndarray, u: float) -> tuple[np.ndarray, np.ndarray]:

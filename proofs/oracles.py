@@ -64,9 +64,21 @@ def _without(expr: sp.Expr, weight: bool, bias: bool) -> sp.Expr:
 
 @cache
 def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
+    """The oracle ``what`` of ``kind`` compiled once per process, from its expression derived once per version of
+    the derivations (proofs.disk_cache: the derivation is most of a worker's first oracle call)."""
     from proofs import algebra as sym
-    from proofs import expressions
+    from proofs import disk_cache
     from proofs.index_compiler import compile_indexed
+
+    name = f"oracle-{kind}-{what}-{'weight' if weight else 'unit'}-{'bias' if bias else 'none'}"
+    expression = disk_cache.expression(name, lambda: _derived(kind, what, weight, bias))
+    free = (sym.i, sym.j) if what == "jacobian" else ((sym.i,) if what == "output" else (sym.j,))
+    return compile_indexed(expression, free)
+
+
+def _derived(kind: str, what: str, weight: bool, bias: bool) -> sp.Expr:
+    """The derived expression of the oracle ``what`` (LN: in the centred row), without the absent parameters."""
+    from proofs import expressions
 
     derived = {
         "output": lambda: expressions.output(kind),
@@ -77,8 +89,7 @@ def _compiled(kind: str, what: str, weight: bool, bias: bool = False):
     }[what]()
     if kind == "ln":
         derived = expressions.centred(derived)
-    free = (sym.i, sym.j) if what == "jacobian" else ((sym.i,) if what == "output" else (sym.j,))
-    return compile_indexed(_without(derived, weight, bias), free)
+    return _without(derived, weight, bias)
 
 
 @cache
@@ -188,13 +199,20 @@ def _scalar(expr: sp.Expr, *args: sp.Symbol):
     return sp.lambdify(args, expr, modules="numpy")
 
 
+@cache
+def _eigenvalues(kind: str) -> dict:
+    """proofs.expressions.eigenvalues(kind), derived once per version of the derivations (proofs.disk_cache)."""
+    from proofs import disk_cache, expressions
+
+    return disk_cache.expression(f"eigenvalues-{kind}", lambda: expressions.eigenvalues(kind))
+
+
 def _spectral(kind: str, x_: ArrayLike, eps_: ArrayLike) -> np.ndarray:
     from proofs import algebra as sym
-    from proofs import expressions
 
     env, undefined = _environment(kind, x_, eps_)
     width = env["x"].shape[-1]
-    values = expressions.eigenvalues(kind)
+    values = _eigenvalues(kind)
     scale = env["sigma^2"] if kind == "ln" else env["q"]
     named = sym.var if kind == "ln" else sym.ms
     # Which eigenspaces exist (claims ln.spectral_norm / rms.spectral_norm): the complement of

@@ -59,6 +59,9 @@ ALIGNED_R = 4.0
 # The ulps checked: the largest a partial sum reaches and ULP_SCALES - 1 finer ones (each halving, a sequential sum
 # of like terms spends half as many additions below it: the bias they add shrinks geometrically).
 ULP_SCALES = 4
+# aligned_scales tests its moduli in blocks of at most this many (modulus, term) pairs (a few temporary float64 arrays
+# of that size: ~32 MB each).
+SCALES_AT_ONCE = 1 << 22
 
 
 def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
@@ -67,7 +70,11 @@ def lam(events: int, false_alarm: float = FALSE_ALARM) -> float:
 
 
 def gamma(m: np.ndarray | int, u: float) -> np.ndarray:
-    """gamma_m = m u / (1 - m u), inf where m u >= 1."""
+    """gamma_m = m u / (1 - m u), inf where m u >= 1 (a 0-d array for scalar m and u, computed in Python's float64
+    arithmetic, the same operations without numpy's per-call cost: the bounds take it thousands of times a run)."""
+    if np.ndim(m) == 0 and np.ndim(u) == 0:
+        mu = float(m) * float(u)
+        return np.asarray(mu / (1 - mu) if mu < 1 else np.inf)
     m = np.asarray(m, dtype=np.float64)
     with np.errstate(divide="ignore"):
         return np.where(m * u < 1, m * u / (1 - m * u), np.inf)
@@ -109,24 +116,31 @@ def aligned_scales(terms: np.ndarray, u: float, exponents: np.ndarray) -> np.nda
     :func:`aligned`), i.e. whether additions whose results lie in [2^e, 2^(e+1)) may round alike."""
     a = np.asarray(terms, dtype=np.float64)
     q = 2 * u * np.exp2(np.asarray(exponents, dtype=np.float64))
-    return np.stack([_concentrated_at(a, q[..., j: j + 1]) for j in range(q.shape[-1])], axis=-1)
+    step = max(1, SCALES_AT_ONCE // max(a.size, 1))  # the moduli tested together: at most ~SCALES_AT_ONCE elements
+    return np.concatenate([_concentrated_at(a[..., None, :], q[..., start:start + step, None])
+                           for start in range(0, max(q.shape[-1], 1), step)], axis=-1)
 
 
 def grouped(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """|values| summed over the runs of equal ``keys`` along the last axis (padded with zeros to its length): a
     rounding is a function of the value rounded, so elements whose rounded values are equal round alike and make one
-    increment of Azuma-Hoeffding, not several (a row of few distinct values: its roundings add like its groups)."""
+    increment of Azuma-Hoeffding, not several (a row of few distinct values: its roundings add like its groups).
+    Each row's group totals are in the order of their keys (ascending, NaN keys each a group of their own, last), each
+    summed over the row's elements in their order (np.add.reduceat over the rows' stable sorts laid end to end)."""
     magnitude = np.abs(np.asarray(values, dtype=np.float64))
     keys = np.broadcast_to(np.asarray(keys, dtype=np.float64), magnitude.shape)
-    flat_values, flat_keys = magnitude.reshape(-1, magnitude.shape[-1]), keys.reshape(-1, magnitude.shape[-1])
+    width = magnitude.shape[-1]
+    flat_values, flat_keys = magnitude.reshape(-1, width), keys.reshape(-1, width)
     out = np.zeros_like(flat_values)
-    for row, (v, k) in enumerate(zip(flat_values, flat_keys, strict=True)):
-        if v.size == 0:
-            continue
-        order = np.argsort(k, kind="stable")
-        starts = np.flatnonzero(np.concatenate([[True], k[order][1:] != k[order][:-1]]))
-        totals = np.add.reduceat(v[order], starts)
-        out[row, : totals.size] = totals
+    if out.size == 0:
+        return out.reshape(magnitude.shape)
+    order = np.argsort(flat_keys, axis=-1, kind="stable")
+    sorted_keys = np.take_along_axis(flat_keys, order, axis=-1)
+    starts = np.ones(sorted_keys.shape, dtype=bool)
+    starts[:, 1:] = sorted_keys[:, 1:] != sorted_keys[:, :-1]
+    totals = np.add.reduceat(np.take_along_axis(flat_values, order, axis=-1).ravel(), np.flatnonzero(starts))
+    rows, _ = np.nonzero(starts)
+    out[rows, np.cumsum(starts, axis=-1)[starts] - 1] = totals
     return out.reshape(magnitude.shape)
 
 
@@ -189,20 +203,39 @@ def aligned(terms: np.ndarray, u: float, axis: int = -1, top: np.ndarray | None 
             top = 2 * u * np.exp2(np.floor(np.log2(np.where(total > 0, total, 1.0))))
         else:
             top = np.moveaxis(np.asarray(top, dtype=np.float64), axis, -1)
-        found = np.any([_concentrated_at(a, top / 2**j) for j in range(ULP_SCALES)], axis=0)
+        scales = top[..., None] / 2.0 ** np.arange(ULP_SCALES)[:, None]  # (..., ULP_SCALES, 1)
+        found = np.any(_concentrated_at(a[..., None, :], scales), axis=-1)
     return np.moveaxis(found[..., None], -1, axis)
 
 
 def _concentrated_at(a: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Whether |mean exp(2 pi i a / q)| over the nonzero terms of the last axis (dropped; q broadcast with the axis
-    kept; phases in float32) exceeds ALIGNED_R / sqrt(m), m their count: the test of :func:`aligned`,
-    :func:`aligned_scales` and :func:`concentrated`."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        angle = (2 * np.pi * (np.mod(a, q) / q)).astype(np.float32)
-    cos = np.sum(np.where(a != 0, np.cos(angle), 0), axis=-1, dtype=np.float64)
-    sin = np.sum(np.where(a != 0, np.sin(angle), 0), axis=-1, dtype=np.float64)
-    nonzero = np.maximum(np.count_nonzero(a, axis=-1), 1)
+    kept, several moduli at once along a leading axis; phases in float32) exceeds ALIGNED_R / sqrt(m), m their count:
+    the test of :func:`aligned`, :func:`aligned_scales` and :func:`concentrated`."""
+    angle = (2 * np.pi * _residue_fraction(a, q)).astype(np.float32)
+    present = a != 0
+    cos = np.sum(np.where(present, np.cos(angle), 0), axis=-1, dtype=np.float64)
+    sin = np.sum(np.where(present, np.sin(angle), 0), axis=-1, dtype=np.float64)
+    nonzero = np.maximum(np.count_nonzero(present, axis=-1), 1)
     return np.hypot(cos, sin) / nonzero > ALIGNED_R / np.sqrt(nonzero)
+
+
+def _residue_fraction(a: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """np.mod(a, q) / q, the residue's fraction of the modulus in [0, 1], computed as t - floor(t) with t = a / q
+    (np.mod's fmod is some ten times slower): the same number wherever q is a normal power of two and t = a / q is
+    normal (or a = 0). Then t = a 2^-k is exact, floor(t) too, and t - floor(t) = (a mod q) / q, the exact value
+    where it has at most 53 bits (a's bits below q: always when |t| >= 1 or t >= 0), else (-q < a < 0 with bits
+    far below q) fl(1 + a / q) = fl(a + q) / q, the value np.mod rounds to (its fmod(a, q) + q, scaled exactly by
+    q). np.mod where those conditions fail (q not a power of two, subnormal or infinite; t subnormal or
+    infinite)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t = a / q
+        fraction = t - np.floor(t)
+        tiny = np.finfo(np.float64).tiny
+        modulus = np.asarray(q, dtype=np.float64)
+        exact = (np.frexp(modulus)[0] == 0.5) & (modulus >= tiny) & np.isfinite(modulus)
+        exact = exact & ((a == 0) | (np.abs(t) >= tiny)) & np.isfinite(t)
+        return fraction if np.all(exact) else np.where(exact, fraction, np.mod(a, q) / q)
 
 
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,

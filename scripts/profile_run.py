@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import subprocess
 import sys
@@ -107,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.kernel or ["torch", "triton"]:
         command = [sys.executable, __file__, "--child", spec] + (["--claims", args.claims] if args.claims else [])
         started = time.perf_counter()
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        # The child imports this checkout (not an installed copy): `python scripts/...` puts scripts/ first on sys.path.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
             print(f"{spec}: the profiled run failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -5,7 +5,8 @@ The suite runs ONCE, in one subprocess, over the whole corpus, exactly as a user
 
     NORMVERIFY_PROFILE=ci python -m pytest properties --kernel SPEC ... --json OUT -p no:cacheprovider -q -n 2
 
-plus ``-p corpus.selection``, which runs each broken kernel on the claims of
+plus ``--tb=line`` (the verdicts are read from the JSON, and formatting each failure's traceback with its source
+took a fifth of the run) and ``-p corpus.selection``, which runs each broken kernel on the claims of
 its ``expect`` set only (each correct kernel runs every claim of its kind) and skips Hypothesis' shrinking
 (same examples, same verdicts). The tests below read the Results JSON it writes. Under pytest-xdist the run
 is shared by the workers (a file lock in the session's base temp directory).
@@ -61,7 +62,8 @@ class CorpusRun:
 def corpus_command(json_path: Path) -> list[str]:
     return [sys.executable, "-m", "pytest", "properties", "-p", "corpus.selection",
             *(f"--kernel={entry.spec}" for entry in CORPUS),
-            "--json", str(json_path), "-p", "no:cacheprovider", "-q", "-n", "2"]
+            "--json", str(json_path), "-p", "no:cacheprovider", "-q", "-n", "2",
+            "--tb=line"]
 
 
 def _child_environment() -> dict[str, str]:
