@@ -79,7 +79,7 @@ RUN = textwrap.dedent('''
     import pytest
     import torch
 
-    from properties.run import evidence
+    from properties import evidence
     from properties.checks.gradients import check_gradient_identities
 
 
