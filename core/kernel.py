@@ -145,6 +145,10 @@ class Kernel:
             if unknown:
                 raise UsageError(f"kernel {self.name!r}: unknown convention {unknown[0]!r}: expected one of "
                                  f"{', '.join(CONVENTIONS)}")
+        modelled = [c for c in conventions if c != STORAGE_BACKWARD]
+        if modelled and not self.record.models_conventions:
+            raise UsageError(f"kernel {self.name!r}: {self.kind} kernels cannot declare conventions "
+                             f"({', '.join(modelled)}): their models are of a norm over rows with one weight vector")
         storage = self.backward_precision == "storage" or STORAGE_BACKWARD in conventions
         if storage and STORAGE_BACKWARD not in conventions:
             conventions += (STORAGE_BACKWARD,)

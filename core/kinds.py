@@ -83,6 +83,13 @@ class Kind:
         return self.is_norm and not self.prologue and not self.grouped
 
     @property
+    def models_conventions(self) -> bool:
+        """Whether a kernel of this kind can declare conventions of proofs.mechanisms: their models are of a norm
+        over rows with one weight vector (the plain norms, and the fused kinds' norm at residual_out), not of
+        GroupNorm's per-channel weights over groups or of dropout."""
+        return self.is_norm and not self.grouped
+
+    @property
     def centred(self) -> bool:
         """Whether the norm subtracts the mean (LayerNorm and the kinds built on it)."""
         return self.norm == "ln"

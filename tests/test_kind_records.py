@@ -143,3 +143,46 @@ def test_the_fused_gradient_bound_covers_a_rounding_onto_the_subnormal_grid():
     bounds = tolerance.backward(_fused(_add_layernorm), example["x"], example["weight"], 1e-5, upstream["y"],
                                 bias=example["bias"], h=h, dh=upstream["residual_out"], residual=example["residual"])
     assert all(bool(np.all(bounds[name] >= 2.0**-25)) for name in ("x", "residual"))
+
+
+def test_conventions_are_refused_where_their_models_do_not_apply():
+    """A convention's model is of a norm over rows with one weight vector: a GroupNorm kernel declaring one gets a
+    clear error, not a check that silently ignores it."""
+    from core.errors import UsageError
+
+    with pytest.raises(UsageError, match="cannot declare conventions"):
+        Kernel("gn", "groupnorm", lambda x, num_groups, weight, bias, eps: x, conventions=("double_rounding",))
+    Kernel("gn", "groupnorm", lambda x, num_groups, weight, bias, eps: x, backward_precision="storage")
+
+
+class _WritesDxIntoDy(torch.autograd.Function):
+    """h = x + residual, y = LayerNorm(h) (no weight), and a backward that stores its dx into dy, as Liger's
+    in_place=True does."""
+
+    @staticmethod
+    def forward(ctx, x, residual):
+        h = x + residual
+        with torch.enable_grad():
+            leaf = h.detach().requires_grad_(True)
+            y = torch.nn.functional.layer_norm(leaf, leaf.shape[-1:])
+        ctx.save_for_backward(leaf, y)
+        return y.detach(), h
+
+    @staticmethod
+    def backward(ctx, dy, dh):
+        leaf, y = ctx.saved_tensors
+        with torch.enable_grad():
+            (dx,) = torch.autograd.grad(y, leaf, dy)
+        dy.copy_(dx + dh)
+        return dy, dy
+
+
+def test_in_place_dy_is_honoured_by_the_fused_kinds():
+    def writes_dy(x, residual, weight, bias, eps):
+        return _WritesDxIntoDy.apply(x, residual)
+
+    example = _example()
+    args = (example["x"], example["residual"], None, 1e-5, torch.randn(3, 16), torch.randn(3, 16))
+    fused_checks.check_inputs_unmodified(_fused(writes_dy, in_place=("dy",)), *args)
+    with pytest.raises(AssertionError, match="wrote into upstream gradient"):
+        fused_checks.check_inputs_unmodified(_fused(writes_dy), *args)

@@ -75,20 +75,35 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, weight, eps: float, dy
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+UPSTREAM = "upstream gradient"  # the name of y's upstream gradient among a check's inputs
+
+
+def read_only(kernel, inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """Copies of the inputs a kernel must leave as they are: all given ones but y's upstream gradient (named
+    :data:`UPSTREAM`) when it declares ``in_place=("dy",)`` (its backward writes dx there:
+    :func:`check_dx_written_into_dy`)."""
+    return {name: t.clone() for name, t in inputs.items()
+            if t is not None and not (name == UPSTREAM and "dy" in kernel.in_place)}
+
+
+def check_dx_written_into_dy(kernel, dy: torch.Tensor, dx: torch.Tensor, x: torch.Tensor) -> None:
+    """A kernel that declares ``in_place=("dy",)`` leaves dx in dy after its backward."""
+    if "dy" in kernel.in_place:
+        outcome.exact(torch.equal(dy, dx), "the upstream gradient does not hold dx after the backward",
+                      "the kernel declares in_place=('dy',): its backward writes dx into dy",
+                      d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
 def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
     """x, weight, bias and dy are the same, bit for bit, after the forward and (when there is one) the backward;
     a kernel that declares ``in_place=("dy",)`` must instead leave dx in dy."""
-    writes_dy = "dy" in kernel.in_place
-    inputs = {"x": x, "weight": weight, "bias": bias, **({} if writes_dy else {"upstream gradient": dy})}
-    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy}
+    before = read_only(kernel, inputs)
     norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     written_by_forward = any(not torch.equal(copy, inputs[name]) for name, copy in before.items())
     if discover(kernel).backward and not written_by_forward:  # autograd refuses a backward through a written input
         grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True, any_dtype=True)
-        if writes_dy:
-            outcome.exact(torch.equal(dy, grads["x"]), "the upstream gradient does not hold dx after the backward",
-                          "the kernel declares in_place=('dy',): its backward writes dx into dy",
-                          d=x.shape[-1], dtype=dtype_name(x.dtype))
+        check_dx_written_into_dy(kernel, dy, grads["x"], x)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only",
                   d=x.shape[-1], dtype=dtype_name(x.dtype))

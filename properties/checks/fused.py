@@ -24,7 +24,7 @@ from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
 from properties import norms, outcome
 from properties.bounds import models, tolerance
-from properties.checks.contracts import rows_that_differ
+from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
 from properties.checks.forward import output_dtype_rule
 
 
@@ -151,17 +151,17 @@ def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: fl
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
                             dh: torch.Tensor, bias=None, p=None, seed=None) -> None:
-    """x, residual (unless declared in place), weight, bias, dy and dh are bit for bit the same after the call
-    (p and seed: the dropout + add kind's)."""
-    inputs = {"x": x, "weight": weight, "bias": bias, "upstream gradient of y": dy,
-              "upstream gradient of residual_out": dh}
+    """x, residual (unless declared in place), weight, bias, dy (unless declared in place: then it holds dx) and dh
+    are bit for bit the same after the call (p and seed: the dropout + add kind's)."""
+    inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy, "upstream gradient of residual_out": dh}
     if "residual" not in kernel.in_place:
         inputs["residual"] = residual
-    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    before = read_only(kernel, inputs)
     example = example_of(x, residual, weight, bias, eps, p, seed)
     if discover(kernel).backward:
-        norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, same_tensors=True, allow_nonfinite=True,
-                        any_dtype=True)
+        _, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, same_tensors=True,
+                                   allow_nonfinite=True, any_dtype=True)
+        check_dx_written_into_dy(kernel, dy, grads["x"], x)
     else:
         norms.call(kernel, example, allow_nonfinite=True, any_dtype=True)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]

@@ -26,7 +26,7 @@ import torch
 from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import tolerance
-from properties.checks.contracts import rows_that_differ
+from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
 from properties.checks.forward import output_dtype_rule
 
 
@@ -99,12 +99,14 @@ def check_independence(kernel, x: torch.Tensor, other: torch.Tensor, num_groups:
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor,
                             bias=None) -> None:
-    """x, weight, bias and dy are bit for bit the same after the forward and backward."""
-    inputs = {"x": x, "weight": weight, "bias": bias, "upstream gradient": dy}
-    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    """x, weight, bias and dy (unless declared in place: then it holds dx) are bit for bit the same after the forward
+    and backward."""
+    inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy}
+    before = read_only(kernel, inputs)
     if discover(kernel).backward:
-        norms.gradients(kernel, example_of(x, num_groups, weight, bias, eps), {"y": dy}, same_tensors=True,
-                        allow_nonfinite=True, any_dtype=True)
+        _, grads = norms.gradients(kernel, example_of(x, num_groups, weight, bias, eps), {"y": dy}, same_tensors=True,
+                                   allow_nonfinite=True, any_dtype=True)
+        check_dx_written_into_dy(kernel, dy, grads["x"], x)
     else:
         _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
