@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 KINDS = kinds.NAMES  # the records: core.kinds
 RESIDUAL_DTYPES = ("storage", "float32")
+# What y of a kind with a residual add normalizes: the residual_out it returns (the contract), or "float32_sum", the
+# float32 sum x + residual before residual_out's rounding to its dtype (flash-attention's kernels: y from the sum
+# they hold in registers, residual_out stored rounded to a 16-bit residual's dtype).
+NORMALIZED_INPUTS = ("residual_out", "float32_sum")
 IN_PLACE_INPUTS = ("residual", "dy")
 # The dtype of the output when weight/bias come in another dtype than x: "input" (x's dtype, torch's rule:
 # F.layer_norm / rms_norm / group_norm), "promoted" (torch.promote_types(x, weight): HF LlamaRMSNorm's
@@ -94,6 +98,11 @@ class Kernel:
     then the smallest normal number instead of half the smallest subnormal (proofs.error_model.underflow), and the
     draws that exist for gradual underflow (the smallest end of the exponent range, where var + eps and eps / a^2
     reach the subnormal range) are left out, as every result of such a kernel states; the rest is checked as usual.
+
+    ``normalizes`` (the residual add kinds) declares what y normalizes: ``"residual_out"`` (the contract: the stream
+    the next layer receives) or ``"float32_sum"``, x + residual summed in float32 before residual_out is rounded to
+    its dtype, as flash-attention's kernels do with a 16-bit residual: y and the gradients are then checked at
+    s = fl32(x + residual) (y = N(s), d = J_N(s)^T dy + dh: the function the kernel computes), residual_out as usual.
     """
 
     name: str
@@ -115,10 +124,15 @@ class Kernel:
     statistics: Callable | None = None
     on_cuda: tuple[tuple[str, object], ...] = ()
     flush_to_zero: bool = False
+    normalizes: str = "residual_out"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"kernel {self.name!r}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.normalizes not in NORMALIZED_INPUTS or (self.normalizes != "residual_out"
+                                                        and self.record.prologue != "add"):
+            raise UsageError(f"kernel {self.name!r}: normalizes must be one of {', '.join(NORMALIZED_INPUTS)}, and "
+                             f"other than residual_out only for the residual add kinds, not {self.kind}")
         if not self.record.has_residual and (self.residual_dtype != "storage" or "residual" in self.in_place):
             raise UsageError(f"kernel {self.name!r}: residual_dtype and an in-place residual are declarations of the "
                              f"kinds with a residual, not of {self.kind}")
@@ -174,7 +188,7 @@ class Kernel:
                 "no_gradient": list(self.no_gradient), "output_dtype": self.output_dtype,
                 "parameter_dtypes": self.parameter_dtypes,
                 "reduction": None if self.reduction is None else self.reduction.as_json(),
-                "flush_to_zero": self.flush_to_zero, "description": self.description}
+                "flush_to_zero": self.flush_to_zero, "normalizes": self.normalizes, "description": self.description}
 
     @property
     def record(self) -> kinds.Kind:

@@ -195,6 +195,7 @@ class KernelEntry(_Model):
     parameter_dtypes: Literal["any", "same"] = "any"
     reduction: ReductionEntry | None = None
     flush_to_zero: bool = False
+    normalizes: Literal["residual_out", "float32_sum"] = "residual_out"
     description: str = ""
     capabilities: Capabilities | None = None
 

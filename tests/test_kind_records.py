@@ -186,3 +186,12 @@ def test_in_place_dy_is_honoured_by_the_fused_kinds():
     fused_checks.check_inputs_unmodified(_fused(writes_dy, in_place=("dy",)), *args)
     with pytest.raises(AssertionError, match="wrote into upstream gradient"):
         fused_checks.check_inputs_unmodified(_fused(writes_dy), *args)
+
+
+def test_normalizes_is_a_declaration_of_the_residual_add_kinds_only():
+    from core.errors import UsageError
+
+    Kernel("fa", "add_rmsnorm", lambda x, residual, weight, eps: x, normalizes="float32_sum")
+    for kind in ("layernorm", "dropout_add_layernorm", "groupnorm"):
+        with pytest.raises(UsageError, match="normalizes"):
+            Kernel("fa", kind, lambda *args: None, normalizes="float32_sum")

@@ -59,16 +59,27 @@ def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: 
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
     conventions, the norm's declared model at residual_out (properties.bounds.models.expected_forward)."""
     y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed)
-    comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps)
+    comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps, residual=residual)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,
                      d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
+def normalized(kernel, h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    """What y normalizes: the kernel's residual_out h, or for a kernel that declares ``normalizes="float32_sum"`` the
+    float32 sum x + residual (properties.bounds.tolerance.residual_sum) that h was rounded from."""
+    if kernel.normalizes == "float32_sum":
+        return tolerance.residual_sum(x, residual, torch.float32)
+    return h
+
+
 def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor, weight, bias, eps: float,
-                       what: str = "y") -> tuple[outcome.Comparison, tuple[str, ...]]:
-    """y vs N(h) at the kernel's residual_out h, within the forward bound of N at h (the declared conventions'
-    model for a kernel that declares them); and the conventions applied."""
+                       what: str = "y", residual: torch.Tensor | None = None
+                       ) -> tuple[outcome.Comparison, tuple[str, ...]]:
+    """y vs N(h) at the kernel's residual_out h (at the float32 sum of x and ``residual`` where the kernel declares
+    ``normalizes="float32_sum"``), within the forward bound of N there (the declared conventions' model for a kernel
+    that declares them); and the conventions applied."""
+    h = normalized(kernel, h, x, residual)
     view = norm_view(kernel, h, x)
     if view is None:
         expected = norms.reference(kernel, h, weight, bias, eps)
@@ -101,7 +112,8 @@ def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, 
 
 def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor, h: torch.Tensor
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """({input: expected gradient}, {input: bound}) at the kernel's residual_out h: d = J^T dy + dh for x and the
+    """({input: expected gradient}, {input: bound}) at h (the kernel's residual_out, or :func:`normalized`'s sum):
+    d = J^T dy + dh for x and the
     residual (properties.norms.reference_vjp), the norm's dweight and dbias at h, within properties.bounds.tolerance's
     bounds (the dropout scale on x's for the dropout + add kind, whose check applies the mask)."""
     dh = dh.to(h.dtype)
@@ -113,10 +125,11 @@ def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor
 
 def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
               dh: torch.Tensor, bias=None) -> None:
-    """Every gradient vs the derived VJP at the kernel's residual_out: d = J^T dy + dh for x and residual."""
+    """Every gradient vs the derived VJP at the kernel's residual_out (at the float32 sum for a kernel that declares
+    ``normalizes="float32_sum"``: the derivative of the function it computes): d = J^T dy + dh for x and residual."""
     example = example_of(x, residual, weight, bias, eps)
     got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
-    h = got["residual_out"]
+    h = normalized(kernel, got["residual_out"], x, residual)
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)
     declared = _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
@@ -192,7 +205,7 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
     contiguous = None if residual is None else residual.contiguous()
     y0, h0 = outputs(kernel, x.contiguous(), contiguous, weight, bias, eps, p, seed,
                      allow_nonfinite=True, any_dtype=True)
-    bound = tolerance.forward(kernel, x, weight, bias, eps, h=h0)
+    bound = tolerance.forward(kernel, x, weight, bias, eps, h=normalized(kernel, h0, x, contiguous))
     _, h_bound = tolerance.residual_out(x, residual, h0.dtype)
     outcome.conclude([outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
                       outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")],

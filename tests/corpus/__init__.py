@@ -134,6 +134,7 @@ CORPUS: tuple[Entry, ...] = (
     # conventions.py: a convention followed without declaring it (declared, the same kernels are correct)
     _broken("conventions.py:RMS_LLAMA_CASTING", "rms.forward", mechanism="double_rounding"),
     _broken("conventions.py:LN_TORCH_UNDECLARED", "ln.jacobian", mechanism="storage_statistics_backward"),
+    _broken("conventions.py:ADD_LN_FLOAT32_SUM", "add_ln.forward"),
     # rows.py, padded_block.py
     _broken("rows.py:LN_SEQUENCE_FIRST_FLATTEN", "ln.row_independence"),
     _broken("padded_block.py:LN_PADDED_LANES", "ln.forward", "ln.mean_stability", "ln.shift_invariance",
@@ -221,6 +222,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("correct.py:RMS_LLAMA"),
     _correct("correct.py:RMS_GEMMA"),
     _correct("conventions.py:RMS_LLAMA_CASTING_DECLARED"),
+    _correct("conventions.py:ADD_LN_FLOAT32_SUM_DECLARED"),
     _correct("dropout.py:DROPOUT_BERNOULLI"),
     _correct("residual.py:LN_IN_PLACE_DECLARED"),
     _correct("residual.py:RMS_IN_PLACE_DECLARED"),

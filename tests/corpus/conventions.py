@@ -6,6 +6,9 @@ convention's derived model); undeclared, the suite must fail them and the diagno
     RMS_LLAMA_CASTING_DECLARED   the same function, ``conventions=("double_rounding",)``, ``output_dtype="promoted"``
     LN_TORCH_UNDECLARED          F.layer_norm as a plain function: on the CPU torch keeps mean and rstd in the
                                  storage dtype for the backward (storage_statistics_backward), undeclared
+    ADD_LN_FLOAT32_SUM           fused add + LayerNorm as flash-attention computes it with a 16-bit residual: y from
+                                 the float32 sum x + residual, residual_out that sum rounded to float16; undeclared
+    ADD_LN_FLOAT32_SUM_DECLARED  the same, ``normalizes="float32_sum"``: correct
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ def layernorm_torch(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
+def add_layernorm_float32_sum(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                              bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """flash-attention's fused add + LayerNorm with a 16-bit residual: h = x_f32 + residual_f32 kept in float32 for
+    the statistics and y, residual_out = h rounded to the residual's dtype (and the backward at residual_out)."""
+    h = x.float() + residual.float()
+    y = F.layer_norm(h, (h.shape[-1],), None if weight is None else weight.float(),
+                     None if bias is None else bias.float(), eps)
+    return y.to(x.dtype), h.to(residual.dtype)
+
+
 def _describe(fn, note: str) -> str:
     return " ".join(fn.__doc__.split()) + " " + note
 
@@ -48,3 +61,12 @@ RMS_LLAMA_CASTING_DECLARED = Kernel(
 LN_TORCH_UNDECLARED = Kernel("ln_torch_undeclared", "layernorm", layernorm_torch, spec=SPEC + "LN_TORCH_UNDECLARED",
                              description=_describe(layernorm_torch, "Must fail ln.jacobian (CPU), diagnosed as "
                                                    "storage_statistics_backward."))
+ADD_LN_FLOAT32_SUM = Kernel(
+    "add_ln_float32_sum", "add_layernorm", add_layernorm_float32_sum, spec=SPEC + "ADD_LN_FLOAT32_SUM",
+    dtypes=(torch.float16,),
+    description=_describe(add_layernorm_float32_sum, "Undeclared: must fail add_ln.forward (y is not the norm of "
+                                                     "the float16 residual_out)."))
+ADD_LN_FLOAT32_SUM_DECLARED = Kernel(
+    "add_ln_float32_sum_declared", "add_layernorm", add_layernorm_float32_sum,
+    spec=SPEC + "ADD_LN_FLOAT32_SUM_DECLARED", dtypes=(torch.float16,), normalizes="float32_sum",
+    description=_describe(add_layernorm_float32_sum, "Declared normalizes='float32_sum': correct."))
