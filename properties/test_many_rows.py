@@ -1,6 +1,7 @@
 """More rows than a CUDA grid dimension holds (65 535): a kernel launching one program per row along grid axis
 1 or 2, or indexing rows with a 16-bit counter, is wrong beyond it. Checked once per run, forward (ln.forward /
-rms.forward) and backward (ln.jacobian / rms.jacobian: dgamma and dbeta sum over every row), at a small width.
+rms.forward) and backward (ln.jacobian / rms.jacobian: dgamma and dbeta sum over every row), at a small width; the
+same for the fused kinds (add_ln / add_rms: x and the residual) and GroupNorm (gn: 65 537 samples of one group).
 
 Where the kernel runs on a CUDA GPU, one call also has rows x d beyond 2^31 elements (HUGE_ROWS x HUGE_WIDTH): a
 kernel computing element offsets row * stride in 32-bit integers overflows there (torch's own CUDA LayerNorm had
@@ -26,6 +27,7 @@ from core.capabilities import discover, dtype_name
 from core.errors import one_line
 from properties import evidence, norms, outcome
 from properties.bounds import models
+from properties.checks import fused, groupnorm
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
 from properties.draws.strategies import rounded, standard_values
@@ -41,19 +43,28 @@ COPIES = 3  # x, the output and the kernel's own buffers, at most as large again
 
 
 def many_rows_example(kernel, upstream: bool) -> dict:
-    """ROWS x WIDTH rows (seeded) in float32 (else the kernel's first dtype), a random weight (and bias), eps 1e-5;
-    dy with ``upstream``."""
+    """ROWS rows of WIDTH (seeded) in float32 (else the kernel's first dtype) for the kernel's kind (core.kinds: a
+    residual for the fused kinds, [ROWS, 2, WIDTH / 2] in one group for GroupNorm), a random weight (and bias), eps
+    1e-5; the upstream gradients with ``upstream``."""
     caps = discover(kernel)
+    record = kernel.record
     dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
+    shape, width = ((ROWS, 2, WIDTH // 2), 2) if record.grouped else ((ROWS, WIDTH), WIDTH)
 
     def values(shape: tuple[int, ...], seed: int, offset: float = 0.0) -> torch.Tensor:
         return rounded(offset + standard_values(shape, "normal", seed), dtype, caps.device)
 
-    example = {"x": values((ROWS, WIDTH), 65535), "weight": values((WIDTH,), 1, offset=1.0), "eps": 1e-5}
-    if kernel.record.has_bias:
-        example["bias"] = values((WIDTH,), 2)
+    example = {"x": values(shape, 65535), "weight": values((width,), 1, offset=1.0), "eps": 1e-5}
+    if record.grouped:
+        example["num_groups"] = 1
+    if record.has_residual:
+        example["residual"] = values(shape, 4)
+    if record.has_bias:
+        example["bias"] = values((width,), 2)
     if upstream:
-        example["dy"] = values((ROWS, WIDTH), 3)
+        example["dy"] = values(shape, 3)
+        if record.has_residual:
+            example["dh"] = values(shape, 5)
     return example
 
 
@@ -64,13 +75,12 @@ def skip_when_too_slow(kernel, example: dict, upstream: bool) -> None:
     3 PROBE_ROWS rows: a call's fixed cost cancels), the estimate the smaller call's time plus the other rows'."""
 
     def run(rows: int) -> float:
-        probe = {name: (t[:rows] if name in ("x", "dy") else t) for name, t in example.items()}
+        probe = {name: (t[:rows] if name in ("x", "residual", "dy", "dh") else t) for name, t in example.items()}
         start = time.perf_counter()
         if upstream:
-            norms.vjp(kernel, probe["x"], probe["weight"], probe.get("bias"), probe["eps"], probe["dy"],
-                      allow_nonfinite=True)
+            norms.gradients(kernel, probe, {"y": probe["dy"], "residual_out": probe.get("dh")}, allow_nonfinite=True)
         else:
-            norms.forward(kernel, probe["x"], probe["weight"], probe.get("bias"), probe["eps"], allow_nonfinite=True)
+            norms.call(kernel, probe, allow_nonfinite=True)
         return time.perf_counter() - start
 
     run(1)
@@ -99,6 +109,36 @@ def test_gradients_beyond_65535_rows(norm_kernel):
     example = many_rows_example(norm_kernel, upstream=True)
     skip_when_too_slow(norm_kernel, example, upstream=True)
     evidence.check(check_vjp, norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+def test_fused_forward_beyond_65535_rows(add_norm_kernel):
+    example = many_rows_example(add_norm_kernel, upstream=False)
+    skip_when_too_slow(add_norm_kernel, example, upstream=False)
+    evidence.check(fused.check_forward, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+def test_fused_gradients_beyond_65535_rows(add_norm_kernel):
+    norms.require_backward(add_norm_kernel)
+    example = many_rows_example(add_norm_kernel, upstream=True)
+    skip_when_too_slow(add_norm_kernel, example, upstream=True)
+    evidence.check(fused.check_vjp, add_norm_kernel, example)
+
+
+@pytest.mark.claim("gn.forward")
+def test_groupnorm_forward_beyond_65535_samples(groupnorm_kernel):
+    example = many_rows_example(groupnorm_kernel, upstream=False)
+    skip_when_too_slow(groupnorm_kernel, example, upstream=False)
+    evidence.check(groupnorm.check_forward, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.jacobian")
+def test_groupnorm_gradients_beyond_65535_samples(groupnorm_kernel):
+    norms.require_backward(groupnorm_kernel)
+    example = many_rows_example(groupnorm_kernel, upstream=True)
+    skip_when_too_slow(groupnorm_kernel, example, upstream=True)
+    evidence.check(groupnorm.check_vjp, groupnorm_kernel, example)
 
 
 def huge_example(kernel) -> dict:

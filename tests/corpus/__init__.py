@@ -168,6 +168,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_DGAMMA_FIRST_DIMENSION", "ln.jacobian"),
     _broken("contract.py:LN_BLOCK_MEAN_BACKWARD", "ln.jacobian", "ln.gradient_identities"),
     _broken("contract.py:LN_ROWS_BEYOND_THE_GRID", "ln.forward"),
+    _broken("contract.py:ADD_LN_ROWS_BEYOND_THE_GRID", "add_ln.forward"),
+    _broken("contract.py:GN_SAMPLES_BEYOND_THE_GRID", "gn.forward"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),

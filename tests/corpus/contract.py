@@ -144,6 +144,27 @@ def layernorm_rows_beyond_the_grid(x, weight, bias, eps):
     return flat.reshape(y.shape)
 
 
+def _beyond_the_grid_zeroed(y: torch.Tensor) -> torch.Tensor:
+    """y with its rows (first-dimension entries) beyond GRID_ROWS left zero, as a launch that never computed them."""
+    if y.shape[0] <= GRID_ROWS:
+        return y
+    return torch.cat([y[:GRID_ROWS], torch.zeros_like(y[GRID_ROWS:])])
+
+
+def add_layernorm_rows_beyond_the_grid(x, residual, weight, bias, eps):
+    """Fused add + LayerNorm whose y rows beyond 65 535 are never computed (one program per row on a grid axis):
+    residual_out is right, y zero there. The fused kinds drew at most a few rows. Must fail add_ln.forward."""
+    h = x + residual
+    y = torch.nn.functional.layer_norm(h, h.shape[-1:], weight, bias, eps)
+    return _beyond_the_grid_zeroed(y.reshape(-1, y.shape[-1])).reshape(y.shape), h
+
+
+def groupnorm_samples_beyond_the_grid(x, num_groups, weight, bias, eps):
+    """GroupNorm launching one program per sample on a grid axis: samples beyond 65 535 are never computed (zero).
+    GroupNorm drew at most 3 samples. Must fail gn.forward."""
+    return _beyond_the_grid_zeroed(torch.nn.functional.group_norm(x, num_groups, weight, bias, eps))
+
+
 def layernorm_storage_offset_ignored(x, weight, bias, eps):
     """Reads x from the start of its storage, ignoring the view's storage offset (a C++ extension that takes
     ``x.storage().data_ptr()``): right for tensors that start their buffer; wrong for q split from a fused qkv, a
@@ -197,6 +218,10 @@ LN_BLOCK_MEAN_BACKWARD = _kernel("ln_block_mean_backward", "layernorm", layernor
                                  "LN_BLOCK_MEAN_BACKWARD")
 LN_ROWS_BEYOND_THE_GRID = _kernel("ln_rows_beyond_the_grid", "layernorm", layernorm_rows_beyond_the_grid,
                                   "LN_ROWS_BEYOND_THE_GRID")
+ADD_LN_ROWS_BEYOND_THE_GRID = _kernel("add_ln_rows_beyond_the_grid", "add_layernorm",
+                                      add_layernorm_rows_beyond_the_grid, "ADD_LN_ROWS_BEYOND_THE_GRID")
+GN_SAMPLES_BEYOND_THE_GRID = _kernel("gn_samples_beyond_the_grid", "groupnorm", groupnorm_samples_beyond_the_grid,
+                                     "GN_SAMPLES_BEYOND_THE_GRID")
 LN_STORAGE_OFFSET_IGNORED = _kernel("ln_storage_offset_ignored", "layernorm", layernorm_storage_offset_ignored,
                                     "LN_STORAGE_OFFSET_IGNORED")
 RMS_WEIGHT_ASSUMED_CONTIGUOUS = _kernel("rms_weight_assumed_contiguous", "rmsnorm", rmsnorm_weight_assumed_contiguous,
