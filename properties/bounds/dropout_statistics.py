@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
-from scipy import special, stats
 
 RUN_FALSE_ALARM = 1e-10
 """Per kernel and run, every dropout statistical test together: <= 1e-9 for a run of up to ten kernels. A kernel
@@ -89,6 +88,7 @@ class Acceptance:
 
 def binomial_acceptance(n: int, rate: float, alpha: float, what: str = "count") -> Acceptance:
     """[lo, hi] with P(K < lo) <= alpha/2 and P(K > hi) <= alpha/2 for K ~ Binomial(n, rate), 0 < rate < 1."""
+    from scipy import stats  # imported where used: scipy costs a worker ~0.7 s at start-up
     half = alpha / 2
     law = stats.binom(n, rate)
     low = int(law.ppf(half))
@@ -104,6 +104,7 @@ def binomial_acceptance(n: int, rate: float, alpha: float, what: str = "count") 
 
 def binomial_power(acceptance: Acceptance, n: int, rate: float) -> float:
     """P(reject) when K ~ Binomial(n, rate): exact."""
+    from scipy import stats  # imported where used: scipy costs a worker ~0.7 s at start-up
     law = stats.binom(n, rate)
     return float(law.cdf(acceptance.low - 1) + law.sf(acceptance.high))
 
@@ -134,6 +135,7 @@ class CountLaw:
 
 def independent_counts(width: int, p: float) -> CountLaw:
     """H0: K ~ Binomial(w, 1 - p) (scipy.stats.binom.logpmf)."""
+    from scipy import stats  # imported where used: scipy costs a worker ~0.7 s at start-up
     values = np.arange(width + 1)
     return CountLaw(width, values, stats.binom.logpmf(values, width, 1.0 - p))
 
@@ -157,6 +159,7 @@ LAMBDAS = np.geomspace(1e-6, 4.0, 400)
 
 def _log_mgf(values: np.ndarray, log_probabilities: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
     """log E[exp(l X)] for each l, X taking ``values`` with probabilities exp(``log_probabilities``)."""
+    from scipy import special  # imported where used: scipy costs a worker ~0.7 s at start-up
     support = np.isfinite(log_probabilities)
     return special.logsumexp(log_probabilities[support] + np.outer(lambdas, values[support]), axis=1)
 
