@@ -40,7 +40,8 @@ PARAMETER_DTYPES = ("any", "same")
 NO_GRADIENT_PARAMETERS = ("weight", "bias")
 BACKWARD_PRECISIONS = ("float32", "storage")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
-DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction")  # what Kernel.on_cuda may replace
+# what Kernel.on_cuda may replace
+DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero")
 
 
 @dataclass(frozen=True)

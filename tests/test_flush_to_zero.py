@@ -124,18 +124,27 @@ def test_an_undeclared_flush_to_zero_kernel_fails_variance_insensitivity_at_the_
 
 
 @pytest.mark.parametrize("cuda", [True, False])
-def test_the_triton_built_ins_declare_flush_to_zero_where_they_compile(monkeypatch, cuda):
-    """Compiled (a CUDA GPU visible) Triton flushes subnormals; the interpreter on the CPU does not."""
+def test_our_triton_built_ins_declare_flush_to_zero_where_they_compile(monkeypatch, cuda):
+    """Compiled (a CUDA GPU visible: ours run there) Triton flushes subnormals; the interpreter on the CPU does not."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert _thirdparty.compiled_triton_flushes() is cuda
     norms = [k for k in triton_ours._load() if k.kind != "dropout"]
     assert [k.flush_to_zero for k in norms] == [cuda, cuda]
 
 
-@pytest.mark.parametrize("cuda", [True, False])
-def test_torch_compile_declares_flush_to_zero_where_inductor_emits_triton(monkeypatch, cuda):
-    """torch.compile's modules are Inductor's Triton code on a CUDA GPU (NaN at the small end of the affine identity on
-    an H200, as compiled Triton gives), its C++ on the CPU (gradual underflow); eager modules never flush."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert [k.flush_to_zero for k in torch_modules._load("torch-compile", compile=True)] == [cuda, cuda]
-    assert [k.flush_to_zero for k in torch_modules._load("torch-module", compile=False)] == [False, False]
+def _on(kernel: Kernel, device: str) -> bool:
+    return kernel.for_device(device).flush_to_zero
+
+
+def test_third_party_triton_and_torch_compile_flush_on_the_device_they_run_on():
+    """Liger's Triton kernels and torch.compile's modules (Inductor's Triton on a CUDA GPU, NaN at the small end of the
+    affine identity on an H200 as compiled Triton gives; its C++ on the CPU) declare flush-to-zero for a CUDA device
+    only (Kernel.on_cuda): the same kernel run on the CPU of a GPU host (the interpreter, --device cpu) does not
+    flush. Eager modules never do."""
+    from core.registry import resolve
+
+    liger = resolve("liger-rmsnorm-llama") + resolve("liger-groupnorm") + resolve("liger-fused-add-rmsnorm-llama")
+    compiled = torch_modules._load("torch-compile", compile=True)
+    for kernel in liger + compiled:
+        assert (_on(kernel, "cuda"), _on(kernel, "cuda:1"), _on(kernel, "cpu")) == (True, True, False), kernel.name
+    assert not any(_on(k, "cuda") for k in torch_modules._load("torch-module", compile=False))
+    assert _thirdparty.COMPILED_TRITON == (("flush_to_zero", True),)

@@ -62,11 +62,7 @@ def seeded_global_rng(seed: int, x: torch.Tensor) -> Iterator[None]:
         yield
 
 
-def compiled_triton_flushes() -> bool:
-    """``Kernel.flush_to_zero`` of a Triton kernel: compiled, where a CUDA GPU is visible (the device
-    core.capabilities then runs it on), its tl.sqrt/rsqrt and float32 division flush subnormals to zero (PTX's
-    approximate forms; docs/kernels.md); Triton's interpreter on the CPU computes them in numpy, with gradual
-    underflow."""
-    import torch
-
-    return torch.cuda.is_available()
+# ``Kernel.on_cuda`` of a compiled Triton kernel: on a CUDA device (the one it runs on, core.kernel.Kernel.for_device)
+# its tl.sqrt/rsqrt and float32 division flush subnormals to zero (PTX's approximate forms; docs/kernels.md); Triton's
+# interpreter on the CPU computes them in numpy, with gradual underflow.
+COMPILED_TRITON = (("flush_to_zero", True),)

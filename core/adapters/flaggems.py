@@ -29,7 +29,7 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from core.adapters._thirdparty import compiled_triton_flushes, missing, prepare, weight_or_ones
+from core.adapters._thirdparty import COMPILED_TRITON, missing, prepare, weight_or_ones
 from core.kernel import Builtin, Kernel
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def _load_layernorm() -> list[Kernel]:
 
     return [Kernel("flaggems-layernorm", "layernorm", layernorm, spec="flaggems-layernorm",
                    description="FlagGems layer_norm + layer_norm_backward (Triton), as aten's native_layer_norm",
-                   flush_to_zero=compiled_triton_flushes())]
+                   on_cuda=COMPILED_TRITON)]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -82,7 +82,7 @@ def _load_rmsnorm() -> list[Kernel]:
 
     return [Kernel("flaggems-rmsnorm", "rmsnorm", rmsnorm, spec="flaggems-rmsnorm",
                    description="FlagGems rms_norm (Triton autograd.Function RmsNorm)",
-                   flush_to_zero=compiled_triton_flushes())]
+                   on_cuda=COMPILED_TRITON)]
 
 
 BUILTINS = [

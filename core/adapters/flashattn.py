@@ -30,7 +30,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from core.adapters._thirdparty import (
-    compiled_triton_flushes,
+    COMPILED_TRITON,
     missing,
     prepare,
     seeded_global_rng,
@@ -60,7 +60,7 @@ def _load_layernorm() -> list[Kernel]:
         return layer_norm_fn(x, weight_or_ones(weight, x), bias, eps=eps)
 
     return [Kernel("flash-attn-layernorm", "layernorm", layernorm, spec="flash-attn-layernorm",
-                   description="flash-attention layer_norm_fn (Triton)", flush_to_zero=compiled_triton_flushes())]
+                   description="flash-attention layer_norm_fn (Triton)", on_cuda=COMPILED_TRITON)]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -70,7 +70,7 @@ def _load_rmsnorm() -> list[Kernel]:
         return rms_norm_fn(x, weight_or_ones(weight, x), None, eps=eps)
 
     return [Kernel("flash-attn-rmsnorm", "rmsnorm", rmsnorm, spec="flash-attn-rmsnorm",
-                   description="flash-attention rms_norm_fn (Triton)", flush_to_zero=compiled_triton_flushes())]
+                   description="flash-attention rms_norm_fn (Triton)", on_cuda=COMPILED_TRITON)]
 
 
 def _load_fused() -> list[Kernel]:

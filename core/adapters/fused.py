@@ -23,6 +23,7 @@ fused_add_rms_norm.py does); its residual_out is the sum in the input dtype, kep
 from __future__ import annotations
 
 from core.adapters import aten_statistics, liger, torch_native, triton_ours
+from core.adapters._thirdparty import COMPILED_TRITON
 from core.kernel import Builtin, Kernel
 
 
@@ -80,7 +81,7 @@ def _load_liger_groupnorm() -> list[Kernel]:
         bias = torch.zeros(channels, dtype=x.dtype, device=x.device) if bias is None else bias
         return LigerGroupNormFunction.apply(x, weight, bias, channels, num_groups, eps)
 
-    return [Kernel("liger-groupnorm", "groupnorm", liger_groupnorm, spec="liger-groupnorm",
+    return [Kernel("liger-groupnorm", "groupnorm", liger_groupnorm, spec="liger-groupnorm", on_cuda=COMPILED_TRITON,
                    description="Liger-Kernel LigerGroupNormFunction (Triton; weight/bias None become ones/zeros)")]
 
 
@@ -89,7 +90,7 @@ def _load_ours(residual_in_fp32: bool) -> list[Kernel]:
 
     device, dtypes = triton_ours.device_and_dtypes()
     name = "triton-fused-fp32" if residual_in_fp32 else "triton-fused"
-    declared = {"spec": name, "device": device, "dtypes": dtypes,
+    declared = {"spec": name, "device": device, "dtypes": dtypes, "flush_to_zero": device == "cuda",
                 "residual_dtype": "float32" if residual_in_fp32 else "storage"}
 
     def add_layernorm(x, residual, weight, bias, eps):
@@ -129,7 +130,8 @@ def _liger_loader(mode_name: str):
 
         return [Kernel(name, "add_rmsnorm", add_rmsnorm, spec=name, weight_offset=offset,
                        description=f"Liger-Kernel LigerFusedAddRMSNormFunction, casting mode {casting_mode!r}: "
-                                   f"{description}", conventions=liger.CONVENTIONS.get(casting_mode, ()))]
+                                   f"{description}", conventions=liger.CONVENTIONS.get(casting_mode, ()),
+                       on_cuda=COMPILED_TRITON)]
 
     return name, load
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from core.adapters._thirdparty import compiled_triton_flushes
+from core.adapters._thirdparty import COMPILED_TRITON
 from core.kernel import Builtin, Kernel
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _load_layernorm() -> list[Kernel]:
         return LigerLayerNormFunction.apply(x, weight, bias, eps)
 
     return [Kernel("liger-layernorm", "layernorm", layernorm, spec="liger-layernorm",
-                   description="Liger-Kernel LigerLayerNormFunction (Triton)", flush_to_zero=compiled_triton_flushes())]
+                   description="Liger-Kernel LigerLayerNormFunction (Triton)", on_cuda=COMPILED_TRITON)]
 
 
 def _rmsnorm_loader(name: str):
@@ -80,7 +80,7 @@ def _rmsnorm_loader(name: str):
 
         return [Kernel(name, "rmsnorm", rmsnorm, spec=name, weight_offset=offset,
                        description=f"Liger-Kernel LigerRMSNormFunction, casting mode {casting_mode!r}: {description}",
-                       conventions=CONVENTIONS.get(casting_mode, ()), flush_to_zero=compiled_triton_flushes())]
+                       conventions=CONVENTIONS.get(casting_mode, ()), on_cuda=COMPILED_TRITON)]
 
     return load
 

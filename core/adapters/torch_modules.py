@@ -23,7 +23,7 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
     import torch
     import torch._functorch.config as functorch_config
 
-    from core.adapters._thirdparty import compiled_triton_flushes
+    from core.adapters._thirdparty import COMPILED_TRITON
     from core.adapters.aten_statistics import LAYER_NORM
     from core.adapters.modules import kernel_from_module_class
 
@@ -32,17 +32,17 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
     how = "torch.compile(nn.{})" if compile else "nn.{}"
     # Inductor compiles to Triton on a CUDA GPU, whose rsqrt flushes subnormals: on an H200 (torch 2.11) both compiled
     # modules returned NaN at the small end of ln/rms.affine, where var + eps is subnormal, as compiled Triton does
-    flush = compile and compiled_triton_flushes()
+    flushes = COMPILED_TRITON if compile else ()
     return [
         dataclasses.replace(
             kernel_from_module_class(torch.nn.LayerNorm, spec, "layernorm", name=f"{spec}:layernorm",
                                      compile=compile, description=how.format("LayerNorm")),
             # eager nn.LayerNorm is aten.native_layer_norm; Inductor's decomposition (torch/_refs) casts mean and
             # rstd to the input dtype on the CPU too (docs/findings.md [F])
-            **LAYER_NORM, flush_to_zero=flush),
+            **{**LAYER_NORM, "on_cuda": LAYER_NORM["on_cuda"] + flushes}),
         dataclasses.replace(
             kernel_from_module_class(torch.nn.RMSNorm, spec, "rmsnorm", name=f"{spec}:rmsnorm", compile=compile,
-                                     description=how.format("RMSNorm")), flush_to_zero=flush),
+                                     description=how.format("RMSNorm")), on_cuda=flushes),
     ]
 
 
