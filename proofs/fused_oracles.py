@@ -54,7 +54,7 @@ def _grouped(x, num_groups: int) -> tuple[np.ndarray, tuple[int, ...]]:
     return x.reshape(x.shape[0], num_groups, -1), x.shape
 
 
-def _per_element(parameter, shape: tuple[int, ...], num_groups: int) -> np.ndarray | None:
+def per_element(parameter, shape: tuple[int, ...], num_groups: int) -> np.ndarray | None:
     """A per-channel parameter [C] spread over the elements of each group: [G, (C/G) S]."""
     if parameter is None:
         return None
@@ -65,7 +65,7 @@ def _per_element(parameter, shape: tuple[int, ...], num_groups: int) -> np.ndarr
 def groupnorm(x, num_groups: int, weight, bias, eps) -> np.ndarray:
     """GroupNorm over [N, C, *]: LayerNorm of each group's elements, per-channel weight and bias."""
     grouped, shape = _grouped(x, num_groups)
-    y = oracles.layernorm(grouped, _per_element(weight, shape, num_groups), _per_element(bias, shape, num_groups),
+    y = oracles.layernorm(grouped, per_element(weight, shape, num_groups), per_element(bias, shape, num_groups),
                           eps)
     return y.reshape(shape)
 
@@ -74,7 +74,7 @@ def groupnorm_vjp(x, num_groups: int, weight, eps, dy) -> tuple[np.ndarray, np.n
     """(dx, dweight [C] or None, dbias [C]) of GroupNorm for the upstream gradient dy (shape of x)."""
     grouped, shape = _grouped(x, num_groups)
     upstream = np.asarray(dy, dtype=np.float64).reshape(grouped.shape)
-    gamma = _per_element(weight, shape, num_groups)
+    gamma = per_element(weight, shape, num_groups)
     dx = np.empty_like(grouped)
     # one group at a time: proofs.oracles sums the parameter gradients over the leading axes (the batch) only
     per_element_w, per_element_b = [], []

@@ -165,11 +165,10 @@ def grouped(kernel: Kernel, values: np.ndarray, num_groups: int | None) -> np.nd
 def per_element(kernel: Kernel, parameter: np.ndarray | None, shape: tuple[int, ...], num_groups: int | None
                 ) -> np.ndarray | None:
     """A parameter [d] as the norm applies it to the rows of :func:`grouped`: itself, or for a grouped kind its
-    per-channel values spread over each group's elements, [G, (C/G) S]."""
+    per-channel values spread over each group's elements, [G, (C/G) S] (proofs.fused_oracles.per_element)."""
     if parameter is None or not kernel.record.grouped:
         return parameter
-    spatial = int(np.prod(shape[2:], dtype=np.int64))
-    return np.repeat(parameter, spatial).reshape(num_groups, -1)
+    return fused_oracles.per_element(parameter, shape, num_groups)
 
 
 def gammas(kernel: Kernel, weight: torch.Tensor | None, bias: torch.Tensor | None
