@@ -24,12 +24,6 @@ from core.registry import Kernel
 from proofs import fused_oracles, oracles
 
 
-def arguments(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-              eps: float) -> tuple:
-    """The positional arguments of a plain norm kernel's contract: (x, weight, bias, eps) or (x, weight, eps)."""
-    return kernel.record.arguments({"x": x, "weight": weight, "bias": bias, "eps": eps})
-
-
 def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
     """The dtype the kernel's output must have (core.kernel.OUTPUT_DTYPE_RULES): x's (torch's rule, the default),
     torch.promote_types(x, weight) (``output_dtype="promoted"``) or the weight's (``"weight"``); x's without a
@@ -57,12 +51,10 @@ def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dt
     x = example["x"]
     names = kernel.record.outputs
     dtype = guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, example.get("weight"))
-    if len(names) == 1:
-        return {"y": guard.call(kernel, *kernel.record.arguments(example), like=x, allow_nonfinite=allow_nonfinite,
-                                dtype=dtype)}
+    returns = names if len(names) > 1 else ("output",)  # one output: guard's messages name it "the output"
     got = guard.call(kernel, *kernel.record.arguments(example), like=x, allow_nonfinite=allow_nonfinite, dtype=dtype,
-                     returns=names)
-    return dict(zip(names, got, strict=True))
+                     returns=returns)
+    return dict(zip(names, got if len(names) > 1 else (got,), strict=True))
 
 
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
