@@ -116,12 +116,13 @@ def mix_name(x_dtype: torch.dtype, parameter_dtype: torch.dtype) -> str:
 def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtype | None = None) -> tuple:
     """The kernel's positional arguments for input x: unit weight, zero bias (in ``parameter_dtype``, default x's),
     eps 1e-5, p 0.5, seed 0; a fused kind's residual is x reversed; GroupNorm takes x [2, 8] as [N, C] with 2
-    groups."""
+    groups, BatchNorm as [N, C] in training mode (momentum 0.1) without running statistics."""
     d, dtype = x.shape[-1], parameter_dtype or x.dtype
     weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=dtype, device=x.device)
     bias = torch.zeros(d, dtype=dtype, device=x.device)
     return kernel.record.arguments({"x": x, "residual": x.flip(-1).detach(), "num_groups": 2, "weight": weight,
-                                    "bias": bias, "eps": 1e-5, "p": 0.5, "seed": 0})
+                                    "bias": bias, "eps": 1e-5, "p": 0.5, "seed": 0, "training": True,
+                                    "momentum": 0.1})
 
 
 def first_output(out: object) -> object:

@@ -40,8 +40,17 @@ PARAMETER_DTYPES = ("any", "same")
 NO_GRADIENT_PARAMETERS = ("weight", "bias")
 BACKWARD_PRECISIONS = ("float32", "storage")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
+# BatchNorm's running statistics (the batch-statistics kinds): the momentum's meaning, torch's new = (1 - m) old +
+# m batch or Keras' new = m old + (1 - m) batch; and the variance they keep, unbiased (n/(n - 1) times the batch's
+# population variance, torch) or the population variance itself
+MOMENTUM_CONVENTIONS = ("torch", "keras")
+RUNNING_VARIANCES = ("unbiased", "biased")
+# the precision BatchNorm's per-channel affine map y = x a + b (a = gamma rstd, b = beta - mean a) is applied in:
+# "float32" (the statistics' accumulation dtype: the error model's normalization) or "storage" (a and b rounded to
+# x's dtype first, ATen's CPU batch_norm with float16/bfloat16 x)
+AFFINE_PRECISIONS = ("float32", "storage")
 # what Kernel.on_cuda may replace
-DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero")
+DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero", "affine_precision")
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,14 @@ class Kernel:
     the next layer receives) or ``"float32_sum"``, x + residual summed in float32 before residual_out is rounded to
     its dtype, as flash-attention's kernels do with a 16-bit residual: y and the gradients are then checked at
     s = fl32(x + residual) (y = N(s), d = J_N(s)^T dy + dh: the function the kernel computes), residual_out as usual.
+
+    BatchNorm kernels (kind ``batchnorm``) declare how they keep their running statistics: ``momentum_convention``
+    (:data:`MOMENTUM_CONVENTIONS`: torch's ``new = (1 - m) old + m batch``, the default, or Keras' ``new = m old +
+    (1 - m) batch``) and ``running_variance`` (:data:`RUNNING_VARIANCES`: the unbiased batch variance, torch's, or
+    the population variance the forward normalizes with); bn.running_statistics checks the update declared. They may
+    declare ``affine_precision="storage"`` (:data:`AFFINE_PRECISIONS`): y = x a + b with a = gamma rstd and
+    b = beta - mean a rounded to x's dtype, which adds u_x (|a| (|x| + |mean|) + |beta|) to the forward's bound
+    (properties.bounds.tolerance.forward).
     """
 
     name: str
@@ -126,6 +143,9 @@ class Kernel:
     on_cuda: tuple[tuple[str, object], ...] = ()
     flush_to_zero: bool = False
     normalizes: str = "residual_out"
+    momentum_convention: str = "torch"
+    running_variance: str = "unbiased"
+    affine_precision: str = "float32"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -137,6 +157,14 @@ class Kernel:
         if not self.record.has_residual and (self.residual_dtype != "storage" or "residual" in self.in_place):
             raise UsageError(f"kernel {self.name!r}: residual_dtype and an in-place residual are declarations of the "
                              f"kinds with a residual, not of {self.kind}")
+        batchnorm = (self.momentum_convention, self.running_variance, self.affine_precision)
+        if (self.momentum_convention not in MOMENTUM_CONVENTIONS or self.running_variance not in RUNNING_VARIANCES
+                or self.affine_precision not in AFFINE_PRECISIONS
+                or (not self.record.batch_statistics and batchnorm != ("torch", "unbiased", "float32"))):
+            raise UsageError(f"kernel {self.name!r}: momentum_convention (one of {', '.join(MOMENTUM_CONVENTIONS)}), "
+                             f"running_variance (one of {', '.join(RUNNING_VARIANCES)}) and affine_precision (one of "
+                             f"{', '.join(AFFINE_PRECISIONS)}) are declarations of the kinds with running "
+                             f"statistics, not of {self.kind}")
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
@@ -189,7 +217,10 @@ class Kernel:
                 "no_gradient": list(self.no_gradient), "output_dtype": self.output_dtype,
                 "parameter_dtypes": self.parameter_dtypes,
                 "reduction": None if self.reduction is None else self.reduction.as_json(),
-                "flush_to_zero": self.flush_to_zero, "normalizes": self.normalizes, "description": self.description}
+                "flush_to_zero": self.flush_to_zero, "normalizes": self.normalizes,
+                "momentum_convention": self.momentum_convention, "running_variance": self.running_variance,
+                "affine_precision": self.affine_precision,
+                "description": self.description}
 
     @property
     def record(self) -> kinds.Kind:

@@ -18,10 +18,17 @@ Every norm kind is a prologue, then the plain norm at the prologue's output h, o
     groupnorm              fn(x, num_groups, weight, bias, eps) -> y          x [N, C, *]: the rows are the
                                                                               groups' (C/G) x spatial elements,
                                                                               weight and bias per channel
+    batchnorm              fn(x, running_mean, running_var, weight, bias, training, momentum, eps) -> y
+                                                                              x [N, C, *]: the rows are the
+                                                                              channels' N x spatial elements
+                                                                              (training; eval: the running
+                                                                              statistics), weight and bias per
+                                                                              channel, the running buffers updated
+                                                                              in place in training
     dropout                fn(x, p, seed) -> y                                (no norm: inverted dropout)
 
-y = N(h) over the last axis of the rows (the grouped view for GroupNorm), residual_out = h in the declared
-residual dtype. This module imports no torch.
+y = N(h) over the last axis of the rows (the grouped view for GroupNorm, the channel-major view [C, N S] for
+BatchNorm: its ``scope``), residual_out = h in the declared residual dtype. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -31,10 +38,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 # The roles an argument of a kind's signature can play; the strategies' examples are dicts keyed by them.
-ROLES = ("x", "residual", "num_groups", "weight", "bias", "eps", "p", "seed")
+ROLES = ("x", "residual", "num_groups", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps",
+         "p", "seed")
 # Inputs a gradient is taken for, in this order, where the signature has them.
 DIFFERENTIABLE = ("x", "residual", "weight", "bias")
 PROLOGUES = ("", "add", "dropout_add")
+# What one row of the norm's statistics holds: the last axis ("row"), a group of channels of one sample of x [N, C, *]
+# ("group", GroupNorm), or one channel over the whole batch ("batch", BatchNorm in training mode).
+SCOPES = ("row", "group", "batch")
 
 
 @dataclass(frozen=True)
@@ -44,8 +55,9 @@ class Kind:
     ``signature``: the roles of its positional arguments, in order (:data:`ROLES`); ``norm``: the norm it applies,
     "ln" (LayerNorm) or "rms" (RMSNorm), None for dropout; ``prologue``: what forms the norm's input h from the
     arguments ("" h = x; "add" h = x + residual; "dropout_add" h = residual + dropout(x)); ``outputs``: what a call
-    returns, one tensor ("y",) or the pair ("y", "residual_out"); ``grouped``: the norm runs over groups of channels
-    (GroupNorm's [N, G, (C/G) S] view, per-channel weight and bias) instead of the last axis; ``prefix``: its claim
+    returns, one tensor ("y",) or the pair ("y", "residual_out"); ``scope``: what a row of the norm's statistics holds
+    (:data:`SCOPES`): the last axis, GroupNorm's groups of channels ([N, G, (C/G) S], per-channel weight and bias) or
+    BatchNorm's channels over the batch ([C, N S], per-channel weight and bias); ``prefix``: its claim
     ids' prefix; ``also_checks``: further claim families checked on its kernels (LayerNorm's kernels build the
     Post-LN blocks of ``blocks.*``)."""
 
@@ -55,14 +67,16 @@ class Kind:
     norm: str | None
     prologue: str = ""
     outputs: tuple[str, ...] = ("y",)
-    grouped: bool = False
+    scope: str = "row"
     also_checks: tuple[str, ...] = ()
     description: str = ""
 
     def __post_init__(self) -> None:
         unknown = [role for role in self.signature if role not in ROLES]
-        if unknown or self.prologue not in PROLOGUES or self.norm not in ("ln", "rms", None):
-            raise ValueError(f"kind {self.name}: malformed record ({unknown or self.prologue or self.norm!r})")
+        if (unknown or self.prologue not in PROLOGUES or self.norm not in ("ln", "rms", None)
+                or self.scope not in SCOPES):
+            raise ValueError(f"kind {self.name}: malformed record ({unknown or self.prologue or self.norm!r}, "
+                             f"scope {self.scope!r})")
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -74,20 +88,31 @@ class Kind:
         return "bias" in self.signature
 
     @property
+    def grouped(self) -> bool:
+        """GroupNorm's scope: the rows are groups of channels of one sample, [N, G, (C/G) S]."""
+        return self.scope == "group"
+
+    @property
+    def batch_statistics(self) -> bool:
+        """BatchNorm's scope: the rows are channels over the batch, [C, N S], with running statistics kept in the
+        buffers ``running_mean`` and ``running_var`` (updated in place in training, used in eval mode)."""
+        return self.scope == "batch"
+
+    @property
     def is_norm(self) -> bool:
         return self.norm is not None
 
     @property
     def plain(self) -> bool:
         """A norm over the last axis with no prologue: LayerNorm, RMSNorm."""
-        return self.is_norm and not self.prologue and not self.grouped
+        return self.is_norm and not self.prologue and self.scope == "row"
 
     @property
     def models_conventions(self) -> bool:
         """Whether a kernel of this kind can declare conventions of proofs.mechanisms: their models are of a norm
         over rows with one weight vector (the plain norms, and the fused kinds' norm at residual_out), not of
-        GroupNorm's per-channel weights over groups or of dropout."""
-        return self.is_norm and not self.grouped
+        GroupNorm's or BatchNorm's per-channel weights or of dropout."""
+        return self.is_norm and self.scope == "row"
 
     @property
     def centred(self) -> bool:
@@ -130,8 +155,10 @@ RECORDS = (
          outputs=("y", "residual_out"), description="residual add, then RMSNorm"),
     Kind("dropout_add_layernorm", "drop_add_ln", ("x", "residual", "weight", "bias", "eps", "p", "seed"), "ln",
          prologue="dropout_add", outputs=("y", "residual_out"), description="dropout of x, residual add, LayerNorm"),
-    Kind("groupnorm", "gn", ("x", "num_groups", "weight", "bias", "eps"), "ln", grouped=True,
+    Kind("groupnorm", "gn", ("x", "num_groups", "weight", "bias", "eps"), "ln", scope="group",
          description="GroupNorm over [N, C, *], per-channel weight and bias"),
+    Kind("batchnorm", "bn", ("x", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+         "ln", scope="batch", description="BatchNorm over [N, C, *] (F.batch_norm's signature), training and eval"),
 )
 KINDS: dict[str, Kind] = {record.name: record for record in RECORDS}
 NAMES = tuple(KINDS)

@@ -196,6 +196,9 @@ class KernelEntry(_Model):
     reduction: ReductionEntry | None = None
     flush_to_zero: bool = False
     normalizes: Literal["residual_out", "float32_sum"] = "residual_out"
+    momentum_convention: Literal["torch", "keras"] = "torch"
+    running_variance: Literal["unbiased", "biased"] = "unbiased"
+    affine_precision: Literal["float32", "storage"] = "float32"
     description: str = ""
     capabilities: Capabilities | None = None
 

@@ -260,6 +260,35 @@ def _forward_rho(kind: str, row: np.ndarray, q: RowQuantities, u_acc: float, mod
     return factors, rho_t
 
 
+def statistics_bounds(x: np.ndarray, eps: float, u_acc: float, model: str = "worst-case", *,
+                      declared: reduction.Reduction | None = None, flush_to_zero: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """(e_mu, e_v) per row (last axis dropped): the computed LayerNorm statistics of the rows x, accumulated with unit
+    roundoff u_acc, satisfy |mu_hat - mu| <= e_mu and |sigma_hat^2 - sigma^2| <= e_v, the model of
+    :func:`forward_bound` read at the statistics instead of y:
+
+        e_mu = phi_mu mean|x|,    e_v = (rho_t + u_acc (1 + rho_t)) s^2,   s^2 = sigma^2 + eps,
+
+    since t = fl(sigma_hat^2 + eps) = (sigma_hat^2 + eps)(1 + delta), |delta| <= u_acc, lies within rho_t s^2 of s^2,
+    so |sigma_hat^2 - sigma^2| = |t/(1 + delta) - s^2| <= rho_t s^2 + u_acc |t| (the eps the kernel adds only
+    widens the bound of a variance taken without it). inf where the model does not apply (rho_t >= 1 or the row
+    too wide for u_acc). Condition: the statistics are the forward's (two-pass, Welford or Chan merges in any order;
+    a one-pass E[x^2] - E[x]^2 is outside the model, as for y).
+
+    >>> e_mu, e_v = statistics_bounds(np.array([[1.0, 2.0, 3.0, 4.0]]), 1e-5, 2.0**-24)
+    >>> bool(e_mu[0] < 1e-6 and e_v[0] < 1e-5)
+    True
+    """
+    row = np.asarray(x, dtype=np.float64)
+    q = _declared(RowQuantities.of(row, eps, "ln"), declared, row.shape[-1], flush_to_zero)
+    factors, rho_t = _forward_rho("ln", row, q, u_acc, model)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e_mu = (factors[0] * np.mean(np.abs(row), axis=-1, keepdims=True))[..., 0]
+        e_v = ((rho_t + u_acc * (1 + rho_t)) * q.s**2)[..., 0]
+    valid = (rho_t[..., 0] < 1) & ((row.shape[-1] + 9) * u_acc < 1)
+    return np.where(valid, e_mu, np.inf), np.where(valid, e_v, np.inf)
+
+
 def forward_bound_finite(x: np.ndarray, eps: float, u_acc: float, kind: str, model: str = DEFAULT_BOUND, *,
                          declared: reduction.Reduction | None = None, flush_to_zero: bool = False) -> bool:
     """Whether :func:`forward_bound` is finite on every row of x (rho_t < 1, (d + 9) u_acc < 1, sigma^2 + eps > 0),

@@ -12,6 +12,7 @@ weight conventions); RMSNorm has no bias.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -21,7 +22,7 @@ import torch
 from core import boundary, guard
 from core.capabilities import discover
 from core.registry import Kernel
-from proofs import fused_oracles, oracles
+from proofs import batchnorm_oracles, fused_oracles, oracles
 
 
 def output_dtype(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
@@ -150,16 +151,38 @@ def effective_weight(kernel: Kernel, weight: torch.Tensor | None) -> np.ndarray 
 
 
 def grouped(kernel: Kernel, values: np.ndarray, num_groups: int | None) -> np.ndarray:
-    """A float64 array of x's shape as the norm's rows: itself, or for a grouped kind [N, C, *] as [N, G, (C/G) S]."""
-    return values.reshape(values.shape[0], num_groups, -1) if kernel.record.grouped else values
+    """A float64 array of x's shape as the norm's rows (the kind's scope, core.kinds.SCOPES): itself; for GroupNorm
+    x [N, C, *] as [N, G, (C/G) S]; for BatchNorm the channel-major [1, C, N S] (each channel's elements over the
+    batch, GroupNorm's view of x.transpose(0, 1) with G = C). :func:`ungrouped` maps it back."""
+    record = kernel.record
+    if record.batch_statistics:
+        return np.moveaxis(values, 1, 0).reshape(1, values.shape[1], -1)
+    return values.reshape(values.shape[0], num_groups, -1) if record.grouped else values
+
+
+def ungrouped(kernel: Kernel, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Values of the rows of :func:`grouped` at x's elements, shape ``shape`` (x's)."""
+    if kernel.record.batch_statistics:
+        return np.moveaxis(rows.reshape(shape[1], shape[0], *shape[2:]), 0, 1)
+    return rows.reshape(shape)
+
+
+def group_count(kernel: Kernel, shape: tuple[int, ...], num_groups: int | None) -> int | None:
+    """The number of groups of :func:`grouped`'s view: ``num_groups`` for GroupNorm, C for BatchNorm (one per
+    channel), None for the kinds over the last axis."""
+    return shape[1] if kernel.record.batch_statistics else num_groups
 
 
 def per_element(kernel: Kernel, parameter: np.ndarray | None, shape: tuple[int, ...], num_groups: int | None
                 ) -> np.ndarray | None:
-    """A parameter [d] as the norm applies it to the rows of :func:`grouped`: itself, or for a grouped kind its
-    per-channel values spread over each group's elements, [G, (C/G) S] (proofs.fused_oracles.per_element)."""
-    if parameter is None or not kernel.record.grouped:
+    """A parameter [d] as the norm applies it to the rows of :func:`grouped`: itself, or for a per-channel kind its
+    values spread over each group's elements, [G, (C/G) S] (GroupNorm) or [C, N S] (BatchNorm)
+    (proofs.fused_oracles.per_element)."""
+    record = kernel.record
+    if parameter is None or record.scope == "row":
         return parameter
+    if record.batch_statistics:
+        return fused_oracles.per_element(parameter, (1, shape[1], math.prod(shape) // shape[1]), shape[1])
     return fused_oracles.per_element(parameter, shape, num_groups)
 
 
@@ -172,8 +195,11 @@ def gammas(kernel: Kernel, weight: torch.Tensor | None, bias: torch.Tensor | Non
 def reference(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
               eps: float, num_groups: int | None = None) -> np.ndarray:
     """The float64 oracle output N(x) on the kernel's (rounded) inputs; x is the norm's input h (a fused kernel's
-    residual_out), over the grouped view for a grouped kind (``num_groups``)."""
+    residual_out), over the grouped view for a grouped kind (``num_groups``), over each channel's batch for BatchNorm
+    (training mode: the batch statistics)."""
     gamma, beta = gammas(kernel, weight, bias)
+    if kernel.record.batch_statistics:
+        return batchnorm_oracles.batchnorm(as_float64(x), gamma, beta, eps)
     if kernel.record.grouped:
         return fused_oracles.groupnorm(as_float64(x), num_groups, gamma, beta, eps)
     if kernel.record.norm == "rms":
@@ -190,7 +216,9 @@ def reference_vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, 
     dropout + add kind's dL/dx is that times m/(1-p), which its check applies)."""
     gamma = effective_weight(kernel, weight)
     x64, dy64 = as_float64(x), as_float64(dy)
-    if kernel.record.grouped:
+    if kernel.record.batch_statistics:
+        found = batchnorm_oracles.batchnorm_vjp(x64, gamma, eps, dy64)
+    elif kernel.record.grouped:
         found = fused_oracles.groupnorm_vjp(x64, num_groups, gamma, eps, dy64)
     else:
         vjp_of = oracles.rmsnorm_vjp if kernel.record.norm == "rms" else oracles.layernorm_vjp

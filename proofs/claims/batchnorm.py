@@ -55,7 +55,7 @@ from proofs.algebra import (
 )
 from proofs.claims import groupnorm
 from proofs.claims import symbolic_checks as checks
-from proofs.claims.base import THEORY, Claim
+from proofs.claims.base import THEORY, Claim, no_derivation
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 
 # --- the scopes and the written-out norms ---------------------------------------------------------------------
@@ -569,6 +569,7 @@ def _instance_running_statistics() -> Derivation:
               r"bn.eval.",))
 
 
+
 # --- the claims -------------------------------------------------------------------------------------------------
 SEED_002_BATCHNORM = (
     "Batch Normalization computes, for each channel, the mean and variance over the whole mini-batch and all spatial "
@@ -619,7 +620,7 @@ CLAIMS = (
           r"sixth-decimal differences between torch and the manual code are float32 rounding at a rounding tie, not a "
           r"difference of formula. The seed leaves out what makes torch's module differ from the manual code: the "
           r"running statistics it updates (claim bn.running\_statistics) and eval mode (claim bn.eval).",
-          _forward, evidence=THEORY),
+          _forward),
     Claim("bn.jacobian", "Jacobian of BatchNorm with respect to the whole batch", "002", SEED_002_CROSS_SAMPLE,
           r"$\frac{\partial y_{n,c,s}}{\partial x_{n',c',s'}} = \delta_{cc'}\frac{\gamma_c}{s_c}\left(\delta_{ab} - "
           r"\frac1n - \frac{\hat{x}_a\hat{x}_b}{n}\right)$ with $a = (n,s)$, $b = (n',s')$, $n = NS$, "
@@ -632,7 +633,7 @@ CLAIMS = (
           (r"training mode", r"$\sigma_c^2 + \epsilon > 0$"), "holds",
           r"Exactly as the seed says: each sample's normalization, and its gradient, depends on every sample of the "
           r"batch through its channel's statistics, and on nothing of other channels.",
-          _jacobian, evidence=THEORY),
+          _jacobian),
     Claim("bn.coupling", "BatchNorm couples the samples of a batch; LayerNorm does not", "003", SEED_003_COUPLING,
           r"In training mode, for two elements $a \ne b$ of one channel (in particular of two different samples) "
           r"$\partial y_a/\partial x_b = -\frac{\gamma_c}{ns_c}(1 + \hat{x}_a\hat{x}_b)$, nonzero unless "
@@ -648,7 +649,7 @@ CLAIMS = (
           r"$n = 2$ at $\epsilon = 0$. LayerNorm's decoupling of samples is exact, but only for LN over each sample's "
           r"own axes; it still couples the features within a sample, and ``solves the problem completely'' and "
           r"``more stable gradients'' are training-dynamics claims this derivation does not establish.",
-          _coupling, evidence=THEORY),
+          _coupling),
     Claim("bn.running_statistics", "BatchNorm's running statistics: momentum, Bessel's factor, momentum None", "",
           "torch.nn.BatchNorm (issue 28): running_mean = (1 - momentum) running_mean + momentum batch_mean, "
           "running_var likewise with the unbiased batch variance; momentum=None: a cumulative moving average; Keras "
@@ -661,7 +662,7 @@ CLAIMS = (
           (r"$n \ge 2$ (the unbiased factor $\frac{n}{n-1}$)", r"$0 < m \le 1$, or momentum None"), "holds",
           r"torch's update, exactly as derived (tests/test\_proofs\_batchnorm.py checks the oracle against "
           r"\texttt{F.batch\_norm} and \texttt{nn.BatchNorm} for both conventions and momentum None).",
-          _running_statistics, evidence=THEORY),
+          _running_statistics),
     Claim("bn.eval", "BatchNorm in eval mode: a fixed per-channel affine map", "",
           "torch's BatchNorm in eval mode normalizes with the running statistics (issue 28).",
           r"$y = \gamma_c\frac{x - \mu_R}{\sqrt{\sigma_R^2 + \epsilon}} + \beta_c = a_c x + b_c$, $a_c = "
@@ -673,7 +674,7 @@ CLAIMS = (
           r"is distinguishable by the coupling and by the factor above. torch's eval mode (BatchNorm, and "
           r"InstanceNorm with tracked statistics) is this map and leaves the running buffers unchanged (checked in "
           r"the tests).",
-          _eval, evidence=THEORY),
+          _eval),
     Claim("bn.degenerate", "Degenerate BatchNorm: one element per channel, constant channels", "",
           "issue 28: one element per channel (variance 0, output beta); n = 1 makes the unbiased factor undefined.",
           r"With $n = NS = 1$ (or a constant channel, any $n$) $\sigma_c^2 = 0$ and every output is $\beta_c$; at "
@@ -683,7 +684,7 @@ CLAIMS = (
           (r"$\epsilon > 0$ (at $\epsilon = 0$ both are 0/0, undefined)",), "holds only when",
           r"$\beta_c$ only for $\epsilon > 0$. torch 2.13 raises \texttt{ValueError: Expected more than 1 value per "
           r"channel when training} for $n = 1$ in training, with or without running statistics; eval mode accepts it.",
-          _degenerate, evidence=THEORY),
+          _degenerate),
     Claim("bn.single_sample", "BatchNorm of one sample is InstanceNorm", "002", SEED_002_SINGLE_SAMPLE,
           r"For $N = 1$, training-mode BatchNorm equals InstanceNorm (GroupNorm with $G = C$) with the same "
           r"$\gamma_c, \beta_c$, element by element.",
@@ -691,7 +692,7 @@ CLAIMS = (
            r"refuses the call)"), "holds only when",
           r"Exact in training mode. In eval mode BatchNorm normalizes with its running statistics, which no longer "
           r"depend on the sample: the equivalence is a training-mode one.",
-          _single_sample, evidence=THEORY),
+          _single_sample),
     Claim("bn.spectral_norm", "Spectral norm of the training-mode BatchNorm Jacobian", "002", SEED_002_LIPSCHITZ,
           r"$\|J_{\mathrm{BN}}\|_2 = \max_c|\gamma_c|\,\|J_{\mathrm{LN}}(x_{:,c,:})\|_2$ with $d = n = NS$: "
           r"$\max_c|\gamma_c|/s_c$ for $n \ge 3$, $\epsilon/s_c^3$ per channel for $n = 2$, 0 for $n = 1$; always "
@@ -703,6 +704,13 @@ CLAIMS = (
           r"globally $\max_c|\gamma_c|/\sqrt\epsilon$ ($\approx 316|\gamma|$ at $\epsilon = 10^{-5}$). The seed's "
           r"smoothing of the loss surface is an optimization claim outside what is derived here.",
           _spectral_norm, evidence=THEORY),
+    Claim("bn.layout_invariance", "BatchNorm does not depend on memory layout", "", "(contract)",
+          r"A channels-last input gives the contiguous input's output and running statistics (statistics over the "
+          r"wrong axes of a channels-last $x$ break it).", (), "contract", "", no_derivation),
+    Claim("bn.inputs_unmodified", "BatchNorm leaves its inputs alone", "", "(contract)",
+          r"$x$, the weight, the bias and the upstream gradient are never written; the running buffers are written "
+          r"once per training call (claim bn.running\_statistics) and never in eval mode (claim bn.eval).", (),
+          "contract", "", no_derivation),
     Claim("cln.forward", "Channel-wise LayerNorm over (C, *) per sample", "002", SEED_002_CNN_LAYERNORM,
           r"$y_{n,:,:} = \mathrm{LN}(x_{n,:,:})$ over the sample's $CS$ elements with element-wise $\gamma_{c,s}, "
           r"\beta_{c,s}$ (torch's \texttt{nn.LayerNorm} over $[C, H, W]$); its batch Jacobian is block-diagonal over "

@@ -6,7 +6,7 @@ import sympy as sp
 
 from proofs import expressions
 from proofs.algebra import RMS_AGGREGATES, beta, concrete, eps, gamma, i, j, x
-from proofs.claims.base import Claim
+from proofs.claims.base import Claim, no_derivation
 from proofs.derivation import Derivation, Equal
 
 other_row = sp.IndexedBase("x'", real=True)
@@ -47,9 +47,6 @@ def _special_inputs(kind: str) -> Derivation:
     ))
 
 
-def _no_derivation() -> Derivation:
-    return Derivation((), notes=("A contract of the implementation: checked by the property, nothing to derive.",))
-
 
 def _claims(kind: str) -> tuple[Claim, ...]:
     name = NAMES[kind]
@@ -61,10 +58,10 @@ def _claims(kind: str) -> tuple[Claim, ...]:
               lambda: _row_independence(kind)),
         Claim(f"{kind}.layout_invariance", f"{name} does not depend on memory layout", "", "(contract)",
               r"Non-contiguous inputs and upstream gradients give the same result as contiguous copies.",
-              (), "contract", "", _no_derivation),
+              (), "contract", "", no_derivation),
         Claim(f"{kind}.inputs_unmodified", f"{name} leaves its inputs alone", "", "(contract)",
               r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",
-              _no_derivation),
+              no_derivation),
         Claim(f"{kind}.special_inputs", f"{name} on special inputs", "000",
               "eps is a small positive constant added to prevent division by zero, ensuring numerical stability.",
               r"$d = 1, 2, 3$, constant rows (LN: output $\beta$), zero rows, $\epsilon = 10^{-12}$ with float16, "

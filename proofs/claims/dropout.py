@@ -24,7 +24,7 @@ import sympy as sp
 
 from proofs import expressions
 from proofs.algebra import concrete_row, d, delta, dy, i, j, k, l, m, mu, p, row_mean, row_sum, var, x
-from proofs.claims.base import Claim
+from proofs.claims.base import Claim, no_derivation
 from proofs.derivation import Derivation, Equal, Fact, is_zero
 
 SEED_RATE = "Dropout zeroes neurons with probability p."
@@ -260,9 +260,6 @@ def _gradient() -> Derivation:
     ))
 
 
-def _no_derivation() -> Derivation:
-    return Derivation((), notes=("A contract of the implementation: checked by the property, nothing to derive.",))
-
 
 CLAIMS = (
     Claim("dropout.variance_bias", "Variance bias of inverted dropout before a norm", "003", SEED_BIAS,
@@ -302,10 +299,10 @@ CLAIMS = (
           (r"$0 \le p < 1$",), "contract", "", _gradient),
     Claim("dropout.determinism", "Same seed, same mask", "", "(contract)",
           r"Two calls with the same seed, input and $p$ return the same output, at any size.", (), "contract", "",
-          _no_derivation),
+          no_derivation),
     Claim("dropout.layout_invariance", "A non-contiguous input gets a mask with the same law", "", "(contract)",
           r"A transposed or sliced $x$ gets iid Bernoulli$(1-p)$ bits (the statistical tests of the mask pass on it); "
-          r"its output need not equal the contiguous input's.", (), "contract", "", _no_derivation),
+          r"its output need not equal the contiguous input's.", (), "contract", "", no_derivation),
     Claim("dropout.inputs_unmodified", "Dropout leaves its input alone", "", "(contract)",
-          r"The input tensor is never written.", (), "contract", "", _no_derivation),
+          r"The input tensor is never written.", (), "contract", "", no_derivation),
 )

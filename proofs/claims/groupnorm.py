@@ -28,7 +28,7 @@ import sympy as sp
 from proofs import expressions
 from proofs.algebra import MEAN_DEF, VAR_DEF, beta, concrete, concrete_row, d, dy, eps, gamma, i, j, mu, var, x
 from proofs.claims import symbolic_checks
-from proofs.claims.base import Claim
+from proofs.claims.base import Claim, no_derivation
 from proofs.derivation import Derivation, Equal, Fact
 
 # (C, G, S) of the written-out checks: LayerNorm over (C, S), InstanceNorm, two groups of two channels, and the
@@ -148,25 +148,22 @@ SEED_000_COUPLING = ("Because LN's mean and variance are computed across all cha
                      "coupling between channels); IN's statistics are per channel, so its gradient flow is decoupled "
                      "across channels.")
 
-def _no_derivation() -> Derivation:
-    return Derivation((), notes=("A contract of the implementation: checked by the property, nothing to derive.",))
-
 
 CLAIMS = (
     Claim("gn.forward", "GroupNorm kernel output within the error-model bound", "", "(contract)",
           r"$y$ is LayerNorm of each group's $\frac{C}{G}S$ elements with per-channel $\gamma_c, \beta_c$, within the "
           r"LayerNorm error-model bound of the group (claim \texttt{numerics.error\_model}).", (), "contract", "",
-          _no_derivation),
+          no_derivation),
     Claim("gn.layout_invariance", "GroupNorm does not depend on memory layout", "", "(contract)",
-          r"A channels-last input gives the contiguous input's result.", (), "contract", "", _no_derivation),
+          r"A channels-last input gives the contiguous input's result.", (), "contract", "", no_derivation),
     Claim("gn.independence", "GroupNorm samples and groups are independent", "", "(contract)",
           r"Changing sample $n$ of $x$ changes no other sample of $y$; changing the channels of group $g$ of a "
           r"sample changes no output outside group $g$ of that sample (the per-sample Jacobian is block-diagonal "
           r"over the groups, claim \texttt{gn.jacobian}; statistics over the batch or over other channels break "
-          r"it).", (), "contract", "", _no_derivation),
+          r"it).", (), "contract", "", no_derivation),
     Claim("gn.inputs_unmodified", "GroupNorm leaves its inputs alone", "", "(contract)",
           r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",
-          _no_derivation),
+          no_derivation),
     Claim("gn.jacobian", "Jacobian of GroupNorm (and InstanceNorm)", "000", SEED_000_COUPLING,
           r"Per sample, $\partial y/\partial x$ is block-diagonal over the $G$ groups; the block of group $g$ is "
           r"$\mathrm{diag}(\gamma_{c(k)})\,J_{\mathrm{LN}}(x_g)$ with $d = \frac{C}{G}S$ (the LN Jacobian of the "

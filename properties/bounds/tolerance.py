@@ -35,7 +35,8 @@ from core import trees
 from core.boundary import HOST
 from core.capabilities import dtype_name
 from core.registry import Kernel
-from proofs import error_model, oracles, probabilistic
+from proofs import batchnorm_oracles, error_model, oracles, probabilistic
+from proofs.error_terms import C_RSQRT
 from properties import norms
 from properties.norms import as_float64, effective_weight, output_dtype
 
@@ -117,7 +118,26 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
     bound = error_model.forward_bound(rows, gamma, beta, eps, u["acc"], u["y"], kernel.record.norm,
                                       model or bound_in_use(), declared=declared_reduction(kernel, h),
                                       flush_to_zero=kernel.flush_to_zero)
-    return np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape).reshape(h.shape)
+    if kernel.affine_precision == "storage":
+        bound = bound + _storage_affine(rows, gamma, beta, eps, u["x"])
+    return norms.ungrouped(kernel, np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape), tuple(h.shape))
+
+
+def _storage_affine(rows: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float,
+                    u_x: float) -> np.ndarray:
+    """What the per-channel affine map y = x a + b adds to y's error when it is applied in x's dtype (a kernel's
+    ``affine_precision="storage"``), per element of the rows: rstd and mean rounded to x's dtype, a = gamma rstd and
+    b = beta - mean a rounded again, so |da| <= 2 u_x |a| and |db| <= u_x |beta| + 4 u_x |mean a| (to first order;
+    the factor (1 + u_x)^2 covers the rest), and
+
+        |x da + db| <= u_x (1 + u_x)^2 (2 |a| (|x| + 2 |mean|) + |beta|),
+
+    with the exact statistics in place of the computed ones (their own error is the forward bound's)."""
+    mean = rows.mean(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = (1.0 if gamma is None else np.abs(gamma)) / np.sqrt(rows.var(axis=-1, keepdims=True) + eps)
+    offset = 0.0 if beta is None else np.abs(beta)
+    return u_x * (1 + u_x) ** 2 * (2 * scale * (np.abs(rows) + 2 * np.abs(mean)) + offset)
 
 
 def covered(kernel: Kernel, x: torch.Tensor, eps: float, *, num_groups: int | None = None) -> bool:
@@ -156,7 +176,7 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
         return _through_residual(kernel, x, weight, bias, eps, dy, model, h, dh, residual, p)
     u = operand_roundoffs(kernel, x, weight, weight if bias is None else bias)
     u_acc = backward_accumulation(kernel, x.dtype)
-    if kernel.record.grouped:
+    if kernel.record.scope != "row":
         return _grouped_backward(kernel, x, weight, bias, eps, dy, model, num_groups, u, u_acc)
     bounds = error_model.backward_bound(as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy),
                                         u_acc, u["x"], kernel.record.norm, model,
@@ -180,10 +200,10 @@ def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     rows, gamma, _ = _norm_rows(kernel, x, weight, None, num_groups)
     upstream = norms.grouped(kernel, dy64, num_groups)
     declared = declared_reduction(kernel, x)
-    dx = np.stack([error_model.backward_bound(rows[:, g], None if gamma is None else gamma[g], eps, upstream[:, g],
-                                              u_acc, u["x"], "ln", model, declared=declared,
-                                              flush_to_zero=kernel.flush_to_zero)[0]
-                   for g in range(num_groups)], axis=1).reshape(x64.shape)
+    dx = norms.ungrouped(kernel, np.stack(
+        [error_model.backward_bound(rows[:, g], None if gamma is None else gamma[g], eps, upstream[:, g], u_acc,
+                                    u["x"], "ln", model, declared=declared, flush_to_zero=kernel.flush_to_zero)[0]
+         for g in range(rows.shape[1])], axis=1), x64.shape)
     xhat_error = error_model.forward_bound(rows, None, None, eps, u_acc, u_acc, "ln", "worst-case")
     xhat = norms.reference(kernel, x, None, None, eps, num_groups)
     exact = norms.reference_vjp(kernel, x, weight, eps, dy, num_groups)
@@ -196,7 +216,8 @@ def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     products = np.abs(dy64 * xhat)
     bounds = {"x": dx}
     if weight is not None:
-        dweight = ((1 + g) * per_channel(np.abs(dy64) * xhat_error.reshape(x64.shape) + u_acc * products)
+        dweight = ((1 + g) * per_channel(np.abs(dy64) * norms.ungrouped(kernel, xhat_error, x64.shape)
+                                         + u_acc * products)
                    + g * per_channel(products))
         bounds["weight"] = dweight + (u["weight"] + U64) * np.abs(exact["weight"]) + _eta(kernel, weight.dtype)
     eta_bias = _eta(kernel, x.dtype if bias is None else bias.dtype)
@@ -280,6 +301,74 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
         if bound is not None and (weight if name == "weight" else bias) is not None:
             bounds[name] = np.asarray(bound, dtype=np.float64)
     return bounds
+
+
+# roundings of a running-statistics update new = (1 - m) old + m b in the buffers' dtype, in any of its forms
+# ((1 - m) old + m b, old + m (b - old), a lerp): the momentum's own rounding to that dtype, 1 - m, two products and a
+# sum (or a difference, a product and a sum), each relative to at most |old| + m |b|
+RUNNING_UPDATE_ROUNDINGS = 6
+# roundings of eval-mode BatchNorm y = gamma (x - mu_R) rsqrt(var_R + eps) + beta, in any of its forms (as written,
+# or the per-channel a = gamma rsqrt(var_R + eps), c = beta - a mu_R, y = a x + c): var_R + eps, the reciprocal
+# square root (proofs.error_terms.C_RSQRT), the products with gamma and x - mu_R (or a mu_R and a x), the subtraction
+# and the additions, each relative to at most |a| (|x| + |mu_R|) + |beta|
+EVAL_ROUNDINGS = 5 + C_RSQRT
+
+
+def running_statistics(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                       momentum: float, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel bounds on |new - exact| of a BatchNorm kernel's running (mean, var) after one training call on x,
+    from the buffers before it (claim bn.running_statistics): with m the weight of the batch statistic (the declared
+    momentum convention: m or 1 - m), b its exact value (the mean, or the declared variance: n/(n - 1) sigma^2 or
+    sigma^2), e_b the error of the kernel's statistic (proofs.error_model.statistics_bounds over each channel's
+    n = N S elements, worst case: the forward's statistics; the unbiased factor's two roundings added), and u_R the
+    buffers' unit roundoff,
+
+        |new - exact| <= m e_b + gamma_k(u_R) (|old| + m |b|),   k = RUNNING_UPDATE_ROUNDINGS,
+
+    plus the float64 oracle's 2^-52 relative. A second update in one call, the other convention, a biased variance
+    where the unbiased one is declared (m sigma^2/(n - 1)) or a buffer left alone miss by far more."""
+    rows = norms.grouped(kernel, as_float64(x), None)[0]
+    u_acc = unit_roundoffs(x.dtype)[0]
+    e_mean, e_var = error_model.statistics_bounds(rows, eps, u_acc, declared=declared_reduction(kernel, x),
+                                                  flush_to_zero=kernel.flush_to_zero)
+    n = rows.shape[-1]
+    variance = np.var(rows, axis=-1)
+    factor = n / (n - 1) if kernel.running_variance == "unbiased" else 1.0
+    if factor != 1.0:
+        e_var = factor * (e_var + probabilistic.gamma(2, u_acc) * (variance + e_var))
+    m = float(momentum) if kernel.momentum_convention == "torch" else 1.0 - float(momentum)
+    u_buffer = unit_roundoffs(running_mean.dtype)[1]
+    update = probabilistic.gamma(RUNNING_UPDATE_ROUNDINGS, u_buffer)
+    bounds = []
+    for old, statistic, error in ((running_mean, rows.mean(axis=-1), e_mean),
+                                  (running_var, factor * variance, e_var)):
+        magnitude = np.abs(as_float64(old)) + m * np.abs(statistic)
+        bounds.append(m * error + (update + 2.0**-52) * magnitude + _eta(kernel, old.dtype))
+    return bounds[0], bounds[1]
+
+
+def batchnorm_eval(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                   weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> np.ndarray:
+    """Per-element bound on |y - y_exact| of eval-mode BatchNorm, the per-channel affine map y = a (x - mu_R) + beta,
+    a = gamma / sqrt(var_R + eps) (claim bn.eval): each of its k = EVAL_ROUNDINGS operations in the accumulation
+    dtype (u_acc) is relative to at most |a| (|x| + |mu_R|) + |beta|, and y is rounded once to its dtype (u_y),
+
+        |y - y_exact| <= gamma_k(u_acc) (|a| (|x| + |mu_R|) + |beta|) (1 + u_y) + u_y |y_exact| + eta_y,
+
+    plus the oracle's 2^-52 relative, and 2 u_x magnitude more where a and c are rounded to x's dtype
+    (``affine_precision="storage"``); x, the buffers and the parameters enter exactly as received."""
+    x64 = as_float64(x)
+    shape = (1, -1) + (1,) * (x.dim() - 2)  # per channel, broadcast over x [N, C, *]
+    gamma, beta = norms.gammas(kernel, weight, bias)
+    scale = (np.ones(x.shape[1]) if gamma is None else np.abs(gamma)) / np.sqrt(as_float64(running_var) + eps)
+    offset = np.zeros(x.shape[1]) if beta is None else np.abs(beta)
+    u = operand_roundoffs(kernel, x, weight, bias)
+    exact = batchnorm_oracles.batchnorm_eval(x64, as_float64(running_mean), as_float64(running_var), gamma, beta, eps)
+    magnitude = (scale.reshape(shape) * (np.abs(x64) + np.abs(as_float64(running_mean)).reshape(shape))
+                 + offset.reshape(shape))
+    storage = 2 * u["x"] if kernel.affine_precision == "storage" else 0.0  # a and b rounded to x's dtype
+    return ((probabilistic.gamma(EVAL_ROUNDINGS, u["acc"]) + storage) * magnitude * (1 + u["y"])
+            + (u["y"] + 2.0**-52) * np.abs(exact) + _eta(kernel, output_dtype(kernel, x, weight)))
 
 
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:

@@ -24,6 +24,9 @@ The files, by where the bug is:
     composed.py      correct fused add + norm kernels composed in plain torch (float64/float32 statistics, float32
                      residual_out, seeded dropout, Chan-merged chunks): autograd sums dL/dh over h's uses
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
+    batchnorm.py     BatchNorm: running statistics (biased, Keras' momentum, twice, in eval), eval with batch
+                     statistics, channels-last ignored, detached statistics, per-sample statistics, seed 002's
+                     manual implementation + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
@@ -205,6 +208,16 @@ CORPUS: tuple[Entry, ...] = (
     _broken("groupnorm.py:GN_INPUT_OVERWRITTEN", "gn.inputs_unmodified"),
     _broken("groupnorm.py:GN_VARIANCE_DETACHED", "gn.jacobian"),
     _broken("groupnorm.py:GN_UNBIASED_VARIANCE", "gn.degenerate"),
+    _broken("batchnorm.py:BN_BIASED_RUNNING_VARIANCE", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_UNBIASED_NORMALIZATION", "bn.forward"),
+    _broken("batchnorm.py:BN_KERAS_MOMENTUM", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_UPDATED_TWICE", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_EVAL_BATCH_STATISTICS", "bn.eval", "bn.coupling"),
+    _broken("batchnorm.py:BN_EVAL_UPDATES_RUNNING", "bn.eval"),
+    _broken("batchnorm.py:BN_CHANNELS_LAST_IGNORED", "bn.layout_invariance"),
+    _broken("batchnorm.py:BN_STATISTICS_DETACHED", "bn.jacobian"),
+    _broken("batchnorm.py:BN_PER_SAMPLE_STATISTICS", "bn.forward", "bn.coupling"),
+    _broken("batchnorm.py:SEED_002_MANUAL", "bn.forward", "bn.running_statistics"),
     _broken("blocks.py:LN_RSTD_CLAMPED", "ln.contraction", "blocks.jacobians"),
     # derived.py: caught in a derived-property claim's own regime, missed by *.forward's inputs (issue 11, point 6)
     _broken("derived.py:LN_ONE_PASS_AROUND_ONE_SHIFT", "ln.shift_invariance", margin="ln.shift_invariance",
@@ -236,6 +249,7 @@ CORPUS: tuple[Entry, ...] = (
                                                    "ADD_RMS_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_RMS_RESIDUAL_FP32",
                                                    "ADD_LN_CHAN_CHUNKS", "DROP_ADD_LN_SEEDED")),
     _correct("groupnorm.py:GN_CORRECT"),
+    _correct("batchnorm.py:BN_CORRECT"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

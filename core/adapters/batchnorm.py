@@ -1,0 +1,65 @@
+"""Built-ins of the batchnorm kind: fn(x, running_mean, running_var, weight, bias, training, momentum, eps) -> y, the
+running buffers updated in place in training mode (F.batch_norm's contract).
+
+Both torch built-ins declare, on the CPU, what ATen's CPU batch_norm does with float16/bfloat16 x (measured against
+the float64 oracle; docs/findings.md [R9]), and nothing on CUDA: backward_precision="storage" (its backward rebuilds
+x_hat from statistics rounded to x's dtype, like its layer_norm, core.adapters.aten_statistics) and
+affine_precision="storage" (its forward applies y = x a + b with a = gamma rstd, b = beta - mean a rounded to x's
+dtype).
+
+    torch-batchnorm          torch.nn.functional.batch_norm itself
+    torch-batchnorm-module   nn.BatchNorm1d / 2d / 3d (by x's rank: [N, C] and [N, C, L], [N, C, H, W], 5-D) through
+                             torch.func.functional_call with the given tensors as its parameters and buffers (so
+                             gradients reach them and the buffers it updates are the caller's); affine=False when
+                             neither weight nor bias is given (one of them alone: the other as ones or zeros, which
+                             is exact), track_running_stats=False without running statistics
+"""
+
+from __future__ import annotations
+
+from core.kernel import Builtin, Kernel
+
+CPU_STORAGE = {"backward_precision": "storage", "affine_precision": "storage",
+               "on_cuda": (("backward_precision", "float32"), ("affine_precision", "float32"))}
+
+
+def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    from torch.nn import functional as F
+
+    return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+_MODULES = {2: "BatchNorm1d", 3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}
+
+
+def batchnorm_module(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    """nn.BatchNorm{1,2,3}d of x's rank, called with the given tensors in place of its parameters and buffers."""
+    import torch
+    from torch import nn
+
+    if x.dim() not in _MODULES:
+        raise ValueError(f"nn.BatchNorm takes x of 2 to 5 dimensions, got {x.dim()}")
+    channels, affine = x.shape[1], weight is not None or bias is not None
+    tracked = running_mean is not None and running_var is not None
+    module = getattr(nn, _MODULES[x.dim()])(channels, eps=eps, momentum=momentum, affine=affine,
+                                            track_running_stats=tracked, device="meta")
+    module.train(training)
+    state = {}
+    if affine:
+        like = {"dtype": (weight if weight is not None else bias).dtype, "device": x.device}
+        state["weight"] = weight if weight is not None else torch.ones(channels, **like)
+        state["bias"] = bias if bias is not None else torch.zeros(channels, **like)
+    if tracked:
+        state.update(running_mean=running_mean, running_var=running_var,
+                     num_batches_tracked=torch.zeros((), dtype=torch.long, device=x.device))
+    return torch.func.functional_call(module, state, (x,))
+
+
+BUILTINS = [
+    Builtin("torch-batchnorm", "torch.nn.functional.batch_norm", lambda: [
+        Kernel("torch-batchnorm", "batchnorm", batchnorm, spec="torch-batchnorm", description="F.batch_norm",
+               **CPU_STORAGE)]),
+    Builtin("torch-batchnorm-module", "torch.nn.BatchNorm1d/2d/3d through torch.func.functional_call", lambda: [
+        Kernel("torch-batchnorm-module", "batchnorm", batchnorm_module, spec="torch-batchnorm-module",
+               description="nn.BatchNorm1d/2d/3d by x's rank", **CPU_STORAGE)]),
+]

@@ -1,0 +1,195 @@
+"""Checks of BatchNorm kernels, kind batchnorm: fn(x, running_mean, running_var, weight, bias, training, momentum, eps)
+over x [N, C, *], F.batch_norm's contract.
+
+In training mode BatchNorm is LayerNorm over each channel's n = N S elements with the channel's weight and bias
+(claim bn.forward): its kind record's scope is the batch, so properties.norms and properties.bounds.tolerance give
+its reference, VJP and bounds on the channel-major view [1, C, N S] (GroupNorm's view of x.transpose(0, 1) with
+G = C), mapped back to x's elements. In eval mode it is the per-channel affine map of the running statistics.
+
+- bn.forward: training-mode y vs the per-channel LayerNorm within the forward bound of the channel-major view;
+- bn.running_statistics: after one training call the buffers hold one update, as declared (momentum convention,
+  unbiased or biased variance), within tolerance.running_statistics;
+- bn.eval: eval-mode y vs the affine map within tolerance.batchnorm_eval, the buffers bit for bit unchanged;
+- bn.coupling: in training mode replacing sample 0 moves every other sample's outputs by the derived amount (the
+  oracle's change, within the two calls' bounds); in eval mode it moves nothing, bit for bit;
+- bn.jacobian: training-mode dx, dweight, dbias vs the batch VJP within tolerance.backward;
+- bn.degenerate: constant channels give beta (the forward check), and a training call with one element per channel
+  is refused with an error or gives beta;
+- bn.single_sample: N = 1 in training mode is InstanceNorm (the forward check at N = 1);
+- bn.layout_invariance: channels-last x gives the contiguous call's y within twice the forward bound, and its
+  running statistics within twice theirs;
+- bn.inputs_unmodified: x, weight, bias and dy unchanged (the buffers are the running statistics' business).
+
+Every call gets its own copies of the running buffers (:func:`buffers_of`): the kernel writes into them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core import guard
+from core.capabilities import dtype_name
+from proofs import batchnorm_oracles
+from properties import norms, outcome
+from properties.bounds import tolerance
+from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
+from properties.checks.forward import output_dtype_rule
+
+BUFFERS = ("running_mean", "running_var")
+
+
+def example_of(x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
+               eps: float) -> dict:
+    """BatchNorm's arguments keyed by role (core.kinds)."""
+    return {"x": x, "running_mean": running_mean, "running_var": running_var, "weight": weight, "bias": bias,
+            "training": training, "momentum": momentum, "eps": eps}
+
+
+def buffers_of(example: dict) -> dict:
+    """The example with copies of its running buffers (None stays None), for one call that may write them."""
+    return {**example, **{name: None if example[name] is None else example[name].clone() for name in BUFFERS}}
+
+
+def _call(kernel, example: dict, allow_nonfinite: bool = False, any_dtype: bool = False) -> torch.Tensor:
+    return norms.call(kernel, example, allow_nonfinite, any_dtype)["y"]
+
+
+def _plot(x: torch.Tensor) -> dict:
+    return {"d": int(x.numel() // x.shape[1]), "dtype": dtype_name(x.dtype)}
+
+
+def check_forward(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
+                  eps: float) -> None:
+    """Training mode: |y - BatchNorm(x)| <= the forward bound of LayerNorm over each channel's N S elements."""
+    assert training
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    y = _call(kernel, example)
+    expected = norms.reference(kernel, x, weight, bias, eps)
+    bound = tolerance.forward(kernel, x, weight, bias, eps)
+    outcome.conclude(outcome.compare(y, expected, bound, "y"),
+                     "the output is not LayerNorm over each channel's elements of the whole batch", **_plot(x))
+
+
+def check_running_statistics(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
+                             momentum: float, eps: float) -> None:
+    """One training call updates the buffers once, as declared: new = (1 - m) old + m b (torch's convention, or
+    Keras' m old + (1 - m) b), b the batch mean and the unbiased (or declared biased) variance."""
+    assert training and running_mean is not None and running_var is not None
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    _call(kernel, example, allow_nonfinite=True, any_dtype=True)
+    x64 = norms.as_float64(x)
+    exact = batchnorm_oracles.running_update(
+        norms.as_float64(running_mean), norms.as_float64(running_var), x64, momentum,
+        unbiased=kernel.running_variance == "unbiased", convention=kernel.momentum_convention)
+    bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
+    comparisons = [outcome.compare(example[name], expected, bound, name)
+                   for name, expected, bound in zip(BUFFERS, exact, bounds, strict=True)]
+    outcome.conclude(comparisons, f"the running statistics are not one update with momentum {momentum} "
+                     f"({kernel.momentum_convention}'s convention, {kernel.running_variance} variance)", **_plot(x))
+
+
+def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
+               eps: float) -> None:
+    """Eval mode: y = gamma (x - mu_R)/sqrt(var_R + eps) + beta within tolerance.batchnorm_eval, and the running
+    buffers unchanged bit for bit."""
+    assert not training
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    y = _call(kernel, example)
+    expected = batchnorm_oracles.batchnorm_eval(norms.as_float64(x), norms.as_float64(running_mean),
+                                                norms.as_float64(running_var), *norms.gammas(kernel, weight, bias),
+                                                eps)
+    bound = tolerance.batchnorm_eval(kernel, x, running_mean, running_var, weight, bias, eps)
+    given = {"running_mean": running_mean, "running_var": running_var}
+    written = [name for name in BUFFERS if not torch.equal(example[name], given[name])]
+    outcome.conclude(outcome.compare(y, expected, bound, "y"),
+                     "eval mode is not the affine map of the running statistics (batch statistics used?)", **_plot(x))
+    outcome.exact(not written, f"eval mode wrote into {', '.join(written)}",
+                  "eval mode must leave the running statistics alone", **_plot(x))
+
+
+def check_coupling(kernel, x: torch.Tensor, other: torch.Tensor, running_mean, running_var, weight, bias,
+                   training: bool, momentum: float, eps: float) -> None:
+    """Replacing sample 0 of x by ``other``'s: in training mode every other sample's y moves by the oracle's change
+    (|dy_kernel - dy_exact| within the two calls' forward bounds); in eval mode no other sample moves, bit for bit."""
+    changed = x.clone()
+    changed[0] = other[0]
+    example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
+    before = _call(kernel, buffers_of(example), allow_nonfinite=True, any_dtype=True)
+    after = _call(kernel, buffers_of({**example, "x": changed}), allow_nonfinite=True, any_dtype=True)
+    if not training:
+        moved = rows_that_differ(before[1:], after[1:]) + 1
+        outcome.exact(moved.numel() == 0, f"in eval mode replacing sample 0 changed samples {moved.tolist()[:8]}",
+                      "eval mode normalizes with the running statistics: the samples do not interact", **_plot(x))
+        return
+    expected = (norms.reference(kernel, changed, weight, bias, eps) - norms.reference(kernel, x, weight, bias, eps))
+    bound = tolerance.forward(kernel, x, weight, bias, eps) + tolerance.forward(kernel, changed, weight, bias, eps)
+    moved = norms.as_float64(after) - norms.as_float64(before)
+    outcome.conclude(outcome.compare(moved[1:], expected[1:], bound[1:], "the other samples' change of y"),
+                     "replacing one sample does not move the others as the batch statistics do", **_plot(x))
+
+
+def check_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
+              eps: float, dy: torch.Tensor) -> None:
+    """Training mode: dx, dweight, dbias vs the derived batch VJP (the terms through the batch mean and variance
+    included), within tolerance.backward over each channel's elements."""
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    _, grads = norms.gradients(kernel, example, {"y": dy})
+    expected = norms.reference_vjp(kernel, x, weight, eps, dy)
+    bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias)
+    comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
+    outcome.conclude(comparisons, "the backward is not the derivative of BatchNorm over the whole batch", **_plot(x))
+
+
+def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
+                                  momentum: float, eps: float) -> None:
+    """n = N S = 1 in training mode: the variance is 0 and the unbiased factor undefined, so the kernel either
+    refuses the call with an error (torch's ValueError) or gives beta (the forward bound); anything else fails."""
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    try:
+        y = _call(kernel, example)
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(True, "", **_plot(x))  # refused, as torch does
+        return
+    outcome.conclude(outcome.compare(y, norms.reference(kernel, x, weight, bias, eps),
+                                     tolerance.forward(kernel, x, weight, bias, eps), "y"),
+                     "one element per channel must give beta (or be refused)", **_plot(x))
+
+
+def check_channels_last(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
+                        momentum: float, eps: float) -> None:
+    """x in channels-last memory gives the contiguous call's y within twice the forward bound, and (training) its
+    running statistics within twice their bound."""
+    assert x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()
+    example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
+    last, contiguous = buffers_of(example), buffers_of({**example, "x": x.contiguous()})
+    y = _call(kernel, last, allow_nonfinite=True, any_dtype=True)
+    y0 = _call(kernel, contiguous, allow_nonfinite=True, any_dtype=True)
+    if training:
+        bound = tolerance.forward(kernel, x, weight, bias, eps)
+    else:
+        bound = tolerance.batchnorm_eval(kernel, x, running_mean, running_var, weight, bias, eps)
+    comparisons = [outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y")]
+    if training and running_mean is not None:
+        bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
+        comparisons += [outcome.compare(last[name], contiguous[name], 2 * b, f"channels-last vs contiguous: {name}")
+                        for name, b in zip(BUFFERS, bounds, strict=True)]
+    outcome.conclude(comparisons, "the kernel reads a channels-last x as if it were contiguous "
+                     "(statistics over the wrong axes)", **_plot(x))
+
+
+def check_inputs_unmodified(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
+                            momentum: float, eps: float, dy: torch.Tensor) -> None:
+    """x, weight, bias and dy (unless declared in place: then it holds dx) are bit for bit the same after the
+    forward and backward."""
+    inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy}
+    before = read_only(kernel, inputs)
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    _, grads = norms.gradients(kernel, example, {"y": dy}, same_tensors=True, allow_nonfinite=True, any_dtype=True)
+    check_dx_written_into_dy(kernel, dy, grads["x"], x)
+    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only", **_plot(x))
+
+
+check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_forward_with_parameter_dtypes")

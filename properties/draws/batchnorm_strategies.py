@@ -1,0 +1,120 @@
+"""Hypothesis strategies for BatchNorm kernels (kind batchnorm): x [N, C, *spatial] of rank 2 to 5, the running
+buffers, per-channel weight and bias, the mode, the momentum and eps, built from properties.draws.strategies' pieces.
+
+x = scale (offset + z) per element, |offset| <= 10 (the running statistics' and the forward's bounds stay finite;
+|mean|/std is the conditioning the bounds follow). The running buffers are [C] in the parameters' dtype (x's, or
+float32 beside 16-bit x: nn.BatchNorm's buffers follow its parameters): a mean near the batch's and a positive
+variance, or None where the mode allows it (training). In
+training mode n = N S >= 2 elements per channel (torch refuses n = 1: claim bn.degenerate, drawn on its own);
+N = 1 is drawn (claim bn.single_sample: InstanceNorm), so is a constant channel (``constant``: variance 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from hypothesis import strategies as st
+
+from core.capabilities import discover
+from core.registry import Kernel
+from properties.bounds.tolerance import bound_in_use
+from properties.draws.strategies import (
+    backward_width_limit,
+    biases,
+    effective_weights,
+    epsilons,
+    offset_ratios,
+    parameter_dtypes,
+    rounded,
+    scales,
+    seeds,
+    standard_values,
+    storage_dtypes,
+)
+from properties.norms import output_dtype
+
+SAMPLES = (1, 2, 3, 4, 8)
+CHANNELS = (1, 2, 3, 4, 8)
+SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as nn.BatchNorm1d/2d/3d
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by x's rank
+MOMENTA = (0.1, 0.01, 0.5, 0.9, 1.0)  # 0 < m <= 1 (claim bn.running_statistics); 1: the batch's own statistics
+MAX_OFFSET_RATIO = 10.0
+
+
+@st.composite
+def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, buffers: bool | None = None,
+                       samples: tuple[int, ...] = SAMPLES, channels: tuple[int, ...] = CHANNELS,
+                       spatial: tuple[tuple[int, ...], ...] = SPATIAL,
+                       upstream: bool = False, every_input: bool = False, mixed: bool = False,
+                       constant: bool = False, least: int = 2, dtypes: tuple[torch.dtype, ...] | None = None,
+                       parameter_dtype: torch.dtype | None = None) -> dict:
+    """One example keyed by role (core.kinds), in ``training`` mode (drawn when None) with running buffers when
+    ``buffers`` (drawn when None; always in eval mode); ``upstream``: dy in the output's dtype; ``every_input``:
+    weight and bias present and random; ``mixed``/``parameter_dtype``: weight and bias in another dtype the kernel
+    takes (strategies.parameter_dtypes); ``constant``: every channel constant; ``least``: the fewest elements per
+    channel in training mode (2: torch refuses 1)."""
+    caps = discover(kernel)
+    training = draw(st.booleans()) if training is None else training
+    with_buffers = (not training or draw(st.booleans())) if buffers is None else buffers
+    dtype = draw(storage_dtypes(kernel, dtypes))
+    parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
+    widest = _channel_width_limit(kernel, dtype) if upstream and training else None
+    n_samples = draw(st.sampled_from(samples))
+    fits = [s for s in spatial if (not training or n_samples * math.prod(s) >= least)
+            and (widest is None or n_samples * math.prod(s) <= widest)]
+    shape = (n_samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(fits)))
+    channels = shape[1]
+    ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
+    if widest is not None and widest < 1024:
+        ratio = 0.0  # a 16-bit storage-precision backward's bound is finite on centred channels only
+    scale = draw(scales(dtype))
+    if constant:
+        levels = scale * (ratio + standard_values((channels,), "normal", draw(seeds())))
+        values = levels.reshape(1, channels, *(1,) * (len(shape) - 2)).expand(shape)
+    else:
+        values = scale * (ratio + standard_values(shape, "normal", draw(seeds())))
+    example = {"x": rounded(values.contiguous(), dtype, caps.device), "training": training,
+               "momentum": draw(st.sampled_from(MOMENTA)), "eps": draw(epsilons())}
+    gamma = draw(effective_weights(channels, ("random", "zeros_and_negatives") if every_input else
+                                   ("none", "constant", "random", "zeros_and_negatives")))
+    example["weight"] = None if gamma is None else rounded(gamma, parameters, caps.device)
+    beta = draw(biases(channels, ("random",) if every_input else ("none", "zeros", "random")))
+    example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)
+    buffers = draw(running_buffers(channels, scale, ratio, parameters, caps.device)) if with_buffers else (None, None)
+    example["running_mean"], example["running_var"] = buffers
+    if upstream:
+        y_dtype = output_dtype(kernel, example["x"], example["weight"])
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
+    return example
+
+
+@st.composite
+def running_buffers(draw, channels: int, scale: float, ratio: float, dtype: torch.dtype, device: str
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running mean ~ scale (ratio + N(0, 1)) and running variance ~ scale^2 U(1/4, 4) per channel, in the
+    parameters' dtype (nn.BatchNorm keeps its buffers in its parameters' dtype; torch's CPU batch_norm refuses
+    buffers in another)."""
+    mean = scale * (ratio + standard_values((channels,), "normal", draw(seeds())))
+    spread = standard_values((channels,), "uniform", draw(seeds())).abs()
+    variance = scale**2 * (0.25 + 3.75 * torch.clamp(spread, 0.0, 1.0))
+    return rounded(mean, dtype, device), rounded(variance, dtype, device)
+
+
+def _channel_width_limit(kernel: Kernel, dtype: torch.dtype) -> int | None:
+    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest channel
+    (N S elements) where LayerNorm's backward bound is finite (strategies.backward_width_limit, as GroupNorm's
+    groups); None otherwise."""
+    if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
+        return None
+    plain = dataclasses.replace(kernel, kind=kernel.record.plain_norm, momentum_convention="torch",
+                                running_variance="unbiased", affine_precision="float32")
+    return backward_width_limit(plain, dtype, bound_in_use())
+
+
+def other_values(example: dict, seed: int) -> torch.Tensor:
+    """Replacement values of x's shape and dtype, on its device (7 x N(0, 1)): claim bn.coupling's other sample."""
+    x = example["x"]
+    return rounded(standard_values(tuple(x.shape), "normal", seed) * 7, x.dtype, x.device)
+

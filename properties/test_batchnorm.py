@@ -1,0 +1,117 @@
+"""BatchNorm kernels (kind batchnorm, F.batch_norm's contract over x [N, C, *]): bn.forward, bn.running_statistics,
+bn.eval, bn.coupling, bn.jacobian, bn.degenerate, bn.single_sample, bn.layout_invariance, bn.inputs_unmodified.
+The checks and the bounds they use: :mod:`properties.checks.batchnorm`; the draws:
+:mod:`properties.draws.batchnorm_strategies`."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from properties import evidence
+from properties.checks import batchnorm as checks
+from properties.draws.batchnorm_strategies import CHANNELS_LAST, batchnorm_examples, other_values
+from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, seeds
+from properties.norms import require_backward
+from properties.run import profiles
+
+SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which have a channels-last layout
+
+
+@pytest.mark.claim("bn.forward")
+@profiles.share(1.0)
+@given(data=st.data())
+def test_training_forward_matches_the_oracle(batchnorm_kernel, data):
+    example = data.draw(batchnorm_examples(batchnorm_kernel, training=True, mixed=True), "example")
+    evidence.check(checks.check_forward, batchnorm_kernel, example)
+
+
+@pytest.mark.claim("bn.forward")
+@over_parameter_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_with_parameters_in_another_dtype(batchnorm_kernel, mix, data):
+    """float32 weight and bias with 16-bit x, 16-bit ones with float32 x: y in the output-dtype rule's dtype, within
+    the bound of the dtypes received."""
+    example = mixed_parameter_examples(batchnorm_kernel, mix, batchnorm_examples, training=True)
+    evidence.check(checks.check_forward_with_parameter_dtypes, batchnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.running_statistics")
+@profiles.share(1.0)
+@given(data=st.data())
+def test_one_training_call_updates_the_running_statistics_once(batchnorm_kernel, data):
+    example = batchnorm_examples(batchnorm_kernel, training=True, buffers=True, mixed=True)
+    evidence.check(checks.check_running_statistics, batchnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.eval")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_eval_mode_is_the_affine_map_of_the_running_statistics(batchnorm_kernel, data):
+    example = batchnorm_examples(batchnorm_kernel, training=False, mixed=True)
+    evidence.check(checks.check_eval, batchnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.coupling")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_replacing_one_sample_moves_the_others_in_training_only(batchnorm_kernel, data):
+    example = data.draw(batchnorm_examples(batchnorm_kernel, samples=(2, 3, 4, 8), mixed=True), "example")
+    other = other_values(example, data.draw(seeds(), "other seed"))
+    evidence.check(checks.check_coupling, batchnorm_kernel, {**example, "other": other})
+
+
+@pytest.mark.claim("bn.jacobian")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_vjp_matches_the_batch_jacobian(batchnorm_kernel, data):
+    require_backward(batchnorm_kernel)
+    example = batchnorm_examples(batchnorm_kernel, training=True, upstream=True, mixed=True)
+    evidence.check(checks.check_vjp, batchnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.degenerate")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_constant_channels_give_beta(batchnorm_kernel, data):
+    example = batchnorm_examples(batchnorm_kernel, training=True, constant=True)
+    evidence.check(checks.check_forward, batchnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.degenerate")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_one_element_per_channel_is_refused_or_gives_beta(batchnorm_kernel, data):
+    example = batchnorm_examples(batchnorm_kernel, training=True, samples=(1,), spatial=((), (1,), (1, 1)), least=1)
+    example = data.draw(example, "example")
+    evidence.check(checks.check_one_element_per_channel, batchnorm_kernel, example)
+
+
+@pytest.mark.claim("bn.single_sample")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_one_sample_is_instance_norm(batchnorm_kernel, data):
+    example = batchnorm_examples(batchnorm_kernel, training=True, samples=(1,), spatial=((5,), (2, 3), (4, 4)))
+    evidence.check(checks.check_forward, batchnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_channels_last_input(batchnorm_kernel, data):
+    # one channel is contiguous in channels-last memory too: two or more
+    example = batchnorm_examples(batchnorm_kernel, spatial=SPATIAL_LAYOUTS, channels=(2, 3, 4, 8), mixed=True)
+    example = data.draw(example, "example")
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(checks.check_channels_last, batchnorm_kernel, example)
+
+
+@pytest.mark.claim("bn.inputs_unmodified")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_inputs_unmodified(batchnorm_kernel, data):
+    require_backward(batchnorm_kernel)
+    example = batchnorm_examples(batchnorm_kernel, upstream=True, every_input=True, mixed=True)
+    evidence.check(checks.check_inputs_unmodified, batchnorm_kernel, data.draw(example, "example"))

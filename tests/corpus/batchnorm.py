@@ -1,0 +1,107 @@
+"""Broken BatchNorm kernels (kind batchnorm, F.batch_norm's contract over x [N, C, *]): one torch implementation
+(statistics per channel over N x spatial in float32, torch's running-statistics update, autograd backward) with
+exactly one thing broken, each a bug class reported against real BatchNorms; the manifest (tests/corpus/__init__.py)
+lists the claims that must catch each.
+
+    BN_BIASED_RUNNING_VARIANCE   running_var updated with the population variance, not n/(n-1) times it
+                                                                                    -> bn.running_statistics
+    BN_UNBIASED_NORMALIZATION    the reverse: y normalized with the unbiased variance              -> bn.forward
+    BN_KERAS_MOMENTUM            the momentum convention inverted: new = m old + (1 - m) batch
+                                                                                    -> bn.running_statistics
+    BN_UPDATED_TWICE             the running statistics updated twice per training call
+                                                                                    -> bn.running_statistics
+    BN_EVAL_BATCH_STATISTICS     eval mode normalizes with the batch's statistics        -> bn.eval, bn.coupling
+    BN_EVAL_UPDATES_RUNNING      eval mode updates the running statistics too                      -> bn.eval
+    BN_CHANNELS_LAST_IGNORED     reads a channels-last x's memory as if contiguous: the statistics over the wrong
+                                 axes                                                    -> bn.layout_invariance
+    BN_STATISTICS_DETACHED       the backward treats the batch mean and variance as constants     -> bn.jacobian
+    BN_PER_SAMPLE_STATISTICS     statistics per (sample, channel): InstanceNorm, no coupling
+                                                                                    -> bn.forward, bn.coupling
+    SEED_002_MANUAL              seed 002's manual implementation: per-channel statistics with the population
+                                 variance, no affine map, no running statistics     -> bn.forward,
+                                                                                       bn.running_statistics
+    BN_CORRECT                   the control: the same implementation, nothing broken
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/batchnorm.py:"
+
+
+def _channels(x: torch.Tensor) -> tuple[int, ...]:
+    """The axes a channel's statistics sum over: every axis but the channel axis 1."""
+    return (0, *range(2, x.dim()))
+
+
+def _per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return t.reshape((1, -1) + (1,) * (x.dim() - 2))
+
+
+def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = ""):
+    if bug == "channels_last":
+        x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+    values = x.float()
+    use_batch = training or bug == "eval_batch" or running_mean is None
+    if use_batch:
+        axes = tuple(range(2, x.dim())) if bug == "per_sample" else _channels(x)
+        mean = values.mean(axes, keepdim=True)
+        variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
+        if bug == "detached":
+            mean, variance = mean.detach(), variance.detach()
+    else:
+        mean, variance = _per_channel(running_mean.float(), x), _per_channel(running_var.float(), x)
+    y = (values - mean) * torch.rsqrt(variance + eps)
+    if bug != "manual":
+        y = y if weight is None else y * _per_channel(weight.float(), x)
+        y = y if bias is None else y + _per_channel(bias.float(), x)
+    updates = training or bug == "eval_updates"
+    if updates and running_mean is not None and bug != "manual":
+        with torch.no_grad():
+            _update(values, running_mean, running_var, momentum, bug)
+            if bug == "twice":
+                _update(values, running_mean, running_var, momentum, bug)
+    return y.to(x.dtype)
+
+
+def _update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
+            bug: str) -> None:
+    """torch's running-statistics update, in place, broken as ``bug`` says."""
+    count = values.numel() // values.shape[1]
+    mean = values.mean(_channels(values))
+    variance = values.var(_channels(values), unbiased=bug != "biased_running" and count > 1)
+    m = 1.0 - momentum if bug == "keras" else momentum
+    running_mean.copy_(((1 - m) * running_mean.float() + m * mean).to(running_mean.dtype))
+    running_var.copy_(((1 - m) * running_var.float() + m * variance).to(running_var.dtype))
+
+
+def _kernel(name: str, bug: str, description: str) -> Kernel:
+    def fn(x, running_mean, running_var, weight, bias, training, momentum, eps):
+        return _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, bug=bug)
+
+    return Kernel(name.lower(), "batchnorm", fn, spec=f"{SPEC}{name}", description=description)
+
+
+BN_BIASED_RUNNING_VARIANCE = _kernel("BN_BIASED_RUNNING_VARIANCE", "biased_running",
+                                     "running_var updated with the population variance: bn.running_statistics")
+BN_UNBIASED_NORMALIZATION = _kernel("BN_UNBIASED_NORMALIZATION", "unbiased_normalization",
+                                    "y normalized with the unbiased variance: bn.forward")
+BN_KERAS_MOMENTUM = _kernel("BN_KERAS_MOMENTUM", "keras",
+                            "Keras' momentum convention, new = m old + (1 - m) batch: bn.running_statistics")
+BN_UPDATED_TWICE = _kernel("BN_UPDATED_TWICE", "twice", "the running statistics updated twice per training call")
+BN_EVAL_BATCH_STATISTICS = _kernel("BN_EVAL_BATCH_STATISTICS", "eval_batch",
+                                   "eval mode normalizes with the batch's statistics: bn.eval, bn.coupling")
+BN_EVAL_UPDATES_RUNNING = _kernel("BN_EVAL_UPDATES_RUNNING", "eval_updates",
+                                  "eval mode updates the running statistics: bn.eval")
+BN_CHANNELS_LAST_IGNORED = _kernel("BN_CHANNELS_LAST_IGNORED", "channels_last",
+                                   "a channels-last x read as if contiguous: bn.layout_invariance")
+BN_STATISTICS_DETACHED = _kernel("BN_STATISTICS_DETACHED", "detached",
+                                 "the backward holds the batch mean and variance constant: bn.jacobian")
+BN_PER_SAMPLE_STATISTICS = _kernel("BN_PER_SAMPLE_STATISTICS", "per_sample",
+                                   "statistics per (sample, channel), InstanceNorm's: bn.forward, bn.coupling")
+SEED_002_MANUAL = _kernel("SEED_002_MANUAL", "manual",
+                          "seed 002's manual BatchNorm: no affine map, no running statistics")
+BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
