@@ -217,6 +217,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("batchnorm.py:BN_CHANNELS_LAST_IGNORED", "bn.layout_invariance"),
     _broken("batchnorm.py:BN_STATISTICS_DETACHED", "bn.jacobian"),
     _broken("batchnorm.py:BN_PER_SAMPLE_STATISTICS", "bn.forward", "bn.coupling"),
+    _broken("batchnorm.py:BN_EPS_MISSING", "bn.degenerate"),
+    _broken("batchnorm.py:BN_ONE_SAMPLE_PASSED_THROUGH", "bn.single_sample"),
+    _broken("batchnorm.py:BN_INPUT_OVERWRITTEN", "bn.inputs_unmodified"),
     _broken("batchnorm.py:SEED_002_MANUAL", "bn.forward", "bn.running_statistics"),
     _broken("blocks.py:LN_RSTD_CLAMPED", "ln.contraction", "blocks.jacobians"),
     # derived.py: caught in a derived-property claim's own regime, missed by *.forward's inputs (issue 11, point 6)

@@ -17,6 +17,9 @@ lists the claims that must catch each.
     BN_STATISTICS_DETACHED       the backward treats the batch mean and variance as constants     -> bn.jacobian
     BN_PER_SAMPLE_STATISTICS     statistics per (sample, channel): InstanceNorm, no coupling
                                                                                     -> bn.forward, bn.coupling
+    BN_EPS_MISSING               rsqrt(var) without eps: 0 * inf = NaN on a constant channel      -> bn.degenerate
+    BN_ONE_SAMPLE_PASSED_THROUGH at N = 1 (no batch to normalize over) y = gamma x + beta        -> bn.single_sample
+    BN_INPUT_OVERWRITTEN         normalizes x in place                                     -> bn.inputs_unmodified
     SEED_002_MANUAL              seed 002's manual implementation: per-channel statistics with the population
                                  variance, no affine map, no running statistics     -> bn.forward,
                                                                                        bn.running_statistics
@@ -45,6 +48,8 @@ def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, e
     if bug == "channels_last":
         x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
     values = x.float()
+    if bug == "one_sample" and training and x.shape[0] == 1:
+        return _affine(values, weight, bias).to(x.dtype)
     use_batch = training or bug == "eval_batch" or running_mean is None
     if use_batch:
         axes = tuple(range(2, x.dim())) if bug == "per_sample" else _channels(x)
@@ -54,17 +59,22 @@ def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, e
             mean, variance = mean.detach(), variance.detach()
     else:
         mean, variance = _per_channel(running_mean.float(), x), _per_channel(running_var.float(), x)
-    y = (values - mean) * torch.rsqrt(variance + eps)
-    if bug != "manual":
-        y = y if weight is None else y * _per_channel(weight.float(), x)
-        y = y if bias is None else y + _per_channel(bias.float(), x)
+    y = (values - mean) * torch.rsqrt(variance + (0.0 if bug == "eps_missing" else eps))
+    y = y if bug == "manual" else _affine(y, weight, bias)
     updates = training or bug == "eval_updates"
     if updates and running_mean is not None and bug != "manual":
         with torch.no_grad():
             _update(values, running_mean, running_var, momentum, bug)
             if bug == "twice":
                 _update(values, running_mean, running_var, momentum, bug)
+    if bug == "in_place":
+        x.data.copy_(y.detach())
     return y.to(x.dtype)
+
+
+def _affine(y: torch.Tensor, weight, bias) -> torch.Tensor:
+    y = y if weight is None else y * _per_channel(weight.float(), y)
+    return y if bias is None else y + _per_channel(bias.float(), y)
 
 
 def _update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
@@ -102,6 +112,10 @@ BN_STATISTICS_DETACHED = _kernel("BN_STATISTICS_DETACHED", "detached",
                                  "the backward holds the batch mean and variance constant: bn.jacobian")
 BN_PER_SAMPLE_STATISTICS = _kernel("BN_PER_SAMPLE_STATISTICS", "per_sample",
                                    "statistics per (sample, channel), InstanceNorm's: bn.forward, bn.coupling")
+BN_EPS_MISSING = _kernel("BN_EPS_MISSING", "eps_missing", "rsqrt(var) without eps: bn.degenerate")
+BN_ONE_SAMPLE_PASSED_THROUGH = _kernel("BN_ONE_SAMPLE_PASSED_THROUGH", "one_sample",
+                                       "at N = 1 y = gamma x + beta, no normalization: bn.single_sample")
+BN_INPUT_OVERWRITTEN = _kernel("BN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: bn.inputs_unmodified")
 SEED_002_MANUAL = _kernel("SEED_002_MANUAL", "manual",
                           "seed 002's manual BatchNorm: no affine map, no running statistics")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
