@@ -45,9 +45,9 @@ STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_prec
 # population variance, torch) or the population variance itself
 MOMENTUM_CONVENTIONS = ("torch", "keras")
 RUNNING_VARIANCES = ("unbiased", "biased")
-# the precision BatchNorm's per-channel affine map y = x a + b (a = gamma rstd, b = beta - mean a) is applied in:
-# "float32" (the statistics' accumulation dtype: the error model's normalization) or "storage" (a and b rounded to
-# x's dtype first, ATen's CPU batch_norm with float16/bfloat16 x)
+# the precision the per-channel affine map y = x a + b (a = gamma rstd, b = beta - mean a) of GroupNorm and
+# BatchNorm is applied in: "float32" (the statistics' accumulation dtype: the error model's normalization) or
+# "storage" (a and b rounded to x's dtype first: ATen's CPU batch_norm and CUDA group_norm with float16/bfloat16 x)
 AFFINE_PRECISIONS = ("float32", "storage")
 # what Kernel.on_cuda may replace
 DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero", "affine_precision")
@@ -117,9 +117,9 @@ class Kernel:
     BatchNorm kernels (kind ``batchnorm``) declare how they keep their running statistics: ``momentum_convention``
     (:data:`MOMENTUM_CONVENTIONS`: torch's ``new = (1 - m) old + m batch``, the default, or Keras' ``new = m old +
     (1 - m) batch``) and ``running_variance`` (:data:`RUNNING_VARIANCES`: the unbiased batch variance, torch's, or
-    the population variance the forward normalizes with); bn.running_statistics checks the update declared. They may
-    declare ``affine_precision="storage"`` (:data:`AFFINE_PRECISIONS`): y = x a + b with a = gamma rstd and
-    b = beta - mean a rounded to x's dtype, which adds u_x (|a| (|x| + |mean|) + |beta|) to the forward's bound
+    the population variance the forward normalizes with); bn.running_statistics checks the update declared. They and
+    GroupNorm kernels may declare ``affine_precision="storage"`` (:data:`AFFINE_PRECISIONS`): y = x a + b with
+    a = gamma rstd and b = beta - mean a rounded to x's dtype, which the forward's bound then covers
     (properties.bounds.tolerance.forward).
     """
 
@@ -157,14 +157,16 @@ class Kernel:
         if not self.record.has_residual and (self.residual_dtype != "storage" or "residual" in self.in_place):
             raise UsageError(f"kernel {self.name!r}: residual_dtype and an in-place residual are declarations of the "
                              f"kinds with a residual, not of {self.kind}")
-        batchnorm = (self.momentum_convention, self.running_variance, self.affine_precision)
         if (self.momentum_convention not in MOMENTUM_CONVENTIONS or self.running_variance not in RUNNING_VARIANCES
-                or self.affine_precision not in AFFINE_PRECISIONS
-                or (not self.record.batch_statistics and batchnorm != ("torch", "unbiased", "float32"))):
-            raise UsageError(f"kernel {self.name!r}: momentum_convention (one of {', '.join(MOMENTUM_CONVENTIONS)}), "
-                             f"running_variance (one of {', '.join(RUNNING_VARIANCES)}) and affine_precision (one of "
-                             f"{', '.join(AFFINE_PRECISIONS)}) are declarations of the kinds with running "
-                             f"statistics, not of {self.kind}")
+                or (not self.record.batch_statistics
+                    and (self.momentum_convention, self.running_variance) != ("torch", "unbiased"))):
+            raise UsageError(f"kernel {self.name!r}: momentum_convention (one of {', '.join(MOMENTUM_CONVENTIONS)}) "
+                             f"and running_variance (one of {', '.join(RUNNING_VARIANCES)}) are declarations of the "
+                             f"kinds with running statistics, not of {self.kind}")
+        if self.affine_precision not in AFFINE_PRECISIONS or (self.affine_precision != "float32"
+                                                              and not self.record.per_channel):
+            raise UsageError(f"kernel {self.name!r}: affine_precision (one of {', '.join(AFFINE_PRECISIONS)}) is a "
+                             f"declaration of the kinds with per-channel weight and bias, not of {self.kind}")
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")

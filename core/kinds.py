@@ -99,6 +99,11 @@ class Kind:
         return self.scope == "batch"
 
     @property
+    def per_channel(self) -> bool:
+        """Whether weight and bias are per channel of x [N, C, *] (GroupNorm, BatchNorm), not per element of a row."""
+        return self.scope in ("group", "batch")
+
+    @property
     def is_norm(self) -> bool:
         return self.norm is not None
 

@@ -12,7 +12,8 @@
 
     torch-groupnorm      F.group_norm(x, num_groups, weight, bias, eps); backward_precision="storage" on every
                          device: ATen's native_group_norm returns mean and rstd in x's dtype (CPU and CUDA), and
-                         its backward rebuilds x_hat from them (docs/findings.md [R7])
+                         its backward rebuilds x_hat from them; on CUDA affine_precision="storage": its forward
+                         computes a = rstd gamma, b = beta - a mean from them (docs/findings.md [R7])
     liger-groupnorm      Liger-Kernel's LigerGroupNormFunction.apply(x, weight, bias, C, num_groups, eps)
 
 Liger's casting modes are those of its RMSNorm (core.adapters.liger.RMS_MODES), and so are the conventions they
@@ -147,7 +148,7 @@ BUILTINS = [
             lambda: _load_ours(True), triton_ours.unavailable),
     Builtin("torch-groupnorm", "torch.nn.functional.group_norm", lambda: [
         Kernel("torch-groupnorm", "groupnorm", groupnorm, spec="torch-groupnorm", description="F.group_norm",
-               backward_precision="storage")]),
+               backward_precision="storage", on_cuda=(("affine_precision", "storage"),))]),
     Builtin("liger-groupnorm", "Liger-Kernel GroupNorm (Triton; CPU through the interpreter)", _load_liger_groupnorm,
             liger.unavailable),
     *(Builtin(name, f"Liger-Kernel fused add + RMSNorm, casting mode {mode!r}", load, liger.unavailable)

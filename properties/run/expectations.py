@@ -147,12 +147,6 @@ def bias_without_weight(example: dict) -> bool:
     return example.get("weight") is None and isinstance(example.get("bias"), torch.Tensor)
 
 
-def sixteen_bit_on_cuda(example: dict) -> bool:
-    """An example whose x is a float16/bfloat16 CUDA tensor (the device the kernel runs on, at the call)."""
-    x = example.get("x")
-    return isinstance(x, torch.Tensor) and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
-
-
 def affine_residue_shows(example: dict) -> bool:
     """An ``x`` of exact statistics (properties.draws.exact_rows: it has ``centred`` rows): for the gradients (with
     ``dy``) any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU
@@ -204,11 +198,6 @@ BUILTIN_DEVIATIONS = (
     Deviation(("torch-groupnorm",), "gn.jacobian", "raised", bias_without_weight,
               "torch's F.group_norm backward raises 'tensor does not have a device' for weight=None with a bias that "
               "needs a gradient (docs/findings.md [R3])", storage=False),
-    Deviation(("torch-groupnorm",), "gn.forward", "value", sixteen_bit_on_cuda,
-              "torch's CUDA group_norm (2.11) computes y from mean and rstd rounded to x's 16-bit dtype, an error "
-              "of u_16 (|x_hat| + |mean|/std): on an H100 exactly that of the formulas with float16 statistics, "
-              "15.7 times float32's at |mean|/std = 30; its CPU path uses float32 (docs/findings.md [R7])",
-              quantities=("y",)),
     Deviation(("torch-groupnorm",), "gn.layout_invariance", "value", any_example,
               "torch's CPU F.group_norm on a channels-last input computes a one-pass variance, whose error grows "
               "with (|mean|/std)^2; the contiguous path is accurate (docs/findings.md [R5])",
