@@ -128,3 +128,34 @@ def test_torch_fused_add_rmsnorm_rounding_dh_twice_in_16_bit_is_inside_the_accum
     inside.update(weight=None, eps=1e-5)
     for spec in ("torch-fused", "torch-fused-fp32"):
         check_vjp(next(k for k in resolve(spec) if k.kind == "add_rmsnorm"), **inside)
+
+
+SHRINKING = textwrap.dedent('''
+    import pathlib
+
+    import pytest
+    from hypothesis import given, strategies as st
+
+
+    @pytest.mark.claim("ln.forward", "rms.forward")
+    @given(st.integers(0, 10**6))
+    def test_fails_from_a_threshold(norm_kernel, n):
+        calls = pathlib.Path(norm_kernel.name.replace(":", "-"))
+        if calls.exists():  # counts the calls after the first failure
+            calls.write_text(calls.read_text() + "x")
+        if n >= 1000:
+            calls.exists() or calls.write_text("")
+            raise AssertionError("y: error/bound = 2")
+''')
+
+
+def test_a_failure_is_not_shrunk_where_a_deviation_names_the_kernel_and_claim(tmp_path):
+    """torch:layernorm has declared deviations on ln.*: its failing example is judged as it failed (one replay after
+    it), while torch:rmsnorm, with none on rms.*, shrinks its failure over many calls."""
+    (tmp_path / "test_shrinking.py").write_text(SHRINKING)
+    command = [sys.executable, "-m", "pytest", "test_shrinking.py", "-p", "properties.plugin", "--kernel", "torch",
+               "-p", "no:cacheprovider", "-q", "--hypothesis-seed", "0"]
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert len((tmp_path / "torch-layernorm").read_text()) <= 1
+    assert len((tmp_path / "torch-rmsnorm").read_text()) > 5
