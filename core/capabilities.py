@@ -30,6 +30,7 @@ A claim that needs a capability the kernel lacks is skipped with ``*_reason``, n
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -44,7 +45,8 @@ PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (x's dtype, weight's and bias' dtype): autocast / mixed-precision training, and 16-bit weights in float32 inference
 PARAMETER_MIXES = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float16),
                    (torch.float32, torch.bfloat16))
-_PROBE_SHAPE = (2, 8)
+_PROBE_SHAPE = (2, 8)  # [rows, d]; [N, C] for GroupNorm and BatchNorm
+_INSTANCE_PROBE_SHAPE = (2, 4, 2)  # [N, C, S]: InstanceNorm needs two spatial elements in training mode
 _PROBE_TIMEOUT_S = guard.DEFAULT_TIMEOUT_S  # NORMVERIFY_CALL_TIMEOUT, normverify run --timeout
 
 
@@ -116,8 +118,9 @@ def mix_name(x_dtype: torch.dtype, parameter_dtype: torch.dtype) -> str:
 def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtype | None = None) -> tuple:
     """The kernel's positional arguments for input x: unit weight, zero bias (in ``parameter_dtype``, default x's),
     eps 1e-5, p 0.5, seed 0; a fused kind's residual is x reversed; GroupNorm takes x [2, 8] as [N, C] with 2
-    groups, BatchNorm as [N, C] in training mode (momentum 0.1) without running statistics."""
-    d, dtype = x.shape[-1], parameter_dtype or x.dtype
+    groups, BatchNorm as [N, C] and InstanceNorm x [2, 4, 2] in training mode (momentum 0.1) without running
+    statistics; the per-channel kinds' weight and bias are [C]."""
+    d, dtype = x.shape[1 if kernel.record.per_channel else -1], parameter_dtype or x.dtype
     weight = torch.full((d,), 1.0 - kernel.weight_offset, dtype=dtype, device=x.device)
     bias = torch.zeros(d, dtype=dtype, device=x.device)
     return kernel.record.arguments({"x": x, "residual": x.flip(-1).detach(), "num_groups": 2, "weight": weight,
@@ -130,8 +133,9 @@ def first_output(out: object) -> object:
     return out[0] if isinstance(out, (tuple, list)) and out else out
 
 
-def _probe_input(dtype: torch.dtype, device: str) -> torch.Tensor:
-    values = torch.arange(_PROBE_SHAPE[0] * _PROBE_SHAPE[1], dtype=torch.float32, device=device).reshape(_PROBE_SHAPE)
+def _probe_input(kernel: Kernel, dtype: torch.dtype, device: str) -> torch.Tensor:
+    shape = _INSTANCE_PROBE_SHAPE if kernel.record.scope == "instance" else _PROBE_SHAPE
+    values = torch.arange(math.prod(shape), dtype=torch.float32, device=device).reshape(shape)
     return torch.sin(values).to(dtype)
 
 
@@ -156,7 +160,7 @@ def unsupported_dtype(fault: guard.KernelFault) -> bool:
 
 def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.KernelFault | None:
     """The fault of the kernel's forward in ``dtype`` on ``device`` (None when it computes there)."""
-    x = _probe_input(dtype, device)
+    x = _probe_input(kernel, dtype, device)
     try:
         out = guard.limited(kernel, lambda: kernel.fn(*probe_arguments(kernel, x)), timeout=_PROBE_TIMEOUT_S)
         y = first_output(out)
@@ -175,7 +179,7 @@ def _residual_none_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> s
         return None
     if record.dropout:
         return "not drawn: the dropout + add kind's mask is read from residual_out against the residual"
-    x = _probe_input(dtype, device)
+    x = _probe_input(kernel, dtype, device)
     arguments = list(probe_arguments(kernel, x))
     arguments[record.signature.index("residual")] = None
     try:
@@ -199,7 +203,7 @@ def _mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str) -> tupl
         if kernel.parameter_dtypes == "same":
             reasons[name] = "declared: weight and bias only in x's dtype (parameter_dtypes='same')"
         else:
-            x = _probe_input(x_dtype, device)
+            x = _probe_input(kernel, x_dtype, device)
             try:
                 guard.limited(kernel, lambda x=x, p=parameter_dtype: kernel.fn(*probe_arguments(kernel, x, p)),
                               timeout=_PROBE_TIMEOUT_S)
@@ -225,7 +229,7 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
     """
 
     def output() -> tuple[torch.Tensor, torch.Tensor]:
-        x = _probe_input(dtype, device).requires_grad_(True)
+        x = _probe_input(kernel, dtype, device).requires_grad_(True)
         return x, first_output(kernel.fn(*probe_arguments(kernel, x)))
 
     def derivative(create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:

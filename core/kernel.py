@@ -161,8 +161,8 @@ class Kernel:
                 or (not self.record.batch_statistics
                     and (self.momentum_convention, self.running_variance) != ("torch", "unbiased"))):
             raise UsageError(f"kernel {self.name!r}: momentum_convention (one of {', '.join(MOMENTUM_CONVENTIONS)}) "
-                             f"and running_variance (one of {', '.join(RUNNING_VARIANCES)}) are declarations of the "
-                             f"kinds with running statistics, not of {self.kind}")
+                             f"and running_variance (one of {', '.join(RUNNING_VARIANCES)}) are declarations of "
+                             f"BatchNorm kernels, not of {self.kind}")
         if self.affine_precision not in AFFINE_PRECISIONS or (self.affine_precision != "float32"
                                                               and not self.record.per_channel):
             raise UsageError(f"kernel {self.name!r}: affine_precision (one of {', '.join(AFFINE_PRECISIONS)}) is a "

@@ -25,6 +25,9 @@ Every norm kind is a prologue, then the plain norm at the prologue's output h, o
                                                                               statistics), weight and bias per
                                                                               channel, the running buffers updated
                                                                               in place in training
+    instancenorm           the same signature (F.instance_norm's)             x [N, C, *]: the rows are each sample's
+                                                                              channels' spatial elements (training;
+                                                                              eval: the running statistics)
     dropout                fn(x, p, seed) -> y                                (no norm: inverted dropout)
 
 y = N(h) over the last axis of the rows (the grouped view for GroupNorm, the channel-major view [C, N S] for
@@ -44,8 +47,9 @@ ROLES = ("x", "residual", "num_groups", "running_mean", "running_var", "weight",
 DIFFERENTIABLE = ("x", "residual", "weight", "bias")
 PROLOGUES = ("", "add", "dropout_add")
 # What one row of the norm's statistics holds: the last axis ("row"), a group of channels of one sample of x [N, C, *]
-# ("group", GroupNorm), or one channel over the whole batch ("batch", BatchNorm in training mode).
-SCOPES = ("row", "group", "batch")
+# ("group", GroupNorm), one channel of one sample ("instance", InstanceNorm) or one channel over the whole batch
+# ("batch", BatchNorm in training mode).
+SCOPES = ("row", "group", "instance", "batch")
 
 
 @dataclass(frozen=True)
@@ -94,14 +98,20 @@ class Kind:
 
     @property
     def batch_statistics(self) -> bool:
-        """BatchNorm's scope: the rows are channels over the batch, [C, N S], with running statistics kept in the
-        buffers ``running_mean`` and ``running_var`` (updated in place in training, used in eval mode)."""
+        """BatchNorm's scope: the rows are channels over the batch, [C, N S]: the samples are coupled."""
         return self.scope == "batch"
 
     @property
+    def running_statistics(self) -> bool:
+        """Whether the kind keeps running statistics in the buffers ``running_mean`` and ``running_var`` (updated in
+        place in training mode, normalized with in eval mode): BatchNorm, InstanceNorm."""
+        return "running_mean" in self.signature
+
+    @property
     def per_channel(self) -> bool:
-        """Whether weight and bias are per channel of x [N, C, *] (GroupNorm, BatchNorm), not per element of a row."""
-        return self.scope in ("group", "batch")
+        """Whether weight and bias are per channel of x [N, C, *] (GroupNorm, InstanceNorm, BatchNorm), not per
+        element of a row."""
+        return self.scope != "row"
 
     @property
     def is_norm(self) -> bool:
@@ -164,6 +174,9 @@ RECORDS = (
          description="GroupNorm over [N, C, *], per-channel weight and bias"),
     Kind("batchnorm", "bn", ("x", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
          "ln", scope="batch", description="BatchNorm over [N, C, *] (F.batch_norm's signature), training and eval"),
+    Kind("instancenorm", "in", ("x", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+         "ln", scope="instance",
+         description="InstanceNorm over [N, C, *] with running statistics (F.instance_norm's signature)"),
 )
 KINDS: dict[str, Kind] = {record.name: record for record in RECORDS}
 NAMES = tuple(KINDS)

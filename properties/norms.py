@@ -152,12 +152,15 @@ def effective_weight(kernel: Kernel, weight: torch.Tensor | None) -> np.ndarray 
 
 def grouped(kernel: Kernel, values: np.ndarray, num_groups: int | None) -> np.ndarray:
     """A float64 array of x's shape as the norm's rows (the kind's scope, core.kinds.SCOPES): itself; for GroupNorm
-    x [N, C, *] as [N, G, (C/G) S]; for BatchNorm the channel-major [1, C, N S] (each channel's elements over the
-    batch, GroupNorm's view of x.transpose(0, 1) with G = C). :func:`ungrouped` maps it back."""
+    x [N, C, *] as [N, G, (C/G) S], for InstanceNorm [N, C, S]; for BatchNorm the channel-major [1, C, N S] (each
+    channel's elements over the batch, GroupNorm's view of x.transpose(0, 1) with G = C). :func:`ungrouped` maps it
+    back."""
     record = kernel.record
     if record.batch_statistics:
         return np.moveaxis(values, 1, 0).reshape(1, values.shape[1], -1)
-    return values.reshape(values.shape[0], num_groups, -1) if record.grouped else values
+    if record.per_channel:
+        return values.reshape(values.shape[0], group_count(kernel, values.shape, num_groups), -1)
+    return values
 
 
 def ungrouped(kernel: Kernel, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -168,22 +171,22 @@ def ungrouped(kernel: Kernel, rows: np.ndarray, shape: tuple[int, ...]) -> np.nd
 
 
 def group_count(kernel: Kernel, shape: tuple[int, ...], num_groups: int | None) -> int | None:
-    """The number of groups of :func:`grouped`'s view: ``num_groups`` for GroupNorm, C for BatchNorm (one per
-    channel), None for the kinds over the last axis."""
-    return shape[1] if kernel.record.batch_statistics else num_groups
+    """The number of groups of :func:`grouped`'s view: ``num_groups`` for GroupNorm, C for InstanceNorm and BatchNorm
+    (one per channel), None for the kinds over the last axis."""
+    return num_groups if kernel.record.grouped or not kernel.record.per_channel else shape[1]
 
 
 def per_element(kernel: Kernel, parameter: np.ndarray | None, shape: tuple[int, ...], num_groups: int | None
                 ) -> np.ndarray | None:
     """A parameter [d] as the norm applies it to the rows of :func:`grouped`: itself, or for a per-channel kind its
-    values spread over each group's elements, [G, (C/G) S] (GroupNorm) or [C, N S] (BatchNorm)
-    (proofs.fused_oracles.per_element)."""
+    values spread over each group's elements, [G, (C/G) S] (GroupNorm; InstanceNorm with G = C) or [C, N S]
+    (BatchNorm) (proofs.fused_oracles.per_element)."""
     record = kernel.record
-    if parameter is None or record.scope == "row":
+    if parameter is None or not record.per_channel:
         return parameter
     if record.batch_statistics:
         return fused_oracles.per_element(parameter, (1, shape[1], math.prod(shape) // shape[1]), shape[1])
-    return fused_oracles.per_element(parameter, shape, num_groups)
+    return fused_oracles.per_element(parameter, shape, group_count(kernel, shape, num_groups))
 
 
 def gammas(kernel: Kernel, weight: torch.Tensor | None, bias: torch.Tensor | None
@@ -200,8 +203,8 @@ def reference(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias
     gamma, beta = gammas(kernel, weight, bias)
     if kernel.record.batch_statistics:
         return batchnorm_oracles.batchnorm(as_float64(x), gamma, beta, eps)
-    if kernel.record.grouped:
-        return fused_oracles.groupnorm(as_float64(x), num_groups, gamma, beta, eps)
+    if kernel.record.per_channel:
+        return fused_oracles.groupnorm(as_float64(x), group_count(kernel, x.shape, num_groups), gamma, beta, eps)
     if kernel.record.norm == "rms":
         return oracles.rmsnorm(as_float64(x), gamma, eps)
     return oracles.layernorm(as_float64(x), gamma, beta, eps)
@@ -218,8 +221,8 @@ def reference_vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, 
     x64, dy64 = as_float64(x), as_float64(dy)
     if kernel.record.batch_statistics:
         found = batchnorm_oracles.batchnorm_vjp(x64, gamma, eps, dy64)
-    elif kernel.record.grouped:
-        found = fused_oracles.groupnorm_vjp(x64, num_groups, gamma, eps, dy64)
+    elif kernel.record.per_channel:
+        found = fused_oracles.groupnorm_vjp(x64, group_count(kernel, x.shape, num_groups), gamma, eps, dy64)
     else:
         vjp_of = oracles.rmsnorm_vjp if kernel.record.norm == "rms" else oracles.layernorm_vjp
         found = vjp_of(x64, gamma, eps, dy64)

@@ -1,7 +1,9 @@
-"""BatchNorm kernels (kind batchnorm, F.batch_norm's contract over x [N, C, *]): bn.forward, bn.running_statistics,
-bn.eval, bn.coupling, bn.jacobian, bn.degenerate, bn.single_sample, bn.layout_invariance, bn.inputs_unmodified.
-The checks and the bounds they use: :mod:`properties.checks.batchnorm`; the draws:
-:mod:`properties.draws.batchnorm_strategies`."""
+"""The kinds with running statistics over x [N, C, *]: BatchNorm (kind batchnorm, F.batch_norm's contract): bn.forward,
+bn.running_statistics, bn.eval, bn.coupling, bn.jacobian, bn.degenerate, bn.single_sample, bn.layout_invariance,
+bn.inputs_unmodified; InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract): the same
+checks as in.forward, in.running_statistics, in.eval, in.independence, in.jacobian, in.degenerate,
+in.layout_invariance, in.inputs_unmodified. The checks and the bounds they use: :mod:`properties.checks.batchnorm`;
+the draws: :mod:`properties.draws.batchnorm_strategies`."""
 
 from __future__ import annotations
 
@@ -19,74 +21,74 @@ from properties.run import profiles
 SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which have a channels-last layout
 
 
-@pytest.mark.claim("bn.forward")
+@pytest.mark.claim("bn.forward", "in.forward")
 @profiles.share(1.0)
 @given(data=st.data())
-def test_training_forward_matches_the_oracle(batchnorm_kernel, data):
-    example = data.draw(batchnorm_examples(batchnorm_kernel, training=True, mixed=True), "example")
-    evidence.check(checks.check_forward, batchnorm_kernel, example)
+def test_training_forward_matches_the_oracle(running_norm_kernel, data):
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=True, mixed=True), "example")
+    evidence.check(checks.check_forward, running_norm_kernel, example)
 
 
-@pytest.mark.claim("bn.forward")
+@pytest.mark.claim("bn.forward", "in.forward")
 @over_parameter_mixes
 @profiles.share(0.25)
 @given(data=st.data())
-def test_forward_with_parameters_in_another_dtype(batchnorm_kernel, mix, data):
+def test_forward_with_parameters_in_another_dtype(running_norm_kernel, mix, data):
     """float32 weight and bias with 16-bit x, 16-bit ones with float32 x: y in the output-dtype rule's dtype, within
     the bound of the dtypes received."""
-    example = mixed_parameter_examples(batchnorm_kernel, mix, batchnorm_examples, training=True)
-    evidence.check(checks.check_forward_with_parameter_dtypes, batchnorm_kernel, data.draw(example, "example"))
+    example = mixed_parameter_examples(running_norm_kernel, mix, batchnorm_examples, training=True)
+    evidence.check(checks.check_forward_with_parameter_dtypes, running_norm_kernel, data.draw(example, "example"))
 
 
-@pytest.mark.claim("bn.running_statistics")
+@pytest.mark.claim("bn.running_statistics", "in.running_statistics")
 @profiles.share(1.0)
 @given(data=st.data())
-def test_one_training_call_updates_the_running_statistics_once(batchnorm_kernel, data):
-    example = batchnorm_examples(batchnorm_kernel, training=True, buffers=True, mixed=True)
-    evidence.check(checks.check_running_statistics, batchnorm_kernel, data.draw(example, "example"))
+def test_one_training_call_updates_the_running_statistics_once(running_norm_kernel, data):
+    example = batchnorm_examples(running_norm_kernel, training=True, buffers=True, mixed=True)
+    evidence.check(checks.check_running_statistics, running_norm_kernel, data.draw(example, "example"))
 
 
-@pytest.mark.claim("bn.eval")
+@pytest.mark.claim("bn.eval", "in.eval")
 @profiles.share(0.75)
 @given(data=st.data())
-def test_eval_mode_is_the_affine_map_of_the_running_statistics(batchnorm_kernel, data):
-    example = batchnorm_examples(batchnorm_kernel, training=False, mixed=True)
-    evidence.check(checks.check_eval, batchnorm_kernel, data.draw(example, "example"))
+def test_eval_mode_is_the_affine_map_of_the_running_statistics(running_norm_kernel, data):
+    example = batchnorm_examples(running_norm_kernel, training=False, mixed=True)
+    evidence.check(checks.check_eval, running_norm_kernel, data.draw(example, "example"))
 
 
-@pytest.mark.claim("bn.coupling")
+@pytest.mark.claim("bn.coupling", "in.independence")
 @profiles.share(0.5)
 @given(data=st.data())
-def test_replacing_one_sample_moves_the_others_in_training_only(batchnorm_kernel, data):
-    example = data.draw(batchnorm_examples(batchnorm_kernel, samples=(2, 3, 4, 8), mixed=True), "example")
+def test_replacing_one_sample_moves_the_others_in_training_only(running_norm_kernel, data):
+    example = data.draw(batchnorm_examples(running_norm_kernel, samples=(2, 3, 4, 8), mixed=True), "example")
     other = other_values(example, data.draw(seeds(), "other seed"))
-    evidence.check(checks.check_coupling, batchnorm_kernel, {**example, "other": other})
+    evidence.check(checks.check_coupling, running_norm_kernel, {**example, "other": other})
 
 
-@pytest.mark.claim("bn.jacobian")
+@pytest.mark.claim("bn.jacobian", "in.jacobian")
 @profiles.share(0.75)
 @given(data=st.data())
-def test_vjp_matches_the_batch_jacobian(batchnorm_kernel, data):
-    require_backward(batchnorm_kernel)
-    example = batchnorm_examples(batchnorm_kernel, training=True, upstream=True, mixed=True)
-    evidence.check(checks.check_vjp, batchnorm_kernel, data.draw(example, "example"))
+def test_vjp_matches_the_batch_jacobian(running_norm_kernel, data):
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, training=True, upstream=True, mixed=True)
+    evidence.check(checks.check_vjp, running_norm_kernel, data.draw(example, "example"))
 
 
-@pytest.mark.claim("bn.degenerate")
+@pytest.mark.claim("bn.degenerate", "in.degenerate")
 @profiles.share(0.25)
 @given(data=st.data())
-def test_constant_channels_give_beta(batchnorm_kernel, data):
-    example = batchnorm_examples(batchnorm_kernel, training=True, constant=True)
-    evidence.check(checks.check_forward, batchnorm_kernel, data.draw(example, "example"))
+def test_constant_channels_give_beta(running_norm_kernel, data):
+    example = batchnorm_examples(running_norm_kernel, training=True, constant=True)
+    evidence.check(checks.check_forward, running_norm_kernel, data.draw(example, "example"))
 
 
-@pytest.mark.claim("bn.degenerate")
+@pytest.mark.claim("bn.degenerate", "in.degenerate")
 @profiles.share(0.25)
 @given(data=st.data())
-def test_one_element_per_channel_is_refused_or_gives_beta(batchnorm_kernel, data):
-    example = batchnorm_examples(batchnorm_kernel, training=True, samples=(1,), spatial=((), (1,), (1, 1)), least=1)
+def test_one_element_per_channel_is_refused_or_gives_beta(running_norm_kernel, data):
+    example = batchnorm_examples(running_norm_kernel, training=True, samples=(1,), spatial=((), (1,), (1, 1)), least=1)
     example = data.draw(example, "example")
-    evidence.check(checks.check_one_element_per_channel, batchnorm_kernel, example)
+    evidence.check(checks.check_one_element_per_channel, running_norm_kernel, example)
 
 
 @pytest.mark.claim("bn.single_sample")
@@ -97,21 +99,21 @@ def test_one_sample_is_instance_norm(batchnorm_kernel, data):
     evidence.check(checks.check_forward, batchnorm_kernel, data.draw(example, "example"))
 
 
-@pytest.mark.claim("bn.layout_invariance")
+@pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
 @profiles.share(0.5)
 @given(data=st.data())
-def test_channels_last_input(batchnorm_kernel, data):
+def test_channels_last_input(running_norm_kernel, data):
     # one channel is contiguous in channels-last memory too: two or more
-    example = batchnorm_examples(batchnorm_kernel, spatial=SPATIAL_LAYOUTS, channels=(2, 3, 4, 8), mixed=True)
+    example = batchnorm_examples(running_norm_kernel, spatial=SPATIAL_LAYOUTS, channels=(2, 3, 4, 8), mixed=True)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(checks.check_channels_last, batchnorm_kernel, example)
+    evidence.check(checks.check_channels_last, running_norm_kernel, example)
 
 
-@pytest.mark.claim("bn.inputs_unmodified")
+@pytest.mark.claim("bn.inputs_unmodified", "in.inputs_unmodified")
 @profiles.share(0.5)
 @given(data=st.data())
-def test_inputs_unmodified(batchnorm_kernel, data):
-    require_backward(batchnorm_kernel)
-    example = batchnorm_examples(batchnorm_kernel, upstream=True, every_input=True, mixed=True)
-    evidence.check(checks.check_inputs_unmodified, batchnorm_kernel, data.draw(example, "example"))
+def test_inputs_unmodified(running_norm_kernel, data):
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, upstream=True, every_input=True, mixed=True)
+    evidence.check(checks.check_inputs_unmodified, running_norm_kernel, data.draw(example, "example"))

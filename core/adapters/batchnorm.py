@@ -1,5 +1,6 @@
-"""Built-ins of the batchnorm kind: fn(x, running_mean, running_var, weight, bias, training, momentum, eps) -> y, the
-running buffers updated in place in training mode (F.batch_norm's contract).
+"""Built-ins of the kinds with running statistics, batchnorm and instancenorm: fn(x, running_mean, running_var, weight,
+bias, training, momentum, eps) -> y, the running buffers updated in place in training mode (F.batch_norm's and
+F.instance_norm's contracts).
 
 Both torch built-ins declare, on the CPU, what ATen's CPU batch_norm does with float16/bfloat16 x (measured against
 the float64 oracle; docs/findings.md [R9]), and nothing on CUDA: backward_precision="storage" (its backward rebuilds
@@ -8,6 +9,8 @@ affine_precision="storage" (its forward applies y = x a + b with a = gamma rstd,
 dtype).
 
     torch-batchnorm          torch.nn.functional.batch_norm itself
+    torch-instancenorm       torch.nn.functional.instance_norm itself (use_input_stats = training): ATen runs it as
+                             batch_norm over x viewed as [1, N C, *], so it declares what torch-batchnorm does
     torch-batchnorm-module   nn.BatchNorm1d / 2d / 3d (by x's rank: [N, C] and [N, C, L], [N, C, H, W], 5-D) through
                              torch.func.functional_call with the given tensors as its parameters and buffers (so
                              gradients reach them and the buffers it updates are the caller's); affine=False when
@@ -27,6 +30,12 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
     from torch.nn import functional as F
 
     return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def instancenorm(x, running_mean, running_var, weight, bias, training, momentum, eps):
+    from torch.nn import functional as F
+
+    return F.instance_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
 _MODULES = {2: "BatchNorm1d", 3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}
@@ -59,6 +68,9 @@ BUILTINS = [
     Builtin("torch-batchnorm", "torch.nn.functional.batch_norm", lambda: [
         Kernel("torch-batchnorm", "batchnorm", batchnorm, spec="torch-batchnorm", description="F.batch_norm",
                **CPU_STORAGE)]),
+    Builtin("torch-instancenorm", "torch.nn.functional.instance_norm", lambda: [
+        Kernel("torch-instancenorm", "instancenorm", instancenorm, spec="torch-instancenorm",
+               description="F.instance_norm", **CPU_STORAGE)]),
     Builtin("torch-batchnorm-module", "torch.nn.BatchNorm1d/2d/3d through torch.func.functional_call", lambda: [
         Kernel("torch-batchnorm-module", "batchnorm", batchnorm_module, spec="torch-batchnorm-module",
                description="nn.BatchNorm1d/2d/3d by x's rank", **CPU_STORAGE)]),

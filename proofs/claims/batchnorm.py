@@ -727,7 +727,26 @@ CLAIMS = (
           (r"$\sigma_{n,c}^2 + \epsilon > 0$", r"$S \ge 2$ for a non-degenerate output (claim gn.degenerate)"), "holds",
           r"Exactly as the seed says: no statistic crosses samples or channels (with or without tracked running "
           r"statistics, which only eval mode reads).",
-          _instance_norm, evidence=THEORY),
+          _instance_norm),
+    Claim("in.jacobian", "InstanceNorm kernel gradients: the block-diagonal batch Jacobian", "", "(contract)",
+          r"Training-mode $dx$, $d\gamma$, $d\beta$ of an InstanceNorm kernel within the LayerNorm error model of each "
+          r"(sample, channel)'s $S$ elements (claim in.forward's Jacobian: GroupNorm's with $G = C$).", (),
+          "contract", "", no_derivation),
+    Claim("in.eval", "InstanceNorm in eval mode: the affine map of the running statistics", "", "(contract)",
+          r"With tracked statistics, eval mode is claim bn.eval's per-channel affine map of $\mu_R, \sigma_R^2$ "
+          r"and writes no buffer.", (), "contract", "", no_derivation),
+    Claim("in.degenerate", "Degenerate InstanceNorm: constant instances, one spatial element", "", "(contract)",
+          r"A constant (sample, channel) gives $\beta_c$ ($\epsilon > 0$); $S = 1$ in training mode is refused (torch) "
+          r"or gives $\beta_c$.", (), "contract", "", no_derivation),
+    Claim("in.independence", "InstanceNorm samples are independent", "", "(contract)",
+          r"Replacing one sample changes no other sample's output, bit for bit, in training and eval mode (no "
+          r"statistic crosses samples: claim in.forward).", (), "contract", "", no_derivation),
+    Claim("in.layout_invariance", "InstanceNorm does not depend on memory layout", "", "(contract)",
+          r"A channels-last input gives the contiguous input's output and running statistics.", (), "contract", "",
+          no_derivation),
+    Claim("in.inputs_unmodified", "InstanceNorm leaves its inputs alone", "", "(contract)",
+          r"$x$, the weight, the bias and the upstream gradient are never written; the running buffers once per "
+          r"training call.", (), "contract", "", no_derivation),
     Claim("in.running_statistics", "InstanceNorm's running statistics (track_running_stats)", "",
           "torch's F.instance_norm given running mean and variance buffers (an InstanceNorm module with "
           "track_running_stats=True) updates them in training and normalizes with them in eval mode (issue 28).",
@@ -739,5 +758,5 @@ CLAIMS = (
           "holds",
           r"torch's update, as derived (checked against \texttt{F.instance\_norm} in the tests): "
           r"the per-instance statistics averaged over the batch, which leaves out the spread of the instance means.",
-          _instance_running_statistics, evidence=THEORY),
+          _instance_running_statistics),
 )

@@ -316,42 +316,47 @@ EVAL_ROUNDINGS = 5 + C_RSQRT
 
 def running_statistics(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                        momentum: float, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel bounds on |new - exact| of a BatchNorm kernel's running (mean, var) after one training call on x,
-    from the buffers before it (claim bn.running_statistics): with m the weight of the batch statistic (the declared
-    momentum convention: m or 1 - m), b its exact value (the mean, or the declared variance: n/(n - 1) sigma^2 or
-    sigma^2), e_b the error of the kernel's statistic (proofs.error_model.statistics_bounds over each channel's
-    n = N S elements, worst case: the forward's statistics; the unbiased factor's two roundings added), and u_R the
-    buffers' unit roundoff,
+    """Per-channel bounds on |new - exact| of a kernel's running (mean, var) after one training call on x, from the
+    buffers before it (claims bn.running_statistics, in.running_statistics): with m the weight of the batch statistic
+    (the declared momentum convention: m or 1 - m), b its exact value (BatchNorm: the channel's mean, or the declared
+    variance, n/(n - 1) sigma^2 or sigma^2; InstanceNorm: the average over the N samples of each instance's mean and
+    S/(S - 1) sigma^2), e_b the error of the kernel's statistic (proofs.error_model.statistics_bounds over each row of
+    n elements, worst case: the forward's statistics; the unbiased factor's two roundings, and InstanceNorm's average
+    of N terms, gamma_N relative to the average of the magnitudes, added), and u_R the buffers' unit roundoff,
 
         |new - exact| <= m e_b + gamma_k(u_R) (|old| + m |b|),   k = RUNNING_UPDATE_ROUNDINGS,
 
     plus the float64 oracle's 2^-52 relative. A second update in one call, the other convention, a biased variance
     where the unbiased one is declared (m sigma^2/(n - 1)) or a buffer left alone miss by far more."""
-    rows = norms.grouped(kernel, as_float64(x), None)[0]
+    rows = norms.grouped(kernel, as_float64(x), None)  # [A, C, n]: A = 1 (BatchNorm) or N samples (InstanceNorm)
     u_acc = unit_roundoffs(x.dtype)[0]
     e_mean, e_var = error_model.statistics_bounds(rows, eps, u_acc, declared=declared_reduction(kernel, x),
                                                   flush_to_zero=kernel.flush_to_zero)
-    n = rows.shape[-1]
-    variance = np.var(rows, axis=-1)
+    n, samples = rows.shape[-1], rows.shape[0]
     factor = n / (n - 1) if kernel.running_variance == "unbiased" else 1.0
+    variance = factor * np.var(rows, axis=-1)
     if factor != 1.0:
-        e_var = factor * (e_var + probabilistic.gamma(2, u_acc) * (variance + e_var))
+        e_var = factor * e_var + probabilistic.gamma(2, u_acc) * (variance + factor * e_var)
+    average = probabilistic.gamma(samples, u_acc) if samples > 1 else 0.0
+    means = rows.mean(axis=-1)
+    e_mean = e_mean.mean(axis=0) + average * np.abs(means).mean(axis=0)
+    e_var = e_var.mean(axis=0) + average * variance.mean(axis=0)
     m = float(momentum) if kernel.momentum_convention == "torch" else 1.0 - float(momentum)
-    u_buffer = unit_roundoffs(running_mean.dtype)[1]
-    update = probabilistic.gamma(RUNNING_UPDATE_ROUNDINGS, u_buffer)
+    update = probabilistic.gamma(RUNNING_UPDATE_ROUNDINGS, unit_roundoffs(running_mean.dtype)[1])
     bounds = []
-    for old, statistic, error in ((running_mean, rows.mean(axis=-1), e_mean),
-                                  (running_var, factor * variance, e_var)):
+    for old, statistic, error in ((running_mean, means.mean(axis=0), e_mean),
+                                  (running_var, variance.mean(axis=0), e_var)):
         magnitude = np.abs(as_float64(old)) + m * np.abs(statistic)
         bounds.append(m * error + (update + 2.0**-52) * magnitude + _eta(kernel, old.dtype))
     return bounds[0], bounds[1]
 
 
-def batchnorm_eval(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
-                   weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> np.ndarray:
-    """Per-element bound on |y - y_exact| of eval-mode BatchNorm, the per-channel affine map y = a (x - mu_R) + beta,
-    a = gamma / sqrt(var_R + eps) (claim bn.eval): each of its k = EVAL_ROUNDINGS operations in the accumulation
-    dtype (u_acc) is relative to at most |a| (|x| + |mu_R|) + |beta|, and y is rounded once to its dtype (u_y),
+def running_eval(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                 weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> np.ndarray:
+    """Per-element bound on |y - y_exact| of eval-mode BatchNorm or InstanceNorm, the per-channel affine map
+    y = a (x - mu_R) + beta, a = gamma / sqrt(var_R + eps) (claims bn.eval, in.eval): each of its
+    k = EVAL_ROUNDINGS operations in the accumulation dtype (u_acc) is relative to at most
+    |a| (|x| + |mu_R|) + |beta|, and y is rounded once to its dtype (u_y),
 
         |y - y_exact| <= gamma_k(u_acc) (|a| (|x| + |mu_R|) + |beta|) (1 + u_y) + u_y |y_exact| + eta_y,
 

@@ -1,15 +1,19 @@
-"""Checks of BatchNorm kernels, kind batchnorm: fn(x, running_mean, running_var, weight, bias, training, momentum, eps)
-over x [N, C, *], F.batch_norm's contract.
+"""Checks of the kinds with running statistics, BatchNorm (kind batchnorm, F.batch_norm's contract) and InstanceNorm
+(kind instancenorm, F.instance_norm's): fn(x, running_mean, running_var, weight, bias, training, momentum, eps) over
+x [N, C, *].
 
 In training mode BatchNorm is LayerNorm over each channel's n = N S elements with the channel's weight and bias
 (claim bn.forward): its kind record's scope is the batch, so properties.norms and properties.bounds.tolerance give
 its reference, VJP and bounds on the channel-major view [1, C, N S] (GroupNorm's view of x.transpose(0, 1) with
-G = C), mapped back to x's elements. In eval mode it is the per-channel affine map of the running statistics.
+G = C), mapped back to x's elements. InstanceNorm is LayerNorm over each (sample, channel)'s S elements (claim
+in.forward): GroupNorm's view with G = C. In eval mode both are the per-channel affine map of the running statistics.
+The claims below are BatchNorm's; InstanceNorm's are the same checks under in.* ids (its samples are independent in
+both modes: in.independence where BatchNorm has bn.coupling).
 
 - bn.forward: training-mode y vs the per-channel LayerNorm within the forward bound of the channel-major view;
 - bn.running_statistics: after one training call the buffers hold one update, as declared (momentum convention,
   unbiased or biased variance), within tolerance.running_statistics;
-- bn.eval: eval-mode y vs the affine map within tolerance.batchnorm_eval, the buffers bit for bit unchanged;
+- bn.eval: eval-mode y vs the affine map within tolerance.running_eval, the buffers bit for bit unchanged;
 - bn.coupling: in training mode replacing sample 0 moves every other sample's outputs by the derived amount (the
   oracle's change, within the two calls' bounds); in eval mode it moves nothing, bit for bit;
 - bn.jacobian: training-mode dx, dweight, dbias vs the batch VJP within tolerance.backward;
@@ -73,14 +77,17 @@ def check_forward(kernel, x: torch.Tensor, running_mean, running_var, weight, bi
 def check_running_statistics(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
                              momentum: float, eps: float) -> None:
     """One training call updates the buffers once, as declared: new = (1 - m) old + m b (torch's convention, or
-    Keras' m old + (1 - m) b), b the batch mean and the unbiased (or declared biased) variance."""
+    Keras' m old + (1 - m) b), b the batch mean and the unbiased (or declared biased) variance; for InstanceNorm, the
+    average over the samples of each instance's mean and unbiased variance."""
     assert training and running_mean is not None and running_var is not None
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
     _call(kernel, example, allow_nonfinite=True, any_dtype=True)
-    x64 = norms.as_float64(x)
-    exact = batchnorm_oracles.running_update(
-        norms.as_float64(running_mean), norms.as_float64(running_var), x64, momentum,
-        unbiased=kernel.running_variance == "unbiased", convention=kernel.momentum_convention)
+    old = norms.as_float64(running_mean), norms.as_float64(running_var), norms.as_float64(x), momentum
+    if kernel.record.batch_statistics:
+        exact = batchnorm_oracles.running_update(*old, unbiased=kernel.running_variance == "unbiased",
+                                                 convention=kernel.momentum_convention)
+    else:
+        exact = batchnorm_oracles.instance_running_update(*old)
     bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
     comparisons = [outcome.compare(example[name], expected, bound, name)
                    for name, expected, bound in zip(BUFFERS, exact, bounds, strict=True)]
@@ -98,7 +105,7 @@ def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
     expected = batchnorm_oracles.batchnorm_eval(norms.as_float64(x), norms.as_float64(running_mean),
                                                 norms.as_float64(running_var), *norms.gammas(kernel, weight, bias),
                                                 eps)
-    bound = tolerance.batchnorm_eval(kernel, x, running_mean, running_var, weight, bias, eps)
+    bound = tolerance.running_eval(kernel, x, running_mean, running_var, weight, bias, eps)
     given = {"running_mean": running_mean, "running_var": running_var}
     written = [name for name in BUFFERS if not torch.equal(example[name], given[name])]
     outcome.conclude(outcome.compare(y, expected, bound, "y"),
@@ -109,17 +116,20 @@ def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
 
 def check_coupling(kernel, x: torch.Tensor, other: torch.Tensor, running_mean, running_var, weight, bias,
                    training: bool, momentum: float, eps: float) -> None:
-    """Replacing sample 0 of x by ``other``'s: in training mode every other sample's y moves by the oracle's change
-    (|dy_kernel - dy_exact| within the two calls' forward bounds); in eval mode no other sample moves, bit for bit."""
+    """Replacing sample 0 of x by ``other``'s: BatchNorm in training mode moves every other sample's y by the oracle's
+    change (|dy_kernel - dy_exact| within the two calls' forward bounds); in eval mode, and InstanceNorm in either,
+    no other sample moves, bit for bit."""
     changed = x.clone()
     changed[0] = other[0]
     example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
     before = _call(kernel, buffers_of(example), allow_nonfinite=True, any_dtype=True)
     after = _call(kernel, buffers_of({**example, "x": changed}), allow_nonfinite=True, any_dtype=True)
-    if not training:
+    if not (training and kernel.record.batch_statistics):
         moved = rows_that_differ(before[1:], after[1:]) + 1
-        outcome.exact(moved.numel() == 0, f"in eval mode replacing sample 0 changed samples {moved.tolist()[:8]}",
-                      "eval mode normalizes with the running statistics: the samples do not interact", **_plot(x))
+        mode = "training" if training else "eval"
+        outcome.exact(moved.numel() == 0, f"in {mode} mode replacing sample 0 changed samples {moved.tolist()[:8]}",
+                      "the samples do not interact (eval mode: the running statistics; InstanceNorm: each sample's "
+                      "own)", **_plot(x))
         return
     expected = (norms.reference(kernel, changed, weight, bias, eps) - norms.reference(kernel, x, weight, bias, eps))
     bound = tolerance.forward(kernel, x, weight, bias, eps) + tolerance.forward(kernel, changed, weight, bias, eps)
@@ -169,7 +179,7 @@ def check_channels_last(kernel, x: torch.Tensor, running_mean, running_var, weig
     if training:
         bound = tolerance.forward(kernel, x, weight, bias, eps)
     else:
-        bound = tolerance.batchnorm_eval(kernel, x, running_mean, running_var, weight, bias, eps)
+        bound = tolerance.running_eval(kernel, x, running_mean, running_var, weight, bias, eps)
     comparisons = [outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y")]
     if training and running_mean is not None:
         bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)

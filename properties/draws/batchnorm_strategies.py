@@ -1,11 +1,13 @@
-"""Hypothesis strategies for BatchNorm kernels (kind batchnorm): x [N, C, *spatial] of rank 2 to 5, the running
-buffers, per-channel weight and bias, the mode, the momentum and eps, built from properties.draws.strategies' pieces.
+"""Hypothesis strategies for the kinds with running statistics (BatchNorm, InstanceNorm): x [N, C, *spatial] of rank
+2 to 5, the running buffers, per-channel weight and bias, the mode, the momentum and eps, built from
+properties.draws.strategies' pieces.
 
 x = scale (offset + z) per element, |offset| <= 10 (the running statistics' and the forward's bounds stay finite;
 |mean|/std is the conditioning the bounds follow). The running buffers are [C] in the parameters' dtype (x's, or
-float32 beside 16-bit x: nn.BatchNorm's buffers follow its parameters): a mean near the batch's and a positive
-variance, or None where the mode allows it (training). In
-training mode n = N S >= 2 elements per channel (torch refuses n = 1: claim bn.degenerate, drawn on its own);
+float32 beside 16-bit x with both weight and bias: nn.BatchNorm's buffers follow its parameters; without weight and
+bias x's or float32): a mean near the batch's and a positive variance, or None where the mode allows it (training). In
+training mode a row of statistics has n >= 2 elements (N S per channel for BatchNorm, S per instance for
+InstanceNorm; torch refuses n = 1: claim bn.degenerate, drawn on its own);
 N = 1 is drawn (claim bn.single_sample: InstanceNorm), so is a constant channel (``constant``: variance 0).
 """
 
@@ -54,7 +56,7 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
     ``buffers`` (drawn when None; always in eval mode); ``upstream``: dy in the output's dtype; ``every_input``:
     weight and bias present and random; ``mixed``/``parameter_dtype``: weight and bias in another dtype the kernel
     takes (strategies.parameter_dtypes); ``constant``: every channel constant; ``least``: the fewest elements per
-    channel in training mode (2: torch refuses 1)."""
+    row of statistics in training mode (2: torch refuses 1)."""
     caps = discover(kernel)
     training = draw(st.booleans()) if training is None else training
     with_buffers = (not training or draw(st.booleans())) if buffers is None else buffers
@@ -62,8 +64,9 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     widest = _channel_width_limit(kernel, dtype) if upstream and training else None
     n_samples = draw(st.sampled_from(samples))
-    fits = [s for s in spatial if (not training or n_samples * math.prod(s) >= least)
-            and (widest is None or n_samples * math.prod(s) <= widest)]
+    per_row = n_samples if kernel.record.batch_statistics else 1  # a row of statistics: N S or S elements
+    fits = [s for s in spatial if (not training or per_row * math.prod(s) >= least)
+            and (widest is None or per_row * math.prod(s) <= widest)]
     shape = (n_samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(fits)))
     channels = shape[1]
     ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
@@ -77,12 +80,18 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
         values = scale * (ratio + standard_values(shape, "normal", draw(seeds())))
     example = {"x": rounded(values.contiguous(), dtype, caps.device), "training": training,
                "momentum": draw(st.sampled_from(MOMENTA)), "eps": draw(epsilons())}
+    # weight and bias in another dtype than x come together, with the buffers in theirs (the mix the probe took:
+    # torch's CPU kernels refuse a lone float32 bias, or float32 buffers beside 16-bit parameters); in x's dtype each
+    # may be absent, the buffers in x's dtype, or without either in float32 too (F.instance_norm under autocast)
+    every_input = every_input or parameters != dtype
     gamma = draw(effective_weights(channels, ("random", "zeros_and_negatives") if every_input else
                                    ("none", "constant", "random", "zeros_and_negatives")))
     example["weight"] = None if gamma is None else rounded(gamma, parameters, caps.device)
     beta = draw(biases(channels, ("random",) if every_input else ("none", "zeros", "random")))
     example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)
-    buffers = draw(running_buffers(channels, scale, ratio, parameters, caps.device)) if with_buffers else (None, None)
+    alone = example["weight"] is None and example["bias"] is None
+    buffer_dtype = draw(st.sampled_from([dtype, torch.float32])) if alone and with_buffers else parameters
+    buffers = draw(running_buffers(channels, scale, ratio, buffer_dtype, caps.device)) if with_buffers else (None, None)
     example["running_mean"], example["running_var"] = buffers
     if upstream:
         y_dtype = output_dtype(kernel, example["x"], example["weight"])

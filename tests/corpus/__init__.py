@@ -26,7 +26,7 @@ The files, by where the bug is:
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
     batchnorm.py     BatchNorm: running statistics (biased, Keras' momentum, twice, in eval), eval with batch
                      statistics, channels-last ignored, detached statistics, per-sample statistics, seed 002's
-                     manual implementation + control
+                     manual implementation + control; InstanceNorm with running statistics, the same classes + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
@@ -221,6 +221,13 @@ CORPUS: tuple[Entry, ...] = (
     _broken("batchnorm.py:BN_ONE_SAMPLE_PASSED_THROUGH", "bn.single_sample"),
     _broken("batchnorm.py:BN_INPUT_OVERWRITTEN", "bn.inputs_unmodified"),
     _broken("batchnorm.py:SEED_002_MANUAL", "bn.forward", "bn.running_statistics"),
+    _broken("batchnorm.py:IN_STATISTICS_OVER_BATCH", "in.forward", "in.independence"),
+    _broken("batchnorm.py:IN_BIASED_RUNNING_VARIANCE", "in.running_statistics"),
+    _broken("batchnorm.py:IN_EVAL_BATCH_STATISTICS", "in.eval"),
+    _broken("batchnorm.py:IN_CHANNELS_LAST_IGNORED", "in.layout_invariance"),
+    _broken("batchnorm.py:IN_STATISTICS_DETACHED", "in.jacobian"),
+    _broken("batchnorm.py:IN_EPS_MISSING", "in.degenerate"),
+    _broken("batchnorm.py:IN_INPUT_OVERWRITTEN", "in.inputs_unmodified"),
     _broken("blocks.py:LN_RSTD_CLAMPED", "ln.contraction", "blocks.jacobians"),
     # derived.py: caught in a derived-property claim's own regime, missed by *.forward's inputs (issue 11, point 6)
     _broken("derived.py:LN_ONE_PASS_AROUND_ONE_SHIFT", "ln.shift_invariance", margin="ln.shift_invariance",
@@ -253,6 +260,7 @@ CORPUS: tuple[Entry, ...] = (
                                                    "ADD_LN_CHAN_CHUNKS", "DROP_ADD_LN_SEEDED")),
     _correct("groupnorm.py:GN_CORRECT"),
     _correct("batchnorm.py:BN_CORRECT"),
+    _correct("batchnorm.py:IN_CORRECT"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

@@ -24,6 +24,18 @@ lists the claims that must catch each.
                                  variance, no affine map, no running statistics     -> bn.forward,
                                                                                        bn.running_statistics
     BN_CORRECT                   the control: the same implementation, nothing broken
+
+InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
+statistics per (sample, channel) and the running update averaged over the samples:
+
+    IN_STATISTICS_OVER_BATCH     BatchNorm's statistics (over the batch too)      -> in.forward, in.independence
+    IN_BIASED_RUNNING_VARIANCE   the instances' population variance averaged      -> in.running_statistics
+    IN_EVAL_BATCH_STATISTICS     eval mode normalizes with the instance statistics -> in.eval
+    IN_CHANNELS_LAST_IGNORED     a channels-last x read as if contiguous          -> in.layout_invariance
+    IN_STATISTICS_DETACHED       the backward holds the statistics constant       -> in.jacobian
+    IN_EPS_MISSING               rsqrt(var) without eps                           -> in.degenerate
+    IN_INPUT_OVERWRITTEN         normalizes x in place                            -> in.inputs_unmodified
+    IN_CORRECT                   the control
 """
 
 from __future__ import annotations
@@ -40,19 +52,28 @@ def _channels(x: torch.Tensor) -> tuple[int, ...]:
     return (0, *range(2, x.dim()))
 
 
+def _instances(x: torch.Tensor) -> tuple[int, ...]:
+    """The axes an instance's statistics sum over: the spatial ones."""
+    return tuple(range(2, x.dim()))
+
+
 def _per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return t.reshape((1, -1) + (1,) * (x.dim() - 2))
 
 
-def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = ""):
+def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
+               instance: bool = False):
     if bug == "channels_last":
         x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
     values = x.float()
     if bug == "one_sample" and training and x.shape[0] == 1:
         return _affine(values, weight, bias).to(x.dtype)
     use_batch = training or bug == "eval_batch" or running_mean is None
+    if use_batch and instance and x[0, 0].numel() == 1:
+        raise ValueError("Expected more than 1 spatial element when training")  # as torch: no statistics to take
     if use_batch:
-        axes = tuple(range(2, x.dim())) if bug == "per_sample" else _channels(x)
+        per_instance = (bug == "per_sample") != instance and bug != "over_batch"
+        axes = _instances(x) if per_instance else _channels(x)
         mean = values.mean(axes, keepdim=True)
         variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
         if bug == "detached":
@@ -64,9 +85,9 @@ def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, e
     updates = training or bug == "eval_updates"
     if updates and running_mean is not None and bug != "manual":
         with torch.no_grad():
-            _update(values, running_mean, running_var, momentum, bug)
+            _update(values, running_mean, running_var, momentum, bug, instance)
             if bug == "twice":
-                _update(values, running_mean, running_var, momentum, bug)
+                _update(values, running_mean, running_var, momentum, bug, instance)
     if bug == "in_place":
         x.data.copy_(y.detach())
     return y.to(x.dtype)
@@ -78,21 +99,26 @@ def _affine(y: torch.Tensor, weight, bias) -> torch.Tensor:
 
 
 def _update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
-            bug: str) -> None:
-    """torch's running-statistics update, in place, broken as ``bug`` says."""
-    count = values.numel() // values.shape[1]
-    mean = values.mean(_channels(values))
-    variance = values.var(_channels(values), unbiased=bug != "biased_running" and count > 1)
+            bug: str, instance: bool) -> None:
+    """torch's running-statistics update, in place, broken as ``bug`` says (InstanceNorm: each instance's statistics
+    averaged over the samples)."""
+    axes = _instances(values) if instance else _channels(values)
+    count = values[:1].numel() // values.shape[1] if instance else values.numel() // values.shape[1]
+    mean = values.mean(axes)
+    variance = values.var(axes, unbiased=bug != "biased_running" and count > 1)
+    if instance:
+        mean, variance = mean.mean(0), variance.mean(0)
     m = 1.0 - momentum if bug == "keras" else momentum
     running_mean.copy_(((1 - m) * running_mean.float() + m * mean).to(running_mean.dtype))
     running_var.copy_(((1 - m) * running_var.float() + m * variance).to(running_var.dtype))
 
 
-def _kernel(name: str, bug: str, description: str) -> Kernel:
+def _kernel(name: str, bug: str, description: str, kind: str = "batchnorm") -> Kernel:
     def fn(x, running_mean, running_var, weight, bias, training, momentum, eps):
-        return _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, bug=bug)
+        return _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, bug=bug,
+                          instance=kind == "instancenorm")
 
-    return Kernel(name.lower(), "batchnorm", fn, spec=f"{SPEC}{name}", description=description)
+    return Kernel(name.lower(), kind, fn, spec=f"{SPEC}{name}", description=description)
 
 
 BN_BIASED_RUNNING_VARIANCE = _kernel("BN_BIASED_RUNNING_VARIANCE", "biased_running",
@@ -119,3 +145,18 @@ BN_INPUT_OVERWRITTEN = _kernel("BN_INPUT_OVERWRITTEN", "in_place", "normalizes x
 SEED_002_MANUAL = _kernel("SEED_002_MANUAL", "manual",
                           "seed 002's manual BatchNorm: no affine map, no running statistics")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
+
+IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
+                                   "BatchNorm's statistics: in.forward, in.independence", "instancenorm")
+IN_BIASED_RUNNING_VARIANCE = _kernel("IN_BIASED_RUNNING_VARIANCE", "biased_running",
+                                     "the population variance averaged: in.running_statistics", "instancenorm")
+IN_EVAL_BATCH_STATISTICS = _kernel("IN_EVAL_BATCH_STATISTICS", "eval_batch",
+                                   "eval mode with the instance statistics: in.eval", "instancenorm")
+IN_CHANNELS_LAST_IGNORED = _kernel("IN_CHANNELS_LAST_IGNORED", "channels_last",
+                                   "a channels-last x read as if contiguous: in.layout_invariance", "instancenorm")
+IN_STATISTICS_DETACHED = _kernel("IN_STATISTICS_DETACHED", "detached",
+                                 "the backward holds the statistics constant: in.jacobian", "instancenorm")
+IN_EPS_MISSING = _kernel("IN_EPS_MISSING", "eps_missing", "rsqrt(var) without eps: in.degenerate", "instancenorm")
+IN_INPUT_OVERWRITTEN = _kernel("IN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: in.inputs_unmodified",
+                               "instancenorm")
+IN_CORRECT = _kernel("IN_CORRECT", "", "the control: nothing broken", "instancenorm")
