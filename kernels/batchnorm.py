@@ -10,7 +10,8 @@ float32 whatever the storage:
 
 Training with running buffers updates them in place, once per call, with torch's convention (momentum m):
 
-    running_mean <- (1 - m) running_mean + m mean_c,   running_var <- (1 - m) running_var + m sum((x - mean_c)^2) / (n - 1)
+    running_mean <- (1 - m) running_mean + m mean_c
+    running_var  <- (1 - m) running_var + m sum((x - mean_c)^2) / (n - 1)     (the unbiased variance)
 
 Backward, with xhat = (x - mean_c) rstd_c and the channel sums over its n elements:
 
@@ -131,9 +132,9 @@ def _batch_norm_forward(
     Y,  # pointer to the output y, x's shape and dtype, its own strides (torch.empty_like(x))
     W,  # pointer to weight, [C], contiguous, float32/float16/bfloat16; None without (HAS_WEIGHT False)
     B,  # pointer to bias, [C], contiguous, float32/float16/bfloat16; None without (HAS_BIAS False)
-    RunningMean,  # pointer to running_mean, [C], contiguous: read in eval, updated in place with UPDATE_RUNNING;
-    #               None when neither
-    RunningVar,  # pointer to running_var, [C], contiguous (as RunningMean)
+    RunningMean,  # pointer to running_mean, [C], any stride, float32/float16/bfloat16: read in eval, updated in
+    #               place with UPDATE_RUNNING; None when neither
+    RunningVar,  # pointer to running_var, [C], any stride (as RunningMean)
     Mean,  # pointer to the output mean used, float32 [C]: the batch's (training) or running_mean's (eval)
     Rstd,  # pointer to the output rstd = 1 / sqrt(var + eps), float32 [C], with the same var
     n_channels,  # int: C
@@ -151,6 +152,8 @@ def _batch_norm_forward(
     stride_y1,  # int: Y's stride of dimension 1
     stride_y2,  # int: Y's stride of dimension 2
     stride_y3,  # int: Y's stride of dimension 3
+    stride_running_mean,  # int: elements between two channels of RunningMean (0 without)
+    stride_running_var,  # int: elements between two channels of RunningVar (0 without)
     momentum,  # float32: m of the running update (unused unless UPDATE_RUNNING)
     eps,  # float32: added to the variance inside the root
     BATCH_STATS: tl.constexpr,  # bool: training, the statistics of the batch (else running_mean, running_var)
@@ -202,15 +205,17 @@ def _batch_norm_forward(
         var = m2 / n_elements  # the population (biased) variance normalizes
 
         if UPDATE_RUNNING:  # torch's convention, the unbiased variance m2 / (n - 1); n >= 2 (the host checks)
-            old_mean = tl.load(RunningMean + channels, mask=channel_mask, other=0.0).to(tl.float32)
-            old_var = tl.load(RunningVar + channels, mask=channel_mask, other=0.0).to(tl.float32)
+            running_mean = RunningMean + channels * stride_running_mean
+            running_var = RunningVar + channels * stride_running_var
+            old_mean = tl.load(running_mean, mask=channel_mask, other=0.0).to(tl.float32)
+            old_var = tl.load(running_var, mask=channel_mask, other=0.0).to(tl.float32)
             new_mean = (1.0 - momentum) * old_mean + momentum * mean
             new_var = (1.0 - momentum) * old_var + momentum * (m2 / (n_elements - 1))
-            tl.store(RunningMean + channels, new_mean.to(RunningMean.dtype.element_ty), mask=channel_mask)
-            tl.store(RunningVar + channels, new_var.to(RunningVar.dtype.element_ty), mask=channel_mask)
+            tl.store(running_mean, new_mean.to(RunningMean.dtype.element_ty), mask=channel_mask)
+            tl.store(running_var, new_var.to(RunningVar.dtype.element_ty), mask=channel_mask)
     else:
-        mean = tl.load(RunningMean + channels, mask=channel_mask, other=0.0).to(tl.float32)
-        var = tl.load(RunningVar + channels, mask=channel_mask, other=1.0).to(tl.float32)
+        mean = tl.load(RunningMean + channels * stride_running_mean, mask=channel_mask, other=0.0).to(tl.float32)
+        var = tl.load(RunningVar + channels * stride_running_var, mask=channel_mask, other=1.0).to(tl.float32)
 
     rstd = 1.0 / tl.sqrt(var + eps)  # float32 [BLOCK_C]
     tl.store(Mean + channels, mean, mask=channel_mask)
@@ -272,6 +277,22 @@ def _load_gradient_tile(
         x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)  # masked-off x is 0.0, whose xhat would be -mean * rstd
     return dy, xhat
+
+
+@triton.jit
+def _input_gradient(
+    dy,  # float32 [BLOCK_C, BLOCK_E]: a tile of the upstream gradient, 0.0 where masked off
+    xhat,  # float32 [BLOCK_C, BLOCK_E]: (x - mean) * rstd on the tile (unused unless BATCH_STATS)
+    c_one,  # float32 [BLOCK_C]: sum(dy) / n per channel (unused unless BATCH_STATS)
+    c_xhat,  # float32 [BLOCK_C]: sum(dy * xhat) / n per channel (unused unless BATCH_STATS)
+    scale,  # float32 [BLOCK_C, 1]: weight * rstd per channel
+    BATCH_STATS: tl.constexpr,  # bool: training (the terms through the batch mean and variance) or eval
+):
+    """dx in float32: scale * (dy - c_one - xhat * c_xhat) in training, scale * dy in eval."""
+    centred = dy
+    if BATCH_STATS:
+        centred = dy - (xhat * c_xhat[:, None] + c_one[:, None])
+    return centred * scale
 
 
 @triton.jit
@@ -361,10 +382,7 @@ def _batch_norm_backward(
         if SINGLE_BLOCK:  # the channel's only tile is still in registers
             offsets, mask = _tile(dx_channels, channel_mask, 0, n_elements, size1, size2, size3,
                                   stride_dx0, stride_dx1, stride_dx2, stride_dx3, DIMS, BLOCK_E)
-            if BATCH_STATS:
-                dx = (dy - (xhat * c_xhat[:, None] + c_one[:, None])) * scale
-            else:
-                dx = dy * scale
+            dx = _input_gradient(dy, xhat, c_one, c_xhat, scale, BATCH_STATS)
             tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
         else:
             for start in range(0, n_elements, BLOCK_E):
@@ -372,10 +390,7 @@ def _batch_norm_backward(
                     X, DY, x_channels, dy_channels, channel_mask, start, n_elements, mean, rstd,
                     size1, size2, size3, stride_x0, stride_x1, stride_x2, stride_x3,
                     stride_dy0, stride_dy1, stride_dy2, stride_dy3, BATCH_STATS, DIMS, BLOCK_E)
-                if BATCH_STATS:
-                    dx = (block_dy - (block_xhat * c_xhat[:, None] + c_one[:, None])) * scale
-                else:
-                    dx = block_dy * scale
+                dx = _input_gradient(block_dy, block_xhat, c_one, c_xhat, scale, BATCH_STATS)
                 offsets, mask = _tile(dx_channels, channel_mask, start, n_elements, size1, size2, size3,
                                       stride_dx0, stride_dx1, stride_dx2, stride_dx3, DIMS, BLOCK_E)
                 tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
@@ -454,6 +469,7 @@ def forward(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: tor
         x, y, _contiguous(weight), _contiguous(bias), running_mean, running_var, mean, rstd,
         n_channels, g["n_elements"], *g["sizes"],
         x.stride(1), *g["strides"][0], y.stride(1), *g["strides"][1],
+        *((0, 0) if running_mean is None else (running_mean.stride(0), running_var.stride(0))),
         float(momentum), float(eps),
         BATCH_STATS=batch_stats, UPDATE_RUNNING=update, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         **g["meta"],
