@@ -474,7 +474,8 @@ def forward(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: tor
         BATCH_STATS=batch_stats, UPDATE_RUNNING=update, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
         **g["meta"],
     )
-    if update:  # written by the kernel, not by torch: bump their versions as torch's in-place update does
+    if update:  # written by the kernel, unseen by autograd: their versions bumped, so that a graph that saved them
+        #         refuses to backpropagate through stale values (torch's F.batch_norm leaves them unbumped)
         torch.autograd.graph.increment_version(running_mean)
         torch.autograd.graph.increment_version(running_var)
     return y, mean, rstd

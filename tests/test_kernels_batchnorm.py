@@ -362,7 +362,8 @@ def test_many_elements_per_channel_loop_over_tiles():
 
 
 def test_running_buffers_change_exactly_once_per_training_call():
-    """In place (the same tensors), once per call (versions bumped once, as torch's own update), not in eval."""
+    """In place (the same tensors), once per call (their versions bumped once: autograd sees the in-place write,
+    torch's F.batch_norm does not bump them), not at all in eval."""
     x, weight, bias, running_mean, running_var, _ = make((4, 3, 5), torch.float32, seed=13)
     mean_ptr, versions = running_mean.data_ptr(), (running_mean._version, running_var._version)
     batch_norm(x, running_mean, running_var, weight, bias, True, 0.1, EPS)
@@ -371,6 +372,7 @@ def test_running_buffers_change_exactly_once_per_training_call():
     before = (running_mean.clone(), running_var.clone())
     batch_norm(x, running_mean, running_var, weight, bias, False, 0.1, EPS)
     assert torch.equal(running_mean, before[0]) and torch.equal(running_var, before[1])
+    assert (running_mean._version, running_var._version) == (versions[0] + 1, versions[1] + 1)
 
 
 def test_one_value_per_channel_in_training_raises_as_torch_does():
