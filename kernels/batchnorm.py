@@ -176,10 +176,12 @@ def _batch_norm_forward(
     x_channels = channels.to(tl.int64) * stride_x_c  # int64: channel * stride can pass 2^31 elements
     y_channels = channels.to(tl.int64) * stride_y_c
 
-    # The first tile, loaded once for both passes of the statistics (and for y when it is the channel's only one).
-    offsets, mask = _tile(x_channels, channel_mask, 0, n_elements, size1, size2, size3,
-                          stride_x0, stride_x1, stride_x2, stride_x3, DIMS, BLOCK_E)
-    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)  # masked-off lanes 0.0: they add nothing
+    # The first tile, loaded once for both passes of the statistics and for y when it is the channel's only one
+    # (eval over several tiles reads each tile once, in pass 3).
+    if BATCH_STATS or SINGLE_BLOCK:
+        offsets, mask = _tile(x_channels, channel_mask, 0, n_elements, size1, size2, size3,
+                              stride_x0, stride_x1, stride_x2, stride_x3, DIMS, BLOCK_E)
+        x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)  # masked-off lanes 0.0: they add nothing
 
     if BATCH_STATS:
         # Pass 1: mean = sum(x) / n, in float32 lanes, reduced once.

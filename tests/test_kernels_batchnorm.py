@@ -309,6 +309,20 @@ def test_weight_or_bias_alone(which):
           running_var, dy, True)
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_each_gradient_alone_equals_it_among_all(training):
+    """Asking for one gradient (the others' kernels' switches off) gives the same bits as asking for all three,
+    which test_matches_torch_in_float64 checks against float64."""
+    x, weight, bias, running_mean, running_var, dy = make((3, 4, 3, 5), torch.float32, torch.channels_last, seed=16)
+    _, *all_three = run(x, running_mean.clone(), running_var.clone(), weight, bias, training, 0.1, dy)
+    for index in range(3):
+        inputs = [x.clone(), weight.clone(), bias.clone()]
+        inputs[index].requires_grad_()
+        y = batch_norm(inputs[0], running_mean.clone(), running_var.clone(), inputs[1], inputs[2], training, 0.1, EPS)
+        (alone,) = torch.autograd.grad(y, inputs[index], dy)
+        assert torch.equal(alone, all_three[index]), ("x", "weight", "bias")[index]
+
+
 @pytest.mark.parametrize("momentum", [0.0, 0.1, 0.5, 1.0])
 def test_momentum_values(momentum):
     x, weight, bias, running_mean, running_var, dy = make((4, 3, 5), torch.float32, seed=5)
@@ -322,13 +336,16 @@ def test_float16_input_with_float32_parameters():
         check(x, weight, bias, running_mean, running_var, dy, training)
 
 
-@pytest.mark.parametrize("view", ["sliced-last", "sliced-batch", "transposed-spatial", "permuted"])
-def test_strided_views(view):
-    """x a view that is neither contiguous nor channels_last: addressed through its strides, nothing copied."""
+@pytest.mark.parametrize(("view", "dims"), [("sliced-last", 3), ("sliced-batch", 2), ("transposed-spatial", 3),
+                                            ("permuted", 3), ("5d-permuted", 4)])
+def test_strided_views(view, dims):
+    """x a view that is neither contiguous nor channels_last: addressed through its strides (``dims`` coalesced
+    dimensions), nothing copied."""
     base, weight, bias, running_mean, running_var, _ = make((6, 3, 4, 10), torch.float32, seed=7)
     x = {"sliced-last": lambda: base[..., ::3], "sliced-batch": lambda: base[::2],
-         "transposed-spatial": lambda: base.transpose(2, 3),
-         "permuted": lambda: base.permute(3, 1, 0, 2)}[view]()
+         "transposed-spatial": lambda: base.transpose(2, 3), "permuted": lambda: base.permute(3, 1, 0, 2),
+         "5d-permuted": lambda: base.reshape(6, 3, 4, 5, 2).permute(4, 1, 3, 0, 2)}[view]()
+    assert len(batchnorm.element_dims(tuple(x.shape), x.stride())[0]) == dims
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(8)).transpose(0, -1).contiguous().transpose(0, -1)
     for training in (True, False):
         check(x, weight, bias, running_mean, running_var, dy, training)
