@@ -115,25 +115,27 @@ def channel_sum_bound(magnitudes: np.ndarray, exact: np.ndarray, roundings: int,
     return error + u_store * (np.abs(exact) + error) + underflow(u_store)
 
 
-def parameter_gradient_bounds(x, weight, bias, dy, training, dweight_ref, dbias_ref, running_var=None):
-    """(B_dweight, B_dbias) per channel, the kernel's error plus the float64 reference's. dbias = sum(dy): n - 1
-    additions of the exact dy. dweight = sum(dy xhat^): training, xhat^ within Xi of xhat (normalized_bound), so
-    sum |dy| Xi + gamma_n sum |dy| (|xhat| + Xi) (the product, the additions); eval, xhat^ = (x - running_mean) rstd^
-    with rstd^ = 1/sqrt(running_var + eps) (3 roundings), 2 more for xhat: gamma_{n + 5} sum |dy xhat|."""
+def parameter_gradient_bounds(x, weight, bias, dy, ref, running=None) -> tuple[np.ndarray, np.ndarray]:
+    """(B_dweight, B_dbias) per channel, the kernel's error plus the float64 reference's; ``running``: None in
+    training, (running_mean, running_var) in eval. dbias = sum(dy): n - 1 additions of the exact dy. dweight =
+    sum(dy xhat^): training, xhat^ within Xi of xhat (normalized_bound), so sum |dy| Xi + gamma_n sum |dy| (|xhat| + Xi)
+    (the product, the additions); eval, xhat^ = (x - running_mean) rstd^ with rstd^ = 1/sqrt(running_var + eps) (3
+    roundings), 2 more for xhat and 1 for the product: gamma_{n + 5} sum |dy xhat|."""
     rows, upstream = channel_rows(x), np.abs(channel_rows(dy))
-    if training:
+    if running is None:
         xhat, xi = np.abs(error_model.RowQuantities.of(rows, EPS, "ln").normalized), normalized_bound(x)
-        extra = per_channel(upstream * xi)
-        roundings = 1
+        extra, roundings = per_channel(upstream * xi), 1
     else:
-        xhat = np.abs(rows - np.asarray(dweight_ref["mean"])[:, None]) / np.sqrt(running_var + EPS)[:, None]
-        xi, extra, roundings = 0.0, 0.0, 6
+        mean, var = (t.double().numpy()[:, None] for t in running)
+        xhat, xi, extra, roundings = np.abs(rows - mean) / np.sqrt(var + EPS), 0.0, 0.0, 6
+    dweight_ref = ref["dweight"] if weight is not None else 0.0
+    dbias_ref = ref["dbias"] if bias is not None else 0.0
     u_weight = unit(weight.dtype) if weight is not None else U32
     u_bias = unit(bias.dtype) if bias is not None else U32
-    b_dweight = (extra + channel_sum_bound(upstream * (xhat + xi), dweight_ref["value"], roundings, U32, u_weight)
-                 + channel_sum_bound(upstream * xhat, dweight_ref["value"], roundings, U64, U64))
-    b_dbias = (channel_sum_bound(upstream, dbias_ref, 0, U32, u_bias) + channel_sum_bound(upstream, dbias_ref, 0, U64,
-                                                                                           U64))
+    b_dweight = (extra + channel_sum_bound(upstream * (xhat + xi), dweight_ref, roundings, U32, u_weight)
+                 + channel_sum_bound(upstream * xhat, dweight_ref, roundings, U64, U64))
+    b_dbias = channel_sum_bound(upstream, dbias_ref, 0, U32, u_bias) + channel_sum_bound(upstream, dbias_ref, 0, U64,
+                                                                                         U64)
     return b_dweight, b_dbias
 
 
@@ -157,13 +159,21 @@ def eval_bounds(x, running_mean, running_var, weight, dy, y_ref, dx_ref, bias):
     return b_y, b_dx
 
 
+def update_bound(old, new, new_error, ref, momentum: float, u_acc: float, u_store: float) -> np.ndarray:
+    """|fl(fl(1 - m) old + m new^) - ((1 - m) old + m new)| with |new^ - new| <= new_error: m rounded to float32, then
+    4 roundings (1 - m, two products, the sum): gamma_4 ((m + |1 - m|) |old| + m |new|) + m (1 + gamma_4) new_error,
+    then stored in the buffer's dtype: u_store (|ref| + that)."""
+    update = (gamma(4, u_acc) * ((momentum + abs(1 - momentum)) * np.abs(old) + momentum * np.abs(new))
+              + momentum * (1 + gamma(4, u_acc)) * new_error)
+    return update + u_store * (np.abs(ref) + update) + underflow(u_store)
+
+
 def running_bounds(x, running_mean, running_var, momentum, mean_ref, var_ref) -> tuple[np.ndarray, np.ndarray]:
-    """(B_running_mean, B_running_var) of one training update, per channel, the kernel's error plus the reference's.
-    The batch mean, fl(fl(sum x) / n), errs e <= gamma_n mean|x|; the unbiased variance fl(m2^ / (n - 1)) with
-    m2^ = sum fl(x - mean^)^2 (deviation, square, n - 1 additions) = (n var_b + n e^2)(1 + theta_{n + 2}), so
-    |v^ - v| <= gamma_{n + 3} (v + n e^2 / (n - 1)) + n e^2 / (n - 1) (n - 1 exact in float32: n <= 2^24). Each update
-    fl(fl(1 - m) old + m new) (m itself rounded to float32) has 4 roundings: gamma_4 ((m + |1 - m|) |old| + m |new|)
-    + m (1 + gamma_4) |new^ - new|, stored in the buffer's dtype."""
+    """(B_running_mean, B_running_var) of one training update (update_bound), per channel, the kernel's error plus
+    the reference's. The batch mean, fl(fl(sum x) / n), errs e <= gamma_n mean|x|; the unbiased variance
+    fl(m2^ / (n - 1)) with m2^ = sum fl(x - mean^)^2 (deviation, square, n - 1 additions) = (n var_b + n e^2)
+    (1 + theta_{n + 2}), so |v^ - v| <= gamma_{n + 3} (v + n e^2 / (n - 1)) + n e^2 / (n - 1) (n - 1 exact in
+    float32: n <= 2^24)."""
     rows = channel_rows(x)
     n = rows.shape[1]
     assert n <= 2**24
@@ -174,15 +184,8 @@ def running_bounds(x, running_mean, running_var, momentum, mean_ref, var_ref) ->
     for u_acc, u_store in ((U32, unit(running_mean.dtype)), (U64, U64)):
         e = gamma(n, u_acc) * np.abs(rows).mean(axis=1)
         e_var = gamma(n + 3, u_acc) * (unbiased + n * e**2 / (n - 1)) + n * e**2 / (n - 1)
-        for old, new, error, ref, out in ((old_mean, mean, e, mean_ref, "mean"), (old_var, unbiased, e_var, var_ref,
-                                                                                   "var")):
-            update = (gamma(4, u_acc) * ((momentum + abs(1 - momentum)) * np.abs(old) + momentum * np.abs(new))
-                      + momentum * (1 + gamma(4, u_acc)) * error)
-            bound = update + u_store * (np.abs(ref) + update) + underflow(u_store)
-            if out == "mean":
-                b_mean = b_mean + bound
-            else:
-                b_var = b_var + bound
+        b_mean = b_mean + update_bound(old_mean, mean, e, mean_ref, momentum, u_acc, u_store)
+        b_var = b_var + update_bound(old_var, unbiased, e_var, var_ref, momentum, u_acc, u_store)
     return b_mean, b_var
 
 
@@ -259,15 +262,11 @@ def check(x, weight, bias, running_mean, running_var, dy, training, momentum=0.1
     if training:
         assert_close(y, ref["y"], training_forward_bound(x, weight, bias), "y")
         assert_close(dx, ref["dx"], training_dx_bound(x, weight, dy), "dx")
-        mean_used = channel_rows(x).mean(axis=1)
     else:
         b_y, b_dx = eval_bounds(x, old_mean, old_var, weight, dy, ref["y"], ref["dx"], bias)
         assert_close(y, ref["y"], b_y, "y")
         assert_close(dx, ref["dx"], b_dx, "dx")
-        mean_used = old_mean.double().numpy()
-    b_dweight, b_dbias = parameter_gradient_bounds(
-        x, weight, bias, dy, training, {"value": ref["dweight"] if weight is not None else 0.0, "mean": mean_used},
-        ref["dbias"] if bias is not None else 0.0, None if old_var is None else old_var.double().numpy())
+    b_dweight, b_dbias = parameter_gradient_bounds(x, weight, bias, dy, ref, None if training else (old_mean, old_var))
     if weight is not None:
         assert dweight.dtype == weight.dtype
         assert_close(dweight, ref["dweight"], b_dweight, "dweight")
