@@ -518,8 +518,9 @@ def _contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
 
 class _BatchNormFunction(torch.autograd.Function):
     """BatchNorm, differentiable with respect to x, weight and bias: one launch forward, one backward. The running
-    buffers are updated in place by the forward (once per call); they carry no gradient. The backward is not itself
-    differentiable (once_differentiable: a second derivative raises)."""
+    buffers are updated in place by the forward (once per call); they carry no gradient. The backward calls the kernel
+    directly; only when a graph of it is being built (``create_graph=True``) does it go through
+    :class:`_BatchNormBackward`, the backward as a differentiable function (second derivatives)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
@@ -532,13 +533,78 @@ class _BatchNormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy: torch.Tensor):
         x, weight, mean, rstd = ctx.saved_tensors
         need_dx, _, _, need_dw, need_db, _, _, _ = ctx.needs_input_grad
-        dx, dweight, dbias = backward(dy, x, weight, mean, rstd, ctx.batch_stats, need_dx,
-                                      weight.dtype if need_dw else None, ctx.bias_dtype if need_db else None)
+        args = (dy, x, weight, mean, rstd, ctx.batch_stats, need_dx, weight.dtype if need_dw else None,
+                ctx.bias_dtype if need_db else None)
+        dx, dweight, dbias = _BatchNormBackward.apply(*args) if torch.is_grad_enabled() else backward(*args)
         return dx, None, None, dweight, dbias, None, None, None
+
+
+class _BatchNormBackward(torch.autograd.Function):
+    """The backward as a differentiable function of (dy, x, weight), so that gradients of gradients exist (the
+    Jacobian-vector products of the spectral-norm property are VJPs of VJPs).
+
+    Per channel, over its n elements, with r = rstd, xhat = (x - mean) r, v = w dy, the symmetric
+    Jn = d xhat / d x = r (I - 11^T/n - xhat xhat^T/n) (training; eval: the statistics are constants, d xhat/dx = r I):
+
+        training:  dx = Jn v,     eval: dx = w r dy;     dweight = sum dy xhat,   dbias = sum dy.
+
+    For upstream gradients (u, a, c) of (dx, dweight, dbias) (a, c per channel), with m = <xhat, v>/n and
+    F = <u, v> - mean(v) sum(u) - m <u, xhat> (every <.,.> and sum over the channel):
+
+        training:  d/d dy = w Jn u + xhat a + c,   d/d weight = <dy, Jn u>,
+                   d/d x  = Jn (dy a - r/n <u, xhat> v) - r m Jn u - r^2/n xhat F
+        eval:      d/d dy = w r u + xhat a + c,    d/d weight = r <dy, u>,      d/d x = r a dy
+
+    (kernels.functional._NormBackward's formulas for a row, here a channel with one weight). Jn is applied by the
+    backward kernel without weight; the rest are channel sums in float32. Third derivatives are not provided."""
+
+    @staticmethod
+    def forward(ctx, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
+                rstd: torch.Tensor, batch_stats: bool, need_dx: bool, dweight_dtype: torch.dtype | None,
+                dbias_dtype: torch.dtype | None):
+        ctx.save_for_backward(dy, x, weight, mean, rstd)
+        ctx.batch_stats = batch_stats
+        return backward(dy, x, weight, mean, rstd, batch_stats, need_dx, dweight_dtype, dbias_dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, u: torch.Tensor | None, a: torch.Tensor | None, c: torch.Tensor | None):
+        dy, x, weight, mean, rstd = ctx.saved_tensors
+        channels = x.shape[1]
+        per_channel = (1, channels) + (1,) * (x.dim() - 2)  # a [C] tensor broadcast over x
+        summed = [0, *range(2, x.dim())]
+        n = x.numel() // channels
+
+        def channel_sum(t: torch.Tensor) -> torch.Tensor:
+            return t.sum(summed, keepdim=True)
+
+        def jn(t: torch.Tensor) -> torch.Tensor:
+            return backward(t, x, None, mean, rstd, True, True, None, None)[0].float()
+
+        r = rstd.view(per_channel)
+        xhat = (x.float() - mean.view(per_channel)) * r
+        w = torch.ones(per_channel, device=x.device) if weight is None else weight.float().view(per_channel)
+        dy32 = dy.float()
+        u = torch.zeros_like(xhat) if u is None else u.float()
+        a = torch.zeros(per_channel, device=x.device) if a is None else a.float().view(per_channel)
+        c = torch.zeros(per_channel, device=x.device) if c is None else c.float().view(per_channel)
+        if ctx.batch_stats:
+            jn_u = jn(u)
+            v = w * dy32
+            m = channel_sum(xhat * v) / n
+            f = channel_sum(u * v) - channel_sum(v) / n * channel_sum(u) - m * channel_sum(u * xhat)
+            grad_dy = w * jn_u + xhat * a + c
+            grad_x = jn(dy32 * a - r / n * channel_sum(u * xhat) * v) - r * m * jn_u - r * r / n * xhat * f
+            grad_w = channel_sum(dy32 * jn_u)
+        else:
+            grad_dy = w * r * u + xhat * a + c
+            grad_x = r * a * dy32
+            grad_w = r * channel_sum(dy32 * u)
+        grad_w = None if weight is None else grad_w.view(channels).to(weight.dtype)
+        return grad_dy.to(dy.dtype), grad_x.to(x.dtype), grad_w, None, None, None, None, None, None
 
 
 def _check_channel_tensor(name: str, t: torch.Tensor | None, x: torch.Tensor) -> None:
@@ -581,7 +647,7 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: 
     channel by its batch mean and population variance (float32) and updates the running buffers in place,
     running <- (1 - momentum) running + momentum batch (the variance unbiased, n / (n - 1)); eval normalizes by
     the running statistics, which it leaves untouched. y = (x - mean) / sqrt(var + eps) * weight + bias, like x
-    (dtype, shape, memory format). Differentiable with respect to x, weight and bias."""
+    (dtype, shape, memory format). Differentiable with respect to x, weight and bias, twice (_BatchNormBackward)."""
     check_inputs(x, running_mean, running_var, weight, bias, training, momentum)
     return rows.autograd_apply(_BatchNormFunction, x, running_mean, running_var, weight, bias, bool(training),
                                momentum, eps)

@@ -429,12 +429,57 @@ def test_bad_inputs_raise_one_line(call, error, match):
         call(torch.randn(4, 3, 5), torch.zeros(3))
 
 
-def test_second_derivatives_are_refused():
+def gradients_of_gradients(norm, x, weight, bias, dy, upstream):
+    """d/d(dy, x, weight) of <(dx, dweight, dbias), upstream>: what a Jacobian-vector product as a VJP of a VJP (the
+    spectral-norm property) and Hessian-vector products use."""
+    x, dy = x.clone().requires_grad_(), dy.clone().requires_grad_()
+    weight = None if weight is None else weight.clone().requires_grad_()
+    bias = bias.clone().requires_grad_()
+    params = [t for t in (x, weight, bias) if t is not None]
+    first = torch.autograd.grad(norm(x, weight, bias), params, dy, create_graph=True)
+    total = sum((g * up.to(g.dtype)).sum() for g, up in zip(first, [t for t in upstream if t is not None],
+                                                            strict=True))
+    return torch.autograd.grad(total, [t for t in (dy, x, weight) if t is not None])
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+@pytest.mark.parametrize("affine", [True, False], ids=["weight", "no-weight"])
+def test_gradients_of_gradients_match_float64(training, affine):
+    """Against torch's double backward in float64. Second derivatives have no derived bound in the error model, so
+    the check is relative, 64 u n (as tests/test_kernels_second_order.py's for LayerNorm), far below the O(1) error
+    of a dropped term."""
+    x, weight, bias, running_mean, running_var, dy = make((3, 4, 3, 5), torch.float32, torch.channels_last, seed=17)
+    weight = weight if affine else None
+    g = torch.Generator().manual_seed(18)
+    upstream = [torch.randn(x.shape, generator=g), None if weight is None else torch.randn(4, generator=g),
+                torch.randn(4, generator=g)]
+    n = x.numel() // x.shape[1]
+
+    def ours(x, w, b):
+        return batch_norm(x, running_mean.clone(), running_var.clone(), w, b, training, 0.1, EPS)
+
+    def theirs(x, w, b):
+        return F.batch_norm(x, running_mean.double(), running_var.double(), w, b, training, 0.1, EPS)
+
+    got = gradients_of_gradients(ours, x, weight, bias, dy, upstream)
+    # torch's double backward needs a weight: ones, with a zero upstream for its gradient, is the same function
+    reference_weight, reference_upstream = (weight, upstream) if affine else (torch.ones(4), [
+        upstream[0], torch.zeros(4), upstream[2]])
+    want = gradients_of_gradients(theirs, *(t.double() for t in (x, reference_weight, bias, dy)),
+                                  [t.double() for t in reference_upstream])
+    assert len(got) == (3 if affine else 2)
+    for name, a, b in zip(("d/d dy", "d/d x", "d/d weight"), got, want, strict=False):
+        error, scale = (a.double() - b).abs().max().item(), b.abs().max().item()
+        assert error <= 64 * U32 * n * scale, f"{name}: error {error:.3g}, largest |value| {scale:.3g}"
+
+
+def test_third_derivatives_are_refused():
     x = torch.randn(4, 3, requires_grad=True)
-    (dx,) = torch.autograd.grad(batch_norm(x, None, None, None, None, True, 0.1, EPS).pow(2).sum(), x,
+    (dx,) = torch.autograd.grad(batch_norm(x, None, None, None, None, True, 0.1, EPS).pow(3).sum(), x,
                                 create_graph=True)
+    (second,) = torch.autograd.grad(dx.pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
-        dx.sum().backward()
+        second.sum().backward()
 
 
 # --- the bounds catch the bugs --------------------------------------------------------------------------------------
