@@ -63,7 +63,8 @@ class Kind:
     (:data:`SCOPES`): the last axis, GroupNorm's groups of channels ([N, G, (C/G) S], per-channel weight and bias) or
     BatchNorm's channels over the batch ([C, N S], per-channel weight and bias); ``prefix``: its claim
     ids' prefix; ``also_checks``: further claim families checked on its kernels (LayerNorm's kernels build the
-    Post-LN blocks of ``blocks.*``)."""
+    Post-LN blocks of ``blocks.*``); ``names``: the contract's parameter names where they differ from the roles
+    (F.instance_norm's ``use_input_stats`` for ``training``), which :func:`infer` reads."""
 
     name: str
     prefix: str
@@ -74,6 +75,7 @@ class Kind:
     scope: str = "row"
     also_checks: tuple[str, ...] = ()
     description: str = ""
+    names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [role for role in self.signature if role not in ROLES]
@@ -81,6 +83,11 @@ class Kind:
                 or self.scope not in SCOPES):
             raise ValueError(f"kind {self.name}: malformed record ({unknown or self.prologue or self.norm!r}, "
                              f"scope {self.scope!r})")
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """The contract's parameter names: ``names``, or the roles of the signature."""
+        return self.names or self.signature
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -176,7 +183,8 @@ RECORDS = (
          "ln", scope="batch", description="BatchNorm over [N, C, *] (F.batch_norm's signature), training and eval"),
     Kind("instancenorm", "in", ("x", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
          "ln", scope="instance",
-         description="InstanceNorm over [N, C, *] with running statistics (F.instance_norm's signature)"),
+         description="InstanceNorm over [N, C, *] with running statistics (F.instance_norm's signature)",
+         names=("x", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps")),
 )
 KINDS: dict[str, Kind] = {record.name: record for record in RECORDS}
 NAMES = tuple(KINDS)
@@ -195,18 +203,19 @@ def kinds_where(predicate: Callable[[Kind], bool]) -> tuple[str, ...]:
 
 
 def infer(fn: Callable) -> str | None:
-    """The kind whose signature a function's parameter names fit: the longest signature whose roles are all among the
-    names; else, among the kinds with as many parameters, the one naming most of its roles (earliest on a tie:
-    fn(x, w, b, eps) is a layernorm, fn(x, w, eps) an rmsnorm, fn(x, p, generator) a dropout). None when nothing
+    """The kind whose signature a function's parameter names fit: the longest signature whose parameter names
+    (:attr:`Kind.parameter_names`) are all among the names; else, among the kinds with as many parameters, the one
+    naming most of them (earliest on a tie: fn(x, w, b, eps) is a layernorm, fn(x, w, eps) an rmsnorm,
+    fn(x, p, generator) a dropout, F.batch_norm's and F.instance_norm's own names their kinds). None when nothing
     fits."""
     try:
         names = [p.name for p in inspect.signature(fn).parameters.values()]
     except (TypeError, ValueError):
         return None
-    contained = [record for record in RECORDS if set(record.signature) <= set(names)]
+    contained = [record for record in RECORDS if set(record.parameter_names) <= set(names)]
     if contained:
         return max(contained, key=lambda record: len(record.signature)).name
     same_length = [record for record in RECORDS if len(record.signature) == len(names)]
     if not same_length:
         return None
-    return max(same_length, key=lambda record: sum(role in names for role in record.signature)).name
+    return max(same_length, key=lambda record: sum(name in names for name in record.parameter_names)).name

@@ -61,9 +61,15 @@ def test_every_kind_has_claims_a_fixture_and_a_signature_for_its_arguments():
 
 @pytest.mark.parametrize("record", kinds.RECORDS, ids=lambda record: record.name)
 def test_the_kind_is_inferred_from_its_own_signature(record):
-    names = ", ".join(record.signature)
+    names = ", ".join(record.parameter_names)
     fn = eval(f"lambda {names}: None")  # a function with exactly the record's parameter names
     assert kinds.infer(fn) == record.name
+
+
+def test_torch_batch_norm_and_instance_norm_are_inferred_from_their_own_parameter_names():
+    from torch.nn import functional as F
+
+    assert kinds.infer(F.batch_norm) == "batchnorm" and kinds.infer(F.instance_norm) == "instancenorm"
 
 
 def _fused(fn, **declarations) -> Kernel:

@@ -11,6 +11,9 @@ dtype).
     torch-batchnorm          torch.nn.functional.batch_norm itself
     torch-instancenorm       torch.nn.functional.instance_norm itself (use_input_stats = training): ATen runs it as
                              batch_norm over x viewed as [1, N C, *], so it declares what torch-batchnorm does
+    triton-batchnorm         ours (kernels/batchnorm.py): two-pass float32 statistics, compiled on CUDA (where its
+                             tl.sqrt and float32 division flush subnormals: flush_to_zero), Triton's interpreter on
+                             the CPU (float32, float16)
     torch-batchnorm-module   nn.BatchNorm1d / 2d / 3d (by x's rank: [N, C] and [N, C, L], [N, C, H, W], 5-D) through
                              torch.func.functional_call with the given tensors as its parameters and buffers (so
                              gradients reach them and the buffers it updates are the caller's); affine=False when
@@ -20,6 +23,7 @@ dtype).
 
 from __future__ import annotations
 
+from core.adapters import triton_ours
 from core.kernel import Builtin, Kernel
 
 CPU_STORAGE = {"backward_precision": "storage", "affine_precision": "storage",
@@ -64,6 +68,16 @@ def batchnorm_module(x, running_mean, running_var, weight, bias, training, momen
     return torch.func.functional_call(module, state, (x,))
 
 
+def _load_ours() -> list[Kernel]:
+    from kernels.batchnorm import batch_norm
+
+    device, dtypes = triton_ours.device_and_dtypes()
+    where = "compiled" if device == "cuda" else "Triton interpreter"
+    return [Kernel("triton-batchnorm", "batchnorm", batch_norm, spec="triton-batchnorm", device=device,
+                   dtypes=dtypes, flush_to_zero=device == "cuda",
+                   description=f"our Triton BatchNorm, training and eval, fwd+bwd ({where})")]
+
+
 BUILTINS = [
     Builtin("torch-batchnorm", "torch.nn.functional.batch_norm", lambda: [
         Kernel("torch-batchnorm", "batchnorm", batchnorm, spec="torch-batchnorm", description="F.batch_norm",
@@ -71,6 +85,8 @@ BUILTINS = [
     Builtin("torch-instancenorm", "torch.nn.functional.instance_norm", lambda: [
         Kernel("torch-instancenorm", "instancenorm", instancenorm, spec="torch-instancenorm",
                description="F.instance_norm", **CPU_STORAGE)]),
+    Builtin("triton-batchnorm", "normverify's own Triton BatchNorm (kernels/batchnorm.py)", _load_ours,
+            triton_ours.unavailable),
     Builtin("torch-batchnorm-module", "torch.nn.BatchNorm1d/2d/3d through torch.func.functional_call", lambda: [
         Kernel("torch-batchnorm-module", "batchnorm", batchnorm_module, spec="torch-batchnorm-module",
                description="nn.BatchNorm1d/2d/3d by x's rank", **CPU_STORAGE)]),

@@ -127,7 +127,8 @@ BN_UNBIASED_NORMALIZATION = _kernel("BN_UNBIASED_NORMALIZATION", "unbiased_norma
                                     "y normalized with the unbiased variance: bn.forward")
 BN_KERAS_MOMENTUM = _kernel("BN_KERAS_MOMENTUM", "keras",
                             "Keras' momentum convention, new = m old + (1 - m) batch: bn.running_statistics")
-BN_UPDATED_TWICE = _kernel("BN_UPDATED_TWICE", "twice", "the running statistics updated twice per training call")
+BN_UPDATED_TWICE = _kernel("BN_UPDATED_TWICE", "twice",
+                           "the running statistics updated twice per training call: bn.running_statistics")
 BN_EVAL_BATCH_STATISTICS = _kernel("BN_EVAL_BATCH_STATISTICS", "eval_batch",
                                    "eval mode normalizes with the batch's statistics: bn.eval, bn.coupling")
 BN_EVAL_UPDATES_RUNNING = _kernel("BN_EVAL_UPDATES_RUNNING", "eval_updates",
