@@ -154,8 +154,27 @@ def test_launches_per_call(monkeypatch, d, block, affine):
     with _TorchCompute() as backward_ops:
         norm.backward(dy, x, weight, mean, rstd, rms=False, need_dw=affine, need_db=affine, block=block)
     assert backward_ops.names == []
-    column_sums = "_sum_partials" if block is None else "_norm_backward_params"
+    column_sums = "_sum_partials" if block is None else "_norm_backward_columns"
     assert launched == (["_norm_backward_input", column_sums] if affine else ["_norm_backward_input"])
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+def test_rows_wider_than_a_block_give_the_same_dx_with_and_without_dgamma(rms):
+    """Rows wider than a block: with dgamma/dbeta, dx is written by _norm_backward_columns in the same second read
+    that sums them; without, by the row kernel's second pass. The same float32 operations on the same coefficients:
+    bit for bit equal, dres added once before the rounding in both (20 rows: a partial 16-row tile)."""
+    x, weight, bias, dy = make((20, 40), torch.float32, seed=4)
+    dres = torch.randn(20, 40, generator=torch.Generator().manual_seed(5))
+    bias = None if rms else bias
+    _, mean, rstd = norm.forward(x, weight, bias, 1e-5, rms=rms, block=16)
+    by_rows, _, _ = norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=False, need_db=False, block=16,
+                                  dresidual=dres)
+    by_columns, dw, _ = norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=True, need_db=not rms, block=16,
+                                      dresidual=dres)
+    without_dres, _, _ = norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=True, need_db=False, block=16)
+    assert torch.equal(by_rows, by_columns)
+    assert torch.equal(by_columns, without_dres + dres)  # float32 throughout: one rounding of the same sum
+    assert not torch.equal(by_columns, without_dres) and dw.abs().sum() > 0
 
 
 @KINDS
