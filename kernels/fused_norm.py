@@ -135,7 +135,8 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows and n_cols:
-        block = block or rows.config_for(n_cols, x.device).block
+        element_size = x2.element_size()
+        block = block or rows.config_for(n_cols, element_size, x.device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
@@ -145,7 +146,7 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
             x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
             n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
-            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block, element_size),
         )
     if not flat:
         y, h = y.view(x.shape), h.view(x.shape)

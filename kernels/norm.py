@@ -131,8 +131,8 @@ def _norm_forward(
     another, and reduces the lanes once with tl.sum. The row's first block is loaded once for both sums, and a row
     that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes.
 
-    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK/256,
-    1, 16), whatever the dtype (the accumulation is float32 for all)."""
+    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK * s /
+    1024, 1, 16) for s bytes per element of x (32 bytes of a block per thread)."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -452,7 +452,8 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=device)
     if n_rows and n_cols:
-        block = block or rows.config_for(n_cols, device).block
+        element_size = x2.element_size()
+        block = block or rows.config_for(n_cols, element_size, device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         rows.launch(
@@ -461,7 +462,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
             x2.stride(0), x2.stride(1), y.stride(0),
             n_cols, float(eps),
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
-            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block, element_size),
         )
     return (y if x2 is x else y.view(x.shape)), mean, rstd
 
@@ -497,7 +498,8 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
                 grad.zero_()
         return dx.view(x.shape), dweight, dbias
 
-    config = rows.config_for(n_cols, device)
+    element_size = x2.element_size()
+    config = rows.config_for(n_cols, element_size, device)
     block = block or config.block
     weight = None if weight is None else weight.contiguous()
     single_block = n_cols <= block
@@ -516,7 +518,7 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
         n_rows, n_cols,
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
         FUSE_DW=fused_sums and need_dw, FUSE_DB=fused_sums and need_db, ROW_COEFFS=by_columns,
-        BLOCK=block, SINGLE_BLOCK=single_block, num_warps=rows.num_warps(block),
+        BLOCK=block, SINGLE_BLOCK=single_block, num_warps=rows.num_warps(block, element_size),
     )
     dx_shaped = dx if flat else dx.view(x.shape)
     if not need_params:

@@ -264,11 +264,12 @@ def test_these_tolerances_reject_a_one_pass_variance():
     assert_close(ours, ref, bound, "y")
 
 
-@pytest.mark.parametrize(("d", "block", "warps", "sum_cols"), [(100, 128, 1, 32), (1024, 1024, 4, 32),
-                                                               (8192, 8192, 16, 32), (16384, 8192, 16, 64),
-                                                               (65536, 8192, 16, 256)])
-def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, block, warps, sum_cols):
-    config = rows.launch_config(d, "cuda", 132)
+@pytest.mark.parametrize(("d", "element_size", "block", "warps", "sum_cols"), [
+    (100, 4, 128, 1, 32), (1024, 4, 1024, 4, 32), (1024, 2, 1024, 2, 32), (4096, 4, 4096, 16, 32),
+    (4096, 2, 4096, 8, 32), (8192, 2, 8192, 16, 32), (16384, 4, 8192, 16, 64), (65536, 2, 8192, 16, 256)])
+def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, element_size, block, warps, sum_cols):
+    """block = min(next_pow2(d), 8192); warps = clamp(block * s / 1024, 1, 16): 32 bytes of a block per thread."""
+    config = rows.launch_config(d, element_size, "cuda", 132)
     assert (config.block, config.num_warps, config.single_block, config.sum_rows, config.sum_cols) == (
         block, warps, d <= 8192, 16, sum_cols)
 
