@@ -106,6 +106,19 @@ def autograd_apply(function: type[torch.autograd.Function], *args):
     return _C_APPLY.__get__(None, function)(*args)
 
 
+def records_no_graph(*tensors: torch.Tensor | None) -> bool:
+    """True when an autograd Function applied to ``tensors`` would record nothing: grad mode off or none of them
+    requiring grad, no functorch transform active and no functorch wrapper among them. Then the kernels are called
+    directly (inference), without the Function's ~3.5 us."""
+    if _transforms_active():
+        return False
+    grad_mode = torch.is_grad_enabled()
+    for t in tensors:  # noqa: SIM110 (a loop, not all() over a generator: cheaper on this per-call path)
+        if t is not None and ((grad_mode and t.requires_grad) or _is_functorch_wrapped(t)):
+            return False
+    return True
+
+
 def launch(kernel: JITFunction, grid: tuple[int, ...], *args, **meta) -> None:
     """Launch ``kernel[grid](*args, **meta)`` as directly as Triton allows: the one place our kernels are launched.
 
