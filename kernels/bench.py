@@ -313,9 +313,11 @@ def ours_vs_best(results: list[Measurement]) -> dict[tuple, float]:
             for case, speeds in by_case.items() if "ours" in speeds and len(speeds) > 1}
 
 
-def launch_configs(widths: Iterable[int], device: torch.device) -> list[tuple[int, row_helpers.LaunchConfig]]:
-    """The launch configuration our kernels get for each width on ``device`` (kernels.rows.launch_config)."""
-    return [(d, row_helpers.config_for(d, device)) for d in widths]
+def launch_configs(widths: Iterable[int], dtypes: Iterable[str],
+                   device: torch.device) -> list[tuple[int, str, row_helpers.LaunchConfig]]:
+    """(d, dtype name, configuration): what our kernels get for each width and dtype on ``device``
+    (kernels.rows.launch_config)."""
+    return [(d, name, row_helpers.config_for(d, DTYPES[name].itemsize, device)) for d in widths for name in dtypes]
 
 
 def write_csv(results: list[Measurement], path: Path) -> None:

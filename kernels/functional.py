@@ -117,12 +117,16 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
                eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension: weight * (x - mean) / sqrt(var + eps) + bias (population var)."""
     _check_norm_inputs("layer_norm", x, weight, bias)
+    if rows.records_no_graph(x, weight, bias):
+        return norm.forward(x, weight, bias, eps, rms=False)[0]
     return rows.autograd_apply(_NormFunction, x, weight, bias, eps, False)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension: weight * x / sqrt(mean(x^2) + eps)."""
     _check_norm_inputs("rms_norm", x, weight, None)
+    if rows.records_no_graph(x, weight):
+        return norm.forward(x, weight, None, eps, rms=True)[0]
     return rows.autograd_apply(_NormFunction, x, weight, None, eps, True)
 
 

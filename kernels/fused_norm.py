@@ -135,7 +135,8 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows and n_cols:
-        block = block or rows.config_for(n_cols, x.device).block
+        element_size = x2.element_size()
+        block = block or rows.config_for(n_cols, element_size, x.device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
@@ -145,7 +146,7 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
             x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
             n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
-            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block, element_size),
         )
     if not flat:
         y, h = y.view(x.shape), h.view(x.shape)
@@ -158,9 +159,8 @@ class _AddNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
                 bias: torch.Tensor | None, eps: float, rms: bool, residual_in_fp32: bool, p: float, seed: int):
-        residual_dtype = torch.float32 if residual_in_fp32 else residual.dtype
-        y, h, mean, rstd = forward(x, residual, weight, bias, eps, rms=rms, residual_dtype=residual_dtype,
-                                   p=p, seed=seed)
+        y, h, mean, rstd = forward(x, residual, weight, bias, eps, rms=rms,
+                                   residual_dtype=_residual_dtype(residual, residual_in_fp32), p=p, seed=seed)
         ctx.save_for_backward(h, weight, mean, rstd)
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a launch of zeros
         ctx.rms, ctx.p, ctx.seed = rms, p, seed
@@ -182,6 +182,19 @@ class _AddNormFunction(torch.autograd.Function):
         return (dx.to(x_dtype), total.to(residual_dtype), dweight, dbias, None, None, None, None, None)
 
 
+def _residual_dtype(residual: torch.Tensor, residual_in_fp32: bool) -> torch.dtype:
+    return torch.float32 if residual_in_fp32 else residual.dtype
+
+
+def _add_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+              eps: float, rms: bool, residual_in_fp32: bool, p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out): through :class:`_AddNormFunction` when autograd records, else the forward kernel alone."""
+    if rows.records_no_graph(x, residual, weight, bias):
+        residual_dtype = _residual_dtype(residual, residual_in_fp32)
+        return forward(x, residual, weight, bias, eps, rms=rms, residual_dtype=residual_dtype, p=p, seed=seed)[:2]
+    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, rms, residual_in_fp32, p, seed)
+
+
 def _check_inputs(op: str, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
                   bias: torch.Tensor | None) -> None:
     if rows.inputs_ok(x, (weight, bias), (residual,)):
@@ -201,14 +214,14 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(LayerNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
     _check_inputs("add_layer_norm", x, residual, weight, bias)
-    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
+    return _add_norm(x, residual, weight, bias, eps, False, residual_in_fp32, 0.0, 0)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
                  residual_in_fp32: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(h), h) with h = x + residual (kept in float32 with ``residual_in_fp32``, else residual's dtype)."""
     _check_inputs("add_rms_norm", x, residual, weight, None)
-    return rows.autograd_apply(_AddNormFunction, x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
+    return _add_norm(x, residual, weight, None, eps, True, residual_in_fp32, 0.0, 0)
 
 
 def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
@@ -220,5 +233,4 @@ def dropout_add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torc
         raise ValueError(f"dropout_add_layer_norm: p must be in [0, 1), got {p}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"dropout_add_layer_norm: seed must be an int, not {type(seed).__name__}")
-    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, False, residual_in_fp32, float(p),
-                               seed)
+    return _add_norm(x, residual, weight, bias, eps, False, residual_in_fp32, float(p), seed)

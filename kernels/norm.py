@@ -131,8 +131,8 @@ def _norm_forward(
     another, and reduces the lanes once with tl.sum. The row's first block is loaded once for both sums, and a row
     that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes.
 
-    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK/256,
-    1, 16), whatever the dtype (the accumulation is float32 for all)."""
+    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK * s /
+    1024, 1, 16) for s bytes per element of x (32 bytes of a block per thread)."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -222,6 +222,8 @@ def _norm_backward_input(
     #            dgamma rows, then their dbeta rows; None when neither FUSE_DW nor FUSE_DB
     DRES,  # pointer to dres, [n, d], any strides: a gradient added to dx before its rounding (the fused residual
     #        add's dL/dh); None without (HAS_DRES False)
+    Coeffs,  # pointer to the output row coefficients, float32: c_xhat of every row [n], then (LayerNorm) c_one of
+    #          every row [n]; None unless ROW_COEFFS
     stride_x_row,  # int: elements between two rows of X
     stride_x_col,  # int: elements between two columns of X
     stride_dy_row,  # int: elements between two rows of DY
@@ -236,6 +238,8 @@ def _norm_backward_input(
     HAS_DRES: tl.constexpr,  # bool: DRES given
     FUSE_DW: tl.constexpr,  # bool: write the programs' dgamma partial sums (SINGLE_BLOCK only)
     FUSE_DB: tl.constexpr,  # bool: write the programs' dbeta partial sums (SINGLE_BLOCK only)
+    ROW_COEFFS: tl.constexpr,  # bool: store each row's c_xhat, c_one in Coeffs instead of writing dx (then
+    #                            _norm_backward_columns writes dx and sums dgamma/dbeta)
     BLOCK: tl.constexpr,  # int, power of two: columns held at once (rows.LaunchConfig.block)
     SINGLE_BLOCK: tl.constexpr,  # bool: d <= BLOCK, the row is read once
 ):
@@ -246,6 +250,9 @@ def _norm_backward_input(
 
     A row that fits one block (SINGLE_BLOCK) is read once. Then, with FUSE_DW / FUSE_DB, the program also
     accumulates its rows' dy * xhat / dy in registers and writes them as its row of the partial-sum buffer.
+    A wider row is read twice: once for its sums c_xhat = mean(g * xhat), c_one = mean(g), which every element of
+    dx needs, once for dx. With ROW_COEFFS only the first read is done here and the coefficients stored, so that
+    the second read (by _norm_backward_columns) also sums dgamma/dbeta.
 
     Launch (kernels.rows.launch_config): grid (min(n, 4 x SMs),), BLOCK and num_warps as the forward's.
     """
@@ -287,7 +294,11 @@ def _norm_backward_input(
             c_one = sum_g / n_cols
 
         # Pass 2: dx = rstd * (g - xhat * c_xhat - c_one) in float32, stored with the mask, rounded once to dx's dtype.
-        if SINGLE_BLOCK:  # the row's only block is still in registers
+        if ROW_COEFFS:  # pass 2 is _norm_backward_columns'
+            tl.store(Coeffs + row, c_xhat)
+            if not IS_RMS:
+                tl.store(Coeffs + n_rows + row, c_one)
+        elif SINGLE_BLOCK:  # the row's only block is still in registers
             _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
             if FUSE_DW:
                 dw_acc += dy * xhat
@@ -312,48 +323,74 @@ def _norm_backward_input(
 
 
 @triton.jit
-def _norm_backward_params(
+def _norm_backward_columns(
     X,  # pointer to the forward's input x, [n, d], any strides, float32/float16/bfloat16
     DY,  # pointer to the upstream gradient dy, [n, d], any strides, float32/float16/bfloat16
+    DX,  # pointer to the output dx, [n, d], row-contiguous (column stride 1), in dx's dtype
+    W,  # pointer to gamma, [d], contiguous, float32/float16/bfloat16; None without (HAS_WEIGHT False)
     Mean,  # pointer to the forward's mean, float32 [n]; None for RMSNorm (never read)
     Rstd,  # pointer to the forward's rstd, float32 [n]
+    Coeffs,  # pointer to the rows' coefficients from _norm_backward_input (ROW_COEFFS), float32: c_xhat [n], then
+    #          (LayerNorm) c_one [n]
+    DRES,  # pointer to dres, [n, d], any strides, added to dx before its rounding; None without (HAS_DRES False)
     DW,  # pointer to the output dgamma, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DW
     DB,  # pointer to the output dbeta, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DB
     stride_x_row,  # int: elements between two rows of X
     stride_x_col,  # int: elements between two columns of X
     stride_dy_row,  # int: elements between two rows of DY
     stride_dy_col,  # int: elements between two columns of DY
+    stride_dx_row,  # int: elements between two rows of DX
+    stride_dres_row,  # int: elements between two rows of DRES (0 without)
+    stride_dres_col,  # int: elements between two columns of DRES (0 without)
     n_rows,  # int: n, X's rows
     n_cols,  # int: d, the row's width
-    IS_RMS: tl.constexpr,  # bool: RMSNorm (mean = 0) instead of LayerNorm
+    IS_RMS: tl.constexpr,  # bool: RMSNorm (mean = 0, no c_one) instead of LayerNorm
+    HAS_WEIGHT: tl.constexpr,  # bool: W given (g = gamma * dy; else g = dy)
+    HAS_DRES: tl.constexpr,  # bool: DRES given
     COMPUTE_DW: tl.constexpr,  # bool: write dgamma
     COMPUTE_DB: tl.constexpr,  # bool: write dbeta
-    BLOCK_ROWS: tl.constexpr,  # int, power of two: rows of the tile summed at a time (rows.LaunchConfig.sum_rows)
+    BLOCK_ROWS: tl.constexpr,  # int, power of two: rows of the tile read at a time (rows.LaunchConfig.sum_rows)
     BLOCK_COLS: tl.constexpr,  # int, power of two: columns of that tile, one program per block of them (sum_cols)
 ):
-    """dgamma = sum_rows dy * xhat and dbeta = sum_rows dy for rows wider than one block (d > MAX_BLOCK), straight
-    from x and dy: one program per block of BLOCK_COLS columns sums every row of it (no partial sums, no second
-    launch). Each sum adds BLOCK_ROWS x BLOCK_COLS tiles in float32, then reduces the tile's rows once."""
+    """The second read of rows wider than one block (d > MAX_BLOCK): dx = rstd (g - xhat c_xhat - c_one) (+ dres)
+    from the rows' coefficients, and in the same read dgamma = sum_rows dy * xhat, dbeta = sum_rows dy (so x and dy
+    are read twice in all, not three times, and no partial sums are written). One program per block of BLOCK_COLS
+    columns walks down every row in BLOCK_ROWS x BLOCK_COLS tiles; the sums add tiles in float32, then reduce the
+    tile's rows once, rounded once to the weight's dtype (no atomics: deterministic). dx's elements are computed
+    as in _norm_backward_input's pass 2, operation for operation."""
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
     col_mask = cols < n_cols  # the last column block is partial when BLOCK_COLS does not divide d
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)  # float32 accumulators, one per tile element
     db_acc = tl.zeros([BLOCK_ROWS, BLOCK_COLS], dtype=tl.float32)
     for start in range(0, n_rows, BLOCK_ROWS):
         row_ids = start + tl.arange(0, BLOCK_ROWS)
         row_mask = row_ids < n_rows  # the last row tile is partial when BLOCK_ROWS does not divide n
-        mask = row_mask[:, None] & col_mask[None, :]  # masked-off elements load as 0.0 and add nothing
-        row_ids = row_ids.to(tl.int64)  # int64: row * stride can pass 2^31 elements
-        dy = tl.load(DY + row_ids[:, None] * stride_dy_row + cols[None, :] * stride_dy_col,
+        mask = row_mask[:, None] & col_mask[None, :]  # masked-off elements load as 0.0 and are not stored
+        rows64 = row_ids.to(tl.int64)  # int64: row * stride can pass 2^31 elements
+        dy = tl.load(DY + rows64[:, None] * stride_dy_row + cols[None, :] * stride_dy_col,
                      mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + rows64[:, None] * stride_x_row + cols[None, :] * stride_x_col,
+                    mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(Rstd + row_ids, mask=row_mask, other=0.0)[:, None]
+        c_xhat = tl.load(Coeffs + row_ids, mask=row_mask, other=0.0)[:, None]
+        g = dy
+        if HAS_WEIGHT:
+            g = dy * w[None, :]
+        if IS_RMS:  # mean = 0, c_one = 0
+            xhat = tl.where(mask, x * rstd, 0.0)
+            dx = (g - xhat * c_xhat) * rstd
+        else:
+            mean = tl.load(Mean + row_ids, mask=row_mask, other=0.0)[:, None]
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)  # masked-off x is 0.0, whose xhat would be -mean * rstd
+            c_one = tl.load(Coeffs + n_rows + row_ids, mask=row_mask, other=0.0)[:, None]
+            dx = (g - (xhat * c_xhat + c_one)) * rstd
+        if HAS_DRES:
+            dx += tl.load(DRES + rows64[:, None] * stride_dres_row + cols[None, :] * stride_dres_col,
+                          mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + rows64[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if COMPUTE_DW:
-            x = tl.load(X + row_ids[:, None] * stride_x_row + cols[None, :] * stride_x_col,
-                        mask=mask, other=0.0).to(tl.float32)
-            rstd = tl.load(Rstd + row_ids, mask=row_mask, other=0.0)
-            if IS_RMS:
-                xhat = x * rstd[:, None]
-            else:
-                mean = tl.load(Mean + row_ids, mask=row_mask, other=0.0)
-                xhat = (x - mean[:, None]) * rstd[:, None]
             dw_acc += dy * xhat
         if COMPUTE_DB:
             db_acc += dy
@@ -415,7 +452,8 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
     mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=device)
     if n_rows and n_cols:
-        block = block or rows.config_for(n_cols, device).block
+        element_size = x2.element_size()
+        block = block or rows.config_for(n_cols, element_size, device).block
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         rows.launch(
@@ -424,7 +462,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
             x2.stride(0), x2.stride(1), y.stride(0),
             n_cols, float(eps),
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
-            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block),
+            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block, element_size),
         )
     return (y if x2 is x else y.view(x.shape)), mean, rstd
 
@@ -439,9 +477,11 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
     ``dresidual`` (x's shape): a gradient added to dx before it is rounded (the fused residual add's dL/dh);
     ``dx_dtype``: dx's dtype (default x's).
 
-    Launches: one without dweight/dbias, two with: the row kernel (dx, and for a row of one block its programs'
-    float32 partial sums of dgamma/dbeta, tutorial 05's first stage), then one kernel summing either the partial
-    buffers (:func:`_sum_partials`) or, for rows wider than one block, x and dy (:func:`_norm_backward_params`).
+    Launches: one without dweight/dbias, two with. Rows of one block: the row kernel (dx, and with dweight/dbias its
+    programs' float32 partial sums of them, tutorial 05's first stage), then :func:`_sum_partials` summing the
+    partial buffers; x and dy are read once. Wider rows (d > block) with dweight/dbias: the row kernel's first read
+    gives each row's coefficients, then :func:`_norm_backward_columns` reads x and dy a second time for dx and
+    dweight/dbias together (two reads in all; without dweight/dbias the row kernel alone reads the row twice).
     """
     flat = x.dim() == 2
     x2, dy2 = (x, dy) if flat else (rows.as_rows(x), rows.as_rows(dy))
@@ -458,27 +498,31 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
                 grad.zero_()
         return dx.view(x.shape), dweight, dbias
 
-    config = rows.config_for(n_cols, device)
+    element_size = x2.element_size()
+    config = rows.config_for(n_cols, element_size, device)
     block = block or config.block
     weight = None if weight is None else weight.contiguous()
-    fuse = n_cols <= block
+    single_block = n_cols <= block
+    need_params = need_dw or need_db
     programs = rows.persistent_programs(n_rows, device)
-    fused_sums = fuse and (need_dw or need_db)
+    fused_sums = single_block and need_params
+    by_columns = need_params and not single_block
     partials = (torch.empty(((need_dw + need_db) * programs, n_cols), dtype=torch.float32, device=device)
                 if fused_sums else None)
+    coeffs = torch.empty((1 if rms else 2) * n_rows, dtype=torch.float32, device=device) if by_columns else None
+    dres_strides = (0, 0) if dres2 is None else dres2.stride()
     rows.launch(
         _norm_backward_input, (programs,),
-        x2, dy2, dx, weight, mean, rstd, partials, dres2,
-        x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0),
-        *((0, 0) if dres2 is None else dres2.stride()),
+        x2, dy2, dx, weight, mean, rstd, partials, dres2, coeffs,
+        x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0), *dres_strides,
         n_rows, n_cols,
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
-        FUSE_DW=fused_sums and need_dw, FUSE_DB=fused_sums and need_db,
-        BLOCK=block, SINGLE_BLOCK=fuse, num_warps=rows.num_warps(block),
+        FUSE_DW=fused_sums and need_dw, FUSE_DB=fused_sums and need_db, ROW_COEFFS=by_columns,
+        BLOCK=block, SINGLE_BLOCK=single_block, num_warps=rows.num_warps(block, element_size),
     )
-    dx = dx if flat else dx.view(x.shape)
-    if not (need_dw or need_db):
-        return dx, None, None
+    dx_shaped = dx if flat else dx.view(x.shape)
+    if not need_params:
+        return dx_shaped, None, None
     col_blocks = (-(-n_cols // config.sum_cols),)  # ceil; triton.cdiv is a ConstexprFunction, ~3 us per call
     if fused_sums:
         rows.launch(
@@ -489,11 +533,11 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
         )
     else:
         rows.launch(
-            _norm_backward_params, col_blocks,
-            x2, dy2, mean, rstd, dweight, dbias,
-            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1),
+            _norm_backward_columns, col_blocks,
+            x2, dy2, dx, weight, mean, rstd, coeffs, dres2, dweight, dbias,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0), *dres_strides,
             n_rows, n_cols,
-            IS_RMS=rms, COMPUTE_DW=need_dw, COMPUTE_DB=need_db, BLOCK_ROWS=config.sum_rows,
-            BLOCK_COLS=config.sum_cols, num_warps=4,
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None, COMPUTE_DW=need_dw,
+            COMPUTE_DB=need_db, BLOCK_ROWS=config.sum_rows, BLOCK_COLS=config.sum_cols, num_warps=4,
         )
-    return dx, dweight, dbias
+    return dx_shaped, dweight, dbias

@@ -106,6 +106,19 @@ def autograd_apply(function: type[torch.autograd.Function], *args):
     return _C_APPLY.__get__(None, function)(*args)
 
 
+def records_no_graph(*tensors: torch.Tensor | None) -> bool:
+    """True when an autograd Function applied to ``tensors`` would record nothing: grad mode off or none of them
+    requiring grad, no functorch transform active and no functorch wrapper among them. Then the kernels are called
+    directly (inference), without the Function's ~3.5 us."""
+    if _transforms_active():
+        return False
+    grad_mode = torch.is_grad_enabled()
+    for t in tensors:  # noqa: SIM110 (a loop, not all() over a generator: cheaper on this per-call path)
+        if t is not None and ((grad_mode and t.requires_grad) or _is_functorch_wrapped(t)):
+            return False
+    return True
+
+
 def launch(kernel: JITFunction, grid: tuple[int, ...], *args, **meta) -> None:
     """Launch ``kernel[grid](*args, **meta)`` as directly as Triton allows: the one place our kernels are launched.
 
@@ -135,42 +148,47 @@ def as_rows(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How our norm kernels are launched for one row width on one kind of device (:func:`launch_config`)."""
+    """How our norm kernels are launched for one row width and element size on one kind of device
+    (:func:`launch_config`)."""
 
     block: int  # columns a row program holds at once: next_pow2(d), at most MAX_BLOCK
-    num_warps: int  # of a row program: block / 256 (about 8 float32 values per thread per row-sized vector), 1..16
+    num_warps: int  # of a row program: block * element size / 1024 (32 bytes of a block per thread), 1..16
     single_block: bool  # d <= block: the row is read once, kept in registers (forward and backward)
-    sum_rows: int  # rows of a tile of the column-sum kernels (dgamma, dbeta)
+    sum_rows: int  # rows of a tile of the column kernels (dgamma, dbeta; dx of rows wider than a block)
     sum_cols: int  # columns of that tile: one program per column block
 
 
 @functools.cache
-def launch_config(n_cols: int, device_type: str, sms: int) -> LaunchConfig:
-    """The launch rule, by width (the dtype does not enter: every kernel accumulates in float32, so the registers a
-    program needs depend on the width only):
+def launch_config(n_cols: int, element_size: int, device_type: str, sms: int) -> LaunchConfig:
+    """The launch rule, by width d and the inputs' element size s (bytes):
 
-    * row programs (forward, backward dx): ``block = min(next_pow2(d), MAX_BLOCK)`` columns at a time,
-      ``num_warps = clamp(block / 256, 1, 16)``, as in Triton's tutorial 05; the row read once when ``d <= block``;
-    * column sums (dgamma, dbeta: over the backward's partial sums, or over x and dy when d > MAX_BLOCK): tiles of
-      ``16 x sum_cols``, one program per column block, ``sum_cols = clamp(prev_pow2(d / SMs), 32, 256)`` on CUDA
-      so that there are about as many programs as SMs or more (a 64-column fp32 row segment is two 128-byte lines);
-      under the interpreter, whose cost is per program, ``min(block, 4096)``.
+    * row programs (forward, backward dx): ``block = min(next_pow2(d), MAX_BLOCK)`` columns at a time, the row read
+      once when ``d <= block``; ``num_warps = clamp(block * s / 1024, 1, 16)``: each thread holds 32 bytes of a
+      block, two 16-byte vector loads (float32: 8 values, 16-bit: 16 values). That is tutorial 05's block / 256 for
+      float32; for 16-bit storage, half as many warps (at d = 4096: 8, Liger-Kernel's choice, where 16 warps of one
+      16-byte load each measured 41-61% of Liger's forward on an H200, float32 74-93%);
+    * column tiles (dgamma, dbeta; dx too for rows wider than a block): ``16 x sum_cols``, one program per column
+      block, ``sum_cols = clamp(prev_pow2(d / SMs), 32, 256)`` on CUDA so that there are about as many programs as
+      SMs or more (a 64-column fp32 row segment is two 128-byte lines); under the interpreter, whose cost is per
+      program, ``min(block, 4096)``; 4 warps.
     """
     block = block_size(n_cols)
     cuda_cols = min(max(_prev_power_of_2(max(n_cols // sms, 1)), 32), 256)
     sum_cols = cuda_cols if device_type == "cuda" else min(block, 4096)
-    return LaunchConfig(block=block, num_warps=num_warps(block), single_block=n_cols <= block, sum_rows=16,
-                        sum_cols=sum_cols)
+    return LaunchConfig(block=block, num_warps=num_warps(block, element_size), single_block=n_cols <= block,
+                        sum_rows=16, sum_cols=sum_cols)
 
 
-_configs: dict[tuple[int, torch.device], LaunchConfig] = {}
+_configs: dict[tuple[int, int, torch.device], LaunchConfig] = {}
 
 
-def config_for(n_cols: int, device: torch.device) -> LaunchConfig:
-    """:func:`launch_config` for a row width on a device (one dictionary lookup after the first call)."""
-    config = _configs.get((n_cols, device))
+def config_for(n_cols: int, element_size: int, device: torch.device) -> LaunchConfig:
+    """:func:`launch_config` for a row width and element size on a device (one dictionary lookup after the first
+    call)."""
+    config = _configs.get((n_cols, element_size, device))
     if config is None:
-        config = _configs[n_cols, device] = launch_config(n_cols, device.type, sm_count(device))
+        config = _configs[n_cols, element_size, device] = launch_config(n_cols, element_size, device.type,
+                                                                        sm_count(device))
     return config
 
 
@@ -183,9 +201,9 @@ def block_size(n_cols: int) -> int:
     return min(triton.next_power_of_2(n_cols), MAX_BLOCK)
 
 
-def num_warps(block: int) -> int:
-    """Warps for a block: ~256 values per warp (as in Triton's layer-norm tutorial), between 1 and 16."""
-    return min(max(block // 256, 1), 16)
+def num_warps(block: int, element_size: int) -> int:
+    """Warps of a row program: 32 bytes of a block per thread (two 16-byte loads), between 1 and 16."""
+    return min(max(block * element_size // 1024, 1), 16)
 
 
 @functools.cache

@@ -2,7 +2,8 @@
 
     /work/main/.venv/bin/python scripts/host_time.py [--rows 4] [--d 64] [--dtype float32] [--repeat 200]
 
-What is measured, per kind and mode (forward; forward+backward):
+What is measured, per kind and mode (inference: the forward under torch.no_grad; forward: with weight and bias
+requiring grad, so an autograd graph is recorded; forward+backward):
 
 * ours: everything our code does per call on the host, with the Triton launch stubbed out. Every
   launch of a ``@triton.jit`` kernel ends in ``JITFunction.run`` (``kernel[grid](...)``) or, for our
@@ -172,6 +173,10 @@ def _step(fn: Callable, mode: str, n: int, d: int, dtype: torch.dtype) -> Callab
     def forward() -> None:
         fn(x, r, w, b)
 
+    def inference() -> None:
+        with torch.no_grad():
+            fn(x, r, w, b)
+
     def forward_backward() -> None:
         out = fn(x, r, w, b)
         y = out[0] if isinstance(out, tuple) else out
@@ -179,7 +184,7 @@ def _step(fn: Callable, mode: str, n: int, d: int, dtype: torch.dtype) -> Callab
         for leaf in leaves:
             leaf.grad = None
 
-    return forward_backward if backward else forward
+    return {"inference": inference, "forward": forward, "forward+backward": forward_backward}[mode]
 
 
 def _us_per_call(step: Callable[[], None], repeat: int) -> float:
@@ -220,7 +225,7 @@ def main() -> None:
           + (f" {'ours+Triton us':>14} {'ratio':>6}" if with_triton else "")
           + "   launches ours (triton+torch)   torch's")
     for kind, (ours, theirs) in _cases(args.rows, args.d).items():
-        for mode in ("forward", "forward+backward"):
+        for mode in ("inference", "forward", "forward+backward"):
             with stubbed_launches() as counter:
                 ours_step = _step(ours, mode, args.rows, args.d, dtype)
                 ours_us = _us_per_call(ours_step, args.repeat)

@@ -33,7 +33,8 @@ def record_launches(monkeypatch, host_call) -> list[tuple[JITFunction, dict, int
 
     monkeypatch.setattr(rows, "launch", record)
     # the launch configuration an H100 (132 SMs) gets, not the interpreter's
-    monkeypatch.setattr(rows, "config_for", lambda n_cols, device: rows.launch_config(n_cols, "cuda", 132))
+    monkeypatch.setattr(rows, "config_for",
+                        lambda n_cols, element_size, device: rows.launch_config(n_cols, element_size, "cuda", 132))
     host_call()
     return launches
 

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 from core.kernel import Kernel
-from kernels import interpret, norm, rows
+from kernels import functional, fused_norm, interpret, norm, rows
 from properties import outcome
 from properties.bounds import tolerance
 
@@ -154,8 +154,54 @@ def test_launches_per_call(monkeypatch, d, block, affine):
     with _TorchCompute() as backward_ops:
         norm.backward(dy, x, weight, mean, rstd, rms=False, need_dw=affine, need_db=affine, block=block)
     assert backward_ops.names == []
-    column_sums = "_sum_partials" if block is None else "_norm_backward_params"
+    column_sums = "_sum_partials" if block is None else "_norm_backward_columns"
     assert launched == (["_norm_backward_input", column_sums] if affine else ["_norm_backward_input"])
+
+
+def _raise_if_applied(*args, **kwargs):
+    raise AssertionError("the autograd Function was applied")
+
+
+@pytest.mark.parametrize("call", ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"])
+def test_calls_without_a_graph_to_record_run_the_kernel_alone(monkeypatch, call):
+    """Under no_grad, or with no input requiring grad, the forward kernel runs without the autograd Function (its
+    ~3.5 us), with the same outputs; where a graph is recorded the Function is applied (here: patched to raise)."""
+    x, weight, bias, _ = make((5, 24), torch.float32, seed=2)
+    residual = torch.randn(5, 24, generator=torch.Generator().manual_seed(3))
+    fn = getattr(kernels, call)
+    args = (x, residual, weight) if call.startswith("add_") else (x, weight)
+    args += (bias,) if "layer" in call else ()
+    recorded = fn(*(a.clone().requires_grad_() for a in args))
+    function = fused_norm._AddNormFunction if call.startswith("add_") else functional._NormFunction
+    monkeypatch.setattr(function, "forward", staticmethod(_raise_if_applied))
+    with torch.no_grad():
+        under_no_grad = fn(*(a.clone().requires_grad_() for a in args))
+    without_grad_inputs = fn(*args)
+    for got in (under_no_grad, without_grad_inputs):
+        for a, b in zip(recorded if isinstance(recorded, tuple) else (recorded,),
+                        got if isinstance(got, tuple) else (got,), strict=True):
+            assert torch.equal(a.detach(), b) and not b.requires_grad
+    with pytest.raises(AssertionError, match="Function was applied"):
+        fn(*(a.clone().requires_grad_() for a in args))
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+def test_rows_wider_than_a_block_give_the_same_dx_with_and_without_dgamma(rms):
+    """Rows wider than a block: with dgamma/dbeta, dx is written by _norm_backward_columns in the same second read
+    that sums them; without, by the row kernel's second pass. The same float32 operations on the same coefficients:
+    bit for bit equal, dres added once before the rounding in both (20 rows: a partial 16-row tile)."""
+    x, weight, bias, dy = make((20, 40), torch.float32, seed=4)
+    dres = torch.randn(20, 40, generator=torch.Generator().manual_seed(5))
+    bias = None if rms else bias
+    _, mean, rstd = norm.forward(x, weight, bias, 1e-5, rms=rms, block=16)
+    by_rows, _, _ = norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=False, need_db=False, block=16,
+                                  dresidual=dres)
+    by_columns, dw, _ = norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=True, need_db=not rms, block=16,
+                                      dresidual=dres)
+    without_dres, _, _ = norm.backward(dy, x, weight, mean, rstd, rms=rms, need_dw=True, need_db=False, block=16)
+    assert torch.equal(by_rows, by_columns)
+    assert torch.equal(by_columns, without_dres + dres)  # float32 throughout: one rounding of the same sum
+    assert not torch.equal(by_columns, without_dres) and dw.abs().sum() > 0
 
 
 @KINDS
@@ -245,11 +291,12 @@ def test_these_tolerances_reject_a_one_pass_variance():
     assert_close(ours, ref, bound, "y")
 
 
-@pytest.mark.parametrize(("d", "block", "warps", "sum_cols"), [(100, 128, 1, 32), (1024, 1024, 4, 32),
-                                                               (8192, 8192, 16, 32), (16384, 8192, 16, 64),
-                                                               (65536, 8192, 16, 256)])
-def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, block, warps, sum_cols):
-    config = rows.launch_config(d, "cuda", 132)
+@pytest.mark.parametrize(("d", "element_size", "block", "warps", "sum_cols"), [
+    (100, 4, 128, 1, 32), (1024, 4, 1024, 4, 32), (1024, 2, 1024, 2, 32), (4096, 4, 4096, 16, 32),
+    (4096, 2, 4096, 8, 32), (8192, 2, 8192, 16, 32), (16384, 4, 8192, 16, 64), (65536, 2, 8192, 16, 256)])
+def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, element_size, block, warps, sum_cols):
+    """block = min(next_pow2(d), 8192); warps = clamp(block * s / 1024, 1, 16): 32 bytes of a block per thread."""
+    config = rows.launch_config(d, element_size, "cuda", 132)
     assert (config.block, config.num_warps, config.single_block, config.sum_rows, config.sum_cols) == (
         block, warps, d <= 8192, 16, sum_cols)
 

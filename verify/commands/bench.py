@@ -120,11 +120,11 @@ def run(args: argparse.Namespace) -> int:
     widths = args.width or bench.WIDTHS
     device = torch.device(args.device, torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
     name = torch.cuda.get_device_name(device) if args.device == "cuda" else "CPU (Triton interpreter)"
-    print(f"device: {name}; our launch configuration per width (kernels.rows.launch_config):")
-    for d, config in bench.launch_configs(widths, device):
-        print(f"  d={d}: {config}")
-    started = time.perf_counter()
     kinds, dtypes = args.kind or bench.KINDS, args.dtype or bench.DTYPES
+    print(f"device: {name}; our launch configuration per width and dtype (kernels.rows.launch_config):")
+    for d, dtype, config in bench.launch_configs(widths, dtypes, device):
+        print(f"  d={d} {dtype}: {config}")
+    started = time.perf_counter()
     if args.device == "cuda" and args.compile_workers > 1:
         failures = bench.warm_up(kinds, dtypes, widths, args.device, args.compile_workers)
         print(f"kernels compiled in {args.compile_workers} processes: {time.perf_counter() - started:.0f} s"
