@@ -432,10 +432,11 @@ def launch_shape(n_channels: int, n_elements: int, channel_stride: int) -> tuple
     """(BLOCK_C, BLOCK_E, num_warps), the launch rule: channels adjacent in memory (channel stride 1, C > 1:
     channels_last, [N, C]) are taken BLOCK_C = min(next_pow2(C), 32) at a time so that a tile's rows share cache
     lines; otherwise one channel a program. BLOCK_E = min(next_pow2(n), TILE / BLOCK_C) elements of each at a time;
-    num_warps = clamp(BLOCK_C * BLOCK_E / 256, 1, 16), as in Triton's tutorial 05. The grid is ceil(C / BLOCK_C)."""
+    num_warps = clamp(BLOCK_C * BLOCK_E / 256, 1, 16): rows.num_warps of the float32 tile every dtype is accumulated in.
+    The grid is ceil(C / BLOCK_C)."""
     block_c = min(triton.next_power_of_2(n_channels), MAX_BLOCK_C) if channel_stride == 1 and n_channels > 1 else 1
     block_e = min(triton.next_power_of_2(n_elements), TILE // block_c)
-    return block_c, block_e, rows.num_warps(block_c * block_e)
+    return block_c, block_e, rows.num_warps(block_c * block_e, 4)
 
 
 def _launch_geometry(x: torch.Tensor, *others: torch.Tensor) -> dict:
