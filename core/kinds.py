@@ -28,6 +28,9 @@ Every norm kind is a prologue, then the plain norm at the prologue's output h, o
     instancenorm           the same signature (F.instance_norm's)             x [N, C, *]: the rows are each sample's
                                                                               channels' spatial elements (training;
                                                                               eval: the running statistics)
+    channel_layernorm      fn(x, weight, bias, eps) -> y                      x [N, C, *]: the rows are the samples'
+                                                                              C x spatial elements (nn.LayerNorm over
+                                                                              (C, *)), weight and bias [C, *]
     dropout                fn(x, p, seed) -> y                                (no norm: inverted dropout)
 
 y = N(h) over the last axis of the rows (the grouped view for GroupNorm, the channel-major view [C, N S] for
@@ -46,10 +49,10 @@ ROLES = ("x", "residual", "num_groups", "running_mean", "running_var", "weight",
 # Inputs a gradient is taken for, in this order, where the signature has them.
 DIFFERENTIABLE = ("x", "residual", "weight", "bias")
 PROLOGUES = ("", "add", "dropout_add")
-# What one row of the norm's statistics holds: the last axis ("row"), a group of channels of one sample of x [N, C, *]
-# ("group", GroupNorm), one channel of one sample ("instance", InstanceNorm) or one channel over the whole batch
-# ("batch", BatchNorm in training mode).
-SCOPES = ("row", "group", "instance", "batch")
+# What one row of the norm's statistics holds: the last axis ("row"), or of x [N, C, *]: one sample ("sample",
+# LayerNorm over (C, *)), a group of channels of one sample ("group", GroupNorm), one channel of one sample
+# ("instance", InstanceNorm) or one channel over the whole batch ("batch", BatchNorm in training mode).
+SCOPES = ("row", "sample", "group", "instance", "batch")
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,8 @@ class Kind:
     @property
     def per_channel(self) -> bool:
         """Whether weight and bias are per channel of x [N, C, *] (GroupNorm, InstanceNorm, BatchNorm), not per
-        element of a row."""
-        return self.scope != "row"
+        element of a row or of a sample."""
+        return self.scope in ("group", "instance", "batch")
 
     @property
     def is_norm(self) -> bool:
@@ -179,6 +182,8 @@ RECORDS = (
          prologue="dropout_add", outputs=("y", "residual_out"), description="dropout of x, residual add, LayerNorm"),
     Kind("groupnorm", "gn", ("x", "num_groups", "weight", "bias", "eps"), "ln", scope="group",
          description="GroupNorm over [N, C, *], per-channel weight and bias"),
+    Kind("channel_layernorm", "cln", ("x", "weight", "bias", "eps"), "ln", scope="sample",
+         description="LayerNorm over each sample's (C, *) elements of x [N, C, *], weight and bias [C, *]"),
     Kind("batchnorm", "bn", ("x", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
          "ln", scope="batch", description="BatchNorm over [N, C, *] (F.batch_norm's signature), training and eval"),
     Kind("instancenorm", "in", ("x", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),

@@ -151,14 +151,14 @@ def effective_weight(kernel: Kernel, weight: torch.Tensor | None) -> np.ndarray 
 
 
 def grouped(kernel: Kernel, values: np.ndarray, num_groups: int | None) -> np.ndarray:
-    """A float64 array of x's shape as the norm's rows (the kind's scope, core.kinds.SCOPES): itself; for GroupNorm
-    x [N, C, *] as [N, G, (C/G) S], for InstanceNorm [N, C, S]; for BatchNorm the channel-major [1, C, N S] (each
-    channel's elements over the batch, GroupNorm's view of x.transpose(0, 1) with G = C). :func:`ungrouped` maps it
-    back."""
+    """A float64 array of x's shape as the norm's rows (the kind's scope, core.kinds.SCOPES): itself; of x [N, C, *]
+    for LayerNorm over (C, *) [N, 1, C S], for GroupNorm [N, G, (C/G) S], for InstanceNorm [N, C, S]; for BatchNorm
+    the channel-major [1, C, N S] (each channel's elements over the batch, GroupNorm's view of x.transpose(0, 1) with
+    G = C). :func:`ungrouped` maps it back."""
     record = kernel.record
     if record.batch_statistics:
         return np.moveaxis(values, 1, 0).reshape(1, values.shape[1], -1)
-    if record.per_channel:
+    if record.scope != "row":
         return values.reshape(values.shape[0], group_count(kernel, values.shape, num_groups), -1)
     return values
 
@@ -172,8 +172,11 @@ def ungrouped(kernel: Kernel, rows: np.ndarray, shape: tuple[int, ...]) -> np.nd
 
 def group_count(kernel: Kernel, shape: tuple[int, ...], num_groups: int | None) -> int | None:
     """The number of groups of :func:`grouped`'s view: ``num_groups`` for GroupNorm, C for InstanceNorm and BatchNorm
-    (one per channel), None for the kinds over the last axis."""
-    return num_groups if kernel.record.grouped or not kernel.record.per_channel else shape[1]
+    (one per channel), 1 for LayerNorm over (C, *), None for the kinds over the last axis."""
+    record = kernel.record
+    if record.scope == "sample":
+        return 1
+    return num_groups if record.grouped or not record.per_channel else shape[1]
 
 
 def per_element(kernel: Kernel, parameter: np.ndarray | None, shape: tuple[int, ...], num_groups: int | None
@@ -182,8 +185,10 @@ def per_element(kernel: Kernel, parameter: np.ndarray | None, shape: tuple[int, 
     values spread over each group's elements, [G, (C/G) S] (GroupNorm; InstanceNorm with G = C) or [C, N S]
     (BatchNorm) (proofs.fused_oracles.per_element)."""
     record = kernel.record
-    if parameter is None or not record.per_channel:
+    if parameter is None or record.scope == "row":
         return parameter
+    if record.scope == "sample":  # per element of the sample: [1, C S]
+        return np.asarray(parameter, dtype=np.float64).reshape(1, -1)
     if record.batch_statistics:
         return fused_oracles.per_element(parameter, (1, shape[1], math.prod(shape) // shape[1]), shape[1])
     return fused_oracles.per_element(parameter, shape, group_count(kernel, shape, num_groups))
@@ -203,6 +208,8 @@ def reference(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias
     gamma, beta = gammas(kernel, weight, bias)
     if kernel.record.batch_statistics:
         return batchnorm_oracles.batchnorm(as_float64(x), gamma, beta, eps)
+    if kernel.record.scope == "sample":
+        return batchnorm_oracles.channel_layernorm(as_float64(x), gamma, beta, eps, x.dim() - 1)
     if kernel.record.per_channel:
         return fused_oracles.groupnorm(as_float64(x), group_count(kernel, x.shape, num_groups), gamma, beta, eps)
     if kernel.record.norm == "rms":
@@ -221,6 +228,10 @@ def reference_vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, 
     x64, dy64 = as_float64(x), as_float64(dy)
     if kernel.record.batch_statistics:
         found = batchnorm_oracles.batchnorm_vjp(x64, gamma, eps, dy64)
+    elif kernel.record.scope == "sample":  # LayerNorm of the flattened samples, parameter gradients in their shape
+        rows = oracles.layernorm_vjp(x64.reshape(len(x64), -1), None if gamma is None else gamma.reshape(-1), eps,
+                                     dy64.reshape(len(x64), -1))
+        found = [g if g is None else g.reshape(x64.shape if i == 0 else x64.shape[1:]) for i, g in enumerate(rows)]
     elif kernel.record.per_channel:
         found = fused_oracles.groupnorm_vjp(x64, group_count(kernel, x.shape, num_groups), gamma, eps, dy64)
     else:
@@ -244,3 +255,11 @@ def reference_spectral_norm(kernel: Kernel, x: torch.Tensor, eps: float) -> np.n
     """The derived ||dy/dx||_2 per row for gamma = 1."""
     norm = oracles.rmsnorm_spectral_norm if kernel.record.norm == "rms" else oracles.layernorm_spectral_norm
     return np.asarray(norm(as_float64(x), eps))
+
+
+def parameter_sums(kernel: Kernel, values: np.ndarray) -> np.ndarray:
+    """Per-element values of x's shape summed as a parameter's gradient sums them: over each channel's elements for
+    the per-channel kinds ([C]), over the samples for LayerNorm over (C, *) ([C, *])."""
+    if kernel.record.scope == "sample":
+        return values.sum(axis=0)
+    return np.moveaxis(values, 1, 0).reshape(values.shape[1], -1).sum(-1)

@@ -38,6 +38,7 @@ KERNEL_FIXTURES = {
     "add_norm_kernel": kinds.kinds_where(lambda record: record.prologue == "add"),
     "dropout_add_kernel": kinds.kinds_where(lambda record: record.prologue == "dropout_add"),
     "groupnorm_kernel": kinds.kinds_where(lambda record: record.grouped),
+    "channel_layernorm_kernel": kinds.kinds_where(lambda record: record.scope == "sample"),
     "running_norm_kernel": kinds.kinds_where(lambda record: record.running_statistics),
     "batchnorm_kernel": kinds.kinds_where(lambda record: record.batch_statistics),
     "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),

@@ -1,6 +1,7 @@
-"""Built-ins of the kinds with running statistics, batchnorm and instancenorm: fn(x, running_mean, running_var, weight,
-bias, training, momentum, eps) -> y, the running buffers updated in place in training mode (F.batch_norm's and
-F.instance_norm's contracts).
+"""Built-ins of the kinds over x [N, C, *] beyond GroupNorm: channel-wise LayerNorm (torch's layer_norm, with its CPU
+declaration, core.adapters.aten_statistics), and the kinds with running statistics, batchnorm and instancenorm,
+fn(x, running_mean, running_var, weight, bias, training, momentum, eps) -> y, the running buffers updated in place in
+training mode (F.batch_norm's and F.instance_norm's contracts).
 
 Both torch built-ins declare, on the CPU, what ATen's CPU batch_norm does with float16/bfloat16 x (measured against
 the float64 oracle; docs/findings.md [R9]), and nothing on CUDA: backward_precision="storage" (its backward rebuilds
@@ -14,6 +15,8 @@ dtype).
     triton-batchnorm         ours (kernels/batchnorm.py): two-pass float32 statistics, compiled on CUDA (where its
                              tl.sqrt and float32 division flush subnormals: flush_to_zero), Triton's interpreter on
                              the CPU (float32, float16)
+    torch-channel-layernorm  F.layer_norm(x, x.shape[1:], weight, bias, eps): LayerNorm over each sample's (C, *)
+                             elements, the channel_layernorm kind (seed 002's LayerNorm in a CNN)
     torch-batchnorm-module   nn.BatchNorm1d / 2d / 3d (by x's rank: [N, C] and [N, C, L], [N, C, H, W], 5-D) through
                              torch.func.functional_call with the given tensors as its parameters and buffers (so
                              gradients reach them and the buffers it updates are the caller's); affine=False when
@@ -24,6 +27,7 @@ dtype).
 from __future__ import annotations
 
 from core.adapters import triton_ours
+from core.adapters.aten_statistics import LAYER_NORM as CPU_LAYER_NORM
 from core.kernel import Builtin, Kernel
 
 CPU_STORAGE = {"backward_precision": "storage", "affine_precision": "storage",
@@ -40,6 +44,12 @@ def instancenorm(x, running_mean, running_var, weight, bias, training, momentum,
     from torch.nn import functional as F
 
     return F.instance_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def channel_layernorm(x, weight, bias, eps):
+    from torch.nn import functional as F
+
+    return F.layer_norm(x, x.shape[1:], weight, bias, eps)
 
 
 _MODULES = {2: "BatchNorm1d", 3: "BatchNorm1d", 4: "BatchNorm2d", 5: "BatchNorm3d"}
@@ -85,6 +95,9 @@ BUILTINS = [
     Builtin("torch-instancenorm", "torch.nn.functional.instance_norm", lambda: [
         Kernel("torch-instancenorm", "instancenorm", instancenorm, spec="torch-instancenorm",
                description="F.instance_norm", **CPU_STORAGE)]),
+    Builtin("torch-channel-layernorm", "torch.nn.functional.layer_norm over (C, *)", lambda: [
+        Kernel("torch-channel-layernorm", "channel_layernorm", channel_layernorm, spec="torch-channel-layernorm",
+               description="F.layer_norm(x, x.shape[1:])", **CPU_LAYER_NORM)]),
     Builtin("triton-batchnorm", "normverify's own Triton BatchNorm (kernels/batchnorm.py)", _load_ours,
             triton_ours.unavailable),
     Builtin("torch-batchnorm-module", "torch.nn.BatchNorm1d/2d/3d through torch.func.functional_call", lambda: [

@@ -720,7 +720,19 @@ CLAIMS = (
           (r"$\sigma_n^2 + \epsilon > 0$",), "holds",
           r"Exact, with the samples exactly independent. The seed's formula writes scalar $\gamma, \beta$ while its "
           r"text says element-wise; both are special cases of the element-wise map torch uses.",
-          _channel_layernorm, evidence=THEORY),
+          _channel_layernorm),
+    Claim("cln.jacobian", "Channel-wise LayerNorm kernel gradients", "", "(contract)",
+          r"$dx$, $d\gamma$, $d\beta$ of a LayerNorm over each sample's $(C, *)$ elements within the LayerNorm error "
+          r"model of the sample ($d = CS$; claim cln.forward's Jacobian), $d\gamma$, $d\beta$ element-wise sums over "
+          r"the samples.", (), "contract", "", no_derivation),
+    Claim("cln.independence", "Channel-wise LayerNorm samples are independent", "", "(contract)",
+          r"Replacing one sample changes no other sample's output, bit for bit (claim cln.forward: no statistic "
+          r"crosses samples).", (), "contract", "", no_derivation),
+    Claim("cln.layout_invariance", "Channel-wise LayerNorm does not depend on memory layout", "", "(contract)",
+          r"A channels-last input gives the contiguous input's output.", (), "contract", "", no_derivation),
+    Claim("cln.inputs_unmodified", "Channel-wise LayerNorm leaves its inputs alone", "", "(contract)",
+          r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",
+          no_derivation),
     Claim("in.forward", "InstanceNorm: LayerNorm over each sample's channel", "002", SEED_002_INSTANCE,
           r"$y_{n,c,:} = \gamma_c\,\mathrm{LN}(x_{n,c,:}) + \beta_c$ over the $S$ spatial elements; the batch Jacobian "
           r"is block-diagonal over (sample, channel) pairs, each block $\gamma_c J_{\mathrm{LN}}$ with $d = S$.",

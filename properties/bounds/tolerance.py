@@ -189,10 +189,11 @@ def backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: 
 def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                       eps: float, dy: torch.Tensor, model: str, num_groups: int, u: dict[str, float], u_acc: float
                       ) -> dict[str, np.ndarray]:
-    """A grouped kind's gradient bounds: dx within error_model.backward_bound of each group (LayerNorm over its
-    (C/G) S elements, per-element gamma); dweight_c = sum over (n, s) of dy xhat and dbias_c = sum of dy over the
-    N S elements of channel c, in any order: with f the forward bound of xhat (gamma = 1, beta = 0, no storage
-    rounding) and g = gamma_{NS-1},
+    """The gradient bounds of a kind over a view of x [N, C, *] (properties.norms.grouped): dx within
+    error_model.backward_bound of each row of the view (LayerNorm over its elements, per-element gamma); dweight_c =
+    sum over (n, s) of dy xhat and dbias_c = sum of dy over the N S elements of channel c (LayerNorm over (C, *): of
+    element (c, s), over the N samples), in any order: with f the forward bound of xhat (gamma = 1, beta = 0, no
+    storage rounding) and g = gamma_{terms - 1},
         |dweight_c error| <= (1 + g) sum (|dy| f + u |dy xhat|) + g sum |dy xhat| + u_out |dweight_c|,
         |dbias_c error|   <= g sum |dy| + u_out |dbias_c|          (plus the oracle's 2^-53 relative),
     u_out of the parameter's own dtype, and the rounding's eta where the stored gradient underflows (:func:`_eta`)."""
@@ -207,21 +208,20 @@ def _grouped_backward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     xhat_error = error_model.forward_bound(rows, None, None, eps, u_acc, u_acc, "ln", "worst-case")
     xhat = norms.reference(kernel, x, None, None, eps, num_groups)
     exact = norms.reference_vjp(kernel, x, weight, eps, dy, num_groups)
-    channels, terms = x64.shape[1], x64.shape[0] * int(np.prod(x64.shape[2:], dtype=np.int64))
+    terms = x64.shape[0] * (1 if kernel.record.scope == "sample" else int(np.prod(x64.shape[2:], dtype=np.int64)))
     g = terms * u_acc / (1 - terms * u_acc) if terms * u_acc < 1 else np.inf
 
-    def per_channel(values: np.ndarray) -> np.ndarray:
-        return np.moveaxis(values, 1, 0).reshape(channels, -1).sum(-1)
+    def summed(values: np.ndarray) -> np.ndarray:
+        return norms.parameter_sums(kernel, values)
 
     products = np.abs(dy64 * xhat)
     bounds = {"x": dx}
     if weight is not None:
-        dweight = ((1 + g) * per_channel(np.abs(dy64) * norms.ungrouped(kernel, xhat_error, x64.shape)
-                                         + u_acc * products)
-                   + g * per_channel(products))
+        dweight = ((1 + g) * summed(np.abs(dy64) * norms.ungrouped(kernel, xhat_error, x64.shape) + u_acc * products)
+                   + g * summed(products))
         bounds["weight"] = dweight + (u["weight"] + U64) * np.abs(exact["weight"]) + _eta(kernel, weight.dtype)
     eta_bias = _eta(kernel, x.dtype if bias is None else bias.dtype)
-    bounds["bias"] = g * per_channel(np.abs(dy64)) + (u["bias"] + U64) * np.abs(exact["bias"]) + eta_bias
+    bounds["bias"] = g * summed(np.abs(dy64)) + (u["bias"] + U64) * np.abs(exact["bias"]) + eta_bias
     return bounds
 
 

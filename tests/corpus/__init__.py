@@ -27,6 +27,8 @@ The files, by where the bug is:
     batchnorm.py     BatchNorm: running statistics (biased, Keras' momentum, twice, in eval), eval with batch
                      statistics, channels-last ignored, detached statistics, per-sample statistics, seed 002's
                      manual implementation + control; InstanceNorm with running statistics, the same classes + control
+    channel_layernorm.py  LayerNorm over (C, *): the last axis only, over the batch, channels-last ignored, detached
+                     variance, x overwritten + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
@@ -221,6 +223,11 @@ CORPUS: tuple[Entry, ...] = (
     _broken("batchnorm.py:BN_ONE_SAMPLE_PASSED_THROUGH", "bn.single_sample"),
     _broken("batchnorm.py:BN_INPUT_OVERWRITTEN", "bn.inputs_unmodified"),
     _broken("batchnorm.py:SEED_002_MANUAL", "bn.forward", "bn.running_statistics"),
+    _broken("channel_layernorm.py:CLN_LAST_AXIS_ONLY", "cln.forward"),
+    _broken("channel_layernorm.py:CLN_STATISTICS_OVER_BATCH", "cln.forward", "cln.independence"),
+    _broken("channel_layernorm.py:CLN_CHANNELS_LAST_IGNORED", "cln.layout_invariance"),
+    _broken("channel_layernorm.py:CLN_VARIANCE_DETACHED", "cln.jacobian"),
+    _broken("channel_layernorm.py:CLN_INPUT_OVERWRITTEN", "cln.inputs_unmodified"),
     _broken("batchnorm.py:IN_STATISTICS_OVER_BATCH", "in.forward", "in.independence"),
     _broken("batchnorm.py:IN_BIASED_RUNNING_VARIANCE", "in.running_statistics"),
     _broken("batchnorm.py:IN_EVAL_BATCH_STATISTICS", "in.eval"),
@@ -261,6 +268,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("groupnorm.py:GN_CORRECT"),
     _correct("batchnorm.py:BN_CORRECT"),
     _correct("batchnorm.py:IN_CORRECT"),
+    _correct("channel_layernorm.py:CLN_CORRECT"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

@@ -144,7 +144,8 @@ BN_ONE_SAMPLE_PASSED_THROUGH = _kernel("BN_ONE_SAMPLE_PASSED_THROUGH", "one_samp
                                        "at N = 1 y = gamma x + beta, no normalization: bn.single_sample")
 BN_INPUT_OVERWRITTEN = _kernel("BN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: bn.inputs_unmodified")
 SEED_002_MANUAL = _kernel("SEED_002_MANUAL", "manual",
-                          "seed 002's manual BatchNorm: no affine map, no running statistics")
+                          "seed 002's manual BatchNorm, no affine map, no running statistics: bn.forward, "
+                          "bn.running_statistics")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",

@@ -1,0 +1,119 @@
+"""LayerNorm over each sample's (C, *) elements (kind channel_layernorm, nn.LayerNorm(x.shape[1:]) of x [N, C, *],
+weight and bias [C, *]): cln.forward, cln.jacobian, cln.independence, cln.layout_invariance, cln.inputs_unmodified.
+
+Its kind record's scope is the sample, so properties.norms and properties.bounds.tolerance give its reference and
+bounds on the view [N, 1, C S] with the element-wise weight: GroupNorm's checks (properties.checks.groupnorm) with one
+group apply as they are, each sample one group."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.capabilities import discover
+from properties import evidence
+from properties.checks.groupnorm import (
+    check_channels_last,
+    check_forward,
+    check_independence,
+    check_inputs_unmodified,
+    check_vjp,
+)
+from properties.draws.strategies import (
+    biases,
+    effective_weights,
+    epsilons,
+    offset_ratios,
+    parameter_dtypes,
+    rounded,
+    scales,
+    seeds,
+    standard_values,
+    storage_dtypes,
+)
+from properties.norms import output_dtype, require_backward
+from properties.run import profiles
+
+CHANNELS = (1, 2, 3, 4, 8)
+SPATIAL = ((), (1,), (5,), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+MAX_OFFSET_RATIO = 10.0
+
+
+@st.composite
+def channel_layernorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL,
+                               channels: tuple[int, ...] = CHANNELS, upstream: bool = False,
+                               every_input: bool = False, mixed: bool = False) -> dict:
+    """x [N, C, *spatial] (N = 2, 3; offset and scale), weight and bias [C, *spatial] (element-wise, in x's dtype or
+    with ``mixed`` another the kernel takes), eps; dy with ``upstream``. ``num_groups`` is 1: each sample is one group
+    of the GroupNorm checks."""
+    caps = discover(kernel)
+    dtype = draw(storage_dtypes(kernel))
+    parameters = draw(parameter_dtypes(kernel, dtype, mixed))
+    shape = (draw(st.integers(2, 3)), draw(st.sampled_from(channels)), *draw(st.sampled_from(spatial)))
+    ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
+    values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
+    example = {"x": rounded(values, dtype, caps.device), "num_groups": 1, "eps": draw(epsilons())}
+    width = math.prod(shape[1:])
+    every_input = every_input or parameters != dtype
+    gamma = draw(effective_weights(width, ("random", "zeros_and_negatives") if every_input else
+                                   ("none", "constant", "random", "zeros_and_negatives")))
+    beta = draw(biases(width, ("random",) if every_input else ("none", "zeros", "random")))
+    example["weight"] = None if gamma is None else rounded(gamma.reshape(shape[1:]), parameters, caps.device)
+    example["bias"] = None if beta is None else rounded(beta.reshape(shape[1:]), parameters, caps.device)
+    if upstream:
+        y_dtype = output_dtype(kernel, example["x"], example["weight"])
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
+    return example
+
+
+@pytest.mark.claim("cln.forward")
+@profiles.share(1.0)
+@given(data=st.data())
+def test_forward_matches_the_oracle(channel_layernorm_kernel, data):
+    example = channel_layernorm_examples(channel_layernorm_kernel, mixed=True)
+    evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.jacobian")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
+    require_backward(channel_layernorm_kernel)
+    example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True)
+    evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_channels_last_input(channel_layernorm_kernel, data):
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=((2, 3), (4, 4), (2, 2, 3)),
+                                         channels=(2, 3, 4, 8), mixed=True)
+    example = data.draw(example, "example")
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(check_channels_last, channel_layernorm_kernel, example)
+
+
+@pytest.mark.claim("cln.independence")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_samples_are_independent(channel_layernorm_kernel, data):
+    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel, mixed=True), "example")
+    x = example["x"]
+    other = rounded(standard_values(tuple(x.shape), "normal", data.draw(seeds(), "other seed")) * 7, x.dtype,
+                    x.device)
+    evidence.check(check_independence, channel_layernorm_kernel, {**example, "other": other})
+
+
+@pytest.mark.claim("cln.inputs_unmodified")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_inputs_unmodified(channel_layernorm_kernel, data):
+    require_backward(channel_layernorm_kernel)
+    example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, every_input=True, mixed=True)
+    evidence.check(check_inputs_unmodified, channel_layernorm_kernel, data.draw(example, "example"))

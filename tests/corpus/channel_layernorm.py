@@ -1,0 +1,55 @@
+"""Broken channel-wise LayerNorm kernels (kind channel_layernorm, LayerNorm over each sample's (C, *) elements of
+x [N, C, *], weight and bias [C, *]): one torch implementation (statistics per sample in float32, element-wise weight
+and bias, autograd backward) with exactly one thing broken; the manifest (tests/corpus/__init__.py) lists the claims
+that must catch each.
+
+    CLN_LAST_AXIS_ONLY          statistics over the last axis only (nn.LayerNorm(x.shape[-1:]))      -> cln.forward
+    CLN_STATISTICS_OVER_BATCH   statistics over the whole batch                -> cln.forward, cln.independence
+    CLN_CHANNELS_LAST_IGNORED   reads a channels-last x's memory as if contiguous          -> cln.layout_invariance
+    CLN_VARIANCE_DETACHED       the variance a constant for autograd                               -> cln.jacobian
+    CLN_INPUT_OVERWRITTEN       normalizes x in place                                      -> cln.inputs_unmodified
+    CLN_CORRECT                 the control
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/channel_layernorm.py:"
+
+
+def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
+    if bug == "channels_last":
+        x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+    values = x.float()
+    axes = {"last_axis": (-1,), "batch": tuple(range(x.dim()))}.get(bug, tuple(range(1, x.dim())))
+    mean = values.mean(axes, keepdim=True)
+    variance = values.var(axes, keepdim=True, unbiased=False)
+    if bug == "detached":
+        variance = variance.detach()
+    y = (values - mean) * torch.rsqrt(variance + eps)
+    y = y if weight is None else y * weight.float()
+    y = (y if bias is None else y + bias.float()).to(x.dtype)
+    if bug == "in_place":
+        x.data.copy_(y.detach())
+    return y
+
+
+def _kernel(name: str, bug: str, description: str) -> Kernel:
+    def fn(x, weight, bias, eps):
+        return _channel_layernorm(x, weight, bias, eps, bug=bug)
+
+    return Kernel(name.lower(), "channel_layernorm", fn, spec=f"{SPEC}{name}", description=description)
+
+
+CLN_LAST_AXIS_ONLY = _kernel("CLN_LAST_AXIS_ONLY", "last_axis", "statistics over the last axis only: cln.forward")
+CLN_STATISTICS_OVER_BATCH = _kernel("CLN_STATISTICS_OVER_BATCH", "batch",
+                                    "statistics over the whole batch: cln.forward, cln.independence")
+CLN_CHANNELS_LAST_IGNORED = _kernel("CLN_CHANNELS_LAST_IGNORED", "channels_last",
+                                    "a channels-last x read as if contiguous: cln.layout_invariance")
+CLN_VARIANCE_DETACHED = _kernel("CLN_VARIANCE_DETACHED", "detached",
+                                "the variance a constant for autograd: cln.jacobian")
+CLN_INPUT_OVERWRITTEN = _kernel("CLN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: cln.inputs_unmodified")
+CLN_CORRECT = _kernel("CLN_CORRECT", "", "the control: nothing broken")
