@@ -42,6 +42,8 @@ BACKWARD_PRECISIONS = ("float32", "storage")
 STORAGE_BACKWARD = "storage_statistics_backward"  # the convention backward_precision="storage" declares
 # what Kernel.on_cuda may replace
 DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero")
+# bitwise properties a kernel may declare (True: a contract), each measured and reported when undeclared
+BITWISE_DECLARATIONS = ("batch_invariant", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,13 @@ class Kernel:
     the next layer receives) or ``"float32_sum"``, x + residual summed in float32 before residual_out is rounded to
     its dtype, as flash-attention's kernels do with a 16-bit residual: y and the gradients are then checked at
     s = fl32(x + residual) (y = N(s), d = J_N(s)^T dy + dh: the function the kernel computes), residual_out as usual.
+
+    ``batch_invariant`` and ``deterministic`` (norm kinds; None, the default: undeclared) declare bitwise properties
+    serving stacks depend on: the same row gives the same bits whatever the batch it is called in and its position
+    there (y, residual_out, dx, d residual; the ``*.batch_invariance`` claims), and repeated identical calls give the
+    same bits (outputs, dx, dweight, dbias, d residual; ``*.determinism``). Declared True, the claim is a contract and
+    a violation fails; undeclared or declared False, the suite measures it and reports the verdict with its evidence
+    as a finding (a pass that says "batch invariant: no"), never a failure.
     """
 
     name: str
@@ -126,6 +135,8 @@ class Kernel:
     on_cuda: tuple[tuple[str, object], ...] = ()
     flush_to_zero: bool = False
     normalizes: str = "residual_out"
+    batch_invariant: bool | None = None
+    deterministic: bool | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -137,6 +148,10 @@ class Kernel:
         if not self.record.has_residual and (self.residual_dtype != "storage" or "residual" in self.in_place):
             raise UsageError(f"kernel {self.name!r}: residual_dtype and an in-place residual are declarations of the "
                              f"kinds with a residual, not of {self.kind}")
+        for name in BITWISE_DECLARATIONS:
+            if getattr(self, name) not in (True, False, None):
+                raise UsageError(f"kernel {self.name!r}: {name} must be True, False or None (undeclared), "
+                                 f"not {getattr(self, name)!r}")
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
@@ -189,7 +204,9 @@ class Kernel:
                 "no_gradient": list(self.no_gradient), "output_dtype": self.output_dtype,
                 "parameter_dtypes": self.parameter_dtypes,
                 "reduction": None if self.reduction is None else self.reduction.as_json(),
-                "flush_to_zero": self.flush_to_zero, "normalizes": self.normalizes, "description": self.description}
+                "flush_to_zero": self.flush_to_zero, "normalizes": self.normalizes,
+                "batch_invariant": self.batch_invariant, "deterministic": self.deterministic,
+                "description": self.description}
 
     @property
     def record(self) -> kinds.Kind:

@@ -31,7 +31,7 @@ CLAIM_MARKER = "claim(id): the claim id (proofs.claims) this conformance test ch
 profiles.register()
 
 # Fixtures that stand for the kernels under test, and the kinds each one takes (from the kind records, core.kinds):
-# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout.
+# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout, and every norm kind.
 KERNEL_FIXTURES = {
     **{f"{name}_kernel": (name,) for name in kinds.kinds_where(lambda record: record.plain)},
     "norm_kernel": kinds.kinds_where(lambda record: record.plain),
@@ -39,6 +39,9 @@ KERNEL_FIXTURES = {
     "dropout_add_kernel": kinds.kinds_where(lambda record: record.prologue == "dropout_add"),
     "groupnorm_kernel": kinds.kinds_where(lambda record: record.grouped),
     "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),
+    # the bitwise claims (properties/test_bitwise.py): every norm kind, and those without a seeded mask
+    "any_norm_kernel": kinds.kinds_where(lambda record: record.is_norm),
+    "unseeded_norm_kernel": kinds.kinds_where(lambda record: record.is_norm and not record.dropout),
 }
 
 
