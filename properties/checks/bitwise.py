@@ -2,7 +2,8 @@
 
 Batch invariance: a window of k rows (of x, the residual and the upstream gradients) of a call of n rows, k <= n / 2,
 called again on its own: its y (and residual_out) and dx (and d residual) must have the bits they had in the call
-(another batch size, and, the window sitting elsewhere than at the start, other positions). dweight and dbias are sums over the rows, another sum in another batch: not compared.
+(another batch size, and, the window sitting elsewhere than at the start, other positions). dweight and dbias are
+sums over the rows, another sum in another batch: not compared.
 Determinism: the same call repeated (:data:`REPEATS` times on a GPU, twice elsewhere) gives the same bits of every
 output and gradient (dx, dweight, dbias, d residual).
 

@@ -23,10 +23,10 @@ import dataclasses
 import os
 
 import torch
-from corpus.groupnorm import GN_CORRECT
-from corpus.statistics import LN_TEXTBOOK
 
 from core.kernel import Kernel
+from corpus.groupnorm import GN_CORRECT
+from corpus.statistics import LN_TEXTBOOK
 
 SPEC = "tests/corpus/bitwise.py:"
 SWITCH_ROWS = 256  # vLLM's RMSNorm switched its block size at 256 tokens
