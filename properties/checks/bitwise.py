@@ -29,25 +29,30 @@ ROWWISE_GRADIENTS = ("x", "residual")  # a row's gradients; dweight and dbias su
 _INTEGERS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """t's bit patterns as int64."""
+    return t.detach().contiguous().view(_INTEGERS[t.element_size()]).to(torch.int64)
+
+
 def ordered_bits(t: torch.Tensor) -> torch.Tensor:
-    """t's bit patterns as int64, ordered like the values (sign and magnitude made monotonic): two floats'
-    difference in units in the last place is the difference of these."""
-    bits = t.detach().contiguous().view(_INTEGERS[t.element_size()]).to(torch.int64)
+    """t's bit patterns as int64, ordered like the values (sign and magnitude made monotonic, -0 and +0 both 0): two
+    floats' distance in units in the last place is the difference of these."""
+    bits = _bits(t)
     magnitude = bits & ((1 << (8 * t.element_size() - 1)) - 1)
     return torch.where(bits < 0, -magnitude, magnitude)
 
 
 def bit_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[int, float, int]:
     """(how many elements differ in their bits, the largest |a - b| among them, the largest distance in units in
-    the last place); (0, 0.0, 0) for bit-identical tensors (NaN equals NaN only with the same bits)."""
+    the last place); (0, 0.0, 0) for bit-identical tensors (-0 is not +0; NaN equals NaN only with the same bits)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         raise ValueError(f"compared {tuple(a.shape)} {a.dtype} with {tuple(b.shape)} {b.dtype}")
-    ulps = (ordered_bits(a) - ordered_bits(b)).abs()
-    differ = ulps != 0
+    differ = _bits(a) != _bits(b)
     count = int(differ.sum())
     if not count:
         return 0, 0.0, 0
     gap = (a.double() - b.double()).abs()[differ]
+    ulps = (ordered_bits(a) - ordered_bits(b)).abs()[differ]
     return count, float(gap.nan_to_num(nan=float("inf")).max()), int(ulps.max())
 
 
