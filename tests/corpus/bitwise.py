@@ -24,9 +24,9 @@ import os
 
 import torch
 
+import corpus.groupnorm
+import corpus.statistics
 from core.kernel import Kernel
-from corpus.groupnorm import GN_CORRECT
-from corpus.statistics import LN_TEXTBOOK
 
 SPEC = "tests/corpus/bitwise.py:"
 SWITCH_ROWS = 256  # vLLM's RMSNorm switched its block size at 256 tokens
@@ -116,7 +116,8 @@ def _residual_out(x, residual, p: float = 0.0, seed: int = 0):
 
 
 def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...]) -> dict[str, Kernel]:
-    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN), declared ``declared``."""
+    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN), declared ``declared``;
+    ``description`` names the claim that catches it as ``{claim}`` (the kind's claim-id prefix)."""
 
     def layernorm(x, weight, bias, eps):
         return _norm(x, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=x.dtype)
@@ -143,30 +144,31 @@ def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...
              "ADD_RMS": ("add_rmsnorm", add_rmsnorm),
              "DROP_ADD_LN": ("dropout_add_layernorm", dropout_add_layernorm), "GN": ("groupnorm", groupnorm)}
     return {prefix: Kernel(f"{prefix.lower()}_{bug}", kinds[prefix][0], kinds[prefix][1],
-                           spec=f"{SPEC}{prefix}_{bug.upper()}", description=description, **{declared: True})
+                           spec=f"{SPEC}{prefix}_{bug.upper()}", description=description.format(claim=prefix.lower()),
+                           **{declared: True})
             for prefix in prefixes}
 
 
 _BATCH_SIZE = _kernels("batch_size_switch", "batch_invariant",
-                       f"from {SWITCH_ROWS} rows up the float32 row sums run left to right: *.batch_invariance",
+                       f"from {SWITCH_ROWS} rows up the float32 row sums run left to right: {{claim}}.batch_invariance",
                        ("LN", "RMS", "ADD_LN", "ADD_RMS", "DROP_ADD_LN", "GN"))
 LN_BATCH_SIZE_SWITCH, RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["LN"], _BATCH_SIZE["RMS"]
 ADD_LN_BATCH_SIZE_SWITCH, ADD_RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["ADD_LN"], _BATCH_SIZE["ADD_RMS"]
 DROP_ADD_LN_BATCH_SIZE_SWITCH, GN_BATCH_SIZE_SWITCH = _BATCH_SIZE["DROP_ADD_LN"], _BATCH_SIZE["GN"]
 
 LN_SECOND_WAVE_ORDER = _kernels("second_wave_order", "batch_invariant",
-                                f"rows from position {SECOND_WAVE} on sum in another order: ln.batch_invariance",
+                                f"rows from position {SECOND_WAVE} on sum in another order: {{claim}}.batch_invariance",
                                 ("LN",))["LN"]
 
 _ATOMIC = _kernels("atomic_dweight", "deterministic",
-                   "dweight and dbias summed over the rows in a random order each call: *.determinism",
+                   "dweight and dbias summed over the rows in a random order each call: {claim}.determinism",
                    ("LN", "RMS", "ADD_LN", "ADD_RMS", "GN"))
 LN_ATOMIC_DWEIGHT, RMS_ATOMIC_DWEIGHT, GN_ATOMIC_DWEIGHT = _ATOMIC["LN"], _ATOMIC["RMS"], _ATOMIC["GN"]
 ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_RMS"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
-    LN_TEXTBOOK, name="ln_textbook_declared_bitwise", spec=f"{SPEC}LN_TEXTBOOK_DECLARED_BITWISE",
+    corpus.statistics.LN_TEXTBOOK, name="ln_textbook_declared_bitwise", spec=f"{SPEC}LN_TEXTBOOK_DECLARED_BITWISE",
     batch_invariant=True, deterministic=True)
 GN_CORRECT_DECLARED_BITWISE = dataclasses.replace(
-    GN_CORRECT, name="gn_correct_declared_bitwise", spec=f"{SPEC}GN_CORRECT_DECLARED_BITWISE",
+    corpus.groupnorm.GN_CORRECT, name="gn_correct_declared_bitwise", spec=f"{SPEC}GN_CORRECT_DECLARED_BITWISE",
     batch_invariant=True, deterministic=True)
