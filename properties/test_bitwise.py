@@ -19,7 +19,7 @@ from properties.run import profiles
 
 @pytest.mark.claim("ln.batch_invariance", "rms.batch_invariance", "add_ln.batch_invariance",
                    "add_rms.batch_invariance", "drop_add_ln.batch_invariance", "gn.batch_invariance")
-@profiles.share(0.15)
+@profiles.share(0.1)
 @given(data=st.data())
 def test_the_same_row_gives_the_same_bits_in_any_batch(any_norm_kernel, data):
     example = data.draw(bitwise_examples(any_norm_kernel, window=True), label="example")

@@ -1,6 +1,6 @@
 """Bitwise claims of every norm kind: ``*.batch_invariance`` and ``*.determinism`` (proofs.claims.invariance).
 
-Batch invariance: a window of k rows (of x, the residual and the upstream gradients) of a call of n rows, k <= n / 2,
+Batch invariance: a window of k rows (of x, the residual and the upstream gradients) of a call of n rows, k <= n / 4,
 called again on its own: its y (and residual_out) and dx (and d residual) must have the bits they had in the call
 (another batch size, and, the window sitting elsewhere than at the start, other positions). dweight and dbias are
 sums over the rows, another sum in another batch: not compared.

@@ -75,7 +75,7 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
     on the CPU).
     ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
-    their own: k among the batch sizes up to n / 2 (1 for n = 1), the largest first, and the window at the end of the
+    their own: k among the batch sizes up to n / 4 (1 for n < 4), the largest first, and the window at the end of the
     call first (its rows at other positions there than on their own), else anywhere."""
     caps = discover(kernel)
     record = kernel.record
@@ -113,6 +113,6 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
         example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
     if window:
         k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows)
-                                  if 2 * size <= n] or [1]), label="rows called again on their own")
+                                  if 4 * size <= n] or [1]), label="rows called again on their own")
         example["window"] = (n - k - draw(st.integers(0, n - k), label="window offset from the end"), k)
     return example
