@@ -122,3 +122,15 @@ def test_declarations_are_true_false_or_undeclared():
         Kernel("k", "layernorm", lambda x, weight, bias, eps: x, batch_invariant="yes")
     entry = Kernel("k", "layernorm", lambda x, weight, bias, eps: x, deterministic=True).as_json()
     assert entry["deterministic"] is True and entry["batch_invariant"] is None
+
+
+def test_a_kernel_updating_its_residual_in_place_gets_the_same_inputs_each_call():
+    from corpus.residual import RMS_IN_PLACE_DECLARED
+
+    example = _example(17)
+    del example["bias"]
+    example.update(residual=torch.randn(17, 64), dh=torch.randn(17, 64))
+    kernel = dataclasses.replace(RMS_IN_PLACE_DECLARED, deterministic=True, batch_invariant=True)
+    for check, extra in ((check_determinism, {}), (check_batch_invariance, {"window": (13, 4)})):
+        [point] = _recorded(check, kernel, {**example, **extra})
+        assert Finding.model_validate(point["finding"]).holds is True

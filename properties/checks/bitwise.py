@@ -61,7 +61,10 @@ def _difference_text(name: str, count: int, gap: float, ulps: int, where: str) -
 
 
 def run(kernel: Kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The kernel's outputs and (where it has a backward) its gradients, by the evidence's names (:data:`NAMES`)."""
+    """The kernel's outputs and (where it has a backward) its gradients, by the evidence's names (:data:`NAMES`), for
+    copies of the inputs (a kernel declaring an in-place residual update writes residual_out into its residual: the
+    next call must get the same inputs)."""
+    example = {role: value.clone() if isinstance(value, torch.Tensor) else value for role, value in example.items()}
     upstream = {"y": dy, **({"residual_out": dh} if dh is not None else {})}
     if not discover(kernel).backward:
         return norms.call(kernel, example, allow_nonfinite=True, any_dtype=True)
