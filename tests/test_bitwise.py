@@ -125,12 +125,18 @@ def test_declarations_are_true_false_or_undeclared():
 
 
 def test_a_kernel_updating_its_residual_in_place_gets_the_same_inputs_each_call():
+    """Forward only (no grad_fn: the inputs go to the kernel as they are, not as autograd leaves' copies)."""
     from corpus.residual import RMS_IN_PLACE_DECLARED
+
+    def forward_only(x, residual, weight, eps):
+        return tuple(t.detach() for t in RMS_IN_PLACE_DECLARED.fn(x, residual, weight, eps))
 
     example = _example(17)
     del example["bias"]
     example.update(residual=torch.randn(17, 64), dh=torch.randn(17, 64))
-    kernel = dataclasses.replace(RMS_IN_PLACE_DECLARED, deterministic=True, batch_invariant=True)
+    kernel = dataclasses.replace(RMS_IN_PLACE_DECLARED, name="in_place_forward_only", fn=forward_only,
+                                 deterministic=True, batch_invariant=True)
     for check, extra in ((check_determinism, {}), (check_batch_invariance, {"window": (13, 4)})):
         [point] = _recorded(check, kernel, {**example, **extra})
-        assert Finding.model_validate(point["finding"]).holds is True
+        finding = Finding.model_validate(point["finding"])
+        assert finding.holds is True and finding.backward is None, "forward only: the backward is not measured"
