@@ -17,6 +17,7 @@ from core.names import split_specs
 from core.registry import KINDS, Kernel, resolve
 from core.results import ReductionCheck
 from proofs import error_model
+from proofs.claims import CLAIMS
 from properties.bounds import tolerance
 from properties.run import profiles
 from properties.run.selection import kernel_of
@@ -39,9 +40,11 @@ KERNEL_FIXTURES = {
     "dropout_add_kernel": kinds.kinds_where(lambda record: record.prologue == "dropout_add"),
     "groupnorm_kernel": kinds.kinds_where(lambda record: record.grouped),
     "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),
-    # the bitwise claims (properties/test_bitwise.py): every norm kind, and those without a seeded mask
-    "any_norm_kernel": kinds.kinds_where(lambda record: record.is_norm),
-    "unseeded_norm_kernel": kinds.kinds_where(lambda record: record.is_norm and not record.dropout),
+    # the bitwise claims (properties/test_bitwise.py): the kinds whose family has them (proofs.claims.invariance:
+    # every norm kind batch invariance, all but the dropout + add kind determinism, which has its own contract)
+    "any_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.batch_invariance" in CLAIMS),
+    "unseeded_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.determinism" in CLAIMS
+                                              and not record.dropout),
 }
 
 
