@@ -12,6 +12,7 @@ The corpus (tests/corpus/bitwise.py) holds the kernels each claim must catch (te
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,6 +103,7 @@ def _document(finding: Finding) -> dict:
 
 def test_the_terminal_and_the_report_show_each_kernels_verdicts():
     from verify.commands.run import bitwise_table
+    from verify.report.claims import claim_section
     from verify.report.model import arrange
     from verify.report.tables import bitwise_table as report_table
     from verify.report.texify import escape
@@ -113,8 +115,11 @@ def test_the_terminal_and_the_report_show_each_kernels_verdicts():
     console.print(bitwise_table(document))
     text = console.export_text()
     assert "k " in text and "dweight differs" in text and " no " in text and "not measured" in text
-    tex = report_table(arrange([document]))
+    report = arrange([document])
+    tex = report_table(report)
     assert "dweight differs" in tex and escape("deterministic: not declared") in tex
+    section = claim_section(report, "ln.determinism", Path("out"), Path("out/figures"))
+    assert escape(finding.line()) in section, "the claim's section says what was measured"
 
 
 def test_declarations_are_true_false_or_undeclared():
