@@ -51,6 +51,8 @@ RUNNING_VARIANCES = ("unbiased", "biased")
 AFFINE_PRECISIONS = ("float32", "storage")
 # what Kernel.on_cuda may replace
 DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero", "affine_precision")
+# bitwise properties a kernel may declare (True: a contract), each measured and reported when undeclared
+BITWISE_DECLARATIONS = ("batch_invariant", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,13 @@ class Kernel:
     GroupNorm kernels may declare ``affine_precision="storage"`` (:data:`AFFINE_PRECISIONS`): y = x a + b with
     a = gamma rstd and b = beta - mean a rounded to x's dtype, which the forward's bound then covers
     (properties.bounds.tolerance.forward).
+
+    ``batch_invariant`` and ``deterministic`` (norm kinds; None, the default: undeclared) declare bitwise properties
+    serving stacks depend on: the same row gives the same bits whatever the batch it is called in and its position
+    there (y, residual_out, dx, d residual; the ``*.batch_invariance`` claims), and repeated identical calls give the
+    same bits (outputs, dx, dweight, dbias, d residual; ``*.determinism``). Declared True, the claim is a contract and
+    a violation fails; undeclared or declared False, the suite measures it and reports the verdict with its evidence
+    as a finding (a pass that says "batch invariant: no"), never a failure.
     """
 
     name: str
@@ -146,6 +155,8 @@ class Kernel:
     momentum_convention: str = "torch"
     running_variance: str = "unbiased"
     affine_precision: str = "float32"
+    batch_invariant: bool | None = None
+    deterministic: bool | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -167,6 +178,10 @@ class Kernel:
                                                               and not self.record.per_channel):
             raise UsageError(f"kernel {self.name!r}: affine_precision (one of {', '.join(AFFINE_PRECISIONS)}) is a "
                              f"declaration of the kinds with per-channel weight and bias, not of {self.kind}")
+        for name in BITWISE_DECLARATIONS:
+            if getattr(self, name) not in (True, False, None):
+                raise UsageError(f"kernel {self.name!r}: {name} must be True, False or None (undeclared), "
+                                 f"not {getattr(self, name)!r}")
         if self.backward_precision not in BACKWARD_PRECISIONS:
             raise UsageError(f"kernel {self.name!r}: backward_precision must be one of "
                              f"{', '.join(BACKWARD_PRECISIONS)}, not {self.backward_precision!r}")
@@ -222,6 +237,7 @@ class Kernel:
                 "flush_to_zero": self.flush_to_zero, "normalizes": self.normalizes,
                 "momentum_convention": self.momentum_convention, "running_variance": self.running_variance,
                 "affine_precision": self.affine_precision,
+                "batch_invariant": self.batch_invariant, "deterministic": self.deterministic,
                 "description": self.description}
 
     @property

@@ -199,6 +199,8 @@ class KernelEntry(_Model):
     momentum_convention: Literal["torch", "keras"] = "torch"
     running_variance: Literal["unbiased", "biased"] = "unbiased"
     affine_precision: Literal["float32", "storage"] = "float32"
+    batch_invariant: bool | None = None  # declared (core.kernel.BITWISE_DECLARATIONS); None: undeclared
+    deterministic: bool | None = None
     description: str = ""
     capabilities: Capabilities | None = None
 
@@ -258,6 +260,56 @@ class View(_Model):
         return f"a view of the {self.of} evidence: {self.reason}"
 
 
+BitwiseProperty = Literal["batch invariant", "deterministic"]
+MAX_EVIDENCE = 6  # lines of evidence a finding keeps (the differing examples first)
+
+
+class Finding(_Model):
+    """A bitwise property a kernel may declare (``core.kernel.BITWISE_DECLARATIONS``: ``batch_invariant``,
+    ``deterministic``) as the suite measured it: whether it held bit for bit in the forward (y, residual_out) and in
+    the backward (the gradients compared: dx and d residual for batch invariance; dx, dweight, dbias, d residual for
+    determinism) on every example (None: not measured, e.g. no backward), the declaration (True makes the claim a
+    contract: a violation fails; None or False: a finding, reported and never a failure), and the evidence: the
+    examples that differed (which output, batch size, position, max |difference|, in units in the last place), else
+    what was compared."""
+
+    property: BitwiseProperty
+    declared: bool | None = None
+    forward: bool | None = None
+    backward: bool | None = None
+    evidence: list[str] = Field(default_factory=list)
+
+    @property
+    def holds(self) -> bool | None:
+        """False where either part differed, True where every measured part held, None where nothing was measured."""
+        parts = [part for part in (self.forward, self.backward) if part is not None]
+        return None if not parts else all(parts)
+
+    def merged(self, other: Finding) -> Finding:
+        """This finding and ``other`` (more examples of the same property) together: a part holds where it held in
+        both; the evidence of a difference comes first."""
+
+        def both(a: bool | None, b: bool | None) -> bool | None:
+            return b if a is None else a if b is None else a and b
+
+        forward, backward = both(self.forward, other.forward), both(self.backward, other.backward)
+        failing = [f for f in (self, other) if f.holds is False]
+        evidence = [line for f in (failing or [self, other]) for line in f.evidence]
+        return Finding(property=self.property, declared=self.declared, forward=forward, backward=backward,
+                       evidence=list(dict.fromkeys(evidence))[:MAX_EVIDENCE])
+
+    @staticmethod
+    def word(holds: bool | None) -> str:
+        return {True: "yes", False: "no", None: "not measured"}[holds]
+
+    def line(self) -> str:
+        """``batch invariant: no (forward yes, backward no; undeclared): dx differed ...``."""
+        declared = {True: "declared: a contract", False: "declared not", None: "undeclared"}[self.declared]
+        first = f": {self.evidence[0]}" if self.evidence else ""
+        return (f"{self.property}: {self.word(self.holds)} (forward {self.word(self.forward)}, backward "
+                f"{self.word(self.backward)}; {declared}){first}")
+
+
 class Result(_Model):
     """One claim x kernel test."""
 
@@ -281,6 +333,8 @@ class Result(_Model):
     # not necessarily the worst case once Hypothesis has shrunk it)
     diagnosis: list[Diagnosis] | None = None
     counterexamples: list[Counterexample] = Field(default_factory=list)  # one per distinct failure
+    # a bitwise property measured (*.batch_invariance, *.determinism): reported whether it holds, declared or not
+    finding: Finding | None = None
     message: str = ""
     duration_s: float = 0.0
 
@@ -412,6 +466,18 @@ class SummaryRow:
     def view(self) -> View | None:
         """The claim's evidence as a view of another claim's (Result.view), or None."""
         return next((r.view for r in self.results if r.view is not None), None)
+
+
+def bitwise_findings(results: Iterable[Result]) -> dict[str, dict[str, Finding]]:
+    """{kernel: {property: finding}}: the findings of the results (``*.batch_invariance``, ``*.determinism``), each
+    kernel's tests of one property merged (:meth:`Finding.merged`), kernels in the order of their first result."""
+    found: dict[str, dict[str, Finding]] = {}
+    for result in results:
+        if result.finding is not None:
+            mine = found.setdefault(result.kernel, {})
+            known = mine.get(result.finding.property)
+            mine[result.finding.property] = result.finding if known is None else known.merged(result.finding)
+    return found
 
 
 if __name__ == "__main__":  # python -m core.results: regenerate core/results.schema.json

@@ -20,6 +20,7 @@ from hypothesis import note, target
 from hypothesis.errors import InvalidArgument
 
 from core import boundary
+from core.results import Finding
 from properties import evidence
 
 
@@ -126,3 +127,18 @@ def exact(condition: bool, message: str, meaning: str = "", **point) -> None:
         if meaning:
             explain(meaning)
         raise CheckFailure(message + (f" -- {meaning}" if meaning else ""))
+
+
+def measured(prop: str, declared: bool | None, forward: bool | None, backward: bool | None, found: list[str],
+             meaning: str = "", **point) -> None:
+    """A bitwise property a kernel may declare (core.kernel.BITWISE_DECLARATIONS), measured on one example: record
+    it as a finding (core.results.Finding: whether it held in the forward and the backward, None where not compared;
+    ``found``, the differences, else what was compared), and fail with the first difference only where the kernel
+    declares the property (``declared`` True). Undeclared or declared False, the verdict is reported, never a
+    failure."""
+    finding = Finding(property=prop, declared=declared, forward=forward, backward=backward, evidence=found)
+    evidence.record(ratio=None, finding=finding.model_dump(mode="json"), **point)
+    if declared and finding.holds is False:
+        if meaning:
+            explain(meaning)
+        raise CheckFailure(f"declared {prop}, but {found[0]}" + (f" -- {meaning}" if meaning else ""))

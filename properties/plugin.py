@@ -17,6 +17,7 @@ from core.names import split_specs
 from core.registry import KINDS, Kernel, resolve
 from core.results import ReductionCheck
 from proofs import error_model
+from proofs.claims import CLAIMS
 from properties.bounds import tolerance
 from properties.run import profiles
 from properties.run.selection import kernel_of
@@ -31,7 +32,7 @@ CLAIM_MARKER = "claim(id): the claim id (proofs.claims) this conformance test ch
 profiles.register()
 
 # Fixtures that stand for the kernels under test, and the kinds each one takes (from the kind records, core.kinds):
-# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout.
+# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout, and every norm kind.
 KERNEL_FIXTURES = {
     **{f"{name}_kernel": (name,) for name in kinds.kinds_where(lambda record: record.plain)},
     "norm_kernel": kinds.kinds_where(lambda record: record.plain),
@@ -42,6 +43,11 @@ KERNEL_FIXTURES = {
     "running_norm_kernel": kinds.kinds_where(lambda record: record.running_statistics),
     "batchnorm_kernel": kinds.kinds_where(lambda record: record.batch_statistics),
     "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),
+    # the bitwise claims (properties/test_bitwise.py): the kinds whose family has them (proofs.claims.invariance:
+    # every norm kind batch invariance, all but the dropout + add kind determinism, which has its own contract)
+    "any_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.batch_invariance" in CLAIMS),
+    "unseeded_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.determinism" in CLAIMS
+                                              and not record.dropout),
 }
 
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from proofs.claims import batchnorm, blocks, contracts, dropout, fused, groupnorm, layernorm, numerics, rmsnorm
+from proofs.claims import (
+    batchnorm,
+    blocks,
+    contracts,
+    dropout,
+    fused,
+    groupnorm,
+    invariance,
+    layernorm,
+    numerics,
+    rmsnorm,
+)
 from proofs.claims.base import VERDICTS, Claim
 
 CLAIMS: dict[str, Claim] = {
     claim.id: claim
-    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, blocks, batchnorm)
+    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, invariance, blocks, batchnorm)
     for claim in family.CLAIMS
 }
 

@@ -7,10 +7,13 @@ here, in the process that ran the test (they may cross from a pytest-xdist worke
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import torch
+
+from core.results import Finding
 
 MAX_POINTS = 200
 
@@ -51,7 +54,17 @@ def summarize(examples: list[dict]) -> dict:
         "worst_case": points[worst_index] if worst_index is not None else None,
         "points": bounded(points, worst_index),
         "diagnosis": next((p["diagnosis"] for p in reversed(points) if p.get("diagnosis") is not None), None),
+        "finding": finding(examples),
     }
+
+
+def finding(examples: list[dict]) -> dict | None:
+    """The examples' findings of a bitwise property (properties.outcome.measured) merged into one
+    (core.results.Finding.merged), as JSON data; None for a test that records none."""
+    found = [Finding.model_validate(e["finding"]) for e in examples if e.get("finding") is not None]
+    if not found:
+        return None
+    return functools.reduce(Finding.merged, found).model_dump(mode="json")
 
 
 def coverage(examples: list[dict]) -> dict[str, dict[str, int]]:

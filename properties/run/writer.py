@@ -91,7 +91,8 @@ class ResultsWriter:
         call = next((p for p in parts if p.get("when") == "call"), {})
         statuses = [p["status"] for p in parts if p.get("status")]
         fields = {key: call[key] for key in ("examples", "unchecked", "worst_ratio", "dtypes", "widths", "coverage",
-                                             "worst_case", "points", "diagnosis", "counterexamples") if key in call}
+                                             "worst_case", "points", "diagnosis", "counterexamples", "finding")
+                  if key in call}
         return Result.model_validate({
             **{key: first[key] for key in ("claim", "kernel", "kind", "spec", "view") if first.get(key) is not None},
             **fields, "test": nodeid, "status": worst(statuses) if statuses else "error",

@@ -38,6 +38,8 @@ The files, by where the bug is:
     load.py          refused at load (not in the manifest): runs in no dtype, a signature that does not fit
     conventions.py   a convention of proofs.mechanisms (Llama's double rounding, torch's storage statistics):
                      declared, correct; undeclared, caught and diagnosed
+    bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
+                     or by position, dweight summed in a random order each call (atomics) + declared controls
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -242,6 +244,12 @@ CORPUS: tuple[Entry, ...] = (
     _broken("derived.py:LN_FLUSH_TO_ZERO", "ln.affine", "ln.variance_insensitivity", margin="ln.affine",
             missed_by=("ln.forward",)),
     _broken("derived.py:RMS_FLUSH_TO_ZERO", "rms.affine", margin="rms.affine", missed_by=("rms.forward",)),
+    # bitwise.py: declared batch_invariant / deterministic (issue 29)
+    *(_broken(f"bitwise.py:{prefix.upper()}_BATCH_SIZE_SWITCH", f"{prefix}.batch_invariance")
+      for prefix in ("ln", "rms", "add_ln", "add_rms", "drop_add_ln", "gn")),
+    _broken("bitwise.py:LN_SECOND_WAVE_ORDER", "ln.batch_invariance"),
+    *(_broken(f"bitwise.py:{prefix.upper()}_ATOMIC_DWEIGHT", f"{prefix}.determinism")
+      for prefix in ("ln", "rms", "add_ln", "add_rms", "gn")),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),
@@ -269,6 +277,8 @@ CORPUS: tuple[Entry, ...] = (
     _correct("batchnorm.py:BN_CORRECT"),
     _correct("batchnorm.py:IN_CORRECT"),
     _correct("channel_layernorm.py:CLN_CORRECT"),
+    _correct("bitwise.py:LN_TEXTBOOK_DECLARED_BITWISE"),
+    _correct("bitwise.py:GN_CORRECT_DECLARED_BITWISE"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(summary_table(document))
         print_reductions(console, document)
         print_views(console, document, args.verbose)
+        print_bitwise(console, document)
         print_skips(console, document, args.verbose)
     print_untested(console, document, args.verbose)
     print_failures(console, document)
@@ -233,6 +234,34 @@ def summary_table(document: Document) -> Table:
                       str(row.examples), Text(str(row.unchecked), style=STYLE["unchecked"] if row.unchecked else ""),
                       _fmt_ratio(row.worst_ratio), f"{row.seconds:.1f}s")
     return table
+
+
+def bitwise_table(document: Document) -> Table | None:
+    """Per kernel, the bitwise properties measured (core.results.Finding): batch invariant, deterministic in the
+    forward and the backward, yes or no, each with its declaration and its first evidence; None without any."""
+    from core.results import Finding, bitwise_findings
+
+    found = bitwise_findings(document.results)
+    if not found:
+        return None
+    table = Table(title="bitwise (issue 29: a contract where declared, else measured)", title_justify="left")
+    for header in ("kernel", "batch invariant", "deterministic forward", "deterministic backward", "evidence"):
+        table.add_column(header, overflow="fold")
+    for kernel, findings in found.items():
+        invariant, deterministic = findings.get("batch invariant"), findings.get("deterministic")
+        words = [Finding.word(None if f is None else getattr(f, part))
+                 for f, part in ((invariant, "holds"), (deterministic, "forward"), (deterministic, "backward"))]
+        evidence = "; ".join(f.evidence[0] for f in (invariant, deterministic) if f is not None and f.holds is False
+                             and f.evidence) or "bit-identical wherever compared (JSON, report)"
+        table.add_row(kernel, *[Text(word, style=STYLE["unchecked"] if word == "no" else "") for word in words],
+                      evidence)
+    return table
+
+
+def print_bitwise(console: Console, document: Document) -> None:
+    table = bitwise_table(document)
+    if table is not None:
+        console.print(table)
 
 
 def print_reductions(console: Console, document: Document) -> None:

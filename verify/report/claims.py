@@ -109,6 +109,14 @@ def view_paragraph(rows: list[tuple[str, Result]]) -> str:
     return "".join(rf"\paragraph{{A view.}} This claim's evidence is {escape(text)}." + "\n" for text in views)
 
 
+def finding_paragraph(rows: list[tuple[str, Result]]) -> str:
+    """What a bitwise claim measured for each kernel (core.results.Finding): "batch invariant: no (...)" and the
+    evidence, whether the claim passed (a finding) or failed (declared)."""
+    lines = [rf"\textbf{{{escape(label)}}}: {escape(result.finding.line())}\par" for label, result in rows
+             if result.finding is not None]
+    return (r"\paragraph{Measured.}" + "\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 def _examples(result: Result) -> str:
     """The example count, and how many of them were unchecked (no finite bound: never evidence)."""
     return str(result.examples) + (rf"\newline({result.unchecked} unchecked)" if result.unchecked else "")
@@ -151,6 +159,7 @@ def claim_section(report: Report, claim: str, out_dir: Path, figure_dir: Path) -
             series.append((column.label, [_plain(point) for result in cell.results for point in result.points]))
     parts.append(evidence_table(rows))
     parts.append(view_paragraph(rows))
+    parts.append(finding_paragraph(rows))
     parts.append(coverage_paragraph(rows))
     parts += [failure_details(label, result) for label, result in rows
               if result.status in SHOWN_FAILING and (result.message or result.counterexamples)]

@@ -10,7 +10,7 @@ from core.results import Document
 from verify.latex import compile_pdf
 from verify.report.claims import claim_section, theory_verdicts
 from verify.report.model import Report, arrange, check_results, with_local_counterexamples
-from verify.report.tables import runs_table, summary_table
+from verify.report.tables import bitwise_table, runs_table, summary_table
 from verify.report.texify import escape
 
 TEX_NAME = "report.tex"
@@ -57,8 +57,14 @@ def render(report: Report, out_dir: Path, figure_dir: Path) -> str:
     parts += [r"\section*{Summary}",
               r"Status per claim and kernel; ``ratio'' is the worst measured error divided by the derived bound "
               r"(above 1 is a violation). ``theory'' is the derivation's verdict.",
-              summary_table(report, theory_verdicts()) if report.claims else r"\emph{The results hold no test.}",
-              r"\clearpage"]
+              summary_table(report, theory_verdicts()) if report.claims else r"\emph{The results hold no test.}"]
+    bitwise = bitwise_table(report)
+    if bitwise:
+        parts += [r"\section*{Bitwise properties}",
+                  r"Batch invariance (the same rows give the same bits in another batch size and position: outputs, "
+                  r"dx, d residual) and run-to-run determinism (outputs and every gradient), measured per kernel: a "
+                  r"contract where the kernel declares it, else a finding, never a failure.", bitwise]
+    parts.append(r"\clearpage")
     parts += [claim_section(report, claim, out_dir, figure_dir) for claim in report.claims]
     parts.append(r"\end{document}")
     return "\n".join(parts) + "\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from core.results import Capabilities, SummaryRow, family
+from core.results import Capabilities, Finding, SummaryRow, bitwise_findings, family
 from verify.report.model import Column, Report
 from verify.report.texify import escape, number
 
@@ -149,3 +149,24 @@ def summary_table(report: Report, theory: dict[str, str]) -> str:
         rows.append([rf"\hyperref[{label_of(claim)}]{{{escape(claim)}}}", escape(theory.get(claim, "unknown claim"))]
                     + [verdict(report.cell(claim, i)) for i in range(len(report.columns))])
     return longtable(_shares(0.30, len(report.columns) + 1), head, rows)
+
+
+def bitwise_table(report: Report) -> str:
+    """Per kernel (of each column), the bitwise properties measured (core.results.Finding; issue 29): batch invariant,
+    deterministic forward and backward, yes or no, the declarations and the evidence; "" when none was measured."""
+    rows = []
+    for index, column_ in enumerate(report.columns):
+        results = [result for (_, at), cell in report.cells.items() if at == index for result in cell.results]
+        for kernel, findings in bitwise_findings(results).items():
+            invariant, deterministic = findings.get("batch invariant"), findings.get("deterministic")
+            cells = [Finding.word(None if f is None else getattr(f, part))
+                     for f, part in ((invariant, "holds"), (deterministic, "forward"), (deterministic, "backward"))]
+            declared = ", ".join(f"{f.property}: {'declared' if f.declared else 'not declared'}"
+                                 for f in (invariant, deterministic) if f is not None)
+            evidence = "; ".join(line for f in (invariant, deterministic) if f is not None for line in f.evidence[:2])
+            rows.append([escape(f"{kernel} ({column_.label})" if len(report.columns) > 1 else kernel), *cells,
+                         escape(f"{declared}. {evidence}")])
+    if not rows:
+        return ""
+    head = ["kernel", "batch invariant", "deterministic forward", "deterministic backward", "declarations, evidence"]
+    return longtable([0.16, 0.1, 0.13, 0.13, 0.46], head, rows)

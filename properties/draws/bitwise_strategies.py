@@ -1,0 +1,118 @@
+"""Examples for the bitwise claims of every norm kind (``*.batch_invariance``, ``*.determinism``; issue 29).
+
+A kernel is compared with itself bit for bit, so no bound is involved: the rows are seeded normal values (a few
+distributions), rounded to a dtype the kernel computes in, with every input of its kind (core.kinds: x, residual,
+weight, bias, eps, num_groups, and p = 0 with a seed for the dropout + add kind) and the upstream gradients of its
+outputs (dy and, for the residual kinds, dh in residual_out's dtype).
+
+The batch sizes straddle the switch points where kernels change their blocking with the row count: powers of two and
+their neighbours, and the SM counts of H100 (PCIe 114, SXM 132) and their neighbours, up to :data:`CUDA_ROWS` where
+the kernel runs on a GPU. On the CPU a call stays interpreter-friendly, at most :data:`CPU_ROWS` rows and
+:data:`CPU_ELEMENTS` elements (Triton's interpreter runs one program per row, about 3.5 ms for a forward and backward
+of a 16-wide row: 257 rows take 1 s, 1 025 rows 3.6 s; Liger's GroupNorm 8 s at 257 samples of 32 elements). Sizes
+and widths are listed largest first, so that the first example Hypothesis tries, and the one it shrinks towards,
+crosses the most switch points (256 among them on the CPU) with the longest reductions. The weight and bias are
+present first (dweight and dbias are what a nondeterministic reduction most often breaks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import strategies as st
+
+from core.boundary import HOST
+from core.capabilities import discover
+from core.registry import Kernel
+from properties import norms
+from properties.draws.strategies import (
+    PRESENT_BIAS_FORMS,
+    PRESENT_WEIGHT_FORMS,
+    biases,
+    effective_weights,
+    epsilons,
+    powers_of_two_and_neighbours,
+    rounded,
+    seeds,
+    standard_values,
+    storage_dtypes,
+    width_candidates,
+)
+
+SM_COUNTS = (114, 132)  # H100 PCIe and SXM: a kernel that sizes its grid by the SM count switches there
+CUDA_ROWS, CPU_ROWS = 4097, 257
+CUDA_ELEMENTS, CPU_ELEMENTS = 4097 * 64, 257 * 64
+MAX_WIDTH = 64
+DETERMINISM_ROWS = 17  # the most rows of a determinism example on the CPU (on a GPU: the batch sizes above)
+GROUP_CHANNELS, GROUP_SPATIAL = (2, 4, 6, 8), (1, 2, 4)
+VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
+
+
+def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS) -> tuple[int, ...]:
+    """The row counts drawn on ``device`` for rows of ``row_elements`` elements, largest first: the switch points
+    (powers of two and their neighbours, the SM counts and theirs) up to the device's rows (``cpu_rows`` on the CPU)
+    and elements."""
+    on_gpu = str(device).startswith("cuda")
+    limit = min(CUDA_ROWS if on_gpu else cpu_rows, (CUDA_ELEMENTS if on_gpu else CPU_ELEMENTS) // row_elements)
+    limit = max(1, limit)
+    sizes = set(powers_of_two_and_neighbours(limit)) | {s + k for s in SM_COUNTS for k in (-1, 0, 1)} | {1}
+    return tuple(sorted((s for s in sizes if s <= limit), reverse=True))
+
+
+@st.composite
+def row_shapes(draw, kernel: Kernel) -> tuple[int, ...]:
+    """The shape of one row: (d,) with d <= :data:`MAX_WIDTH`, or a GroupNorm sample's (C, S); the widest first
+    (the first example Hypothesis tries has the longest reductions)."""
+    if kernel.record.grouped:
+        return draw(st.sampled_from(GROUP_CHANNELS[::-1])), draw(st.sampled_from(GROUP_SPATIAL[::-1]))
+    return (draw(st.sampled_from(width_candidates(MAX_WIDTH)[::-1])),)
+
+
+@st.composite
+def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False) -> dict:
+    """One call's inputs for a norm kernel of any kind, keyed by role, with its upstream gradients ``dy`` (and ``dh``
+    for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
+    on the CPU).
+    ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
+    their own: k among the batch sizes up to n / 4 (1 for n < 4), the largest first, and the window at the end of the
+    call first (its rows at other positions there than on their own), else anywhere."""
+    caps = discover(kernel)
+    record = kernel.record
+    dtype = draw(storage_dtypes(kernel))
+    row_shape = draw(row_shapes(kernel))
+    n = draw(st.sampled_from(batch_sizes(caps.device, math.prod(row_shape), cpu_rows)), label="rows")
+    shape = (n, *row_shape)
+
+    def values() -> torch.Tensor:
+        return standard_values(shape, draw(st.sampled_from(VALUE_DISTRIBUTIONS)), draw(seeds()))
+
+    x = rounded(values(), dtype, caps.device)
+    example: dict = {"x": x}
+    if record.has_residual:
+        example["residual"] = rounded(values(), dtype, caps.device)
+    channels = row_shape[0]
+    # weight and bias together or neither (torch's F.group_norm backward raises for a bias without a weight:
+    # docs/findings.md, a declared deviation of gn.jacobian, not these claims' business)
+    present = draw(st.sampled_from((True, False)), label="weight and bias")
+    gamma = draw(effective_weights(channels, PRESENT_WEIGHT_FORMS)) if present else None
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(channels, dtype=torch.float64, device=HOST)
+    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+    if record.has_bias:
+        example["bias"] = rounded(draw(biases(channels, PRESENT_BIAS_FORMS)), dtype, caps.device) if present else None
+    example["eps"] = draw(epsilons())
+    if record.grouped:
+        # groups of at least two elements: one-element groups are gn.degenerate's (torch refuses them in training)
+        example["num_groups"] = draw(st.sampled_from([g for g in range(1, channels + 1)
+                                                      if channels % g == 0 and channels // g * row_shape[1] > 1]))
+    if record.dropout:  # p = 0: the mask is drawn by position (proofs.claims.invariance), none at p = 0
+        example.update(p=0.0, seed=draw(seeds()))
+    example["dy"] = rounded(values(), norms.output_dtype(kernel, x, example["weight"]), caps.device)
+    if record.has_residual:
+        example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
+    if window:
+        k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows)
+                                  if 4 * size <= n] or [1]), label="rows called again on their own")
+        example["window"] = (n - k - draw(st.integers(0, n - k), label="window offset from the end"), k)
+    return example

@@ -1,0 +1,35 @@
+"""Bitwise claims of every norm kind (issue 29): *.batch_invariance, *.determinism (proofs.claims.invariance).
+
+Each is a contract where the kernel declares it (``batch_invariant=True``, ``deterministic=True``) and a finding
+otherwise: measured, reported with its evidence, never a failure. The checks: :mod:`properties.checks.bitwise`;
+the draws, batch sizes across the switch points kernels use: :mod:`properties.draws.bitwise_strategies`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from properties import evidence
+from properties.checks.bitwise import check_batch_invariance, check_determinism
+from properties.draws.bitwise_strategies import DETERMINISM_ROWS, bitwise_examples
+from properties.run import profiles
+
+
+@pytest.mark.claim("ln.batch_invariance", "rms.batch_invariance", "add_ln.batch_invariance",
+                   "add_rms.batch_invariance", "drop_add_ln.batch_invariance", "gn.batch_invariance")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_the_same_row_gives_the_same_bits_in_any_batch(any_norm_kernel, data):
+    example = data.draw(bitwise_examples(any_norm_kernel, window=True), label="example")
+    evidence.check(check_batch_invariance, any_norm_kernel, example)
+
+
+@pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
+                   "gn.determinism")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_repeated_calls_give_the_same_bits(unseeded_norm_kernel, data):
+    example = data.draw(bitwise_examples(unseeded_norm_kernel, cpu_rows=DETERMINISM_ROWS), label="example")
+    evidence.check(check_determinism, unseeded_norm_kernel, example)

@@ -1,0 +1,174 @@
+"""Kernels that break the bitwise claims (issue 29): one float32 torch implementation of every norm kind (the
+statistics summed in float32, the weight and bias applied per row, autograd backward), declared
+``batch_invariant=True`` or ``deterministic=True``, with exactly one thing that breaks that declaration; the manifest
+(tests/corpus/__init__.py) lists the claim that must catch each.
+
+    {KIND}_BATCH_SIZE_SWITCH  from 256 rows up the row sums run left to right instead of torch's vectorized order:
+                              the float32 statistics, hence y and dx, change bits with the batch size (vLLM #48271:
+                              its RMSNorm launcher changed its block size at 256 tokens)       -> *.batch_invariance
+    LN_SECOND_WAVE_ORDER      rows from position 128 on (a second wave of a grid of 128 programs) sum in the other
+                              order: the same row's bits depend on where it sits               -> ln.batch_invariance
+    {KIND}_ATOMIC_DWEIGHT     dweight (and dbias) add the rows' contributions in a random order on each call, in
+                              float32, as atomic adds do (Liger's GroupNorm)                   -> *.determinism
+    LN_TEXTBOOK_DECLARED_BITWISE, GN_CORRECT_DECLARED_BITWISE: correct kernels of the corpus declaring both: the
+                              controls (the contracts hold for them)
+
+KIND is LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN (batch size only: its determinism is drop_add_ln.determinism's) or
+GN. Each kernel is correct in every other respect (the corpus runs a broken kernel on the claims of its entry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+import corpus.groupnorm
+import corpus.statistics
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/bitwise.py:"
+SWITCH_ROWS = 256  # vLLM's RMSNorm switched its block size at 256 tokens
+SECOND_WAVE = 128  # the first row of the second wave of a grid of 128 programs
+
+
+def left_to_right(values: torch.Tensor, dim: int) -> torch.Tensor:
+    """The float32 sum along ``dim``, one term after the other (torch's CPU cumsum accumulates float32 in double)."""
+    total = values.select(dim, 0)
+    for index in range(1, values.shape[dim]):
+        total = total + values.select(dim, index)
+    return total
+
+
+def _row_sum(values: torch.Tensor, sequential: torch.Tensor | bool) -> torch.Tensor:
+    """float32 sums over the last axis, [..., 1]: torch's vectorized order, or left to right where ``sequential``
+    (per row, or for all)."""
+    pairwise = values.sum(-1, keepdim=True)
+    if sequential is False:
+        return pairwise
+    return torch.where(torch.as_tensor(sequential), left_to_right(values, -1).unsqueeze(-1), pairwise)
+
+
+def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool) -> torch.Tensor:
+    """(rows - mean) / sqrt(var + eps) (LayerNorm) or rows / sqrt(mean(rows^2) + eps) (RMSNorm), two-pass in float32."""
+    m = rows.shape[-1]
+    if centred:
+        rows = rows - _row_sum(rows, sequential) / m
+    return rows * torch.rsqrt(_row_sum(rows * rows, sequential) / m + eps)
+
+
+class _AtomicRowSum(torch.autograd.Function):
+    """A per-row copy of a parameter, [n, C]; its gradient is the sum of the n rows' contributions in a random order
+    each call, accumulated in float32 (as atomic adds arrive): the bits change from call to call."""
+
+    @staticmethod
+    def forward(ctx, parameter: torch.Tensor, rows: int) -> torch.Tensor:
+        return parameter.unsqueeze(0).repeat(rows, 1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+        order = torch.randperm(grad.shape[0], generator=generator).to(grad.device)
+        return left_to_right(grad[order], 0), None
+
+
+def _per_row(parameter: torch.Tensor | None, samples: int, shape: tuple[int, ...], atomic: bool, grouped: bool):
+    """The parameter in float32 as it multiplies or shifts the rows (or GroupNorm's [N, C, *] samples)."""
+    if parameter is None:
+        return None
+    p = parameter.float()
+    trailing = (1,) * (len(shape) - 2) if grouped else ()
+    if not atomic:
+        return p.reshape(p.shape[0], *trailing) if grouped else p
+    return _AtomicRowSum.apply(p, samples).reshape(*((shape[0], -1, *trailing) if grouped else (*shape[:-1], -1)))
+
+
+def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: int | None, bug: str, out_dtype):
+    """The norm of h (rows of the last axis, or GroupNorm's groups of [N, C, *]) with the kernel's bug."""
+    grouped = groups is not None
+    values = h.float()
+    rows = values.reshape(values.shape[0], groups, -1) if grouped else values
+    samples = rows.shape[0] if grouped else rows[..., 0].numel()
+    if bug == "batch_size_switch":
+        sequential: torch.Tensor | bool = samples >= SWITCH_ROWS
+    elif bug == "second_wave_order":
+        sequential = (torch.arange(samples, device=h.device) >= SECOND_WAVE).reshape(*rows.shape[:-1], 1)
+    else:
+        sequential = False
+    y = _normalized(rows, centred, eps, sequential).reshape(values.shape)
+    atomic = bug == "atomic_dweight"
+    w = _per_row(weight, samples, tuple(values.shape), atomic, grouped)
+    b = _per_row(bias, samples, tuple(values.shape), atomic, grouped)
+    y = y if w is None else y * w
+    return (y if b is None else y + b).to(out_dtype)
+
+
+def _residual_out(x, residual, p: float = 0.0, seed: int = 0):
+    """h = residual + dropout(x) summed in float32, in the residual's dtype (x's without a residual); the mask drawn
+    with ``seed``."""
+    branch = x.float()
+    if p > 0:
+        keep = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed)).to(x.device) >= p
+        branch = torch.where(keep, branch / (1 - p), 0.0)
+    total = branch if residual is None else branch + residual.float()
+    return total.to(x.dtype if residual is None else residual.dtype)
+
+
+def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...]) -> dict[str, Kernel]:
+    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN), declared ``declared``;
+    ``description`` names the claim that catches it as ``{claim}`` (the kind's claim-id prefix)."""
+
+    def layernorm(x, weight, bias, eps):
+        return _norm(x, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=x.dtype)
+
+    def rmsnorm(x, weight, eps):
+        return _norm(x, weight, None, eps, centred=False, groups=None, bug=bug, out_dtype=x.dtype)
+
+    def add_layernorm(x, residual, weight, bias, eps):
+        h = _residual_out(x, residual)
+        return _norm(h, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=x.dtype), h
+
+    def add_rmsnorm(x, residual, weight, eps):
+        h = _residual_out(x, residual)
+        return _norm(h, weight, None, eps, centred=False, groups=None, bug=bug, out_dtype=x.dtype), h
+
+    def dropout_add_layernorm(x, residual, weight, bias, eps, p, seed):
+        h = _residual_out(x, residual, p, seed)
+        return _norm(h, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=x.dtype), h
+
+    def groupnorm(x, num_groups, weight, bias, eps):
+        return _norm(x, weight, bias, eps, centred=True, groups=num_groups, bug=bug, out_dtype=x.dtype)
+
+    kinds = {"LN": ("layernorm", layernorm), "RMS": ("rmsnorm", rmsnorm), "ADD_LN": ("add_layernorm", add_layernorm),
+             "ADD_RMS": ("add_rmsnorm", add_rmsnorm),
+             "DROP_ADD_LN": ("dropout_add_layernorm", dropout_add_layernorm), "GN": ("groupnorm", groupnorm)}
+    return {prefix: Kernel(f"{prefix.lower()}_{bug}", kinds[prefix][0], kinds[prefix][1],
+                           spec=f"{SPEC}{prefix}_{bug.upper()}", description=description.format(claim=prefix.lower()),
+                           **{declared: True})
+            for prefix in prefixes}
+
+
+_BATCH_SIZE = _kernels("batch_size_switch", "batch_invariant",
+                       f"from {SWITCH_ROWS} rows up the float32 row sums run left to right: {{claim}}.batch_invariance",
+                       ("LN", "RMS", "ADD_LN", "ADD_RMS", "DROP_ADD_LN", "GN"))
+LN_BATCH_SIZE_SWITCH, RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["LN"], _BATCH_SIZE["RMS"]
+ADD_LN_BATCH_SIZE_SWITCH, ADD_RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["ADD_LN"], _BATCH_SIZE["ADD_RMS"]
+DROP_ADD_LN_BATCH_SIZE_SWITCH, GN_BATCH_SIZE_SWITCH = _BATCH_SIZE["DROP_ADD_LN"], _BATCH_SIZE["GN"]
+
+LN_SECOND_WAVE_ORDER = _kernels("second_wave_order", "batch_invariant",
+                                f"rows from position {SECOND_WAVE} on sum in another order: {{claim}}.batch_invariance",
+                                ("LN",))["LN"]
+
+_ATOMIC = _kernels("atomic_dweight", "deterministic",
+                   "dweight and dbias summed over the rows in a random order each call: {claim}.determinism",
+                   ("LN", "RMS", "ADD_LN", "ADD_RMS", "GN"))
+LN_ATOMIC_DWEIGHT, RMS_ATOMIC_DWEIGHT, GN_ATOMIC_DWEIGHT = _ATOMIC["LN"], _ATOMIC["RMS"], _ATOMIC["GN"]
+ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_RMS"]
+
+LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
+    corpus.statistics.LN_TEXTBOOK, name="ln_textbook_declared_bitwise", spec=f"{SPEC}LN_TEXTBOOK_DECLARED_BITWISE",
+    batch_invariant=True, deterministic=True)
+GN_CORRECT_DECLARED_BITWISE = dataclasses.replace(
+    corpus.groupnorm.GN_CORRECT, name="gn_correct_declared_bitwise", spec=f"{SPEC}GN_CORRECT_DECLARED_BITWISE",
+    batch_invariant=True, deterministic=True)
