@@ -6,7 +6,7 @@ error model's bound of that computation (:func:`proofs.mechanisms.base.normalize
 
     eps_outside_root   gamma (x - mu)/(sigma + eps) + beta      = LN at eps' = 2 sigma eps + eps^2
     unbiased_variance  sigma^2 d/(d - 1)                         = LN at gamma sqrt((d-1)/d), eps (d-1)/d
-    fixed_eps          a constant c instead of the eps argument  = LN at eps' = c (c = 0: no eps)
+    fixed_eps          a constant c instead of the eps argument  = LN at eps' = c (c = 0: no eps), c fitted
     max_variance_eps   1/sqrt(max(sigma^2, eps))                 = LN at eps' = max(eps - sigma^2, 0)
     weight_offset      scale w where 1 + w is declared, or back  = LN at gamma' = gamma -+ 1
     sum_not_mean       1/sqrt(sum x^2 + eps) (RMSNorm)           = RMS at gamma/sqrt(d), eps/d
@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import sympy as sp
 
-from proofs import expressions
+from proofs import expressions, oracles
 from proofs.algebra import (
     LN_AGGREGATES,
     MEAN_DEF,
@@ -42,10 +42,24 @@ from proofs.algebra import (
     x,
 )
 from proofs.derivation import Derivation, Equal
-from proofs.mechanisms.base import Case, Mechanism, Prediction, normalized, row_statistics
+from proofs.mechanisms import fitting
+from proofs.mechanisms.base import (
+    Case,
+    Fit,
+    Mechanism,
+    Parameter,
+    Prediction,
+    correct_backward,
+    correct_forward,
+    gradients,
+    normalized,
+    row_statistics,
+)
 
 LN, RMS, BOTH = frozenset({"ln"}), frozenset({"rms"}), frozenset({"ln", "rms"})
-FIXED_EPS_CANDIDATES = (0.0, 1e-5, 1e-6, 1e-8, 1e-12)  # the defaults kernels hard-code (0: no eps at all)
+RESOLVING = 2.0  # an element resolves eps when its output is at least this many bounds away from the bias
+FIT_ROWS = 64  # the backward fit uses the first rows' dx; the model at the fit is checked on every row and gradient
+EPS_GRID = np.geomspace(1e-10, 1e4, 113)  # the backward search's eps, times max(sigma^2, eps) (0 added)
 
 sigma = sp.Symbol("sigma", nonnegative=True)  # sqrt(sigma^2), or sqrt(q) for RMSNorm
 c = sp.Symbol("c", nonnegative=True)  # a constant eps
@@ -127,9 +141,83 @@ def _fixed_eps_derivation() -> Derivation:
         for kind in ("ln", "rms")))
 
 
-def _fixed_eps(case: Case) -> list[Prediction]:
-    return [replace(normalized(case, eps=constant), detail=f"eps = {constant:g} used instead of {case.eps:g}",
-                    variant=f"{constant:g}") for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
+def _eps_words(case: Case) -> fitting.Describe:
+    def words(value: float, low: float, high: float) -> str:
+        fitted = f"at most {high:.2g}" if value == 0 else f"{low:.3g} to {high:.3g} fit"
+        return f"eps ≈ {value:.3g} used instead of {case.eps:g}, fitted: {fitted}"
+
+    return words
+
+
+UNRESOLVED = ("no output moves measurably with eps (x at the row mean, a zero weight, or y within its rounding of "
+              "the bias)")
+
+
+def _fixed_eps_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
+    """The constant eps* from the output, element by element.
+
+    y = gamma (x - mu)/sqrt(s^2 + eps*) + beta (s^2 = sigma^2, or q and mu = 0 for RMSNorm) gives, where
+    gamma (x - mu) != 0, eps* = (gamma (x - mu)/(y - beta))^2 - s^2; y within B of the model's value puts eps* in
+    [(gamma (x - mu)/(|y - beta| + B))^2, (gamma (x - mu)/(|y - beta| - B))^2] - s^2. An element resolves eps* where
+    |y - beta| >= RESOLVING B, to within about 4 (s^2 + eps*) B/|y - beta|: eps* is identifiable only where it is
+    not negligible against that, i.e. against s^2 u (it moves y by eps*/(2 (s^2 + eps*)) relative). Fitted on every
+    element with the correct model's bound, then again with the bound at the first estimate.
+    """
+    y = got.get("y")
+    if y is None:
+        return Fit(None, detail="no output")
+    first = _eps_from_output(case, y, correct_forward(case).bounds["y"])
+    if first.value is None:
+        return first
+    return _eps_from_output(case, y, normalized(case, eps=first.value).bounds["y"])
+
+
+def _eps_from_output(case: Case, y: np.ndarray, bound: np.ndarray) -> Fit:
+    rows = row_statistics(case)
+    numerator = _ones(case) * (case.x - rows["mean"])
+    offset = y - (0.0 if case.beta is None else case.beta)
+    bound = np.broadcast_to(bound, np.shape(y))
+    with np.errstate(all="ignore"):
+        resolved = (np.abs(offset) >= RESOLVING * bound) & (numerator != 0) & np.isfinite(offset) & np.isfinite(bound)
+        if np.any(resolved & (np.sign(numerator) != np.sign(offset))):
+            return Fit(None, detail="an output on the wrong side of the bias for any eps")
+        spread = np.broadcast_to(rows["spread"], np.shape(y))
+        estimate = (numerator / offset) ** 2 - spread
+        low = (numerator / (np.abs(offset) + bound)) ** 2 - spread
+        high = (numerator / (np.abs(offset) - bound)) ** 2 - spread
+    return fitting.from_constraints(estimate[resolved], low[resolved], high[resolved], argument=case.eps, floor=0.0,
+                                    describe=_eps_words(case), unresolved=UNRESOLVED)
+
+
+def _fixed_eps_backward_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
+    """The constant eps* from dx of the first FIT_ROWS rows, by search (dx is not solvable for eps in closed form:
+    a cubic in s per element): the eps whose VJP's worst |dx - center|/B over those rows is least (B the correct
+    model's bound). Identifiable under the forward's condition (eps* not negligible against sigma^2 or q); the model
+    at the fit is then checked on every row, dweight and dbias included."""
+    dx = got.get("x")
+    if dx is None or case.dy is None:
+        return Fit(None, detail="no dx")
+    rows = min(FIT_ROWS, int(np.prod(case.x.shape[:-1])))
+    x, dy = case.x.reshape(-1, case.x.shape[-1])[:rows], case.dy.reshape(-1, case.x.shape[-1])[:rows]
+    bound = np.broadcast_to(correct_backward(case).bounds["x"], dx.shape).reshape(-1, dx.shape[-1])[:rows]
+    dx = dx.reshape(-1, dx.shape[-1])[:rows]
+    vjp = oracles.layernorm_vjp if case.kind == "ln" else oracles.rmsnorm_vjp
+
+    def worst(eps_value: float) -> float:
+        with np.errstate(all="ignore"):
+            ratio = np.abs(dx - vjp(x, case.gamma, eps_value, dy)[0]) / bound
+        return float(np.max(ratio)) if np.all(np.isfinite(ratio)) else np.inf
+
+    scale = max(float(row_statistics(case)["spread"].max()), case.eps, np.finfo(np.float64).tiny)
+    grid = np.concatenate(([0.0], EPS_GRID * scale))
+    return fitting.by_search(worst, grid, argument=case.eps, floor=0.0, describe=_eps_words(case),
+                             unresolved=UNRESOLVED)
+
+
+FIXED_EPS = Parameter(
+    "eps", {"forward": _fixed_eps_fit, "backward": _fixed_eps_backward_fit},
+    {"forward": lambda case, fit: normalized(case, eps=fit.value),
+     "backward": lambda case, fit: gradients(replace(case, eps=fit.value))})
 
 
 # --- max(sigma^2, eps) ------------------------------------------------------------------------------------------
@@ -264,7 +352,7 @@ MECHANISMS = (
               _eps_outside_root_derivation, _eps_outside_root),
     Mechanism("unbiased_variance", "the unbiased (d - 1) variance instead of the population variance", LN,
               _unbiased_derivation, _unbiased_variance),
-    Mechanism("fixed_eps", "the eps argument ignored", BOTH, _fixed_eps_derivation, _fixed_eps),
+    Mechanism("fixed_eps", "the eps argument ignored", BOTH, _fixed_eps_derivation, parameter=FIXED_EPS),
     Mechanism("max_variance_eps", "max(sigma^2, eps) instead of sigma^2 + eps", BOTH, _max_variance_derivation,
               _max_variance_eps),
     Mechanism("weight_offset", "the weight offset (Gemma's 1 + w) wrong", BOTH, _weight_offset_derivation,
