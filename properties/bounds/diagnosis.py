@@ -2,21 +2,19 @@
 and the models a kernel's declared conventions put in place of the correct one.
 
 A mechanism explains a failed example when the kernel's result is within that mechanism's own derived bound on
-every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing), and still
-is on the probes, the same example with the rows shifted and with another eps, wherever its model applies
-there (one row cannot tell a one-pass variance from a wrong eps: both scale the row; a shift or another eps
-can); the correct model's is not (the check failed). Of a mechanism's variants (weight_offset's missing/extra)
-the best fitting one is kept. A mechanism with a free parameter (fixed_eps's constant: proofs.mechanisms.fitting)
-is evaluated at the value fitted to the kernel's outputs, and that value, not refitted, must explain the probes
-too (for fixed_eps the probe with another eps is the test that the constant ignores the argument); where the
-evidence does not identify the value, and nothing explains the failure, the sentence says so.
-The matches are ranked: first the tight models
-(total bound within TIGHT times the correct model's: another function, or one more rounding), best fit
-(smallest ratio) first, then the looser interval models, tightest first. The diagnosis names the best tight
-model and those fitting as well or predicting the same on this example (eps = 0 and max(sigma^2, eps) agree on
-rows with sigma^2 > eps); where no tight model fits, every loose one that does. It is evaluated once per
-failing test, on the example Hypothesis reports (:func:`final_example`), not on every example tried while
-shrinking.
+every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing), and still is
+on the probes, the same example with the rows shifted and with another eps, wherever its model applies there (one
+row cannot tell a one-pass variance from a wrong eps: both scale the row; a shift or another eps can); the correct
+model's is not (the check failed). Of a mechanism's variants (weight_offset's missing/extra) the best fitting one
+is kept. A mechanism with a free parameter (fixed_eps's constant: proofs.mechanisms.fitting) is evaluated at the
+value fitted to the kernel's outputs, and that value, not refitted, must explain the probes too (for fixed_eps the
+probe with another eps is the test that the constant ignores the argument); where the evidence does not identify
+the value, and nothing explains the failure, the sentence says so. The matches are ranked: first the tight models
+(total bound within TIGHT times the correct model's: another function, or one more rounding), best fit (smallest
+ratio) first, then the looser interval models, tightest first. The diagnosis names the best tight model and those
+fitting as well or predicting the same on this example (eps = 0 and max(sigma^2, eps) agree on rows with sigma^2 >
+eps); where no tight model fits, every loose one that does. It is evaluated once per failing test, on the example
+Hypothesis reports (:func:`final_example`), not on every example tried while shrinking.
 
 Declared conventions (``Kernel.conventions``) are part of a kernel's model (properties.bounds.models), so they are not
 candidates here.
