@@ -119,7 +119,8 @@ class Parameter:
     evidence does not determine the value, rather than a value that would name the mechanism wrongly.
 
     Example (BatchNorm's running mean updated with momentum m*: new = (1 - m*) old + m* batch_mean; the
-    momentum fit is :func:`proofs.mechanisms.fitting.fit_momentum`)::
+    momentum fit is :func:`proofs.mechanisms.fitting.fit_momentum`; ``case.running_mean``, ``batch_mean`` and
+    ``update_bound`` stand for what a BatchNorm case and its error model will provide, not in :class:`Case` yet)::
 
         def _fit(case, got):
             return fitting.fit_momentum(case.running_mean, got["running_mean"], batch_mean(case))
