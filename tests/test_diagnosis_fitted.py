@@ -128,7 +128,7 @@ def test_evidence_that_cannot_identify_eps_says_so_instead_of_naming_a_value():
     kernel = Kernel("constant_rows_wrong", "layernorm", _constant_rows_wrong)
     first, found = _failure(check_forward, kernel, x=torch.full((2, D), 3.0), weight=weight, bias=bias, eps=1e-5)
     assert "no mechanism of the library (proofs.mechanisms) explains it" in first
-    assert "fixed_eps: not identifiable from this evidence: no output moves measurably with eps" in first
+    assert "fixed_eps: not identifiable from this evidence: no output depends on eps" in first
     assert found == []
 
 

@@ -18,7 +18,8 @@ Either way the parameter is **identifiable** from the evidence only when some el
 interval) and the allowed range excludes the value a correct kernel would use (``argument``): otherwise a
 correct kernel explains the evidence as well, and the fit says "not identifiable from this evidence" (with
 why) instead of a value. Values below the parameter's domain (``floor``: eps >= 0, momentum >= 0) rule the
-mechanism out; a range reaching the floor reports the floor ("eps ~ 0, at most ..."). The fitted value is
+mechanism out (as do values above its ceiling: a fitted "eps" of 1e35 is the rows' scale moving, not a constant); a
+range reaching the floor reports the floor ("eps ≈ 0 ..., at most ..."). The fitted value is
 never its own evidence: the diagnosis checks the model at it on every output and on the probes.
 """
 
@@ -36,30 +37,38 @@ FLOAT32_UPDATE_ROUNDINGS = 3  # (1 - m) old + m batch in float32: two products a
 U_FLOAT32 = 2.0**-24
 
 Describe = Callable[[float, float, float], str]  # (value, low, high) -> the estimate in words
+Domain = tuple[float, float]  # (floor, ceiling): the values a mechanism's parameter admits
+MOMENTUM_DOMAIN = (0.0, 1.0)
 
 
 def from_constraints(estimate: np.ndarray, low: np.ndarray, high: np.ndarray, *, argument: float | None,
-                     floor: float, describe: Describe, unresolved: str) -> Fit:
-    """The fit from the elements' estimates and intervals (1-D arrays over the well-conditioned elements only).
+                     domain: Domain, describe: Describe, unresolved: str) -> Fit:
+    """The fit from the elements' constraints: 1-D arrays over the elements that constrain the parameter, low_j
+    finite, high_j inf where the element bounds it from one side only, estimate_j NaN where its interval is not
+    finite (it gives none).
 
-    ``argument``: the value a correct kernel uses (None: none); ``floor``: the domain's lower end;
-    ``describe(value, low, high)``: the estimate in words; ``unresolved``: why no element resolves it, where
-    none does."""
-    if estimate.size == 0:
+    ``argument``: the value a correct kernel uses (None: none); ``domain``: (floor, ceiling), the values the
+    mechanism admits; ``describe(value, low, high)``: the estimate in words; ``unresolved``: why no element
+    constrains it, where none does."""
+    if low.size == 0:
         return Fit(None, detail=f"not identifiable from this evidence: {unresolved}", identifiable=False)
     width = high - low
-    best = width <= BEST_RESOLVED * np.min(width)
-    value = float(np.median(estimate[best]))
+    resolved = np.isfinite(estimate) & np.isfinite(width)
     allowed_low, allowed_high = float(np.max(low)), float(np.min(high))
+    if resolved.any():
+        best = resolved & (width <= BEST_RESOLVED * np.min(width[resolved]))
+        value = float(np.median(estimate[best]))
+    else:  # one-sided or wide constraints only: the middle of what they allow
+        value = allowed_low if np.isinf(allowed_high) else (allowed_low + allowed_high) / 2
     if allowed_low > allowed_high:  # no single value meets every element: the model does not hold (kept: checked)
         allowed_low = allowed_high = value
-    return _within_domain(value, allowed_low, allowed_high, argument, floor, describe)
+    return _within_domain(value, allowed_low, allowed_high, argument, domain, describe)
 
 
-def by_search(worst_ratio: Callable[[float], float], grid: np.ndarray, *, argument: float | None, floor: float,
+def by_search(worst_ratio: Callable[[float], float], grid: np.ndarray, *, argument: float | None, domain: Domain,
               describe: Describe, unresolved: str) -> Fit:
-    """The fit minimizing ``worst_ratio`` over the increasing ``grid`` (values >= floor), refined by bounded Brent
-    between the best grid value's neighbours; the allowed range's ends bisected (EDGE_STEPS halvings) between the
+    """The fit minimizing ``worst_ratio`` over the increasing ``grid`` (values within ``domain``), refined by bounded
+    Brent between the best grid value's neighbours; the allowed range's ends bisected (EDGE_STEPS halvings) between the
     value and the nearest grid values that do not fit. None (ruled out) where no value brings the ratio to 1."""
     ratios = np.array([worst_ratio(float(t)) for t in grid])
     if not np.isfinite(ratios).any():
@@ -77,7 +86,7 @@ def by_search(worst_ratio: Callable[[float], float], grid: np.ndarray, *, argume
     below, above = grid[(grid < value) & failing], grid[(grid > value) & failing]
     low = _edge(worst_ratio, value, float(below.max())) if below.size else float(grid[0])
     high = _edge(worst_ratio, value, float(above.min())) if above.size else float(grid[-1])
-    return _within_domain(value, low, high, argument, floor, describe)
+    return _within_domain(value, low, high, argument, domain, describe)
 
 
 EDGE_STEPS = 40
@@ -95,15 +104,17 @@ def _edge(worst_ratio: Callable[[float], float], inside: float, outside: float) 
     return inside
 
 
-def _within_domain(value: float, low: float, high: float, argument: float | None, floor: float,
+def _within_domain(value: float, low: float, high: float, argument: float | None, domain: Domain,
                    describe: Describe) -> Fit:
-    if high < floor:
-        return Fit(None, low, high, f"only values below {floor:g} fit ({low:.3g} to {high:.3g})")
+    floor, ceiling = domain
+    if high < floor or low > ceiling:
+        return Fit(None, low, high, f"only values outside [{floor:g}, {ceiling:g}] fit ({low:.3g} to {high:.3g})")
     if argument is not None and low <= argument <= high:
         return Fit(None, low, high, f"not identifiable from this evidence: every value from {low:.3g} to {high:.3g}, "
                                     f"the argument {argument:g} included, fits", identifiable=False)
     if low <= floor:
         value, low = floor, floor
+    value = min(max(value, low), high, ceiling)
     return Fit(value, low, high, describe(value, low, high))
 
 
@@ -129,7 +140,7 @@ def fit_momentum(old: np.ndarray, new: np.ndarray, batch_mean: np.ndarray, bound
         resolution = bound / np.abs(step)
     resolved = np.isfinite(estimate) & (resolution < 0.5)
     return from_constraints(estimate[resolved], (estimate - resolution)[resolved], (estimate + resolution)[resolved],
-                            argument=declared, floor=0.0, describe=_momentum_words,
+                            argument=declared, domain=MOMENTUM_DOMAIN, describe=_momentum_words,
                             unresolved="the batch statistics equal the running ones within the update's rounding")
 
 

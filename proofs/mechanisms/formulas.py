@@ -50,14 +50,13 @@ from proofs.mechanisms.base import (
     Parameter,
     Prediction,
     correct_backward,
-    correct_forward,
     gradients,
     normalized,
     row_statistics,
 )
 
 LN, RMS, BOTH = frozenset({"ln"}), frozenset({"rms"}), frozenset({"ln", "rms"})
-RESOLVING = 2.0  # an element resolves eps when its output is at least this many bounds away from the bias
+EPS_DOMAIN = (0.0, 1.0)  # a constant a kernel hard-codes; a fit beyond 1 is the rows' scale moving, not an eps
 FIT_ROWS = 64  # the backward fit uses the first rows' dx; the model at the fit is checked on every row and gradient
 EPS_GRID = np.geomspace(1e-10, 1e4, 113)  # the backward search's eps, times max(sigma^2, eps) (0 added)
 
@@ -143,14 +142,16 @@ def _fixed_eps_derivation() -> Derivation:
 
 def _eps_words(case: Case) -> fitting.Describe:
     def words(value: float, low: float, high: float) -> str:
-        fitted = f"at most {high:.2g}" if value == 0 else f"{low:.3g} to {high:.3g} fit"
+        if value == 0:
+            fitted = f"at most {high:.2g}"
+        else:
+            fitted = f"at least {low:.3g}" if high >= EPS_DOMAIN[1] else f"{low:.3g} to {high:.3g} fit"
         return f"eps ≈ {value:.3g} used instead of {case.eps:g}, fitted: {fitted}"
 
     return words
 
 
-UNRESOLVED = ("no output moves measurably with eps (x at the row mean, a zero weight, or y within its rounding of "
-              "the bias)")
+UNRESOLVED = "no output depends on eps (x at the row mean, or a zero weight)"
 
 
 def _fixed_eps_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
@@ -158,48 +159,67 @@ def _fixed_eps_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
 
     y = gamma (x - mu)/sqrt(s^2 + eps*) + beta (s^2 = sigma^2, or q and mu = 0 for RMSNorm) gives, where
     gamma (x - mu) != 0, eps* = (gamma (x - mu)/(y - beta))^2 - s^2; y within B of the model's value puts eps* in
-    [(gamma (x - mu)/(|y - beta| + B))^2, (gamma (x - mu)/(|y - beta| - B))^2] - s^2. An element resolves eps* where
-    |y - beta| >= RESOLVING B, to within about 4 (s^2 + eps*) B/|y - beta|: eps* is identifiable only where it is
-    not negligible against that, i.e. against s^2 u (it moves y by eps*/(2 (s^2 + eps*)) relative). Fitted on every
-    element with the correct model's bound, then again with the bound at the first estimate.
+    [(gamma (x - mu)/(|y - beta| + B))^2, (gamma (x - mu)/(|y - beta| - B))^2] - s^2 (no upper end where
+    |y - beta| <= B). An element resolves eps* to within about 4 (s^2 + eps*) B/|y - beta|: eps* is identifiable
+    only where that is small against |eps* - eps| (eps* moves y by about eps*/(2 (s^2 + eps*)) relative, so a
+    constant negligible against s^2 u is not). The median is over the best-resolved elements; B is the model's
+    bound at a rough first estimate (:func:`_rough_eps`: the correct model's bound can be far too small for the
+    kernel's outputs, e.g. rows with sigma^2 << eps that a kernel without eps normalizes to 1). An output farther
+    than B from beta on the side opposite gamma (x - mu) rules any eps out.
     """
     y = got.get("y")
     if y is None:
         return Fit(None, detail="no output")
-    first = _eps_from_output(case, y, correct_forward(case).bounds["y"])
-    if first.value is None:
-        return first
-    return _eps_from_output(case, y, normalized(case, eps=first.value).bounds["y"])
+    return _eps_from_output(case, y, normalized(case, eps=_rough_eps(case, y)).bounds["y"])
+
+
+def _rough_eps(case: Case, y: np.ndarray) -> float:
+    """The median of (gamma (x - mu)/(y - beta))^2 - s^2 over the elements farthest from their row's mean (the
+    upper half of |gamma (x - mu)|), within EPS_DOMAIN; the argument where no element gives one."""
+    rows = row_statistics(case)
+    numerator = np.abs(_ones(case) * (case.x - rows["mean"]))
+    offset = np.abs(y - (0.0 if case.beta is None else case.beta))
+    with np.errstate(all="ignore"):
+        usable = (numerator > 0) & (offset > 0) & np.isfinite(offset)
+        if not usable.any():
+            return case.eps
+        far = usable & (numerator >= np.median(numerator[usable]))
+        estimate = np.median(((numerator / offset) ** 2 - rows["spread"])[far])
+    return float(np.clip(estimate, *EPS_DOMAIN)) if np.isfinite(estimate) else case.eps
 
 
 def _eps_from_output(case: Case, y: np.ndarray, bound: np.ndarray) -> Fit:
     rows = row_statistics(case)
-    numerator = _ones(case) * (case.x - rows["mean"])
+    numerator = np.abs(_ones(case) * (case.x - rows["mean"]))
+    signed = _ones(case) * (case.x - rows["mean"])
     offset = y - (0.0 if case.beta is None else case.beta)
     bound = np.broadcast_to(bound, np.shape(y))
+    spread = np.broadcast_to(rows["spread"], np.shape(y))
     with np.errstate(all="ignore"):
-        resolved = (np.abs(offset) >= RESOLVING * bound) & (numerator != 0) & np.isfinite(offset) & np.isfinite(bound)
-        if np.any(resolved & (np.sign(numerator) != np.sign(offset))):
+        constraining = (numerator > 0) & np.isfinite(offset) & np.isfinite(bound) & np.isfinite(numerator)
+        two_sided = constraining & (np.abs(offset) > bound)
+        if np.any(two_sided & (np.sign(signed) != np.sign(offset))):
             return Fit(None, detail="an output on the wrong side of the bias for any eps")
-        spread = np.broadcast_to(rows["spread"], np.shape(y))
-        estimate = (numerator / offset) ** 2 - spread
         low = (numerator / (np.abs(offset) + bound)) ** 2 - spread
-        high = (numerator / (np.abs(offset) - bound)) ** 2 - spread
-    return fitting.from_constraints(estimate[resolved], low[resolved], high[resolved], argument=case.eps, floor=0.0,
-                                    describe=_eps_words(case), unresolved=UNRESOLVED)
+        high = np.where(two_sided, (numerator / (np.abs(offset) - bound)) ** 2 - spread, np.inf)
+        estimate = np.where(two_sided, (numerator / offset) ** 2 - spread, np.nan)
+    return fitting.from_constraints(estimate[constraining], low[constraining], high[constraining], argument=case.eps,
+                                    domain=EPS_DOMAIN, describe=_eps_words(case), unresolved=UNRESOLVED)
 
 
 def _fixed_eps_backward_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
     """The constant eps* from dx of the first FIT_ROWS rows, by search (dx is not solvable for eps in closed form:
     a cubic in s per element): the eps whose VJP's worst |dx - center|/B over those rows is least (B the correct
-    model's bound). Identifiable under the forward's condition (eps* not negligible against sigma^2 or q); the model
+    model's bound plus the store rounding of the kernel's dx, a weight: the model's own bound is checked after).
+    Identifiable under the forward's condition (eps* not negligible against sigma^2 or q); the model
     at the fit is then checked on every row, dweight and dbias included."""
     dx = got.get("x")
     if dx is None or case.dy is None:
         return Fit(None, detail="no dx")
     rows = min(FIT_ROWS, int(np.prod(case.x.shape[:-1])))
     x, dy = case.x.reshape(-1, case.x.shape[-1])[:rows], case.dy.reshape(-1, case.x.shape[-1])[:rows]
-    bound = np.broadcast_to(correct_backward(case).bounds["x"], dx.shape).reshape(-1, dx.shape[-1])[:rows]
+    bound = np.broadcast_to(correct_backward(case).bounds["x"] + case.u_out * np.abs(dx), dx.shape)
+    bound = bound.reshape(-1, dx.shape[-1])[:rows]
     dx = dx.reshape(-1, dx.shape[-1])[:rows]
     vjp = oracles.layernorm_vjp if case.kind == "ln" else oracles.rmsnorm_vjp
 
@@ -210,8 +230,8 @@ def _fixed_eps_backward_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
 
     scale = max(float(row_statistics(case)["spread"].max()), case.eps, np.finfo(np.float64).tiny)
     grid = np.concatenate(([0.0], EPS_GRID * scale))
-    return fitting.by_search(worst, grid, argument=case.eps, floor=0.0, describe=_eps_words(case),
-                             unresolved=UNRESOLVED)
+    return fitting.by_search(worst, grid[grid <= EPS_DOMAIN[1]], argument=case.eps, domain=EPS_DOMAIN,
+                             describe=_eps_words(case), unresolved=UNRESOLVED)
 
 
 FIXED_EPS = Parameter(
