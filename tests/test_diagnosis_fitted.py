@@ -100,7 +100,7 @@ def test_no_eps_at_all_is_fitted_as_zero_at_most_the_resolution():
 
 @pytest.mark.parametrize("kind", ["ln", "rms"])
 def test_a_correct_kernel_identifies_no_fixed_eps(kind):
-    """The textbook kernel passes; its output fitted as fixed_eps allows the argument itself: not identifiable."""
+    """The textbook kernel passes; its output fitted as fixed_eps resolves the argument itself: ruled out."""
     textbook = corpus_kernel("LN_TEXTBOOK" if kind == "ln" else "RMS_TEXTBOOK")
     example = _example(kind)
     evidence.start()
@@ -109,8 +109,8 @@ def test_a_correct_kernel_identifies_no_fixed_eps(kind):
     case = models.case_of(textbook, x, weight, bias, eps)
     got = {"y": textbook.fn(*([x, weight, bias, eps] if kind == "ln" else [x, weight, eps])).double().numpy()}
     fit = MECHANISMS["fixed_eps"].parameter.fit(case, "forward", got)
-    assert not fit.identifiable and fit.low <= eps <= fit.high
-    assert "the argument 0.01 included" in fit.detail
+    assert fit.value is None and fit.low <= eps <= fit.high
+    assert fit.detail.startswith("the argument 0.01 fits")
     assert "fixed_eps" not in {m.mechanism for m in diagnosis.explaining(textbook, case, got, "forward")}
 
 
@@ -185,4 +185,5 @@ def test_the_momentum_is_not_identifiable_where_the_statistics_do_not_move():
 def test_the_declared_momentum_applied_is_not_identified_as_a_wrong_one():
     old, batch = (_float32(a) for a in _running())
     new = _float32(0.9 * old + 0.1 * batch)
-    assert not fitting.fit_momentum(old, new, batch, declared=0.1).identifiable
+    fit = fitting.fit_momentum(old, new, batch, declared=0.1)
+    assert fit.value is None and fit.detail.startswith("the argument 0.1 fits")

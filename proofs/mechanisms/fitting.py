@@ -3,24 +3,26 @@
 A kernel that hard-codes its own constant (an eps, a momentum) follows a one-parameter family of models; which
 member is a question the evidence answers, not a list of guesses. Two rules:
 
-``from_constraints``: a closed form. Each well-conditioned element j of the evidence pins the parameter to an
-interval [low_j, high_j] (its output within the bound B_j of the model's value) around its own estimate t_j. The
+``from_constraints``: a closed form. Each element j of the evidence pins the parameter to an interval
+[low_j, high_j] (its output within the bound B_j of the model's value; one-sided where B_j is too wide) around its
+own estimate t_j. The
 value is the median of the estimates of the best-resolved elements (interval no wider than BEST_RESOLVED times
 the narrowest: a median is not moved by a few outliers, and ill-resolved elements do not outvote well-resolved
 ones); the values the evidence allows are the intersection [max low_j, min high_j] (the model holds on every
 element, so its parameter lies in every element's interval).
 
 ``by_search``: no closed form (eps from the gradients). The value minimizes the worst ratio |got - center(t)| /
-bound over a grid, refined between the grid's neighbours; the values allowed are the grid values whose worst
-ratio is at most 1.
+bound over a grid, refined between the grid's neighbours; the values allowed run to where the worst ratio
+reaches 1 (bisected).
 
 Either way the parameter is **identifiable** from the evidence only when some element resolves it (a finite
-interval) and the allowed range excludes the value a correct kernel would use (``argument``): otherwise a
-correct kernel explains the evidence as well, and the fit says "not identifiable from this evidence" (with
-why) instead of a value. Values below the parameter's domain (``floor``: eps >= 0, momentum >= 0) rule the
-mechanism out (as do values above its ceiling: a fitted "eps" of 1e35 is the rows' scale moving, not a constant); a
-range reaching the floor reports the floor ("eps ≈ 0 ..., at most ..."). The fitted value is
-never its own evidence: the diagnosis checks the model at it on every output and on the probes.
+interval) and the allowed range excludes the value a correct kernel would use (``argument``). A range that includes
+it rules the mechanism out where it resolves the argument (narrower than it, away from the floor: the kernel
+honours the argument), and otherwise says "not identifiable from this evidence" (with why) instead of a value: a
+correct kernel explains the evidence as well. Values below the parameter's domain (``domain``: eps in [0, 1],
+momentum in [0, 1]) rule the mechanism out (as do values above its ceiling: a fitted "eps" of 1e35 is the rows'
+scale moving, not a constant); a range reaching the floor reports the floor ("eps ≈ 0 ..., at most ..."). The
+fitted value is never its own evidence: the diagnosis checks the model at it on every output and on the probes.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ def _within_domain(value: float, low: float, high: float, argument: float | None
     if high < floor or low > ceiling:
         return Fit(None, low, high, f"only values outside [{floor:g}, {ceiling:g}] fit ({low:.3g} to {high:.3g})")
     if argument is not None and low <= argument <= high:
+        if low > floor and high - low <= abs(argument):  # resolved, and it is the argument: the kernel honours it
+            return Fit(None, low, high, f"the argument {argument:g} fits ({low:.3g} to {high:.3g})")
         return Fit(None, low, high, f"not identifiable from this evidence: every value from {low:.3g} to {high:.3g}, "
                                     f"the argument {argument:g} included, fits", identifiable=False)
     if low <= floor:
