@@ -173,28 +173,31 @@ def _fixed_eps_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
     return _eps_from_output(case, y, normalized(case, eps=_rough_eps(case, y)).bounds["y"])
 
 
+def _eps_terms(case: Case, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gamma (x - mu), y - beta, s^2) elementwise: the model says (y - beta) sqrt(s^2 + eps*) = gamma (x - mu)."""
+    rows = row_statistics(case)
+    offset = y - (0.0 if case.beta is None else case.beta)
+    return _ones(case) * (case.x - rows["mean"]), offset, np.broadcast_to(rows["spread"], np.shape(y))
+
+
 def _rough_eps(case: Case, y: np.ndarray) -> float:
     """The median of (gamma (x - mu)/(y - beta))^2 - s^2 over the elements farthest from their row's mean (the
     upper half of |gamma (x - mu)|), within EPS_DOMAIN; the argument where no element gives one."""
-    rows = row_statistics(case)
-    numerator = np.abs(_ones(case) * (case.x - rows["mean"]))
-    offset = np.abs(y - (0.0 if case.beta is None else case.beta))
+    signed, offset, spread = _eps_terms(case, y)
+    numerator = np.abs(signed)
     with np.errstate(all="ignore"):
-        usable = (numerator > 0) & (offset > 0) & np.isfinite(offset)
+        usable = (numerator > 0) & (offset != 0) & np.isfinite(offset)
         if not usable.any():
             return case.eps
         far = usable & (numerator >= np.median(numerator[usable]))
-        estimate = np.median(((numerator / offset) ** 2 - rows["spread"])[far])
+        estimate = np.median(((numerator / offset) ** 2 - spread)[far])
     return float(np.clip(estimate, *EPS_DOMAIN)) if np.isfinite(estimate) else case.eps
 
 
 def _eps_from_output(case: Case, y: np.ndarray, bound: np.ndarray) -> Fit:
-    rows = row_statistics(case)
-    numerator = np.abs(_ones(case) * (case.x - rows["mean"]))
-    signed = _ones(case) * (case.x - rows["mean"])
-    offset = y - (0.0 if case.beta is None else case.beta)
+    signed, offset, spread = _eps_terms(case, y)
+    numerator = np.abs(signed)
     bound = np.broadcast_to(bound, np.shape(y))
-    spread = np.broadcast_to(rows["spread"], np.shape(y))
     with np.errstate(all="ignore"):
         constraining = (numerator > 0) & np.isfinite(offset) & np.isfinite(bound) & np.isfinite(numerator)
         two_sided = constraining & (np.abs(offset) > bound)
