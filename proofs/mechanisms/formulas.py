@@ -145,7 +145,8 @@ def _eps_words(case: Case) -> fitting.Describe:
         if value == 0:
             fitted = f"at most {high:.2g}"
         else:
-            fitted = f"at least {low:.3g}" if high >= EPS_DOMAIN[1] else f"{low:.3g} to {high:.3g} fit"
+            digits = next((n for n in range(3, 7) if f"{low:.{n}g}" != f"{high:.{n}g}"), 7)
+            fitted = f"at least {low:.3g}" if high >= EPS_DOMAIN[1] else f"{low:.{digits}g} to {high:.{digits}g} fit"
         return f"eps ≈ {value:.3g} used instead of {case.eps:g}, fitted: {fitted}"
 
     return words
