@@ -10,6 +10,7 @@ libraries follow on purpose. The modules, by what the mechanism changes:
     precision.py  the right function computed or rounded elsewhere (one-pass variance, storage accumulation,
                   double rounding, backward in storage precision): interval models
     backward.py   a term of the derived VJP dropped or replaced
+    fitting.py    rules that fit a mechanism's free parameter (fixed_eps's constant, a momentum) from the evidence
 
 Like :mod:`proofs.oracles`, nothing here imports torch; inputs are float64 numpy arrays of the rounded values.
 """

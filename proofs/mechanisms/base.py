@@ -2,16 +2,22 @@
 
 A :class:`Case` is one example as a kernel received it (float64 copies of the already-rounded inputs, the
 effective weight gamma = offset + weight, the storage and accumulation dtypes). A mechanism's evaluator
-returns :class:`Prediction` s, one per variant (e.g. each candidate constant of ``fixed_eps``): per quantity a
+returns :class:`Prediction` s, one per variant (e.g. weight_offset's missing or extra 1): per quantity a
 center and a per-element bound, with the claim that a kernel following the mechanism satisfies
 ``|kernel - center| <= bound`` elementwise. Quantities: ``"y"`` (forward), ``"x"``, ``"weight"``, ``"bias"``
 (the gradients; weight and bias summed over rows). An infinite bound explains nothing.
+
+A mechanism with a free parameter (``fixed_eps``'s constant; BatchNorm's applied momentum) declares a
+:class:`Parameter` instead of candidates: a fitting rule estimates the value from the evidence (the example and
+the kernel's outputs) as a :class:`Fit`, and the model at that value is then checked against every output like
+any other prediction (proofs.mechanisms.fitting, properties.bounds.diagnosis).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -67,14 +73,80 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Fit:
+    """A free parameter as the evidence determines it (:class:`Parameter`).
+
+    ``value``: the estimate; ``low``..``high``: the values the evidence allows (every element's constraint met,
+    to first order in its bound); ``detail``: the estimate in words ("eps ~ 0.0003 (fitted: 0.000299 to
+    0.000301)"). ``identifiable`` False: this evidence cannot tell the parameter's value (``detail`` says why, e.g.
+    eps negligible against every row's variance), and the diagnosis says so instead of naming a value. ``value``
+    None with ``identifiable`` True: the evidence rules the mechanism out (no admissible value fits, e.g. only a
+    negative eps would)."""
+
+    value: float | None
+    low: float = -math.inf
+    high: float = math.inf
+    detail: str = ""
+    identifiable: bool = True
+
+
+@dataclass(frozen=True)
 class Prediction:
-    """Per quantity a center and a per-element bound; ``detail`` describes the variant ("eps = 1e-05 used instead
-    of 0.01"), ``variant`` identifies it across cases (the same constant, offset or block)."""
+    """Per quantity a center and a per-element bound; ``detail`` describes the variant ("the declared 1 + w offset
+    is missing"), ``variant`` identifies it across cases (the same offset or block); ``fit``: the fitted value
+    it was evaluated at (a mechanism with a :class:`Parameter`), which a probe reuses instead of refitting."""
 
     values: dict[str, np.ndarray]
     bounds: dict[str, np.ndarray]
     detail: str = ""
     variant: str = ""
+    fit: Fit | None = None
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A free parameter of a mechanism, fitted from the evidence instead of tried from a list of candidates.
+
+    ``fits[direction](case, got) -> Fit`` estimates it from the example (``case``) and the kernel's outputs
+    (``got``: {"y"} forward, {"x", "weight", "bias"} backward); ``models[direction](case, fit) -> Prediction``
+    is the mechanism's model at the fitted value (center and derived bound, as any prediction), with
+    ``fit.detail`` for its detail. A direction missing from ``fits`` is not modelled.
+
+    A fit explains nothing by itself: the diagnosis checks the model at the fitted value against every output
+    within its bound (one value, fitted from many elements, must meet every element's constraint), and on the
+    probes (other rows, another eps) at the same value, not refitted: evidence the fit never saw. A fitting rule
+    states its identifiability condition and returns ``Fit(None, identifiable=False, detail=why)`` where the
+    evidence does not determine the value, rather than a value that would name the mechanism wrongly.
+
+    Example (BatchNorm's running mean updated with momentum m*: new = (1 - m*) old + m* batch_mean; the
+    momentum fit is :func:`proofs.mechanisms.fitting.fit_momentum`; ``case.running_mean``, ``batch_mean`` and
+    ``update_bound`` stand for what a BatchNorm case and its error model will provide, not in :class:`Case` yet)::
+
+        def _fit(case, got):
+            return fitting.fit_momentum(case.running_mean, got["running_mean"], batch_mean(case))
+
+        def _model(case, fit):
+            center = (1 - fit.value) * case.running_mean + fit.value * batch_mean(case)
+            return Prediction({"running_mean": center}, {"running_mean": update_bound(case, fit.value)})
+
+        Mechanism("inverted_momentum", "the momentum applied as 1 - m", BN, _derivation,
+                  parameter=Parameter("momentum", {"forward": _fit}, {"forward": _model}))
+    """
+
+    name: str
+    fits: Mapping[str, Callable[[Case, dict[str, np.ndarray]], Fit]]
+    models: Mapping[str, Callable[[Case, Fit], Prediction]]
+
+    def fit(self, case: Case, direction: str, got: dict[str, np.ndarray]) -> Fit | None:
+        """The fit on this evidence (None: the direction is not modelled)."""
+        rule = self.fits.get(direction)
+        return None if rule is None else rule(case, got)
+
+    def at(self, case: Case, direction: str, fit: Fit) -> list[Prediction]:
+        """The model at an identified fit's value, on this case (a probe's, or the example's)."""
+        if fit.value is None or direction not in self.models:
+            return []
+        return [replace(self.models[direction](case, fit), detail=fit.detail, variant=self.name, fit=fit)]
 
 
 @dataclass(frozen=True)
@@ -84,8 +156,11 @@ class Mechanism:
     ``title`` says what the kernel does instead, one line, ``{storage}`` standing for the storage dtype;
     ``derive()`` returns the checked steps showing how the model differs from the correct one;
     ``forward``/``backward`` evaluate it on a case (an empty list: not applicable to this case).
+    ``parameter``: a free parameter fitted from the evidence (:class:`Parameter`), for a mechanism whose model
+    depends on a value the kernel chose (use :meth:`predictions`, which fits it, rather than ``forward``).
     ``convention``: real libraries follow it deliberately, so a kernel may declare it
-    (``Kernel(..., conventions=(id,))``) and is then checked against this model.
+    (``Kernel(..., conventions=(id,))``) and is then checked against this model; a convention has no free
+    parameter (a declaration cannot depend on the outputs it is checked against).
     """
 
     id: str
@@ -95,6 +170,32 @@ class Mechanism:
     forward: Callable[[Case], list[Prediction]] | None = field(default=None, repr=False, compare=False)
     backward: Callable[[Case], list[Prediction]] | None = field(default=None, repr=False, compare=False)
     convention: bool = False
+    parameter: Parameter | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.convention and self.parameter is not None:
+            raise ValueError(f"{self.id}: a declarable convention cannot have a fitted parameter")
+
+    def applies(self, direction: str) -> bool:
+        """Whether the mechanism models this direction ("forward" or "backward")."""
+        if self.parameter is not None:
+            return direction in self.parameter.fits
+        return (self.forward if direction == "forward" else self.backward) is not None
+
+    def predictions(self, case: Case, direction: str, got: dict[str, np.ndarray] | None = None) -> list[Prediction]:
+        """Its predictions on the case: one per variant, or, with a free parameter, the model at the value fitted
+        to the kernel's outputs ``got`` (none where the fit is not identifiable or is ruled out)."""
+        if self.parameter is not None:
+            fit = self.parameter.fit(case, direction, got or {})
+            return [] if fit is None else self.parameter.at(case, direction, fit)
+        evaluate = self.forward if direction == "forward" else self.backward
+        return [] if evaluate is None else evaluate(case)
+
+    def again(self, case: Case, direction: str, prediction: Prediction) -> list[Prediction]:
+        """The same variant as ``prediction`` on another case (a probe): a fitted value reused, not refitted."""
+        if self.parameter is not None and prediction.fit is not None:
+            return self.parameter.at(case, direction, prediction.fit)
+        return [p for p in self.predictions(case, direction) if p.variant == prediction.variant]
 
     def describe(self, storage: str, detail: str = "") -> str:
         """``title`` for this storage dtype, with the variant's detail."""

@@ -6,7 +6,7 @@ error model's bound of that computation (:func:`proofs.mechanisms.base.normalize
 
     eps_outside_root   gamma (x - mu)/(sigma + eps) + beta      = LN at eps' = 2 sigma eps + eps^2
     unbiased_variance  sigma^2 d/(d - 1)                         = LN at gamma sqrt((d-1)/d), eps (d-1)/d
-    fixed_eps          a constant c instead of the eps argument  = LN at eps' = c (c = 0: no eps)
+    fixed_eps          a constant c instead of the eps argument  = LN at eps' = c (c = 0: no eps), c fitted
     max_variance_eps   1/sqrt(max(sigma^2, eps))                 = LN at eps' = max(eps - sigma^2, 0)
     weight_offset      scale w where 1 + w is declared, or back  = LN at gamma' = gamma -+ 1
     sum_not_mean       1/sqrt(sum x^2 + eps) (RMSNorm)           = RMS at gamma/sqrt(d), eps/d
@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import sympy as sp
 
-from proofs import expressions
+from proofs import expressions, oracles
 from proofs.algebra import (
     LN_AGGREGATES,
     MEAN_DEF,
@@ -42,10 +42,23 @@ from proofs.algebra import (
     x,
 )
 from proofs.derivation import Derivation, Equal
-from proofs.mechanisms.base import Case, Mechanism, Prediction, normalized, row_statistics
+from proofs.mechanisms import fitting
+from proofs.mechanisms.base import (
+    Case,
+    Fit,
+    Mechanism,
+    Parameter,
+    Prediction,
+    correct_backward,
+    gradients,
+    normalized,
+    row_statistics,
+)
 
 LN, RMS, BOTH = frozenset({"ln"}), frozenset({"rms"}), frozenset({"ln", "rms"})
-FIXED_EPS_CANDIDATES = (0.0, 1e-5, 1e-6, 1e-8, 1e-12)  # the defaults kernels hard-code (0: no eps at all)
+EPS_DOMAIN = (0.0, 1.0)  # a constant a kernel hard-codes; a fit beyond 1 is the rows' scale moving, not an eps
+FIT_ROWS = 64  # the backward fit uses the first rows' dx; the model at the fit is checked on every row and gradient
+EPS_GRID = np.geomspace(1e-10, 1e4, 113)  # the backward search's eps, times max(sigma^2, eps) (0 added)
 
 sigma = sp.Symbol("sigma", nonnegative=True)  # sqrt(sigma^2), or sqrt(q) for RMSNorm
 c = sp.Symbol("c", nonnegative=True)  # a constant eps
@@ -127,9 +140,108 @@ def _fixed_eps_derivation() -> Derivation:
         for kind in ("ln", "rms")))
 
 
-def _fixed_eps(case: Case) -> list[Prediction]:
-    return [replace(normalized(case, eps=constant), detail=f"eps = {constant:g} used instead of {case.eps:g}",
-                    variant=f"{constant:g}") for constant in FIXED_EPS_CANDIDATES if constant != case.eps]
+def _eps_words(case: Case) -> fitting.Describe:
+    def words(value: float, low: float, high: float) -> str:
+        if value == 0:
+            fitted = f"at most {high:.2g}"
+        else:
+            digits = next((n for n in range(3, 7) if f"{low:.{n}g}" != f"{high:.{n}g}"), 7)
+            fitted = f"at least {low:.3g}" if high >= EPS_DOMAIN[1] else f"{low:.{digits}g} to {high:.{digits}g} fit"
+        return f"eps ≈ {value:.3g} used instead of {case.eps:g}, fitted: {fitted}"
+
+    return words
+
+
+UNRESOLVED = "no output depends on eps (x at the row mean, or a zero weight)"
+
+
+def _fixed_eps_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
+    """The constant eps* from the output, element by element.
+
+    y = gamma (x - mu)/sqrt(s^2 + eps*) + beta (s^2 = sigma^2, or q and mu = 0 for RMSNorm) gives, where
+    gamma (x - mu) != 0, eps* = (gamma (x - mu)/(y - beta))^2 - s^2; y within B of the model's value puts eps* in
+    [(gamma (x - mu)/(|y - beta| + B))^2, (gamma (x - mu)/(|y - beta| - B))^2] - s^2 (no upper end where
+    |y - beta| <= B). An element resolves eps* to within about 4 (s^2 + eps*) B/|y - beta|: eps* is identifiable
+    only where that is small against |eps* - eps| (eps* moves y by about eps*/(2 (s^2 + eps*)) relative, so a
+    constant negligible against s^2 u is not). The median is over the best-resolved elements; B is the model's
+    bound at a rough first estimate (:func:`_rough_eps`: the correct model's bound can be far too small for the
+    kernel's outputs, e.g. rows with sigma^2 << eps that a kernel without eps normalizes to 1). An output farther
+    than B from beta on the side opposite gamma (x - mu) rules any eps out.
+    """
+    y = got.get("y")
+    if y is None:
+        return Fit(None, detail="no output")
+    return _eps_from_output(case, y, normalized(case, eps=_rough_eps(case, y)).bounds["y"])
+
+
+def _eps_terms(case: Case, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gamma (x - mu), y - beta, s^2) elementwise: the model says (y - beta) sqrt(s^2 + eps*) = gamma (x - mu)."""
+    rows = row_statistics(case)
+    offset = y - (0.0 if case.beta is None else case.beta)
+    return _ones(case) * (case.x - rows["mean"]), offset, np.broadcast_to(rows["spread"], np.shape(y))
+
+
+def _rough_eps(case: Case, y: np.ndarray) -> float:
+    """The median of (gamma (x - mu)/(y - beta))^2 - s^2 over the elements farthest from their row's mean (the
+    upper half of |gamma (x - mu)|), within EPS_DOMAIN; the argument where no element gives one."""
+    signed, offset, spread = _eps_terms(case, y)
+    numerator = np.abs(signed)
+    with np.errstate(all="ignore"):
+        usable = (numerator > 0) & (offset != 0) & np.isfinite(offset)
+        if not usable.any():
+            return case.eps
+        far = usable & (numerator >= np.median(numerator[usable]))
+        estimate = np.median(((numerator / offset) ** 2 - spread)[far])
+    return float(np.clip(estimate, *EPS_DOMAIN)) if np.isfinite(estimate) else case.eps
+
+
+def _eps_from_output(case: Case, y: np.ndarray, bound: np.ndarray) -> Fit:
+    signed, offset, spread = _eps_terms(case, y)
+    numerator = np.abs(signed)
+    bound = np.broadcast_to(bound, np.shape(y))
+    with np.errstate(all="ignore"):
+        constraining = (numerator > 0) & np.isfinite(offset) & np.isfinite(bound) & np.isfinite(numerator)
+        two_sided = constraining & (np.abs(offset) > bound)
+        if np.any(two_sided & (np.sign(signed) != np.sign(offset))):
+            return Fit(None, detail="an output on the wrong side of the bias for any eps")
+        low = (numerator / (np.abs(offset) + bound)) ** 2 - spread
+        high = np.where(two_sided, (numerator / (np.abs(offset) - bound)) ** 2 - spread, np.inf)
+        estimate = np.where(two_sided, (numerator / offset) ** 2 - spread, np.nan)
+    return fitting.from_constraints(estimate[constraining], low[constraining], high[constraining], argument=case.eps,
+                                    domain=EPS_DOMAIN, describe=_eps_words(case), unresolved=UNRESOLVED)
+
+
+def _fixed_eps_backward_fit(case: Case, got: dict[str, np.ndarray]) -> Fit:
+    """The constant eps* from dx of the first FIT_ROWS rows, by search (dx is not solvable for eps in closed form:
+    a cubic in s per element): the eps whose VJP's worst |dx - center|/B over those rows is least (B the correct
+    model's bound plus the store rounding of the kernel's dx, a weight: the model's own bound is checked after).
+    Identifiable under the forward's condition (eps* not negligible against sigma^2 or q); the model
+    at the fit is then checked on every row, dweight and dbias included."""
+    dx = got.get("x")
+    if dx is None or case.dy is None:
+        return Fit(None, detail="no dx")
+    rows = min(FIT_ROWS, int(np.prod(case.x.shape[:-1])))
+    x, dy = case.x.reshape(-1, case.x.shape[-1])[:rows], case.dy.reshape(-1, case.x.shape[-1])[:rows]
+    bound = np.broadcast_to(correct_backward(case).bounds["x"] + case.u_out * np.abs(dx), dx.shape)
+    bound = bound.reshape(-1, dx.shape[-1])[:rows]
+    dx = dx.reshape(-1, dx.shape[-1])[:rows]
+    vjp = oracles.layernorm_vjp if case.kind == "ln" else oracles.rmsnorm_vjp
+
+    def worst(eps_value: float) -> float:
+        with np.errstate(all="ignore"):
+            ratio = np.abs(dx - vjp(x, case.gamma, eps_value, dy)[0]) / bound
+        return float(np.max(ratio)) if np.all(np.isfinite(ratio)) else np.inf
+
+    scale = max(float(row_statistics(case)["spread"].max()), case.eps, np.finfo(np.float64).tiny)
+    grid = np.concatenate(([0.0], EPS_GRID * scale))
+    return fitting.by_search(worst, grid[grid <= EPS_DOMAIN[1]], argument=case.eps, domain=EPS_DOMAIN,
+                             describe=_eps_words(case), unresolved=UNRESOLVED)
+
+
+FIXED_EPS = Parameter(
+    "eps", {"forward": _fixed_eps_fit, "backward": _fixed_eps_backward_fit},
+    {"forward": lambda case, fit: normalized(case, eps=fit.value),
+     "backward": lambda case, fit: gradients(replace(case, eps=fit.value))})
 
 
 # --- max(sigma^2, eps) ------------------------------------------------------------------------------------------
@@ -264,7 +376,7 @@ MECHANISMS = (
               _eps_outside_root_derivation, _eps_outside_root),
     Mechanism("unbiased_variance", "the unbiased (d - 1) variance instead of the population variance", LN,
               _unbiased_derivation, _unbiased_variance),
-    Mechanism("fixed_eps", "the eps argument ignored", BOTH, _fixed_eps_derivation, _fixed_eps),
+    Mechanism("fixed_eps", "the eps argument ignored", BOTH, _fixed_eps_derivation, parameter=FIXED_EPS),
     Mechanism("max_variance_eps", "max(sigma^2, eps) instead of sigma^2 + eps", BOTH, _max_variance_derivation,
               _max_variance_eps),
     Mechanism("weight_offset", "the weight offset (Gemma's 1 + w) wrong", BOTH, _weight_offset_derivation,

@@ -2,17 +2,19 @@
 and the models a kernel's declared conventions put in place of the correct one.
 
 A mechanism explains a failed example when the kernel's result is within that mechanism's own derived bound on
-every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing), and still
-is on the probes, the same example with the rows shifted and with another eps, wherever its model applies
-there (one row cannot tell a one-pass variance from a wrong eps: both scale the row; a shift or another eps
-can); the correct model's is not (the check failed). Of a mechanism's variants (fixed_eps's constants,
-weight_offset's missing/extra) the best fitting one is kept. The matches are ranked: first the tight models
-(total bound within TIGHT times the correct model's: another function, or one more rounding), best fit
-(smallest ratio) first, then the looser interval models, tightest first. The diagnosis names the best tight
-model and those fitting as well or predicting the same on this example (eps = 0 and max(sigma^2, eps) agree on
-rows with sigma^2 > eps); where no tight model fits, every loose one that does. It is evaluated once per
-failing test, on the example Hypothesis reports (:func:`final_example`), not on every example tried while
-shrinking.
+every element checked (|got - center| <= bound, the bound finite: an infinite bound explains nothing), and still is
+on the probes, the same example with the rows shifted and with another eps, wherever its model applies there (one
+row cannot tell a one-pass variance from a wrong eps: both scale the row; a shift or another eps can); the correct
+model's is not (the check failed). Of a mechanism's variants (weight_offset's missing/extra) the best fitting one
+is kept. A mechanism with a free parameter (fixed_eps's constant: proofs.mechanisms.fitting) is evaluated at the
+value fitted to the kernel's outputs, and that value, not refitted, must explain the probes too (for fixed_eps the
+probe with another eps is the test that the constant ignores the argument); where the evidence does not identify
+the value, and nothing explains the failure, the sentence says so. The matches are ranked: first the tight models
+(total bound within TIGHT times the correct model's: another function, or one more rounding), best fit (smallest
+ratio) first, then the looser interval models, tightest first. The diagnosis names the best tight model and those
+fitting as well or predicting the same on this example (eps = 0 and max(sigma^2, eps) agree on rows with sigma^2 >
+eps); where no tight model fits, every loose one that does. It is evaluated once per failing test, on the example
+Hypothesis reports (:func:`final_example`), not on every example tried while shrinking.
 
 Declared conventions (``Kernel.conventions``) are part of a kernel's model (properties.bounds.models), so they are not
 candidates here.
@@ -28,7 +30,7 @@ import torch
 
 from core.guard import KernelFault
 from core.registry import Kernel
-from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, Prediction, correct_backward, correct_forward
+from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, Mechanism, Prediction, correct_backward, correct_forward
 from properties import norms, outcome
 from properties.bounds.models import case_of, conventions_of
 
@@ -86,26 +88,44 @@ def explaining(kernel: Kernel, case: Case, got: dict[str, np.ndarray], direction
         reference = sum(float(np.nansum(np.broadcast_to(correct.bounds[n], np.shape(v))))
                         for n, v in got.items() if n in correct.bounds)
     matches = []
-    for mechanism in MECHANISMS.values():
-        evaluate = mechanism.forward if direction == "forward" else mechanism.backward
-        if evaluate is None or case.kind not in mechanism.kinds or mechanism.id in conventions_of(kernel):
-            continue
+    for mechanism in _candidates(kernel, case, direction):
         with np.errstate(all="ignore"):
-            fits = [(*_fit(p, got), p) for p in evaluate(case)]
+            fits = [(*_fit(p, got), p) for p in mechanism.predictions(case, direction, got)]
         explained = [fit for fit in fits if fit[0] <= 1.0]
         if explained:
             ratio, width, best = min(explained, key=lambda fit: fit[:2])
-            if all(_still_fits(evaluate, best.variant, *probe) for probe in probes):
+            if all(_still_fits(mechanism, direction, best, *probe) for probe in probes):
                 matches.append(Match(mechanism.id, ratio, mechanism.describe(case.storage, best.detail),
                                      width <= TIGHT * reference, width, best))
     return sorted(matches, key=lambda m: m.rank)
 
 
-def _still_fits(evaluate, variant: str, case: Case, got: dict[str, np.ndarray]) -> bool:
-    """Whether the mechanism's same variant explains the kernel on a probe too (True where it has no finite
-    model there: no evidence either way)."""
+def _candidates(kernel: Kernel, case: Case, direction: str) -> list[Mechanism]:
+    """The mechanisms that model this direction and kind and that the kernel does not declare."""
+    return [m for m in MECHANISMS.values()
+            if m.applies(direction) and case.kind in m.kinds and m.id not in conventions_of(kernel)]
+
+
+def unidentified(kernel: Kernel, case: Case, got: dict[str, np.ndarray], direction: str) -> list[str]:
+    """'id: why' for each mechanism whose free parameter this evidence does not identify (eps negligible against
+    every row's variance, constant rows): said where nothing explains a failure, instead of a wrong name."""
+    notes = []
+    for mechanism in _candidates(kernel, case, direction):
+        if mechanism.parameter is None:
+            continue
+        with np.errstate(all="ignore"):
+            fit = mechanism.parameter.fit(case, direction, got)
+        if fit is not None and not fit.identifiable:
+            notes.append(f"{mechanism.id}: {fit.detail}")
+    return notes
+
+
+def _still_fits(mechanism: Mechanism, direction: str, best: Prediction, case: Case,
+                got: dict[str, np.ndarray]) -> bool:
+    """Whether the mechanism's same variant (a fitted value: the same value) explains the kernel on a probe too
+    (True where it has no finite model there: no evidence either way)."""
     with np.errstate(all="ignore"):
-        same = [p for p in evaluate(case) if p.variant == variant]
+        same = mechanism.again(case, direction, best)
         if not same:
             return True
         ratio, width = _fit(same[0], got)
@@ -155,11 +175,14 @@ def leading(matches: list[Match]) -> list[Match]:
                                                                 or _same(first.prediction, m.prediction)))]
 
 
-def sentence(claim: str, ratio: float, matches: list[Match], kernel: Kernel) -> str:
-    """The terminal line: 'fails rms.forward (ratio 1.73); consistent with double_rounding: x_hat rounded to ...'."""
+def sentence(claim: str, ratio: float, matches: list[Match], kernel: Kernel, unresolved: tuple[str, ...] = ()) -> str:
+    """The terminal line: 'fails rms.forward (ratio 1.73); consistent with double_rounding: x_hat rounded to ...';
+    ``unresolved``: the fitted mechanisms this evidence does not identify (:func:`unidentified`), said where no
+    mechanism explains the failure."""
     head = f"fails {claim} (ratio {ratio:.3g})"
     if not matches:
-        return f"{head}; no mechanism of the library (proofs.mechanisms) explains it"
+        text = f"{head}; no mechanism of the library (proofs.mechanisms) explains it"
+        return text + "".join(f"; {note}" for note in unresolved)
     top = leading(matches)
     text = f"{head}; consistent with " + " or ".join(f"{m.mechanism}: {m.text}" for m in top)
     if not top[0].tight:
@@ -182,9 +205,10 @@ def of_forward(kernel: Kernel, x, weight, bias, eps: float, got: torch.Tensor):
     def diagnose(ratio: float) -> tuple[list[dict], str] | None:
         if not final_example() or parameters_in_another_dtype(x, weight):
             return None
-        matches = explaining(kernel, case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}, "forward",
-                             probes(kernel, x, weight, bias, eps))
-        return reported(f"{kernel.prefix}.forward", ratio, matches, kernel)
+        case, values = case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}
+        matches = explaining(kernel, case, values, "forward", probes(kernel, x, weight, bias, eps))
+        unresolved = () if matches else tuple(unidentified(kernel, case, values, "forward"))
+        return reported(f"{kernel.prefix}.forward", ratio, matches, kernel, unresolved)
 
     return diagnose
 
@@ -196,9 +220,10 @@ def of_backward(kernel: Kernel, claim: str, x, weight, eps: float, dy, got: dict
         if not final_example() or parameters_in_another_dtype(x, weight):
             return None
         values = {name: norms.as_float64(g) for name, g in got.items()}
-        matches = explaining(kernel, case_of(kernel, x, weight, None, eps, dy), values, "backward",
-                             probes(kernel, x, weight, None, eps, dy))
-        return reported(f"{kernel.prefix}.{claim}", ratio, matches, kernel)
+        case = case_of(kernel, x, weight, None, eps, dy)
+        matches = explaining(kernel, case, values, "backward", probes(kernel, x, weight, None, eps, dy))
+        unresolved = () if matches else tuple(unidentified(kernel, case, values, "backward"))
+        return reported(f"{kernel.prefix}.{claim}", ratio, matches, kernel, unresolved)
 
     return diagnose
 
@@ -210,10 +235,11 @@ def parameters_in_another_dtype(x: torch.Tensor, weight) -> bool:
     return weight is not None and weight.dtype != x.dtype
 
 
-def reported(claim: str, ratio: float, matches: list[Match], kernel: Kernel) -> tuple[list[dict], str]:
+def reported(claim: str, ratio: float, matches: list[Match], kernel: Kernel,
+             unresolved: tuple[str, ...] = ()) -> tuple[list[dict], str]:
     """(the diagnosis as the evidence records it, the sentence)."""
     top = leading(matches)
-    return [m.as_json(m in top) for m in matches], sentence(claim, ratio, matches, kernel)
+    return [m.as_json(m in top) for m in matches], sentence(claim, ratio, matches, kernel, unresolved)
 
 
 def final_example() -> bool:

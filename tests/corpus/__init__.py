@@ -100,6 +100,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("statistics.py:LN_MAX_VARIANCE_EPS", "ln.forward", "ln.variance_insensitivity",
             mechanism="max_variance_eps"),
     _broken("statistics.py:LN_EPS_IGNORED", "ln.forward", "ln.affine", mechanism="fixed_eps"),
+    _broken("statistics.py:LN_EPS_UNUSUAL_CONSTANT", "ln.forward", "ln.affine", mechanism="fixed_eps"),
     _broken("statistics.py:LN_STORAGE_DTYPE_ACCUMULATION", "ln.forward", margin="ln.forward",
             mechanism="storage_accumulation"),
     # precision bugs at realistic widths and dtypes: each lives in one regime the ci profile must draw every run
@@ -116,6 +117,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("statistics.py:RMS_CENTRES", "rms.forward", mechanism="extra_centering"),
     _broken("statistics.py:RMS_SUM_OF_SQUARES", "rms.forward", "rms.spectral_norm", mechanism="sum_not_mean"),
     _broken("statistics.py:RMS_EPS_IGNORED", "rms.forward", "rms.affine", mechanism="fixed_eps"),
+    _broken("statistics.py:RMS_EPS_UNUSUAL_CONSTANT", "rms.forward", "rms.affine", mechanism="fixed_eps"),
     _broken("statistics.py:RMS_NO_EPS", "rms.forward", "rms.special_inputs", mechanism="fixed_eps"),
     _broken("statistics.py:RMS_WHOLE_TENSOR_STATISTICS", "rms.row_independence", "rms.special_inputs"),
     _broken("statistics.py:RMS_GEMMA_OFFSET_MISSING", "rms.forward", mechanism="weight_offset"),

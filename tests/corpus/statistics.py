@@ -105,6 +105,12 @@ def _eps_ignored(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     return _layernorm_statistics(x, 1e-5, storage)
 
 
+def _eps_unusual_constant(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
+    """The eps argument is ignored for a constant no library default holds (3e-4): the diagnosis must fit it, not
+    pick it from a list (issue 28). Must fail ln.forward (eps = 1e-2, 1e-12) and ln.affine."""
+    return _layernorm_statistics(x, 3e-4, storage)
+
+
 ACCUMULATOR_LANES = 64
 
 
@@ -213,6 +219,12 @@ def _rms_eps_ignored(x: torch.Tensor, eps: float, storage: torch.dtype) -> Momen
     return _rmsnorm_statistics(x, 1e-6, storage)
 
 
+def _rms_eps_unusual_constant(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
+    """The eps argument is ignored for 2.5e-3, a constant no library default holds (issue 28). Must fail rms.forward
+    and rms.affine."""
+    return _rmsnorm_statistics(x, 2.5e-3, storage)
+
+
 def _rms_no_eps(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
     """No eps: rstd = 1/rms(x), NaN (0 * inf) on zero rows. Must fail rms.forward (eps = 1e-2) and
     rms.special_inputs (zero rows)."""
@@ -257,6 +269,7 @@ LN_UNBIASED_VARIANCE = _layernorm("ln_unbiased_variance", _unbiased_variance)
 LN_NO_EPS = _layernorm("ln_no_eps", _no_eps)
 LN_MAX_VARIANCE_EPS = _layernorm("ln_max_variance_eps", _max_variance_eps)
 LN_EPS_IGNORED = _layernorm("ln_eps_ignored", _eps_ignored)
+LN_EPS_UNUSUAL_CONSTANT = _layernorm("ln_eps_unusual_constant", _eps_unusual_constant)
 LN_STORAGE_DTYPE_ACCUMULATION = _layernorm("ln_storage_dtype_accumulation", _storage_dtype_accumulation)
 LN_ONE_PASS_FP32_D1024 = _layernorm("ln_one_pass_fp32_d1024", _one_pass_in_regime(
     (torch.float32,), 1024, 4096, "for float32 rows of width 1024 <= d < 4096"))
@@ -276,6 +289,7 @@ LN_CAST_AT_EACH_USE = _layernorm("ln_cast_at_each_use", _statistics_of_a_second_
 RMS_CENTRES = _rmsnorm("rms_centres", _rms_centres)
 RMS_SUM_OF_SQUARES = _rmsnorm("rms_sum_of_squares", _rms_sum_of_squares)
 RMS_EPS_IGNORED = _rmsnorm("rms_eps_ignored", _rms_eps_ignored)
+RMS_EPS_UNUSUAL_CONSTANT = _rmsnorm("rms_eps_unusual_constant", _rms_eps_unusual_constant)
 RMS_NO_EPS = _rmsnorm("rms_no_eps", _rms_no_eps)
 RMS_WHOLE_TENSOR_STATISTICS = _rmsnorm("rms_whole_tensor_statistics", _rms_whole_tensor_statistics)
 # Declares Gemma's convention (scale = 1 + weight) but scales by weight, as Llama does: a Gemma checkpoint's
