@@ -249,3 +249,61 @@ def final_example() -> bool:
 
         return bool(current_build_context().is_final)
     return True
+
+
+def _named(claim: str, ratio: float, named: list) -> tuple[list[dict], str] | None:
+    """(the diagnosis as the evidence records it, the sentence) of mechanisms named by a fit (proofs.mechanisms
+    .running), or None when none is."""
+    if not named:
+        return None
+    text = f"fails {claim} (ratio {ratio:.3g}); consistent with " + " and ".join(
+        f"{n.mechanism}: {n.text}" for n in named)
+    return [{"mechanism": n.mechanism, "ratio": None, "text": n.text, "leading": True} for n in named], text
+
+
+def of_running_statistics(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                          momentum: float, eps: float, new_mean: torch.Tensor, new_var: torch.Tensor):
+    """The ``diagnose`` of a failed bn.running_statistics check: the momentum the means show and the variance's
+    factor fitted from the buffers (proofs.mechanisms.running), within the derived bounds of the update
+    (tolerance.running_statistics), and named: Keras' convention, two updates, none, another momentum; a biased
+    variance, another factor. BatchNorm kernels only (InstanceNorm's update averages over the samples)."""
+
+    def diagnose(ratio: float) -> tuple[list[dict], str] | None:
+        if not final_example() or not kernel.record.batch_statistics:
+            return None
+        from proofs.mechanisms import fitting, running
+        from properties.bounds import tolerance
+
+        rows = norms.grouped(kernel, norms.as_float64(x), None)[0]  # [C, n]: each channel's elements
+        bound_mean, bound_var = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
+        expected = float(momentum) if kernel.momentum_convention == "torch" else 1.0 - float(momentum)
+        old_mean, old_var = norms.as_float64(running_mean), norms.as_float64(running_var)
+        fit = fitting.fit_momentum(old_mean, norms.as_float64(new_mean), rows.mean(-1), bound_mean, declared=expected)
+        named = running.momentum_mechanisms(fit, expected)
+        applied = fit.value if fit.value is not None else expected
+        factor = running.fit_variance_factor(old_var, norms.as_float64(new_var), rows.var(-1), applied, bound_var)
+        named += running.variance_mechanisms(factor, rows.shape[-1], kernel.running_variance == "unbiased")
+        return _named(f"{kernel.prefix}.running_statistics", ratio, named)
+
+    return diagnose
+
+
+def of_eval(kernel: Kernel, x: torch.Tensor, weight, bias, eps: float, got: torch.Tensor):
+    """The ``diagnose`` of a failed eval-mode check: eval_batch_statistics where the output is the training-mode
+    output (the batch's statistics, within the forward bound) instead of the running statistics' affine map."""
+
+    def diagnose(ratio: float) -> tuple[list[dict], str] | None:
+        if not final_example():
+            return None
+        from proofs.mechanisms.running import Named
+        from properties.bounds import tolerance
+
+        training = outcome.compare(got, norms.reference(kernel, x, weight, bias, eps),
+                                   tolerance.forward(kernel, x, weight, bias, eps), "y")
+        if training.ratio > 1.0:
+            return None
+        named = [Named("eval_batch_statistics", f"eval mode normalizes with the batch's statistics (y is the "
+                                                f"training-mode output within its bound, ratio {training.ratio:.3g})")]
+        return _named(f"{kernel.prefix}.eval", ratio, named)
+
+    return diagnose

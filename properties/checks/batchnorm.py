@@ -35,7 +35,7 @@ from core import guard
 from core.capabilities import dtype_name
 from proofs import batchnorm_oracles
 from properties import norms, outcome
-from properties.bounds import tolerance
+from properties.bounds import diagnosis, tolerance
 from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
 from properties.checks.forward import output_dtype_rule
 
@@ -91,8 +91,11 @@ def check_running_statistics(kernel, x: torch.Tensor, running_mean, running_var,
     bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
     comparisons = [outcome.compare(example[name], expected, bound, name)
                    for name, expected, bound in zip(BUFFERS, exact, bounds, strict=True)]
+    diagnose = diagnosis.of_running_statistics(kernel, x, running_mean, running_var, momentum, eps,
+                                               example["running_mean"], example["running_var"])
     outcome.conclude(comparisons, f"the running statistics are not one update with momentum {momentum} "
-                     f"({kernel.momentum_convention}'s convention, {kernel.running_variance} variance)", **_plot(x))
+                     f"({kernel.momentum_convention}'s convention, {kernel.running_variance} variance)",
+                     diagnose=diagnose, **_plot(x))
 
 
 def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
@@ -109,7 +112,8 @@ def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
     given = {"running_mean": running_mean, "running_var": running_var}
     written = [name for name in BUFFERS if not torch.equal(example[name], given[name])]
     outcome.conclude(outcome.compare(y, expected, bound, "y"),
-                     "eval mode is not the affine map of the running statistics (batch statistics used?)", **_plot(x))
+                     "eval mode is not the affine map of the running statistics",
+                     diagnose=diagnosis.of_eval(kernel, x, weight, bias, eps, y), **_plot(x))
     outcome.exact(not written, f"eval mode wrote into {', '.join(written)}",
                   "eval mode must leave the running statistics alone", **_plot(x))
 
