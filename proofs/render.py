@@ -26,6 +26,7 @@ PREAMBLE = r"""\documentclass[10pt]{article}
 \usepackage[hidelinks]{hyperref}
 \setlength{\parindent}{0pt}
 \setlength{\parskip}{4pt}
+\makeatletter\renewcommand*\l@section{\@dottedtocline{1}{0em}{2.4em}}\makeatother
 \newcommand{\fitline}[1]{\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{$\displaystyle #1$}}
 """
 

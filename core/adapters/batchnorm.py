@@ -69,9 +69,9 @@ def batchnorm_module(x, running_mean, running_var, weight, bias, training, momen
     module.train(training)
     state = {}
     if affine:
-        like = {"dtype": (weight if weight is not None else bias).dtype, "device": x.device}
-        state["weight"] = weight if weight is not None else torch.ones(channels, **like)
-        state["bias"] = bias if bias is not None else torch.zeros(channels, **like)
+        dtype = (weight if weight is not None else bias).dtype
+        state["weight"] = weight if weight is not None else torch.ones(channels, dtype=dtype, device=x.device)
+        state["bias"] = bias if bias is not None else torch.zeros(channels, dtype=dtype, device=x.device)
     if tracked:
         state.update(running_mean=running_mean, running_var=running_var,
                      num_batches_tracked=torch.zeros((), dtype=torch.long, device=x.device))

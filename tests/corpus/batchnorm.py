@@ -69,7 +69,7 @@ def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, e
     if bug == "one_sample" and training and x.shape[0] == 1:
         return _affine(values, weight, bias).to(x.dtype)
     use_batch = training or bug == "eval_batch" or running_mean is None
-    if use_batch and instance and x[0, 0].numel() == 1:
+    if training and instance and x[0, 0].numel() == 1:
         raise ValueError("Expected more than 1 spatial element when training")  # as torch: no statistics to take
     if use_batch:
         per_instance = (bug == "per_sample") != instance and bug != "over_batch"
