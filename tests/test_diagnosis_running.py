@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from corpus import batchnorm as corpus
+
 from properties.checks.batchnorm import check_eval, check_running_statistics
 from properties.outcome import CheckFailure
 
