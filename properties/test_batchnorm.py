@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from properties import evidence
 from properties.checks import batchnorm as checks
-from properties.draws.batchnorm_strategies import CHANNELS_LAST, batchnorm_examples, other_values
-from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, seeds
+from properties.draws.batchnorm_strategies import CHANNELS_LAST, batchnorm_examples
+from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, replacement_values, seeds
 from properties.norms import require_backward
 from properties.run import profiles
 
@@ -61,7 +61,7 @@ def test_eval_mode_is_the_affine_map_of_the_running_statistics(running_norm_kern
 @given(data=st.data())
 def test_replacing_one_sample_moves_the_others_in_training_only(running_norm_kernel, data):
     example = data.draw(batchnorm_examples(running_norm_kernel, samples=(2, 3, 4, 8), mixed=True), "example")
-    other = other_values(example, data.draw(seeds(), "other seed"))
+    other = replacement_values(example["x"], data.draw(seeds(), "other seed"))
     evidence.check(checks.check_coupling, running_norm_kernel, {**example, "other": other})
 
 

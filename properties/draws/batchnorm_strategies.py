@@ -120,10 +120,3 @@ def _channel_width_limit(kernel: Kernel, dtype: torch.dtype) -> int | None:
     plain = dataclasses.replace(kernel, kind=kernel.record.plain_norm, momentum_convention="torch",
                                 running_variance="unbiased", affine_precision="float32")
     return backward_width_limit(plain, dtype, bound_in_use())
-
-
-def other_values(example: dict, seed: int) -> torch.Tensor:
-    """Replacement values of x's shape and dtype, on its device (7 x N(0, 1)): claim bn.coupling's other sample."""
-    x = example["x"]
-    return rounded(standard_values(tuple(x.shape), "normal", seed) * 7, x.dtype, x.device)
-

@@ -245,6 +245,12 @@ def scales(dtype: torch.dtype) -> st.SearchStrategy[float]:
 rounded = to_kernel
 
 
+def replacement_values(x: torch.Tensor, seed: int) -> torch.Tensor:
+    """Values of x's shape and dtype on its device, 7 x N(0, 1) from ``seed``: what the independence and coupling
+    claims put in place of part of x."""
+    return rounded(standard_values(tuple(x.shape), "normal", seed) * 7, x.dtype, x.device)
+
+
 WEIGHT_FORMS = ("none", "constant", "random", "zeros_and_negatives")
 PRESENT_WEIGHT_FORMS = ("random", "zeros_and_negatives")
 BIAS_FORMS = ("none", "zeros", "random")
