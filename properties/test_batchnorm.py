@@ -13,8 +13,14 @@ from hypothesis import strategies as st
 
 from properties import evidence
 from properties.checks import batchnorm as checks
-from properties.draws.batchnorm_strategies import CHANNELS_LAST, batchnorm_examples
-from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, replacement_values, seeds
+from properties.draws.batchnorm_strategies import batchnorm_examples
+from properties.draws.strategies import (
+    CHANNELS_LAST,
+    mixed_parameter_examples,
+    over_parameter_mixes,
+    replacement_values,
+    seeds,
+)
 from properties.norms import require_backward
 from properties.run import profiles
 

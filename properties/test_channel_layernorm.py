@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from properties.checks.groupnorm import (
     check_vjp,
 )
 from properties.draws.strategies import (
+    CHANNELS_LAST,
     biases,
     effective_weights,
     epsilons,
@@ -41,7 +41,6 @@ from properties.run import profiles
 
 CHANNELS = (1, 2, 3, 4, 8)
 SPATIAL = ((), (1,), (5,), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5
-CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 MAX_OFFSET_RATIO = 10.0
 
 

@@ -24,6 +24,7 @@ from properties.checks.groupnorm import (
     check_vjp,
 )
 from properties.draws.strategies import (
+    CHANNELS_LAST,
     backward_width_limit,
     biases,
     effective_weights,
@@ -43,7 +44,6 @@ from properties.norms import output_dtype, require_backward
 from properties.run import profiles
 
 CHANNELS = (1, 2, 3, 4, 6, 8, 12, 32)
-CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by x's rank
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as torch's GroupNorm takes
 
 

@@ -40,7 +40,6 @@ from properties.norms import output_dtype
 SAMPLES = (1, 2, 3, 4, 8)
 CHANNELS = (1, 2, 3, 4, 8)
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as nn.BatchNorm1d/2d/3d
-CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # by x's rank
 MOMENTA = (0.1, 0.01, 0.5, 0.9, 1.0)  # 0 < m <= 1 (claim bn.running_statistics); 1: the batch's own statistics
 MAX_OFFSET_RATIO = 10.0
 

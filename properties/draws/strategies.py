@@ -36,6 +36,7 @@ CI_MAX_WIDTH = 8192
 MAX_ELEMENTS = 16384
 # |mean| / std of generated rows drawn from DISTRIBUTIONS: up to 1e4 where storage is float32, 1e3 for 16-bit storage
 # (continuous 16-bit rows collapse to a few values beyond about 2^t, resolved_offset_ratio).
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # x [N, C, *]'s channels-last format by rank
 MAX_OFFSET_RATIO = {torch.float32: 1e4, torch.float64: 1e4, torch.float16: 1e3, torch.bfloat16: 1e3}
 # 16-bit rows beyond what they resolve are drawn one ulp apart (rows_one_ulp_apart) up to float32's cap, their sums
 # being float32's, lowered to where the worst case (such rows are structured) keeps the bound finite: |mean|/std
