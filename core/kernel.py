@@ -226,6 +226,15 @@ class Kernel:
             declared["conventions"] = tuple(c for c in self.conventions if c != STORAGE_BACKWARD)
         return replace(self, device=str(device), on_cuda=(), **declared)
 
+    def as_plain_norm(self) -> Kernel:
+        """This kernel as one of its norm's plain kind (``record.plain_norm``: LayerNorm or RMSNorm over its rows),
+        for the bounds and models that are a plain norm's: the declarations only its own kind may make (the
+        residual's, BatchNorm's running statistics, the per-channel affine precision) back to their defaults, every
+        other declaration (precisions, conventions, reduction, flush-to-zero) kept."""
+        return replace(self, kind=self.record.plain_norm, residual_dtype="storage", in_place=(),
+                       normalizes="residual_out", momentum_convention="torch", running_variance="unbiased",
+                       affine_precision="float32")
+
     def as_json(self) -> dict:
         """The kernel's identity and declarations, as the results JSON records them."""
         return {"spec": self.spec, "name": self.name, "kind": self.kind, "weight_offset": self.weight_offset,

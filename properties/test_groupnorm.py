@@ -3,7 +3,6 @@ gn.independence, gn.inputs_unmodified. The checks and the bounds they use: :mod:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 from core.boundary import HOST
 from core.capabilities import discover
 from properties import evidence
-from properties.bounds.tolerance import bound_in_use
 from properties.checks.groupnorm import (
     check_channels_last,
     check_forward,
@@ -25,7 +23,6 @@ from properties.checks.groupnorm import (
 )
 from properties.draws.strategies import (
     CHANNELS_LAST,
-    backward_width_limit,
     biases,
     effective_weights,
     epsilons,
@@ -38,6 +35,7 @@ from properties.draws.strategies import (
     scales,
     seeds,
     standard_values,
+    storage_backward_width,
     storage_dtypes,
 )
 from properties.norms import output_dtype, require_backward
@@ -58,7 +56,7 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
-    widest = _group_width_limit(kernel, dtype) if upstream else None
+    widest = storage_backward_width(kernel, dtype) if upstream else None
     spatial = [s for s in spatial if widest is None or math.prod(s) <= widest]
     chosen = draw(st.sampled_from(spatial))
     channels = draw(st.sampled_from(CHANNELS))
@@ -84,15 +82,6 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
         y_dtype = output_dtype(kernel, example["x"], example["weight"])
         example["dy"] = rounded(standard_values(shape, "normal", draw(seeds())), y_dtype, caps.device)
     return example
-
-
-def _group_width_limit(kernel, dtype: torch.dtype) -> int | None:
-    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest group
-    ((C/G) x spatial elements) where LayerNorm's backward bound is finite (strategies.backward_width_limit, as the
-    fused kinds'); None otherwise."""
-    if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
-        return None
-    return backward_width_limit(dataclasses.replace(kernel, kind=kernel.record.plain_norm), dtype, bound_in_use())
 
 
 @pytest.mark.claim("gn.forward")

@@ -114,3 +114,33 @@ def test_builtin_declarations_follow_the_device_the_kernel_runs_on_not_the_host(
         on_cuda = found.for_device("cuda:0")
         assert (on_cuda.backward_precision, on_cuda.conventions, on_cuda.device) == ("float32", (), "cuda:0")
         assert found.for_device("cpu") is found
+
+
+def _builtin_norms() -> list[Kernel]:
+    """Every kernel of every built-in that loads here, dropout's aside (it has no norm)."""
+    from core.registry import builtins, resolve
+
+    return [kernel for name, builtin in builtins().items() if builtin.unavailable() is None
+            for kernel in resolve(name) if kernel.record.norm is not None]
+
+
+def test_every_builtin_on_cuda_has_its_plain_norm_view_and_storage_widths():
+    """issue 25: torch-groupnorm declares affine_precision="storage" on CUDA, and the LayerNorm view the GroupNorm,
+    BatchNorm and fused draws derive for their bounds kept it, so gn.jacobian and gn.inputs_unmodified raised
+    UsageError on a GPU only. Every built-in, as it runs on CUDA, has a plain-norm view (Kernel.as_plain_norm) that
+    keeps its precisions and drops what only its own kind may declare, and the storage-backward width limit
+    computes for it."""
+    from properties.draws.strategies import storage_backward_width
+
+    kernels = _builtin_norms()
+    assert {"torch-groupnorm", "torch-batchnorm", "torch-fused:add_layernorm"} <= {k.name for k in kernels}
+    for kernel in kernels:
+        for device in ("cpu", "cuda:0"):
+            declared = kernel.for_device(device)
+            plain = declared.as_plain_norm()
+            assert plain.kind == declared.record.plain_norm and plain.record.plain, kernel.name
+            assert (plain.backward_precision, plain.conventions, plain.flush_to_zero, plain.reduction) == (
+                declared.backward_precision, declared.conventions, declared.flush_to_zero, declared.reduction)
+            for dtype in (torch.float16, torch.bfloat16):
+                width = storage_backward_width(declared, dtype)
+                assert (width is None) == (declared.backward_precision != "storage"), kernel.name

@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 
@@ -51,7 +49,7 @@ def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None
     properties.bounds.tolerance applies) or when h is not in y's dtype (the models round to one storage dtype)."""
     if h.dtype != x.dtype or not [c for c in kernel.conventions if c != STORAGE_BACKWARD]:
         return None
-    return dataclasses.replace(kernel, kind=kernel.record.plain_norm, residual_dtype="storage", in_place=())
+    return kernel.as_plain_norm()
 
 
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,

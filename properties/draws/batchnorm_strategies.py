@@ -13,7 +13,6 @@ N = 1 is drawn (claim bn.single_sample: InstanceNorm), so is a constant channel 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -21,9 +20,7 @@ from hypothesis import strategies as st
 
 from core.capabilities import discover
 from core.registry import Kernel
-from properties.bounds.tolerance import bound_in_use
 from properties.draws.strategies import (
-    backward_width_limit,
     biases,
     effective_weights,
     epsilons,
@@ -33,6 +30,7 @@ from properties.draws.strategies import (
     scales,
     seeds,
     standard_values,
+    storage_backward_width,
     storage_dtypes,
 )
 from properties.norms import output_dtype
@@ -61,7 +59,7 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
     with_buffers = (not training or draw(st.booleans())) if buffers is None else buffers
     dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
-    widest = _channel_width_limit(kernel, dtype) if upstream and training else None
+    widest = storage_backward_width(kernel, dtype) if upstream and training else None
     n_samples = draw(st.sampled_from(samples))
     per_row = n_samples if kernel.record.batch_statistics else 1  # a row of statistics: N S or S elements
     fits = [s for s in spatial if (not training or per_row * math.prod(s) >= least)
@@ -108,14 +106,3 @@ def running_buffers(draw, channels: int, scale: float, ratio: float, dtype: torc
     spread = standard_values((channels,), "uniform", draw(seeds())).abs()
     variance = scale**2 * (0.25 + 3.75 * torch.clamp(spread, 0.0, 1.0))
     return rounded(mean, dtype, device), rounded(variance, dtype, device)
-
-
-def _channel_width_limit(kernel: Kernel, dtype: torch.dtype) -> int | None:
-    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest channel
-    (N S elements) where LayerNorm's backward bound is finite (strategies.backward_width_limit, as GroupNorm's
-    groups); None otherwise."""
-    if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
-        return None
-    plain = dataclasses.replace(kernel, kind=kernel.record.plain_norm, momentum_convention="torch",
-                                running_variance="unbiased", affine_precision="float32")
-    return backward_width_limit(plain, dtype, bound_in_use())

@@ -12,8 +12,6 @@ within it; an example whose derived forward bound is not finite is left out (``a
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 from hypothesis import assume
@@ -31,7 +29,6 @@ from properties.draws.strategies import (
     PRESENT_BIAS_FORMS,
     PRESENT_WEIGHT_FORMS,
     WEIGHT_FORMS,
-    backward_width_limit,
     biases,
     effective_weights,
     epsilons,
@@ -43,6 +40,7 @@ from properties.draws.strategies import (
     scales,
     seeds,
     standard_values,
+    storage_backward_width,
     storage_dtypes,
     valid_offset_ratio,
     widths,
@@ -73,15 +71,6 @@ def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, e
     return parameters
 
 
-def _storage_backward_width(kernel: Kernel, dtype: torch.dtype, upstream: bool) -> int | None:
-    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest d where its
-    norm's backward bound is finite on centred rows (strategies.backward_width_limit); None otherwise."""
-    if not (upstream and kernel.backward_precision == "storage" and dtype in (torch.float16, torch.bfloat16)):
-        return None
-    return backward_width_limit(dataclasses.replace(kernel, kind=kernel.record.plain_norm), dtype,
-                                tolerance.bound_in_use())
-
-
 @st.composite
 def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None = None, upstream: bool = False,
                       every_input: bool = False, residual: str | None = None,
@@ -98,7 +87,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     an example whose gradients' bound is still not finite is left out (never an unchecked example)."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
-    widest = _storage_backward_width(kernel, dtype, upstream)
+    widest = storage_backward_width(kernel, dtype) if upstream else None
     if d is None:
         d = draw(widths(CI_MAX_WIDTH if widest is None else widest))
     elif isinstance(d, st.SearchStrategy):
@@ -153,7 +142,7 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     and bias in ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
-    widest = _storage_backward_width(kernel, dtype, upstream)
+    widest = storage_backward_width(kernel, dtype) if upstream else None
     if shapes is None:
         d = draw(widths(max_width=1024 if widest is None else min(1024, widest)))
         shape = (draw(st.integers(1, 4)), d)

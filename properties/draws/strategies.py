@@ -398,6 +398,15 @@ def backward_width_limit(kernel: Kernel, dtype: torch.dtype, model: str) -> int:
     return 1
 
 
+def storage_backward_width(kernel: Kernel, dtype: torch.dtype) -> int | None:
+    """For gradient examples of a kernel that declares a 16-bit storage-precision backward: the widest row of its
+    norm (a fused kind's row, a GroupNorm group, a BatchNorm channel: Kernel.as_plain_norm) where the backward bound
+    is finite (:func:`backward_width_limit`); None for every other kernel and dtype."""
+    if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
+        return None
+    return backward_width_limit(kernel.as_plain_norm(), dtype, tolerance.bound_in_use())
+
+
 @st.composite
 def dropout_examples(draw, kernel: Kernel, n: int = 1, d: int | st.SearchStrategy[int] | None = None) -> dict:
     """x = scale (offset + z) with no zero entries (a kept value is never 0), offset in {0, 1, 3} (rows with
