@@ -3,11 +3,17 @@ declaration, core.adapters.aten_statistics), and the kinds with running statisti
 fn(x, running_mean, running_var, weight, bias, training, momentum, eps) -> y, the running buffers updated in place in
 training mode (F.batch_norm's and F.instance_norm's contracts).
 
-Both torch built-ins declare, on the CPU, what ATen's CPU batch_norm does with float16/bfloat16 x (measured against
-the float64 oracle; docs/findings.md [R9]), and nothing on CUDA: backward_precision="storage" (its backward rebuilds
-x_hat from statistics rounded to x's dtype, like its layer_norm, core.adapters.aten_statistics) and
-affine_precision="storage" (its forward applies y = x a + b with a = gamma rstd, b = beta - mean a rounded to x's
-dtype).
+The torch built-ins declare what ATen's batch_norm does with float16/bfloat16 x, for the device it runs on
+(core.kernel.Kernel.for_device):
+
+- backward_precision="storage" on both devices. On the CPU its backward rebuilds x_hat from statistics rounded to x's
+  dtype, like its layer_norm (core.adapters.aten_statistics; docs/findings.md [R9]). On CUDA the training backward's
+  reduction rounds each term dy (x - mean) to x's dtype before its float32 sum: GradOp returns
+  ``Float2<scalar_t, accscalar_t>(g, g * c)``, whose constructor takes scalar_t (aten/src/ATen/native/cuda/
+  Normalization.cuh, torch 2.11), measured on an H100 (docs/findings.md [R11]). The storage-precision model (every
+  sum with u = u_storage) bounds both.
+- affine_precision="storage" on the CPU only: its forward applies y = x a + b with a = gamma rstd, b = beta - mean a
+  rounded to x's dtype ([R9]); CUDA's forward passes with float32 statistics.
 
     torch-batchnorm          torch.nn.functional.batch_norm itself
     torch-instancenorm       torch.nn.functional.instance_norm itself (use_input_stats = training): ATen runs it as
@@ -30,8 +36,8 @@ from core.adapters import triton_ours
 from core.adapters.aten_statistics import LAYER_NORM as CPU_LAYER_NORM
 from core.kernel import Builtin, Kernel
 
-CPU_STORAGE = {"backward_precision": "storage", "affine_precision": "storage",
-               "on_cuda": (("backward_precision", "float32"), ("affine_precision", "float32"))}
+ATEN_BATCH_NORM = {"backward_precision": "storage", "affine_precision": "storage",
+                   "on_cuda": (("affine_precision", "float32"),)}
 
 
 def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps):
@@ -91,10 +97,10 @@ def _load_ours() -> list[Kernel]:
 BUILTINS = [
     Builtin("torch-batchnorm", "torch.nn.functional.batch_norm", lambda: [
         Kernel("torch-batchnorm", "batchnorm", batchnorm, spec="torch-batchnorm", description="F.batch_norm",
-               **CPU_STORAGE)]),
+               **ATEN_BATCH_NORM)]),
     Builtin("torch-instancenorm", "torch.nn.functional.instance_norm", lambda: [
         Kernel("torch-instancenorm", "instancenorm", instancenorm, spec="torch-instancenorm",
-               description="F.instance_norm", **CPU_STORAGE)]),
+               description="F.instance_norm", **ATEN_BATCH_NORM)]),
     Builtin("torch-channel-layernorm", "torch.nn.functional.layer_norm over (C, *)", lambda: [
         Kernel("torch-channel-layernorm", "channel_layernorm", channel_layernorm, spec="torch-channel-layernorm",
                description="F.layer_norm(x, x.shape[1:])", **CPU_LAYER_NORM)]),
@@ -102,5 +108,5 @@ BUILTINS = [
             triton_ours.unavailable),
     Builtin("torch-batchnorm-module", "torch.nn.BatchNorm1d/2d/3d through torch.func.functional_call", lambda: [
         Kernel("torch-batchnorm-module", "batchnorm", batchnorm_module, spec="torch-batchnorm-module",
-               description="nn.BatchNorm1d/2d/3d by x's rank", **CPU_STORAGE)]),
+               description="nn.BatchNorm1d/2d/3d by x's rank", **ATEN_BATCH_NORM)]),
 ]
