@@ -3,9 +3,12 @@
 On a machine with a CUDA GPU, in one command well inside 10 minutes:
   1. set-up: wheels from a git-ignored .whl/ folder and, when normverify is not importable with its pytest plugin's
      entry point, the project itself, into /tmp/site (--no-index --no-deps; PYTHONPATH for every step);
-  2. the conformance suite (--profile ci) on every built-in that can run here, in GROUPS runs side by side with
-     -n WORKERS each, beside the tests in tests/ marked ``cuda``; every step has its own timeout and all share one
-     deadline;
+  2. the conformance suite (--profile ci) on every built-in that can run here, one run of all of them with WORKERS
+     pytest-xdist workers (the built-ins' tests take 0.1 s to 130 s each on an H100: runs side by side, tried
+     before, each paid the workers' start-up and idled behind its slowest kernel while others had work left),
+     beside the tests in tests/ marked ``cuda``; every step has its own timeout and all share one deadline; a run
+     cut off keeps the results it wrote (the Results JSON is written after every test) and the summary names the
+     built-ins it did not reach;
   3. ``normverify bench`` alone, after them;
   4. one summary (per kernel and claim: verdict, worst ratio, time; harness errors counted) written to OUT/summary.txt,
      the results JSON and the logs packed into OUT/gpu-check.tar.gz: two files come back.
@@ -30,8 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path("/tmp/site")
-GROUPS = 4
-WORKERS = 3
+WORKERS = 13  # pytest-xdist workers of the conformance run: 13 + the cuda tests' 2 on 16 cores
+POLL_S = 0.5
 BENCH_S = 90  # kept for the benchmark after the conformance runs (default of --bench-seconds)
 PACK_S = 20  # kept for the summary and the archive
 DRY_RUN_KERNELS = ("torch", "triton")
@@ -61,7 +64,9 @@ def has_cuda() -> bool:
 def environment() -> dict[str, str]:
     paths = [str(SITE)] if SITE.is_dir() else []
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep),
-            "PYTEST_XDIST_AUTO_NUM_WORKERS": str(WORKERS)}
+            "PYTEST_XDIST_AUTO_NUM_WORKERS": str(WORKERS),
+            # autotuning results on disk, shared by the workers and runs (Triton's knobs.autotuning.cache)
+            "TRITON_CACHE_AUTOTUNING": "1"}
 
 
 def plugin_importable() -> bool:
@@ -91,10 +96,6 @@ def available_builtins() -> list[str]:
     return proc.stdout.split()
 
 
-def groups_of(kernels: list[str], count: int) -> list[list[str]]:
-    return [group for group in (kernels[i::count] for i in range(count)) if group]
-
-
 def start(command: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
     """``command`` under coreutils timeout (TERM, then KILL 10 s later), its output in ``log``."""
     limited = ["timeout", "-k", "10", str(max(1, int(timeout_s))), *command]
@@ -104,12 +105,20 @@ def start(command: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
         return subprocess.Popen(limited, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=environment())
 
 
-def wait_all(processes: dict[str, tuple[subprocess.Popen, float]]) -> dict[str, dict]:
-    steps = {}
-    for name, (process, started) in processes.items():
-        code = process.wait()
-        steps[name] = {"exit": code, "seconds": round(time.monotonic() - started, 1), "timed_out": code in (124, 137)}
-    return steps
+def run_steps(steps: dict[str, tuple[list[str], Path]], until: float) -> dict[str, dict]:
+    """Run the steps (name -> (command, log)) side by side, each limited to the deadline ``until``
+    (time.monotonic()); each step's exit, seconds and whether it timed out."""
+    running = {name: (start(command, log, until - time.monotonic()), time.monotonic())
+               for name, (command, log) in steps.items()}
+    done: dict[str, dict] = {}
+    while running:
+        for name, (process, started) in list(running.items()):
+            if process.poll() is not None:
+                done[name] = {"exit": process.returncode, "seconds": round(time.monotonic() - started, 1),
+                              "timed_out": process.returncode in (124, 137)}
+                del running[name]
+        time.sleep(POLL_S)
+    return done
 
 
 def conformance_command(kernels: list[str], results: Path, dry_run: bool) -> list[str]:
@@ -140,17 +149,17 @@ def per_claim(results: list[dict]) -> dict[tuple[str, str], dict]:
     return merged
 
 
-def summary_lines(results: list[Path], steps: dict[str, dict], mode: str) -> list[str]:
-    """One line per kernel and claim (verdict, worst ratio, seconds, tests), then the steps and the totals."""
+def summary_lines(path: Path, steps: dict[str, dict], mode: str, kernels: list[str]) -> list[str]:
+    """One line per kernel and claim (verdict, worst ratio, seconds, tests), the built-ins the run did not reach,
+    then the steps and the totals."""
     lines = [f"normverify gpu-check ({mode}), {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", ""]
     counts: dict[str, int] = {}
     run_errors = 0
-    for path in results:
-        if not path.exists():
-            lines += [f"{path.name}: no results written (see its log)", ""]
-            run_errors += 1
-            continue
-        document = json.loads(path.read_text())
+    document = json.loads(path.read_text()) if path.exists() else None
+    if document is None:
+        lines += [f"{path.name}: no results written (see its log)", ""]
+        run_errors += 1
+    else:
         env = document.get("environment", {})
         lines.append(f"{path.name}: device {env.get('device')}, torch {env.get('torch')}, triton {env.get('triton')}, "
                      f"commit {env.get('commit')}, complete {document.get('complete')}")
@@ -165,7 +174,10 @@ def summary_lines(results: list[Path], steps: dict[str, dict], mode: str) -> lis
         for error in document.get("errors", []):
             run_errors += 1
             lines.append(f"  run error: {json.dumps(error)[:300]}")
-        lines.append("")
+        reached = {result.get("spec") for result in document.get("results", [])}
+        missing = [kernel for kernel in kernels if kernel not in reached]
+        lines += ["", "built-ins with no test reached: " + (", ".join(missing) or "none")]
+    lines.append("")
     lines.append("steps: " + "; ".join(f"{name} exit {s['exit']} in {s['seconds']} s"
                                        + (" (timed out)" if s["timed_out"] else "") for name, s in steps.items()))
     harness = run_errors + counts.get("error", 0)
@@ -187,9 +199,6 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     end = began + args.deadline
 
-    def left(reserve: float = 0.0) -> float:
-        return max(1.0, end - reserve - time.monotonic())
-
     out = args.out.resolve()
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -202,23 +211,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mode = "dry run on the CPU" if args.dry_run else "CUDA"
     kernels = list(DRY_RUN_KERNELS) if args.dry_run else available_builtins()
-    groups = groups_of(kernels, 1 if args.dry_run else GROUPS)
-    results = [work / f"results-{i}.json" for i in range(len(groups))]
-    running = {}
-    for i, group in enumerate(groups):
-        running[f"run-{i} ({' '.join(group)})"] = (
-            start(conformance_command(group, results[i], args.dry_run), work / f"run-{i}.log",
-                  left(args.bench_seconds + PACK_S)), time.monotonic())
+    results = work / "results.json"
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
              "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]
-    running["cuda tests"] = (start(tests, work / "cuda-tests.log", left(args.bench_seconds + PACK_S)), time.monotonic())
-    steps.update(wait_all(running))
+    steps.update(run_steps({"conformance": (conformance_command(kernels, results, args.dry_run), work / "run.log"),
+                            "cuda tests": (tests, work / "cuda-tests.log")}, end - args.bench_seconds - PACK_S))
     bench = [sys.executable, "-m", "verify", "bench", "--csv", str(work / "bench.csv")]
     if args.dry_run:
         bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]
     bench += args.bench_args.split()
-    steps.update(wait_all({"bench": (start(bench, work / "bench.log", left(PACK_S)), time.monotonic())}))
-    lines = summary_lines(results, steps, mode)
+    steps.update(run_steps({"bench": (bench, work / "bench.log")}, end - PACK_S))
+    lines = summary_lines(results, steps, mode, kernels)
     bench_csv = work / "bench.csv"
     if bench_csv.exists():
         lines[-2:-2] = ["bench (bench.csv):", *("  " + row for row in bench_csv.read_text().splitlines()), ""]
