@@ -158,13 +158,14 @@ def unsupported_dtype(fault: guard.KernelFault) -> bool:
                                                                         or bool(_UNSUPPORTED.search(text))))
 
 
-def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.KernelFault | None:
+def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str,
+                   timeout: float = _PROBE_TIMEOUT_S) -> guard.KernelFault | None:
     """The fault of the kernel's forward in ``dtype`` on ``device`` (None when it computes there)."""
     x = _probe_input(kernel, dtype, device)
     try:
-        out = guard.limited(kernel, lambda: kernel.fn(*probe_arguments(kernel, x)), timeout=_PROBE_TIMEOUT_S)
+        out = guard.limited(kernel, lambda: kernel.fn(*probe_arguments(kernel, x)), timeout=timeout)
         y = first_output(out)
-        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, timeout=_PROBE_TIMEOUT_S)
+        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, timeout=timeout)
     except guard.KernelFault as fault:
         return fault
     return None
@@ -309,15 +310,16 @@ def discover(kernel: Kernel) -> Capabilities:
                         residual_none_reason=_residual_none_problem(kernel, probe_dtype, device))
 
 
-def unusable(kernel: Kernel) -> str:
+def unusable(kernel: Kernel, timeout: float = _PROBE_TIMEOUT_S) -> str:
     """Why the kernel runs in no dtype at all ('' when its forward returns a tensor in at least one): every
-    probed dtype unsupported or raising. Cheap when the kernel works: float32 is tried first."""
+    probed dtype unsupported, raising or not returning within ``timeout`` seconds (normverify run --timeout). Cheap
+    when the kernel works: float32 is tried first."""
     if kernel.dtypes is not None:
         return ""
     device = device_of(kernel)
     problems = []
     for dtype in PROBED_DTYPES:
-        fault = _forward_fault(kernel, dtype, device)
+        fault = _forward_fault(kernel, dtype, device, timeout)
         if fault is None or fault.reason not in ("raised", "timeout"):
             return ""
         problems.append(f"{dtype_name(dtype)}: {one_line(fault.__cause__ or fault)}")

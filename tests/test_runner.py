@@ -54,7 +54,7 @@ def wrong_dtype(x, weight, bias, eps):
 
 EXPECTED = {
     "raises": ("error", "raised RuntimeError: CUDA error: an illegal memory access was encountered"),
-    "hangs": ("error", "did not return within 5 s"),
+    "hangs": ("error", "did not return within 1 s"),
     "nan": ("failed", "NaN/inf values in the output for finite inputs"),
     "wrong_shape": ("error", "returned shape"),
     "wrong_dtype": ("error", "returned torch.float64"),
@@ -77,7 +77,7 @@ def misbehaving_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict
     kernels.write_text(textwrap.dedent(MISBEHAVING))
     out = folder / "results.json"
     command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
-               "--profile", "ci", "-n", "0", "--timeout", "5", "--json", str(out), "--quiet"]
+               "--profile", "ci", "-n", "0", "--timeout", "1", "--json", str(out), "--quiet"]
     for name in EXPECTED:
         command += ["--kernel", f"{kernels}:{name}"]
     proc = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=600,
@@ -191,7 +191,7 @@ def test_known_deviations_and_skips_files_reach_the_suite(tmp_path):
     (tmp_path / "skips.txt").write_text("ln.forward *:wrong_shape  # flattens its output, not checked here\n")
     out = tmp_path / "results.json"
     command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
-               "--profile", "ci", "-n", "0", "--timeout", "5", "--json", str(out), "--quiet",
+               "--profile", "ci", "-n", "0", "--timeout", "1", "--json", str(out), "--quiet",
                "--kernel", f"{kernels}:nan", "--kernel", f"{kernels}:wrong_shape",
                "--xfails-file", "xfails.txt", "--skips-file", "skips.txt"]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -199,3 +199,14 @@ def test_known_deviations_and_skips_files_reach_the_suite(tmp_path):
                 if not refused_mix(r) or r["kernel"].endswith(":wrong_shape")}
     assert statuses == {("nan", "xfailed"), ("wrong_shape", "skipped")}, proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_probes_before_the_run_keep_its_timeout(tmp_path):
+    """A run of only hanging kernels is refused after --timeout seconds per probe, not the guard's default 120 s (a
+    hung kernel held every run that named it two minutes before its tests began)."""
+    kernels = tmp_path / "kernels.py"
+    kernels.write_text(textwrap.dedent(MISBEHAVING))
+    request = runner.RunRequest(specs=[f"{kernels}:hangs"], json_path=tmp_path / "r.json", kind="layernorm",
+                                timeout=0.5)
+    with pytest.raises(runner.UsageError, match=r"did not return within 0\.5 s"):
+        runner.check_request(request)

@@ -87,17 +87,18 @@ def known_claims() -> list[str] | None:
     return list(CLAIMS)
 
 
-def _refuse_when_none_runs(kernels: list[Kernel]) -> None:
+def _refuse_when_none_runs(kernels: list[Kernel], timeout: float) -> None:
     """A UsageError (one line) when no kernel of the request runs in any dtype: nothing could be checked. A kernel
     that runs nowhere beside one that runs is not refused: its claims run and end in ``error`` with its fault, and
-    the run goes on. The built-ins are known to run; the users' kernels are probed until one runs."""
+    the run goes on. The built-ins are known to run; the users' kernels are probed until one runs, each call within
+    the run's --timeout (a hung kernel held the command 120 s here before its tests began)."""
     if any(":" not in kernel.spec for kernel in kernels):
         return
     from core.capabilities import unusable
 
     reasons = []
     for kernel in kernels:
-        if not (reason := unusable(kernel)):
+        if not (reason := unusable(kernel, timeout)):
             return
         reasons.append(reason)
     raise UsageError("; ".join(reasons))
@@ -117,7 +118,7 @@ def check_request(request: RunRequest) -> list[Kernel]:
     except ValueError as error:
         raise UsageError(f"{error} (--profile or NORMVERIFY_PROFILE)") from None
     check_writable(request.json_path, "--json")
-    _refuse_when_none_runs(kernels)
+    _refuse_when_none_runs(kernels, request.timeout)
     for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):
         if path is not None and not path.is_file():
             raise UsageError(f"{option}: no such file {path}")
