@@ -125,7 +125,23 @@ def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtyp
     bias = torch.zeros(d, dtype=dtype, device=x.device)
     return kernel.record.arguments({"x": x, "residual": x.flip(-1).detach(), "num_groups": 2, "weight": weight,
                                     "bias": bias, "eps": 1e-5, "p": 0.5, "seed": 0, "training": True,
-                                    "momentum": 0.1})
+                                    "momentum": 0.1, **_probe_quantization(kernel, x.device)})
+
+
+def _probe_quantization(kernel: Kernel, device: torch.device) -> dict:
+    """A quantized-output kind's probe arguments: its first declared format, a dynamic scale where it takes one
+    (else a static scale of 1); {} for the other kinds."""
+    if not kernel.record.quantized:
+        return {}
+    static = "dynamic" not in kernel.quantization.scales
+    return {"quant_dtype": judged_dtype(kernel),
+            "scale": torch.ones(1, dtype=torch.float32, device=device) if static else None}
+
+
+def judged_dtype(kernel: Kernel) -> torch.dtype | None:
+    """The dtype a probe's first output must have: a quantized-output kind's q is in its first declared format
+    (the one probed); None (x's) for the other kinds."""
+    return getattr(torch, kernel.quantization.formats[0]) if kernel.record.quantized else None
 
 
 def first_output(out: object) -> object:
@@ -164,7 +180,8 @@ def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str) -> guard.Ker
     try:
         out = guard.limited(kernel, lambda: kernel.fn(*probe_arguments(kernel, x)), timeout=_PROBE_TIMEOUT_S)
         y = first_output(out)
-        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, timeout=_PROBE_TIMEOUT_S)
+        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, dtype=judged_dtype(kernel),
+                   timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
         return fault
     return None
@@ -183,7 +200,8 @@ def _residual_none_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> s
     arguments = list(probe_arguments(kernel, x))
     arguments[record.signature.index("residual")] = None
     try:
-        guard.call(kernel, *arguments, like=x, returns=record.outputs, timeout=_PROBE_TIMEOUT_S)
+        guard.call(kernel, *arguments, like=x, dtype=judged_dtype(kernel), returns=record.outputs,
+                   timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
         return f"refused: {fault}"
     return ""
