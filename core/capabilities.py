@@ -255,6 +255,8 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
         upstream = torch.ones_like(y, requires_grad=create_graph)
         return upstream, torch.autograd.grad(y, x, upstream, create_graph=create_graph)[0]
 
+    if kernel.record.quantized:  # torch tracks a float8 cast, but no claim differentiates through a rounding
+        return "no backward: the quantized-output kinds have no gradient contract", "no backward", ""
     try:  # under the kernel's time limit: a hung backward must not hang the run
         _, y = guard.limited(kernel, output, timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault:  # the forward's fault: the claims report it when they call the kernel

@@ -167,8 +167,8 @@ class Kind:
 
     @property
     def differentiable(self) -> tuple[str, ...]:
-        """The inputs a gradient is taken for (:data:`DIFFERENTIABLE` in the signature)."""
-        return tuple(role for role in DIFFERENTIABLE if role in self.signature)
+        """The inputs a gradient is taken for (:data:`DIFFERENTIABLE` in the signature; none for a quantized output)."""
+        return () if self.quantized else tuple(role for role in DIFFERENTIABLE if role in self.signature)
 
     @property
     def plain_norm(self) -> str:

@@ -8,7 +8,8 @@ among the kernel's declared ones and a scale:
   about fmax / factor: below the range (factor 2, 8), at it (1), or beyond it (1/2; the saturation draws: 1/16, 1/4,
   1/2); the inverse for a kernel declaring the "multiply" convention.
 
-Widths stay at most 512 and rows at most 4 (the ci profile's run time: the checks are exact, not statistical).
+x is [n, d] or [B, S, d]; widths stay at most 512 and rows at most 4 (the ci profile's run time: the checks
+are exact, not statistical).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from properties.draws.strategies import norm_examples, rounded, widths
 MAX_WIDTH = 512
 FACTORS = (8.0, 2.0, 1.0, 0.5)
 SATURATING_FACTORS = (1 / 16, 1 / 4, 1 / 2)
+DIMS = st.sampled_from((2, 3))  # [n, d] and [B, S, d]: per-token scales [..., 1]
 
 
 def _norm_input(kernel: Kernel, example: dict) -> torch.Tensor:
@@ -61,9 +63,9 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
         pytest.skip(f"{kernel.name} declares no {' or '.join(scales)} scale (it takes {', '.join(declared.scales)})")
     d = widths(max_width=MAX_WIDTH)
     if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
-        example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None))
+        example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=DIMS))
     else:
-        example = draw(norm_examples(kernel, d=d))
+        example = draw(norm_examples(kernel, d=d, ndims=DIMS))
     quant_dtype = getattr(torch, draw(st.sampled_from(declared.formats)))
     if draw(st.sampled_from(taken)) == "dynamic":
         if draw(st.sampled_from((False, False, True))):

@@ -41,7 +41,8 @@ The files, by where the bug is:
     bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
                      or by position, dweight summed in a random order each call (atomics) + declared controls
     quantized.py     RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale inverted, no
-                     saturation, per-token scale from the unrounded norm + declared multiply / symmetric INT8 controls
+                     saturation, per-token scale from the unrounded norm, residual_out rounded + declared multiply /
+                     symmetric INT8 controls
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -89,6 +90,14 @@ RESIDUAL_BUGS = {
 }
 # a return that is not the kind's (y, residual_out) is a fault of the contract (core.guard: an error, not a value)
 RESIDUAL_FAULTS = frozenset({"RESIDUAL_OUT_MISSING"})
+
+# The quantized-output kinds' bugs (tests/corpus/quantized.py), each for RMSNorm (rms_quant) and add + RMSNorm
+# (add_rms_quant).
+QUANTIZED_BUGS = {
+    "AMAX_UNROUNDED": ("scales",),
+    "SCALE_INVERTED": ("values", "dequantized"),
+    "NO_SATURATION": ("saturation",),
+}
 
 CORPUS: tuple[Entry, ...] = (
     # statistics.py: LayerNorm
@@ -255,10 +264,10 @@ CORPUS: tuple[Entry, ...] = (
     *(_broken(f"bitwise.py:{prefix.upper()}_ATOMIC_DWEIGHT", f"{prefix}.determinism")
       for prefix in ("ln", "rms", "add_ln", "add_rms", "gn")),
     # quantized.py: the quantized-output kinds (issue 29)
-    _broken("quantized.py:RMS_QUANT_AMAX_UNROUNDED", "rms_quant.scales"),
-    _broken("quantized.py:RMS_QUANT_SCALE_INVERTED", "rms_quant.values"),
-    _broken("quantized.py:RMS_QUANT_NO_SATURATION", "rms_quant.saturation"),
+    *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
+      for prefix in ("rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
     _broken("quantized.py:ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", "add_rms_quant.scales"),
+    _broken("quantized.py:ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED", "add_rms_quant.residual_out"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),

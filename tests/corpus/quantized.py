@@ -1,22 +1,26 @@
 """Broken quantized-output kernels (kinds rmsnorm_quant, add_rmsnorm_quant; issue 29): the torch reference of
 core.adapters.quantized (RMSNorm in float32, y rounded to x's dtype where declared "storage", q = Q(y / s) clamped to
-the format's range) with exactly one of the reported bugs of fused quant norms; the manifest
-(tests/corpus/__init__.py) lists the claim that must catch each.
+the format's range) with exactly one of the reported bugs of fused quant norms, for RMSNorm (RMS_) and residual
+add + RMSNorm (ADD_RMS_); the manifest (tests/corpus/__init__.py) lists the claims that must catch each.
 
-    RMS_QUANT_AMAX_UNROUNDED        declared "storage" (the rounded y is quantized), but amax is taken of the float32
-                                    y (TransformerEngine PR 2355)                                 -> rms_quant.scales
-    RMS_QUANT_SCALE_INVERTED        a static scale multiplied, not divided by (the scale and its inverse
-                                    confused)                                                     -> rms_quant.values
-    RMS_QUANT_NO_SATURATION         no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
-                                    (CPU e4m3fn conversion happens to saturate)                -> rms_quant.saturation
-    ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED  per-token scale from the unrounded (float32) norm while the rounded y is
-                                    quantized, in the fused add kind                          -> add_rms_quant.scales
+    {RMS,ADD_RMS}_QUANT_AMAX_UNROUNDED  declared "storage" (the rounded y is quantized), but amax, hence the dynamic
+                                    scale, is taken of the float32 y (TransformerEngine PR 2355)       -> *.scales
+    ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED  per-token scale from the unrounded norm, y = RMS(x + residual) before
+                                    residual_out's rounding, while y of residual_out is quantized      -> *.scales
+    {RMS,ADD_RMS}_QUANT_SCALE_INVERTED  a static scale multiplied, not divided by (the scale and its inverse
+                                    confused)                                            -> *.values, *.dequantized
+    {RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
+                                    (CPU e4m3fn conversion happens to saturate)                    -> *.saturation
+    ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED  declares a float32 residual_out but rounds it to the residual's dtype
+                                                                                      -> add_rms_quant.residual_out
     RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
                                     dynamic scale fmax / amax): correct
     ADD_RMS_QUANT_SYMMETRIC_INT8    INT8 clamped to [-127, 127], declared (int8_minimum=-127): correct
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -25,6 +29,7 @@ from core.kernel import Kernel, Quantization
 
 SPEC = "tests/corpus/quantized.py:"
 DECLARED = Quantization(minimum_scale=MINIMUM_SCALE)
+KINDS = {"RMS": "rmsnorm_quant", "ADD_RMS": "add_rmsnorm_quant"}
 
 
 def _fmax(quant_dtype: torch.dtype) -> float:
@@ -36,23 +41,28 @@ def _scale_of(y: torch.Tensor, quant_dtype: torch.dtype) -> torch.Tensor:
     return torch.clamp(y.abs().amax(-1, keepdim=True) / _fmax(quant_dtype), min=MINIMUM_SCALE)
 
 
-def _amax_unrounded(x, weight, eps, scale, quant_dtype):
-    y32 = rms_float32(x, weight, eps)
+def _rounded_y(h, x, weight, eps):
+    return rms_float32(h, weight, eps).to(x.dtype).float()
+
+
+# each bug: (h, x, weight, eps, scale, quant_dtype) -> (q, scale), h the norm's input (x or residual_out)
+def _amax_unrounded(h, x, weight, eps, scale, quant_dtype):
+    y32 = rms_float32(h, weight, eps)
     if scale is None:
         scale = _scale_of(y32, quant_dtype)  # the bug: amax of the float32 y, the rounded y quantized below
     return quantize(y32.to(x.dtype).float(), scale, quant_dtype)
 
 
-def _scale_inverted(x, weight, eps, scale, quant_dtype):
-    y = rms_float32(x, weight, eps).to(x.dtype).float()
+def _scale_inverted(h, x, weight, eps, scale, quant_dtype):
+    y = _rounded_y(h, x, weight, eps)
     if scale is None:
         return quantize(y, None, quant_dtype)
     q, _ = quantize(y, 1.0 / scale, quant_dtype)  # the bug: y * scale
     return q, scale
 
 
-def _no_saturation(x, weight, eps, scale, quant_dtype):
-    y = rms_float32(x, weight, eps).to(x.dtype).float()
+def _no_saturation(h, x, weight, eps, scale, quant_dtype):
+    y = _rounded_y(h, x, weight, eps)
     s = _scale_of(y, quant_dtype) if scale is None else scale
     v = y / s
     if not quant_dtype.is_floating_point:
@@ -60,16 +70,12 @@ def _no_saturation(x, weight, eps, scale, quant_dtype):
     return v.to(quant_dtype), s
 
 
-def _add_token_scale_unrounded(x, residual, weight, eps, scale, quant_dtype):
-    h = x if residual is None else (x.float() + residual.float()).to(residual.dtype)
-    y32 = rms_float32(h, weight, eps)
-    s = _scale_of(y32, quant_dtype) if scale is None else scale  # the bug: from the unrounded norm
-    q, _ = quantize(y32.to(x.dtype).float(), s, quant_dtype)
-    return q, s, h
+def _correct(h, x, weight, eps, scale, quant_dtype):
+    return quantize(_rounded_y(h, x, weight, eps), scale, quant_dtype)
 
 
-def _inverse_declared(x, weight, eps, scale, quant_dtype):
-    y = rms_float32(x, weight, eps).to(x.dtype).float()
+def _inverse_declared(h, x, weight, eps, scale, quant_dtype):
+    y = _rounded_y(h, x, weight, eps)
     if scale is None:
         _, divide = quantize(y, None, quant_dtype)
         scale = 1.0 / divide
@@ -80,33 +86,71 @@ def _inverse_declared(x, weight, eps, scale, quant_dtype):
     return v.clamp(-fmax, fmax).to(quant_dtype), scale
 
 
-def _add_symmetric_int8(x, residual, weight, eps, scale, quant_dtype):
-    h = x if residual is None else (x.float() + residual.float()).to(residual.dtype)
-    q, s = quantize(rms_float32(h, weight, eps).to(x.dtype).float(), scale, quant_dtype)
-    if not quant_dtype.is_floating_point:
-        q = q.clamp(min=-127)
+def _symmetric_int8(h, x, weight, eps, scale, quant_dtype):
+    q, s = _correct(h, x, weight, eps, scale, quant_dtype)
+    return (q if quant_dtype.is_floating_point else q.clamp(min=-127)), s
+
+
+def _plain(bug: Callable) -> Callable:
+    def rmsnorm_quant(x, weight, eps, scale, quant_dtype):
+        return bug(x, x, weight, eps, scale, quant_dtype)
+
+    return rmsnorm_quant
+
+
+def _fused(bug: Callable, residual_out_rounded: bool = False) -> Callable:
+    """The add kind: h = x + residual in float32, residual_out = h in the residual's dtype (float32 when
+    ``residual_out_rounded``, after the bug's rounding to the residual's dtype), the bug at residual_out."""
+
+    def add_rmsnorm_quant(x, residual, weight, eps, scale, quant_dtype):
+        h = x if residual is None else (x.float() + residual.float()).to(residual.dtype)
+        q, s = bug(h, x, weight, eps, scale, quant_dtype)
+        return q, s, h.float() if residual_out_rounded else h
+
+    return add_rmsnorm_quant
+
+
+def _token_scale_unrounded(x, residual, weight, eps, scale, quant_dtype):
+    h32 = x.float() if residual is None else x.float() + residual.float()
+    h = h32.to(x.dtype if residual is None else residual.dtype)
+    s = _scale_of(rms_float32(h32, weight, eps), quant_dtype) if scale is None else scale  # the bug
+    q, _ = quantize(_rounded_y(h, x, weight, eps), s, quant_dtype)
     return q, s, h
 
 
-RMS_QUANT_AMAX_UNROUNDED = Kernel(
-    "rms-quant-amax-unrounded", "rmsnorm_quant", _amax_unrounded, spec=SPEC + "RMS_QUANT_AMAX_UNROUNDED",
-    quantization=DECLARED, description="amax of the float32 y, the rounded y quantized -> rms_quant.scales")
-RMS_QUANT_SCALE_INVERTED = Kernel(
-    "rms-quant-scale-inverted", "rmsnorm_quant", _scale_inverted, spec=SPEC + "RMS_QUANT_SCALE_INVERTED",
-    quantization=DECLARED, description="a static scale multiplied, not divided by -> rms_quant.values")
-RMS_QUANT_NO_SATURATION = Kernel(
-    "rms-quant-no-saturation", "rmsnorm_quant", _no_saturation, spec=SPEC + "RMS_QUANT_NO_SATURATION",
-    quantization=DECLARED, description="no clamp to the format's range -> rms_quant.saturation")
-ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED = Kernel(
-    "add-rms-quant-token-scale-unrounded", "add_rmsnorm_quant", _add_token_scale_unrounded,
-    spec=SPEC + "ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", quantization=DECLARED,
-    description="per-token scale from the unrounded norm -> add_rms_quant.scales")
-RMS_QUANT_INVERSE_DECLARED = Kernel(
-    "rms-quant-inverse-declared", "rmsnorm_quant", _inverse_declared, spec=SPEC + "RMS_QUANT_INVERSE_DECLARED",
-    quantization=Quantization(scale_convention="multiply", minimum_scale=MINIMUM_SCALE),
-    description="q = Q(y * scale), declared (scale_convention='multiply'): correct")
-ADD_RMS_QUANT_SYMMETRIC_INT8 = Kernel(
-    "add-rms-quant-symmetric-int8", "add_rmsnorm_quant", _add_symmetric_int8,
-    spec=SPEC + "ADD_RMS_QUANT_SYMMETRIC_INT8",
-    quantization=Quantization(int8_minimum=-127, minimum_scale=MINIMUM_SCALE),
-    description="INT8 in [-127, 127], declared (int8_minimum=-127): correct")
+def _kernel(name: str, kind_prefix: str, fn: Callable, description: str, **declarations) -> Kernel:
+    declarations.setdefault("quantization", DECLARED)
+    attr = f"{kind_prefix}_QUANT_{name}"
+    return Kernel(attr.lower().replace("_", "-"), KINDS[kind_prefix], fn, spec=SPEC + attr, description=description,
+                  **declarations)
+
+
+def _both(name: str, bug: Callable, what: str, *claims: str) -> tuple[Kernel, Kernel]:
+    """The bug in both kinds, each description naming its claims ``{prefix}_quant.{claim}``."""
+    def description(prefix: str) -> str:
+        return f"{what} -> {', '.join(f'{prefix}_quant.{claim}' for claim in claims)}"
+
+    return (_kernel(name, "RMS", _plain(bug), description("rms")),
+            _kernel(name, "ADD_RMS", _fused(bug), description("add_rms")))
+
+
+RMS_QUANT_AMAX_UNROUNDED, ADD_RMS_QUANT_AMAX_UNROUNDED = _both(
+    "AMAX_UNROUNDED", _amax_unrounded, "amax of the float32 y, the rounded y quantized", "scales")
+RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED = _both(
+    "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
+RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _both(
+    "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
+ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED = _kernel(
+    "TOKEN_SCALE_UNROUNDED", "ADD_RMS", _token_scale_unrounded,
+    "per-token scale from the norm of the unrounded x + residual -> add_rms_quant.scales")
+ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED = _kernel(
+    "RESIDUAL_OUT_ROUNDED", "ADD_RMS", _fused(_correct, residual_out_rounded=True),
+    "declares a float32 residual_out, rounds it to the residual's dtype -> add_rms_quant.residual_out",
+    residual_dtype="float32")
+RMS_QUANT_INVERSE_DECLARED = _kernel(
+    "INVERSE_DECLARED", "RMS", _plain(_inverse_declared),
+    "q = Q(y * scale), declared (scale_convention='multiply'): correct",
+    quantization=Quantization(scale_convention="multiply", minimum_scale=MINIMUM_SCALE))
+ADD_RMS_QUANT_SYMMETRIC_INT8 = _kernel(
+    "SYMMETRIC_INT8", "ADD_RMS", _fused(_symmetric_int8), "INT8 in [-127, 127], declared (int8_minimum=-127): correct",
+    quantization=Quantization(int8_minimum=-127, minimum_scale=MINIMUM_SCALE))
