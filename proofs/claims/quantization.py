@@ -183,7 +183,7 @@ def _claims(prefix: str, name: str) -> tuple[Claim, ...]:
               "contract", "", _dequantized),
     )
     if prefix.startswith("add_"):
-        claims += (Claim(f"{prefix}.residual_out", f"{name} quantized: residual\\_out", "", "(contract)",
+        claims += (Claim(f"{prefix}.residual_out", f"{name} quantized: residual_out", "", "(contract)",
                          r"residual\_out $= x + z$ in the declared dtype, as \texttt{add\_rms.residual\_out}.", (),
                          "contract", "", _residual_out),)
     return claims
