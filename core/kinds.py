@@ -32,10 +32,12 @@ Every norm kind is a prologue, then the plain norm at the prologue's output h, o
                                                                               C x spatial elements (nn.LayerNorm over
                                                                               (C, *)), weight and bias [C, *]
     dropout                fn(x, p, seed) -> y                                (no norm: inverted dropout)
+    layernorm_quant        fn(x, weight, bias, eps, scale, quant_dtype) -> (q, scale)         h = x
     rmsnorm_quant          fn(x, weight, eps, scale, quant_dtype) -> (q, scale)               h = x
     add_rmsnorm_quant      fn(x, residual, weight, eps, scale, quant_dtype) -> (q, scale, residual_out)
                                                                               h = x + residual
-                                                                              y = RMS(h) quantized to quant_dtype
+                                                                              y = LN(h) / RMS(h) quantized to
+                                                                              quant_dtype
                                                                               (float8_e4m3fn, float8_e5m2, int8):
                                                                               with the given scale (static) or
                                                                               per row from amax (scale None:
@@ -206,6 +208,9 @@ RECORDS = (
          "ln", scope="instance",
          description="InstanceNorm over [N, C, *] with running statistics (F.instance_norm's signature)",
          names=("x", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps")),
+    Kind("layernorm_quant", "ln_quant", ("x", "weight", "bias", "eps", "scale", "quant_dtype"), "ln",
+         outputs=("q", "scale"),
+         description="LayerNorm, its output quantized to FP8/INT8 (static or dynamic per-row scale)"),
     Kind("rmsnorm_quant", "rms_quant", ("x", "weight", "eps", "scale", "quant_dtype"), "rms", outputs=("q", "scale"),
          description="RMSNorm, its output quantized to FP8/INT8 (static or dynamic per-row scale)"),
     Kind("add_rmsnorm_quant", "add_rms_quant", ("x", "residual", "weight", "eps", "scale", "quant_dtype"), "rms",

@@ -1,5 +1,5 @@
-"""The quantized-output kinds (rmsnorm_quant, add_rmsnorm_quant): {rms_quant,add_rms_quant}.values, .scales,
-.saturation, .dequantized, and add_rms_quant.residual_out.
+"""The quantized-output kinds (layernorm_quant, rmsnorm_quant, add_rmsnorm_quant): {ln_quant,rms_quant,add_rms_quant}
+.values, .scales, .saturation, .dequantized, and add_rms_quant.residual_out.
 
 The checks, and the derivation each rests on: :mod:`properties.checks.quantized` (claims in
 proofs/claims/quantization.py); the draws: :mod:`properties.draws.quant_strategies` (each declared format, static
@@ -24,7 +24,7 @@ from properties.draws.quant_strategies import quant_examples
 from properties.run import profiles
 
 
-@pytest.mark.claim("rms_quant.values", "add_rms_quant.values")
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
 @profiles.share(1.0)
 @given(data=st.data())
 def test_q_is_the_format_rounding_of_y_over_the_scale(quant_norm_kernel, data):
@@ -32,7 +32,7 @@ def test_q_is_the_format_rounding_of_y_over_the_scale(quant_norm_kernel, data):
     evidence.check(check_values, quant_norm_kernel, example)
 
 
-@pytest.mark.claim("rms_quant.scales", "add_rms_quant.scales")
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
 @profiles.share(0.75)
 @given(data=st.data())
 def test_the_scales_are_amax_over_the_format_maximum(quant_norm_kernel, data):
@@ -40,7 +40,7 @@ def test_the_scales_are_amax_over_the_format_maximum(quant_norm_kernel, data):
     evidence.check(check_scales, quant_norm_kernel, example)
 
 
-@pytest.mark.claim("rms_quant.saturation", "add_rms_quant.saturation")
+@pytest.mark.claim("ln_quant.saturation", "rms_quant.saturation", "add_rms_quant.saturation")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_values_beyond_the_format_saturate(quant_norm_kernel, data):
@@ -48,7 +48,7 @@ def test_values_beyond_the_format_saturate(quant_norm_kernel, data):
     evidence.check(check_saturation, quant_norm_kernel, example)
 
 
-@pytest.mark.claim("rms_quant.dequantized", "add_rms_quant.dequantized")
+@pytest.mark.claim("ln_quant.dequantized", "rms_quant.dequantized", "add_rms_quant.dequantized")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_the_dequantized_output_is_within_half_a_quantum_of_the_norm(quant_norm_kernel, data):

@@ -77,6 +77,9 @@ def _example(kind: str, quant_dtype: torch.dtype, static: bool, factor: float = 
 
 # each bug of tests/corpus/quantized.py: its check, and an example (kind, format, static scale) that shows it
 BUGS = {
+    "LN_QUANT_AMAX_UNROUNDED": (checks.check_scales, torch.int8, False),
+    "LN_QUANT_SCALE_INVERTED": (checks.check_dequantized, torch.float8_e5m2, True),
+    "LN_QUANT_NO_SATURATION": (checks.check_saturation, torch.float8_e5m2, True),
     "RMS_QUANT_AMAX_UNROUNDED": (checks.check_scales, torch.float8_e4m3fn, False),
     "ADD_RMS_QUANT_AMAX_UNROUNDED": (checks.check_scales, torch.float8_e5m2, False),
     "RMS_QUANT_SCALE_INVERTED": (checks.check_values, torch.float8_e4m3fn, True),

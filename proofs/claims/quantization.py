@@ -1,11 +1,12 @@
-"""RMSNorm (and residual add + RMSNorm) with a quantized output: FP8 (e4m3fn, e5m2) or INT8, static or dynamic
-per-row scale (issue 29; vLLM's fused quant RMSNorm kernels, TransformerEngine's FP8 norms).
+"""LayerNorm, RMSNorm (and residual add + RMSNorm) with a quantized output: FP8 (e4m3fn, e5m2) or INT8, static or
+dynamic per-row scale (issue 29; vLLM's fused quant RMSNorm kernels, TransformerEngine's FP8 norms).
 
-The kernel computes y = RMS(h) in float32 (h = x, or residual_out = x + residual), within the norm's error model
+The kernel computes y = N(h) in float32 (h = x, or residual_out = x + residual), within the norm's error model
 (claim ``numerics.error_model``), optionally rounds it once to x's dtype (declared ``quantizes``: "storage" or
 "float32"), and returns q = Q(y / s) (declared ``scale_convention`` "divide"; "multiply": Q(y s)), Q the format's
 rounding with saturation (proofs.quantization), s the given scale (static) or per row s = max(amax / fmax, s_min)
-with amax = max_i |y_i| over the declared y (dynamic, s returned). Claims, for each prefix rms_quant, add_rms_quant:
+with amax = max_i |y_i| over the declared y (dynamic, s returned). Claims, for each prefix ln_quant, rms_quant,
+add_rms_quant:
 
     .values       q = Q(y / s) at the kernel's own y and s: exact wherever y's error-model interval holds no
                   rounding boundary of Q; either neighbour where it does (Q is monotone)
@@ -25,7 +26,7 @@ from proofs.claims.base import Claim
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 from proofs.quantization import FORMATS, Format, quantize
 
-NAMES = {"rms_quant": "RMSNorm", "add_rms_quant": "Fused add + RMSNorm"}
+NAMES = {"ln_quant": "LayerNorm", "rms_quant": "RMSNorm", "add_rms_quant": "Fused add + RMSNorm"}
 
 k = sp.Symbol("k", integer=True)
 quantum, scale, amax, fmax, s_gap = sp.symbols("q_v s a_max f_max delta", positive=True)

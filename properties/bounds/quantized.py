@@ -1,14 +1,15 @@
-"""What the quantized-output kinds' checks compare against (claims rms_quant.*, add_rms_quant.*;
+"""What the quantized-output kinds' checks compare against (claims ln_quant.*, rms_quant.*, add_rms_quant.*;
 proofs/claims/quantization.py): the interval the kernel's own y lies in, and from it the intervals of q, the scale,
 and the bound of the dequantized output.
 
-The kernel's y is not returned. The float64 oracle y* = RMS(h) on the kernel's inputs (h: x or the returned
-residual_out) and the norm's error-model bound B32 for a float32 output (proofs.error_model.forward_bound with
-u_out = u_32, the kernel's declared reduction and flush-to-zero) give the float32 y in [y* - B32, y* + B32], hence,
-y being a float32 number, in [rn32(y* - B32), rn32(y* + B32)]; declared ``quantizes="storage"``, y rounded once more
-to x's dtype lies in the roundings of those ends (rounding is monotone). Q is monotone, and v = y / s (or y s) is a
-float32 operation (one rounding, two through a reciprocal): q lies in [Q(v_lo), Q(v_hi)] with v's interval widened
-by 2 u_32 relative; a single value unless a rounding boundary of Q is inside.
+The kernel's y is not returned. The float64 oracle y* = N(h) (LayerNorm or RMSNorm) on the kernel's inputs (h: x or
+the returned residual_out) and the norm's error-model bound B32 for a float32 output
+(proofs.error_model.forward_bound with u_out = u_32, the kernel's declared reduction and flush-to-zero) give the
+float32 y in [y* - B32, y* + B32], hence, y being a float32 number, in [rn32(y* - B32), rn32(y* + B32)]; declared
+``quantizes="storage"``, y rounded once more to x's dtype lies in the roundings of those ends (rounding is
+monotone). Q is monotone, and v = y / s (or y s) is a float32 operation (one rounding, two through a reciprocal): q
+lies in [Q(v_lo), Q(v_hi)] with v's interval widened by 2 u_32 relative; a single value unless a rounding boundary
+of Q is inside.
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ class DeclaredY:
 
 
 def declared_y(kernel: Kernel, h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
-               eps: float) -> DeclaredY:
+               bias: torch.Tensor | None, eps: float) -> DeclaredY:
     """The interval of the y the kernel quantizes (module docstring), from the norm's input h (x or residual_out);
     ``x`` gives the storage dtype."""
-    exact = norms.reference(kernel, h, weight, None, eps)
-    u_acc = tolerance.operand_roundoffs(kernel, h, weight)["acc"]
-    b32 = error_model.forward_bound(norms.as_float64(h), norms.effective_weight(kernel, weight), None, eps, u_acc,
+    exact = norms.reference(kernel, h, weight, bias, eps)
+    u_acc = tolerance.operand_roundoffs(kernel, h, weight, bias)["acc"]
+    gamma, beta = norms.gammas(kernel, weight, bias)
+    b32 = error_model.forward_bound(norms.as_float64(h), gamma, beta, eps, u_acc,
                                     U32, kernel.record.norm, tolerance.bound_in_use(),
                                     declared=tolerance.declared_reduction(kernel, h),
                                     flush_to_zero=kernel.flush_to_zero)

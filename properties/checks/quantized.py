@@ -1,8 +1,8 @@
-"""Checks of the quantized-output kinds (rmsnorm_quant, add_rmsnorm_quant; proofs/claims/quantization.py), against
-the intervals of properties.bounds.quantized:
+"""Checks of the quantized-output kinds (layernorm_quant, rmsnorm_quant, add_rmsnorm_quant;
+proofs/claims/quantization.py), against the intervals of properties.bounds.quantized:
 
-- {rms_quant,add_rms_quant}.values: q in [Q(v_low), Q(v_high)] at the kernel's own scale (exact unless y's interval
-  holds a rounding boundary of Q);
+- {ln_quant,rms_quant,add_rms_quant}.values: q in [Q(v_low), Q(v_high)] at the kernel's own scale (exact unless y's
+  interval holds a rounding boundary of Q);
 - .scales: dynamic, the returned per-row scale [..., 1] float32 within max(amax / fmax, minimum_scale) of the declared
   y's interval (its inverse for "multiply"); static, the given scale returned bit for bit;
 - .saturation: every element whose v lies beyond the format's range is its largest (lowest) value;
@@ -21,9 +21,11 @@ from properties.bounds import quantized as bounds
 from properties.checks.fused import conclude_residual_out
 
 
-def example_of(x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype, residual=None) -> dict:
+def example_of(x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype, residual=None,
+               bias=None) -> dict:
     """A quantized-output kind's arguments keyed by role (core.kinds)."""
-    return {"x": x, "residual": residual, "weight": weight, "eps": eps, "scale": scale, "quant_dtype": quant_dtype}
+    return {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps, "scale": scale,
+            "quant_dtype": quant_dtype}
 
 
 def _point(x: torch.Tensor, quant_dtype: torch.dtype, scale) -> dict:
@@ -31,11 +33,11 @@ def _point(x: torch.Tensor, quant_dtype: torch.dtype, scale) -> dict:
             "scale": "dynamic" if scale is None else "static"}
 
 
-def _outputs(kernel, x, weight, eps, scale, quant_dtype, residual):
+def _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
     """(q, scale, h) of the kernel (h: the norm's input, x or the returned residual_out); the scale's dtype and shape
     are checked here for every claim (float32; [..., 1] per row when dynamic), since every check reads it."""
     given = None if residual is None else residual.clone()
-    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, given))
+    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, given, bias))
     s = got["scale"]
     shape = (*x.shape[:-1], 1) if scale is None else tuple(scale.shape)
     if s.dtype != torch.float32 or tuple(s.shape) != shape:
@@ -45,19 +47,19 @@ def _outputs(kernel, x, weight, eps, scale, quant_dtype, residual):
     return got["q"], s, got.get("residual_out", x)
 
 
-def _intervals(kernel, x, weight, eps, scale, quant_dtype, residual):
-    q, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual)
+def _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
+    q, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
     fmt = bounds.format_of(quant_dtype)
-    y = bounds.declared_y(kernel, h, x, weight, eps)
+    y = bounds.declared_y(kernel, h, x, weight, bias, eps)
     s64 = np.broadcast_to(norms.as_float64(s), y.exact.shape)
     v_low, v_high = bounds.scaled(kernel, y.low, y.high, s64)
     return q, s, fmt, y, s64, v_low, v_high
 
 
 def check_values(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                 residual=None) -> None:
+                 residual=None, bias=None) -> None:
     """q = Q(y / s) at the kernel's own y (its interval) and returned s."""
-    q, _, fmt, _, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual)
+    q, _, fmt, _, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
     q_low, q_high = bounds.quantized(kernel, fmt, v_low, v_high)
     outcome.conclude(outcome.compare(q.float(), (q_low + q_high) / 2, (q_high - q_low) / 2, "q"),
                      f"q is not the {fmt.name} rounding of y {'* s' if _multiplies(kernel) else '/ s'} (saturated) "
@@ -69,16 +71,16 @@ def _multiplies(kernel) -> bool:
 
 
 def check_scales(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                 residual=None) -> None:
+                 residual=None, bias=None) -> None:
     """A dynamic scale within its interval (amax of the declared y over fmax, floored; its inverse for "multiply");
     a static scale returned as given."""
-    _, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual)
+    _, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
     if scale is not None:
         outcome.exact(torch.equal(s, scale), "the static scale returned is not the scale given",
                       "a static scale is returned as given", **_point(x, quant_dtype, scale))
         return
     fmt = bounds.format_of(quant_dtype)
-    low, high = bounds.dynamic_scale(kernel, fmt, bounds.declared_y(kernel, h, x, weight, eps))
+    low, high = bounds.dynamic_scale(kernel, fmt, bounds.declared_y(kernel, h, x, weight, bias, eps))
     what = "fmax / amax" if _multiplies(kernel) else "amax / fmax"
     outcome.conclude(outcome.compare(s, (low + high) / 2, (high - low) / 2, "scale"),
                      f"the dynamic scale is not {what} of the declared y ({kernel.quantization.quantizes}), "
@@ -86,9 +88,9 @@ def check_scales(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype
 
 
 def check_saturation(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                     residual=None) -> None:
+                     residual=None, bias=None) -> None:
     """Every element whose v lies wholly beyond the format's range is saturated: +fmax above, the lowest below."""
-    q, _, fmt, _, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual)
+    q, _, fmt, _, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
     lowest = bounds.quantized(kernel, fmt, np.array(-np.inf), np.array(-np.inf))[0]
     above, below = v_low > fmt.fmax, v_high < lowest - 1
     beyond = above | below
@@ -106,20 +108,20 @@ def check_saturation(kernel, x: torch.Tensor, weight, eps: float, scale, quant_d
 
 
 def check_dequantized(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                      residual=None) -> None:
+                      residual=None, bias=None) -> None:
     """|q s - y*| (q / s for "multiply") within the derived bound."""
-    q, _, fmt, y, s64, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual)
+    q, _, fmt, y, s64, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
     q64 = norms.as_float64(q.float())
     dequantized = q64 / s64 if _multiplies(kernel) else q64 * s64
     bound = bounds.dequantized_bound(kernel, fmt, y, s64, v_low, v_high)
     outcome.conclude(outcome.compare(dequantized, y.exact, bound, "dequantized q"),
-                     "the dequantized output is farther from RMS(h) than the norm's bound plus half a quantum",
+                     "the dequantized output is farther from N(h) than the norm's bound plus half a quantum",
                      **_point(x, quant_dtype, scale))
 
 
 def check_residual_out(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                       residual=None) -> None:
+                       residual=None, bias=None) -> None:
     """residual_out as add_rms.residual_out (properties.checks.fused.conclude_residual_out)."""
     given = None if residual is None else residual.clone()
-    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual))
+    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias))
     conclude_residual_out(kernel, got["residual_out"], x, given, residual, **_point(x, quant_dtype, scale))

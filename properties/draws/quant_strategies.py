@@ -1,6 +1,6 @@
-"""Hypothesis strategies for the quantized-output kinds (rmsnorm_quant, add_rmsnorm_quant): the norm's example
-(strategies.norm_examples, or fused_strategies.add_norm_examples for the residual add kind), then the target format
-among the kernel's declared ones and a scale:
+"""Hypothesis strategies for the quantized-output kinds (layernorm_quant, rmsnorm_quant, add_rmsnorm_quant): the
+norm's example (strategies.norm_examples, or fused_strategies.add_norm_examples for the residual add kind), then
+the target format among the kernel's declared ones and a scale:
 
 - dynamic (``scale=None``, where declared), with an all-zero row a third of the time (its scale is the declared
   floor): the scale the kernel computes from amax;
@@ -71,7 +71,8 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
         if draw(st.sampled_from((False, False, True))):
             example = _with_zero_row(example)
         return {**example, "scale": None, "quant_dtype": quant_dtype}
-    y = norms.reference(kernel, _norm_input(kernel, example), example["weight"], None, example["eps"])
+    y = norms.reference(kernel, _norm_input(kernel, example), example["weight"], example.get("bias"),
+                        example["eps"])
     amax = float(np.max(np.abs(y))) if y.size else 0.0
     assume(amax > 0 or not saturating)
     fmax = (torch.iinfo(quant_dtype).max if not quant_dtype.is_floating_point else torch.finfo(quant_dtype).max)

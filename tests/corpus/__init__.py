@@ -40,9 +40,9 @@ The files, by where the bug is:
                      declared, correct; undeclared, caught and diagnosed
     bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
                      or by position, dweight summed in a random order each call (atomics) + declared controls
-    quantized.py     RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale inverted, no
-                     saturation, per-token scale from the unrounded norm, residual_out rounded + declared multiply /
-                     symmetric INT8 controls
+    quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
+                     inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded + declared
+                     multiply / symmetric INT8 controls
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -91,8 +91,8 @@ RESIDUAL_BUGS = {
 # a return that is not the kind's (y, residual_out) is a fault of the contract (core.guard: an error, not a value)
 RESIDUAL_FAULTS = frozenset({"RESIDUAL_OUT_MISSING"})
 
-# The quantized-output kinds' bugs (tests/corpus/quantized.py), each for RMSNorm (rms_quant) and add + RMSNorm
-# (add_rms_quant).
+# The quantized-output kinds' bugs (tests/corpus/quantized.py), each for LayerNorm (ln_quant), RMSNorm (rms_quant) and
+# add + RMSNorm (add_rms_quant).
 QUANTIZED_BUGS = {
     "AMAX_UNROUNDED": ("scales",),
     "SCALE_INVERTED": ("values", "dequantized"),
@@ -265,7 +265,7 @@ CORPUS: tuple[Entry, ...] = (
       for prefix in ("ln", "rms", "add_ln", "add_rms", "gn")),
     # quantized.py: the quantized-output kinds (issue 29)
     *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
-      for prefix in ("rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
+      for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
     _broken("quantized.py:ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", "add_rms_quant.scales"),
     _broken("quantized.py:ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED", "add_rms_quant.residual_out"),
     # correct
