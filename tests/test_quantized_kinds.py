@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from core.adapters import quantized as core_quantized
 from core.capabilities import discover
 from core.errors import UsageError
 from core.guard import KernelFault
@@ -126,3 +127,26 @@ def test_the_triton_interpreter_does_not_round_float8_to_nearest_even():
     y = torch.empty(2, dtype=torch.float8_e4m3fn)
     _to_fp8[(1,)](x, y, 2, BLOCK=2)
     assert y.float().tolist() != x.to(torch.float8_e4m3fn).float().tolist() == [1.0, 0.00390625]
+
+
+def test_rounding_toward_zero_is_not_the_format_rounding():
+    """The values check is exact away from ties: INT8 truncation (the other neighbour for about half the elements)
+    fails it, torch.round passes."""
+
+    def truncating(x, weight, eps, scale, quant_dtype):
+        y = core_quantized.rms_float32(x, weight, eps)
+        _, s = core_quantized.quantize(y, scale, quant_dtype)
+        return torch.trunc(y / s).clamp(-128, 127).to(quant_dtype), s
+
+    kernel = Kernel("truncating", "rmsnorm_quant", truncating, quantization=Quantization(quantizes="float32"))
+    example = _example("rmsnorm_quant", torch.int8, False)
+    with pytest.raises(CheckFailure, match="not the int8 rounding"):
+        checks.check_values(kernel, **example)
+    (correct,) = [k for k in resolve("torch-quant-fp32") if k.kind == "rmsnorm_quant"]
+    checks.check_values(correct, **example)
+
+
+def test_an_element_without_a_finite_norm_bound_is_unchecked_not_passed():
+    comparison = checks._within(torch.tensor([1.0, 5.0]), np.array([1.0, 0.0]), np.array([1.0, 0.0]),
+                                np.array([True, False]), "q")
+    assert comparison.unchecked == 1 and comparison.ratio == 0.0

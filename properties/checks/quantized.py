@@ -59,11 +59,17 @@ def _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
 def check_values(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
                  residual=None, bias=None) -> None:
     """q = Q(y / s) at the kernel's own y (its interval) and returned s."""
-    q, _, fmt, _, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
+    q, _, fmt, y, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
     q_low, q_high = bounds.quantized(kernel, fmt, v_low, v_high)
-    outcome.conclude(outcome.compare(q.float(), (q_low + q_high) / 2, (q_high - q_low) / 2, "q"),
+    outcome.conclude(_within(q.float(), q_low, q_high, np.isfinite(y.bound), "q"),
                      f"q is not the {fmt.name} rounding of y {'* s' if _multiplies(kernel) else '/ s'} (saturated) "
                      f"for any y within the norm's bound", **_point(x, quant_dtype, scale))
+
+
+def _within(got, low: np.ndarray, high: np.ndarray, bounded: np.ndarray, what: str) -> outcome.Comparison:
+    """got against the interval [low, high] as a comparison with its midpoint (error/bound <= 1 exactly inside; 0 at a
+    single value); where the norm's bound is not finite (``bounded`` False) the element is unchecked, never a pass."""
+    return outcome.compare(got, (low + high) / 2, np.where(bounded, (high - low) / 2, np.inf), what)
 
 
 def _multiplies(kernel) -> bool:
@@ -80,9 +86,10 @@ def check_scales(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype
                       "a static scale is returned as given", **_point(x, quant_dtype, scale))
         return
     fmt = bounds.format_of(quant_dtype)
-    low, high = bounds.dynamic_scale(kernel, fmt, bounds.declared_y(kernel, h, x, weight, bias, eps))
+    y = bounds.declared_y(kernel, h, x, weight, bias, eps)
+    low, high = bounds.dynamic_scale(kernel, fmt, y)
     what = "fmax / amax" if _multiplies(kernel) else "amax / fmax"
-    outcome.conclude(outcome.compare(s, (low + high) / 2, (high - low) / 2, "scale"),
+    outcome.conclude(_within(s, low, high, np.isfinite(y.bound).all(-1, keepdims=True), "scale"),
                      f"the dynamic scale is not {what} of the declared y ({kernel.quantization.quantizes}), "
                      f"floored at {kernel.quantization.minimum_scale:g}", **_point(x, quant_dtype, scale))
 
