@@ -76,10 +76,10 @@ class Kind:
     in the signature) the quantized y and its scales, ("q", "scale") and ("q", "scale", "residual_out"); ``scope``:
     what a row of the norm's statistics holds (:data:`SCOPES`): the last axis, GroupNorm's groups of channels
     ([N, G, (C/G) S], per-channel weight and bias) or BatchNorm's channels over the batch ([C, N S], per-channel
-    weight and bias); ``prefix``: its claim
-    ids' prefix; ``also_checks``: further claim families checked on its kernels (LayerNorm's kernels build the
-    Post-LN blocks of ``blocks.*``); ``names``: the contract's parameter names where they differ from the roles
-    (F.instance_norm's ``use_input_stats`` for ``training``), which :func:`infer` reads."""
+    weight and bias); ``prefix``: its claim ids' prefix; ``also_checks``: further claim families checked on its
+    kernels (LayerNorm's kernels build the Post-LN blocks of ``blocks.*``); ``names``: the contract's parameter names
+    where they differ from the roles (F.instance_norm's ``use_input_stats`` for ``training``), which :func:`infer`
+    reads."""
 
     name: str
     prefix: str
@@ -142,7 +142,7 @@ class Kind:
     @property
     def quantized(self) -> bool:
         """Whether the kind returns its norm's output quantized (to the ``quant_dtype`` argument, with the ``scale``
-        argument or per-row scales it returns) instead of y: rmsnorm_quant, add_rmsnorm_quant."""
+        argument or per-row scales it returns) instead of y: layernorm_quant, rmsnorm_quant, add_rmsnorm_quant."""
         return "quant_dtype" in self.signature
 
     @property
