@@ -125,7 +125,23 @@ def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtyp
     bias = torch.zeros(d, dtype=dtype, device=x.device)
     return kernel.record.arguments({"x": x, "residual": x.flip(-1).detach(), "num_groups": 2, "weight": weight,
                                     "bias": bias, "eps": 1e-5, "p": 0.5, "seed": 0, "training": True,
-                                    "momentum": 0.1})
+                                    "momentum": 0.1, **_probe_quantization(kernel, x.device)})
+
+
+def _probe_quantization(kernel: Kernel, device: torch.device) -> dict:
+    """A quantized-output kind's probe arguments: its first declared format, a dynamic scale where it takes one
+    (else a static scale of 1); {} for the other kinds."""
+    if not kernel.record.quantized:
+        return {}
+    static = "dynamic" not in kernel.quantization.scales
+    return {"quant_dtype": judged_dtype(kernel),
+            "scale": torch.ones(1, dtype=torch.float32, device=device) if static else None}
+
+
+def judged_dtype(kernel: Kernel) -> torch.dtype | None:
+    """The dtype a probe's first output must have: a quantized-output kind's q is in its first declared format
+    (the one probed); None (x's) for the other kinds."""
+    return getattr(torch, kernel.quantization.formats[0]) if kernel.record.quantized else None
 
 
 def first_output(out: object) -> object:
@@ -165,7 +181,8 @@ def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str,
     try:
         out = guard.limited(kernel, lambda: kernel.fn(*probe_arguments(kernel, x)), timeout=timeout)
         y = first_output(out)
-        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, timeout=timeout)
+        guard.call(SimpleNamespace(name=kernel.name, fn=lambda: y), like=x, dtype=judged_dtype(kernel),
+                   timeout=timeout)
     except guard.KernelFault as fault:
         return fault
     return None
@@ -184,7 +201,8 @@ def _residual_none_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> s
     arguments = list(probe_arguments(kernel, x))
     arguments[record.signature.index("residual")] = None
     try:
-        guard.call(kernel, *arguments, like=x, returns=record.outputs, timeout=_PROBE_TIMEOUT_S)
+        guard.call(kernel, *arguments, like=x, dtype=judged_dtype(kernel), returns=record.outputs,
+                   timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault as fault:
         return f"refused: {fault}"
     return ""
@@ -238,6 +256,8 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
         upstream = torch.ones_like(y, requires_grad=create_graph)
         return upstream, torch.autograd.grad(y, x, upstream, create_graph=create_graph)[0]
 
+    if kernel.record.quantized:  # torch tracks a float8 cast, but no claim differentiates through a rounding
+        return "no backward: the quantized-output kinds have no gradient contract", "no backward", ""
     try:  # under the kernel's time limit: a hung backward must not hang the run
         _, y = guard.limited(kernel, output, timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault:  # the forward's fault: the claims report it when they call the kernel

@@ -53,6 +53,57 @@ AFFINE_PRECISIONS = ("float32", "storage")
 DEVICE_DECLARATIONS = ("backward_precision", "conventions", "reduction", "flush_to_zero", "affine_precision")
 # bitwise properties a kernel may declare (True: a contract), each measured and reported when undeclared
 BITWISE_DECLARATIONS = ("batch_invariant", "deterministic")
+# The quantized-output kinds' declarations (:class:`Quantization`): the formats (torch dtype names, the keys of
+# proofs.quantization.FORMATS), how the scale is applied, what y is quantized, INT8's rounding and lowest value.
+QUANT_FORMATS = ("float8_e4m3fn", "float8_e5m2", "int8")
+QUANT_SCALES = ("static", "dynamic")
+SCALE_CONVENTIONS = ("divide", "multiply")
+QUANTIZED_VALUES = ("storage", "float32")
+INT8_ROUNDINGS = ("half_even", "half_away")
+INT8_MINIMUMS = (-128, -127)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How a kernel of a quantized-output kind (rmsnorm_quant, add_rmsnorm_quant) quantizes its norm's output y.
+
+    ``formats``: the target dtypes it takes as ``quant_dtype`` (names of :data:`QUANT_FORMATS`); ``scales``: "static"
+    (a given float32 scale tensor of one element) and/or "dynamic" (``scale=None``: one scale per row, computed and
+    returned, shape [..., 1] float32). ``scale_convention``: "divide", q = Q(y / scale) and y ~ q scale, the dynamic
+    scale max(amax / fmax, minimum_scale) (vLLM's, TransformerEngine's scale_inv); "multiply", q = Q(y * scale) and
+    y ~ q / scale, the dynamic scale the inverse of that. ``quantizes``: which y both amax and Q are taken of,
+    "storage" (the norm's float32 output rounded once to x's dtype, as an unfused norm then quantize does) or
+    "float32" (the float32 output itself). Q rounds to the nearest value of the format, ties to even (FP8; INT8 with
+    ``int8_rounding="half_even"``, or "half_away" from zero), and saturates at the format's largest value fmax (448,
+    57344, 127) and lowest (-fmax; INT8 ``int8_minimum``, -128 or -127). ``minimum_scale``: the floor of the
+    dynamic (divide-convention) scale, which an all-zero row gets (0: none; its q is then 0)."""
+
+    formats: tuple[str, ...] = QUANT_FORMATS
+    scales: tuple[str, ...] = QUANT_SCALES
+    scale_convention: str = "divide"
+    quantizes: str = "storage"
+    int8_rounding: str = "half_even"
+    int8_minimum: int = -128
+    minimum_scale: float = 0.0
+
+    def problem(self) -> str:
+        """Why the declaration is malformed ('' when it is not)."""
+        if not self.formats or not set(self.formats) <= set(QUANT_FORMATS):
+            return f"formats must be some of {', '.join(QUANT_FORMATS)}"
+        if not self.scales or not set(self.scales) <= set(QUANT_SCALES):
+            return f"scales must be some of {', '.join(QUANT_SCALES)}"
+        for name, allowed in (("scale_convention", SCALE_CONVENTIONS), ("quantizes", QUANTIZED_VALUES),
+                              ("int8_rounding", INT8_ROUNDINGS), ("int8_minimum", INT8_MINIMUMS)):
+            if getattr(self, name) not in allowed:
+                return f"{name} must be one of {', '.join(map(str, allowed))}"
+        if not self.minimum_scale >= 0.0:
+            return "minimum_scale must be a number >= 0"
+        return ""
+
+    def as_json(self) -> dict:
+        return {"formats": list(self.formats), "scales": list(self.scales), "scale_convention": self.scale_convention,
+                "quantizes": self.quantizes, "int8_rounding": self.int8_rounding, "int8_minimum": self.int8_minimum,
+                "minimum_scale": self.minimum_scale}
 
 
 @dataclass(frozen=True)
@@ -130,6 +181,9 @@ class Kernel:
     same bits (outputs, dx, dweight, dbias, d residual; ``*.determinism``). Declared True, the claim is a contract and
     a violation fails; undeclared or declared False, the suite measures it and reports the verdict with its evidence
     as a finding (a pass that says "batch invariant: no"), never a failure.
+
+    ``quantization`` (the quantized-output kinds only; None there means the default :class:`Quantization`) declares
+    the formats, scales, scale convention and quantized values the ``*_quant.*`` claims check.
     """
 
     name: str
@@ -157,12 +211,22 @@ class Kernel:
     affine_precision: str = "float32"
     batch_invariant: bool | None = None
     deterministic: bool | None = None
+    quantization: Quantization | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"kernel {self.name!r}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.record.quantized:
+            declared = self.quantization or Quantization()
+            if not isinstance(declared, Quantization) or declared.problem():
+                why = declared.problem() if isinstance(declared, Quantization) else "a core.kernel.Quantization"
+                raise UsageError(f"kernel {self.name!r}: quantization: {why}")
+            object.__setattr__(self, "quantization", declared)
+        elif self.quantization is not None:
+            raise UsageError(f"kernel {self.name!r}: quantization is a declaration of the quantized-output kinds, "
+                             f"not of {self.kind}")
         if self.normalizes not in NORMALIZED_INPUTS or (self.normalizes != "residual_out"
-                                                        and self.record.prologue != "add"):
+                                                        and (self.record.prologue != "add" or self.record.quantized)):
             raise UsageError(f"kernel {self.name!r}: normalizes must be one of {', '.join(NORMALIZED_INPUTS)}, and "
                              f"other than residual_out only for the residual add kinds, not {self.kind}")
         if not self.record.has_residual and (self.residual_dtype != "storage" or "residual" in self.in_place):
@@ -247,6 +311,7 @@ class Kernel:
                 "momentum_convention": self.momentum_convention, "running_variance": self.running_variance,
                 "affine_precision": self.affine_precision,
                 "batch_invariant": self.batch_invariant, "deterministic": self.deterministic,
+                "quantization": None if self.quantization is None else self.quantization.as_json(),
                 "description": self.description}
 
     @property

@@ -32,6 +32,16 @@ Every norm kind is a prologue, then the plain norm at the prologue's output h, o
                                                                               C x spatial elements (nn.LayerNorm over
                                                                               (C, *)), weight and bias [C, *]
     dropout                fn(x, p, seed) -> y                                (no norm: inverted dropout)
+    layernorm_quant        fn(x, weight, bias, eps, scale, quant_dtype) -> (q, scale)         h = x
+    rmsnorm_quant          fn(x, weight, eps, scale, quant_dtype) -> (q, scale)               h = x
+    add_rmsnorm_quant      fn(x, residual, weight, eps, scale, quant_dtype) -> (q, scale, residual_out)
+                                                                              h = x + residual
+                                                                              y = LN(h) / RMS(h) quantized to
+                                                                              quant_dtype
+                                                                              (float8_e4m3fn, float8_e5m2, int8):
+                                                                              with the given scale (static) or
+                                                                              per row from amax (scale None:
+                                                                              dynamic, the scales returned)
 
 y = N(h) over the last axis of the rows (the grouped view for GroupNorm, the channel-major view [C, N S] for
 BatchNorm: its ``scope``), residual_out = h in the declared residual dtype. This module imports no torch.
@@ -45,7 +55,7 @@ from dataclasses import dataclass
 
 # The roles an argument of a kind's signature can play; the strategies' examples are dicts keyed by them.
 ROLES = ("x", "residual", "num_groups", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps",
-         "p", "seed")
+         "p", "seed", "scale", "quant_dtype")
 # Inputs a gradient is taken for, in this order, where the signature has them.
 DIFFERENTIABLE = ("x", "residual", "weight", "bias")
 PROLOGUES = ("", "add", "dropout_add")
@@ -62,12 +72,14 @@ class Kind:
     ``signature``: the roles of its positional arguments, in order (:data:`ROLES`); ``norm``: the norm it applies,
     "ln" (LayerNorm) or "rms" (RMSNorm), None for dropout; ``prologue``: what forms the norm's input h from the
     arguments ("" h = x; "add" h = x + residual; "dropout_add" h = residual + dropout(x)); ``outputs``: what a call
-    returns, one tensor ("y",) or the pair ("y", "residual_out"); ``scope``: what a row of the norm's statistics holds
-    (:data:`SCOPES`): the last axis, GroupNorm's groups of channels ([N, G, (C/G) S], per-channel weight and bias) or
-    BatchNorm's channels over the batch ([C, N S], per-channel weight and bias); ``prefix``: its claim
-    ids' prefix; ``also_checks``: further claim families checked on its kernels (LayerNorm's kernels build the
-    Post-LN blocks of ``blocks.*``); ``names``: the contract's parameter names where they differ from the roles
-    (F.instance_norm's ``use_input_stats`` for ``training``), which :func:`infer` reads."""
+    returns, one tensor ("y",), the pair ("y", "residual_out"), or for the quantized-output kinds (a ``quant_dtype``
+    in the signature) the quantized y and its scales, ("q", "scale") and ("q", "scale", "residual_out"); ``scope``:
+    what a row of the norm's statistics holds (:data:`SCOPES`): the last axis, GroupNorm's groups of channels
+    ([N, G, (C/G) S], per-channel weight and bias) or BatchNorm's channels over the batch ([C, N S], per-channel
+    weight and bias); ``prefix``: its claim ids' prefix; ``also_checks``: further claim families checked on its
+    kernels (LayerNorm's kernels build the Post-LN blocks of ``blocks.*``); ``names``: the contract's parameter names
+    where they differ from the roles (F.instance_norm's ``use_input_stats`` for ``training``), which :func:`infer`
+    reads."""
 
     name: str
     prefix: str
@@ -128,16 +140,22 @@ class Kind:
         return self.norm is not None
 
     @property
+    def quantized(self) -> bool:
+        """Whether the kind returns its norm's output quantized (to the ``quant_dtype`` argument, with the ``scale``
+        argument or per-row scales it returns) instead of y: layernorm_quant, rmsnorm_quant, add_rmsnorm_quant."""
+        return "quant_dtype" in self.signature
+
+    @property
     def plain(self) -> bool:
-        """A norm over the last axis with no prologue: LayerNorm, RMSNorm."""
-        return self.is_norm and not self.prologue and self.scope == "row"
+        """A norm over the last axis with no prologue, returning y: LayerNorm, RMSNorm."""
+        return self.is_norm and not self.prologue and self.scope == "row" and not self.quantized
 
     @property
     def models_conventions(self) -> bool:
         """Whether a kernel of this kind can declare conventions of proofs.mechanisms: their models are of a norm
         over rows with one weight vector (the plain norms, and the fused kinds' norm at residual_out), not of
-        GroupNorm's or BatchNorm's per-channel weights or of dropout."""
-        return self.is_norm and self.scope == "row"
+        GroupNorm's or BatchNorm's per-channel weights, of dropout, or of a quantized output."""
+        return self.is_norm and self.scope == "row" and not self.quantized
 
     @property
     def centred(self) -> bool:
@@ -151,8 +169,8 @@ class Kind:
 
     @property
     def differentiable(self) -> tuple[str, ...]:
-        """The inputs a gradient is taken for (:data:`DIFFERENTIABLE` in the signature)."""
-        return tuple(role for role in DIFFERENTIABLE if role in self.signature)
+        """The inputs a gradient is taken for (:data:`DIFFERENTIABLE` in the signature; none for a quantized output)."""
+        return () if self.quantized else tuple(role for role in DIFFERENTIABLE if role in self.signature)
 
     @property
     def plain_norm(self) -> str:
@@ -190,6 +208,14 @@ RECORDS = (
          "ln", scope="instance",
          description="InstanceNorm over [N, C, *] with running statistics (F.instance_norm's signature)",
          names=("x", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps")),
+    Kind("layernorm_quant", "ln_quant", ("x", "weight", "bias", "eps", "scale", "quant_dtype"), "ln",
+         outputs=("q", "scale"),
+         description="LayerNorm, its output quantized to FP8/INT8 (static or dynamic per-row scale)"),
+    Kind("rmsnorm_quant", "rms_quant", ("x", "weight", "eps", "scale", "quant_dtype"), "rms", outputs=("q", "scale"),
+         description="RMSNorm, its output quantized to FP8/INT8 (static or dynamic per-row scale)"),
+    Kind("add_rmsnorm_quant", "add_rms_quant", ("x", "residual", "weight", "eps", "scale", "quant_dtype"), "rms",
+         prologue="add", outputs=("q", "scale", "residual_out"),
+         description="residual add, then RMSNorm quantized to FP8/INT8 (static or dynamic per-row scale)"),
 )
 KINDS: dict[str, Kind] = {record.name: record for record in RECORDS}
 NAMES = tuple(KINDS)

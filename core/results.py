@@ -179,6 +179,18 @@ class ReductionEntry(_Model):
 
 
 
+class QuantizationEntry(_Model):
+    """A quantized-output kernel's declaration: ``core.kernel.Quantization.as_json()``."""
+
+    formats: list[Literal["float8_e4m3fn", "float8_e5m2", "int8"]]
+    scales: list[Literal["static", "dynamic"]]
+    scale_convention: Literal["divide", "multiply"] = "divide"
+    quantizes: Literal["storage", "float32"] = "storage"
+    int8_rounding: Literal["half_even", "half_away"] = "half_even"
+    int8_minimum: Literal[-128, -127] = -128
+    minimum_scale: float = 0.0
+
+
 class KernelEntry(_Model):
     """A kernel of the run: ``core.kernel.Kernel.as_json()`` and its capabilities (None until a test probed it)."""
 
@@ -201,6 +213,7 @@ class KernelEntry(_Model):
     affine_precision: Literal["float32", "storage"] = "float32"
     batch_invariant: bool | None = None  # declared (core.kernel.BITWISE_DECLARATIONS); None: undeclared
     deterministic: bool | None = None
+    quantization: QuantizationEntry | None = None  # the quantized-output kinds' declaration (core.kernel.Quantization)
     description: str = ""
     capabilities: Capabilities | None = None
 

@@ -45,13 +45,16 @@ def residual_dtype(kernel: Kernel, residual: torch.Tensor | None, x: torch.Tenso
 def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dtype: bool = False
          ) -> dict[str, torch.Tensor]:
     """The kernel's outputs for ``example`` (keyed by role), by name: {"y"} or {"y", "residual_out"} (the kind's
-    ``outputs``). y is judged as every norm's output (core.guard: shape and device of x, finite for finite inputs,
+    ``outputs``; the quantized-output kinds' {"q", "scale"(, "residual_out")}, q in the example's ``quant_dtype``).
+    y is judged as every norm's output (core.guard: shape and device of x, finite for finite inputs,
     the dtype of :func:`output_dtype` unless ``any_dtype``: for checks about something else, which compare the
     kernel with itself); residual_out's dtype and values are the claims' business. Any other return is a
     ``KernelFault``."""
     x = example["x"]
     names = kernel.record.outputs
     dtype = guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, example.get("weight"))
+    if kernel.record.quantized and not any_dtype:  # q is in the requested format
+        dtype = example["quant_dtype"]
     returns = names if len(names) > 1 else ("output",)  # one output: guard's messages name it "the output"
     got = guard.call(kernel, *kernel.record.arguments(example), like=x, allow_nonfinite=allow_nonfinite, dtype=dtype,
                      returns=returns)

@@ -32,17 +32,21 @@ CLAIM_MARKER = "claim(id): the claim id (proofs.claims) this conformance test ch
 profiles.register()
 
 # Fixtures that stand for the kernels under test, and the kinds each one takes (from the kind records, core.kinds):
-# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout, and every norm kind.
+# each plain norm alone and both together, the fused kinds by prologue, the grouped kinds, dropout, the quantized-output
+# kinds, and every norm kind.
 KERNEL_FIXTURES = {
     **{f"{name}_kernel": (name,) for name in kinds.kinds_where(lambda record: record.plain)},
     "norm_kernel": kinds.kinds_where(lambda record: record.plain),
-    "add_norm_kernel": kinds.kinds_where(lambda record: record.prologue == "add"),
+    "add_norm_kernel": kinds.kinds_where(lambda record: record.prologue == "add" and not record.quantized),
     "dropout_add_kernel": kinds.kinds_where(lambda record: record.prologue == "dropout_add"),
     "groupnorm_kernel": kinds.kinds_where(lambda record: record.grouped),
     "channel_layernorm_kernel": kinds.kinds_where(lambda record: record.scope == "sample"),
     "running_norm_kernel": kinds.kinds_where(lambda record: record.running_statistics),
     "batchnorm_kernel": kinds.kinds_where(lambda record: record.batch_statistics),
     "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),
+    # the quantized-output kinds (properties/test_quantized.py), and those with a residual add
+    "quant_norm_kernel": kinds.kinds_where(lambda record: record.quantized),
+    "add_quant_norm_kernel": kinds.kinds_where(lambda record: record.quantized and record.has_residual),
     # the bitwise claims (properties/test_bitwise.py): the kinds whose family has them (proofs.claims.invariance:
     # every norm kind batch invariance, all but the dropout + add kind determinism, which has its own contract)
     "any_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.batch_invariance" in CLAIMS),

@@ -5,4 +5,5 @@ imported by :func:`core.registry.builtins` only when a built-in is asked for. ``
 list: it is the generic ``nn.Module`` path the others (and user SPECs) go through.
 """
 
-MODULES = ("torch_native", "triton_ours", "liger", "hf", "torch_modules", "fused", "batchnorm", "flaggems", "flashattn")
+MODULES = ("torch_native", "triton_ours", "liger", "hf", "torch_modules", "fused", "batchnorm", "flaggems", "flashattn",
+           "quantized")

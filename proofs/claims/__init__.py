@@ -12,13 +12,15 @@ from proofs.claims import (
     invariance,
     layernorm,
     numerics,
+    quantization,
     rmsnorm,
 )
 from proofs.claims.base import VERDICTS, Claim
 
 CLAIMS: dict[str, Claim] = {
     claim.id: claim
-    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, invariance, blocks, batchnorm)
+    for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, invariance, blocks, batchnorm,
+                   quantization)
     for claim in family.CLAIMS
 }
 

@@ -95,6 +95,14 @@ def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, 
     """residual_out: the declared dtype, x + residual within its rounding; the declared in-place update."""
     given = fresh(residual)
     _, h = outputs(kernel, x, residual, weight, bias, eps)
+    conclude_residual_out(kernel, h, x, given, residual, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def conclude_residual_out(kernel, h: torch.Tensor, x: torch.Tensor, given: torch.Tensor | None,
+                          residual: torch.Tensor | None, **point) -> None:
+    """The kernel's residual_out h (from x and the residual ``given``, a copy taken before the call; ``residual`` the
+    tensor passed) in the declared dtype, x + residual within its rounding, and held by the residual tensor where the
+    kernel declares an in-place update (every kind with a residual)."""
     declared = norms.residual_dtype(kernel, given, x)
     outcome.exact(h.dtype == declared and h.shape == x.shape,
                   f"residual_out is {dtype_name(h.dtype)} {tuple(h.shape)}, declared {dtype_name(declared)} "
@@ -104,8 +112,7 @@ def check_residual_out(kernel, x: torch.Tensor, residual: torch.Tensor, weight, 
                       "the call", "the kernel declares an in-place residual update")
     expected, bound = tolerance.residual_out(x, given, declared)
     outcome.conclude(outcome.compare(h, expected, bound, "residual_out"),
-                     "residual_out is not x + residual rounded once to its declared dtype",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+                     "residual_out is not x + residual rounded once to its declared dtype", **point)
 
 
 def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor, h: torch.Tensor

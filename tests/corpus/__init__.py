@@ -40,6 +40,9 @@ The files, by where the bug is:
                      declared, correct; undeclared, caught and diagnosed
     bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
                      or by position, dweight summed in a random order each call (atomics) + declared controls
+    quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
+                     inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded + declared
+                     multiply / symmetric INT8 controls
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -87,6 +90,14 @@ RESIDUAL_BUGS = {
 }
 # a return that is not the kind's (y, residual_out) is a fault of the contract (core.guard: an error, not a value)
 RESIDUAL_FAULTS = frozenset({"RESIDUAL_OUT_MISSING"})
+
+# The quantized-output kinds' bugs (tests/corpus/quantized.py), each for LayerNorm (ln_quant), RMSNorm (rms_quant) and
+# add + RMSNorm (add_rms_quant).
+QUANTIZED_BUGS = {
+    "AMAX_UNROUNDED": ("scales",),
+    "SCALE_INVERTED": ("values", "dequantized"),
+    "NO_SATURATION": ("saturation",),
+}
 
 CORPUS: tuple[Entry, ...] = (
     # statistics.py: LayerNorm
@@ -252,6 +263,11 @@ CORPUS: tuple[Entry, ...] = (
     _broken("bitwise.py:LN_SECOND_WAVE_ORDER", "ln.batch_invariance"),
     *(_broken(f"bitwise.py:{prefix.upper()}_ATOMIC_DWEIGHT", f"{prefix}.determinism")
       for prefix in ("ln", "rms", "add_ln", "add_rms", "gn")),
+    # quantized.py: the quantized-output kinds (issue 29)
+    *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
+      for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
+    _broken("quantized.py:ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", "add_rms_quant.scales"),
+    _broken("quantized.py:ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED", "add_rms_quant.residual_out"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),
@@ -281,6 +297,10 @@ CORPUS: tuple[Entry, ...] = (
     _correct("channel_layernorm.py:CLN_CORRECT"),
     _correct("bitwise.py:LN_TEXTBOOK_DECLARED_BITWISE"),
     _correct("bitwise.py:GN_CORRECT_DECLARED_BITWISE"),
+    _correct("quantized.py:RMS_QUANT_INVERSE_DECLARED"),
+    _correct("quantized.py:ADD_RMS_QUANT_SYMMETRIC_INT8"),
+    _correct("torch-quant"),
+    _correct("torch-quant-fp32"),
 )
 
 BROKEN = tuple(entry for entry in CORPUS if not entry.correct)

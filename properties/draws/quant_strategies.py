@@ -1,0 +1,85 @@
+"""Hypothesis strategies for the quantized-output kinds (layernorm_quant, rmsnorm_quant, add_rmsnorm_quant): the
+norm's example (strategies.norm_examples, or fused_strategies.add_norm_examples for the residual add kind), then
+the target format among the kernel's declared ones and a scale:
+
+- dynamic (``scale=None``, where declared), with an all-zero row a third of the time (its scale is the declared
+  floor): the scale the kernel computes from amax;
+- static (where declared): a float32 scale of one element, amax(y*) / fmax times a factor, so that the largest |v| is
+  about fmax / factor: below the range (factor 2, 8), at it (1), or beyond it (1/2; the saturation draws: 1/16, 1/4,
+  1/2); the inverse for a kernel declaring the "multiply" convention.
+
+x is [n, d] or [B, S, d]; widths stay at most 512 and rows at most 4 (the ci profile's run time: the checks
+are exact, not statistical).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from core.boundary import HOST
+from core.capabilities import discover
+from core.registry import Kernel
+from properties import norms
+from properties.bounds import tolerance
+from properties.draws.fused_strategies import add_norm_examples
+from properties.draws.strategies import norm_examples, rounded, widths
+
+MAX_WIDTH = 512
+FACTORS = (8.0, 2.0, 1.0, 0.5)
+SATURATING_FACTORS = (1 / 16, 1 / 4, 1 / 2)
+DIMS = st.sampled_from((2, 3))  # [n, d] and [B, S, d]: per-token scales [..., 1]
+
+
+def _norm_input(kernel: Kernel, example: dict) -> torch.Tensor:
+    """h, the norm's input: x, or x + residual rounded to residual_out's dtype."""
+    if not kernel.record.has_residual:
+        return example["x"]
+    dtype = norms.residual_dtype(kernel, example["residual"], example["x"])
+    return tolerance.residual_sum(example["x"], example["residual"], dtype)
+
+
+def _with_zero_row(example: dict) -> dict:
+    """The example with its first row (x's, and the residual's) all zeros: h's first row is 0, so is y's."""
+    zeroed = {name: None if example.get(name) is None else example[name].clone() for name in ("x", "residual")}
+    for t in zeroed.values():
+        if t is not None:
+            t.view(-1, t.shape[-1])[0] = 0
+    return {**example, **{name: t for name, t in zeroed.items() if name in example}}
+
+
+@st.composite
+def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "dynamic"),
+                   saturating: bool = False) -> dict:
+    """One example: the norm's arguments and ``scale``, ``quant_dtype`` (module docstring). ``scales``: the kinds of
+    scale the test draws, among those the kernel declares (none of them: the test is skipped, saying so);
+    ``saturating``: static scales that push the largest |v| beyond the format's range."""
+    declared = kernel.quantization
+    taken = [kind for kind in scales if kind in declared.scales]
+    if not taken:
+        pytest.skip(f"{kernel.name} declares no {' or '.join(scales)} scale (it takes {', '.join(declared.scales)})")
+    d = widths(max_width=MAX_WIDTH)
+    if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
+        example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=DIMS))
+    else:
+        example = draw(norm_examples(kernel, d=d, ndims=DIMS))
+    quant_dtype = getattr(torch, draw(st.sampled_from(declared.formats)))
+    if draw(st.sampled_from(taken)) == "dynamic":
+        if draw(st.sampled_from((False, False, True))):
+            example = _with_zero_row(example)
+        return {**example, "scale": None, "quant_dtype": quant_dtype}
+    y = norms.reference(kernel, _norm_input(kernel, example), example["weight"], example.get("bias"),
+                        example["eps"])
+    amax = float(np.max(np.abs(y))) if y.size else 0.0
+    assume(amax > 0 or not saturating)
+    fmax = (torch.iinfo(quant_dtype).max if not quant_dtype.is_floating_point else torch.finfo(quant_dtype).max)
+    factor = draw(st.sampled_from(SATURATING_FACTORS if saturating else FACTORS))
+    scale = amax / fmax * factor if amax > 0 else 1.0
+    if declared.scale_convention == "multiply":
+        scale = 1.0 / scale
+    device = discover(kernel).device
+    return {**example, "scale": rounded(torch.tensor([scale], dtype=torch.float64, device=HOST), torch.float32,
+                                        device), "quant_dtype": quant_dtype}

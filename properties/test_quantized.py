@@ -1,0 +1,64 @@
+"""The quantized-output kinds (layernorm_quant, rmsnorm_quant, add_rmsnorm_quant): {ln_quant,rms_quant,add_rms_quant}
+.values, .scales, .saturation, .dequantized, and add_rms_quant.residual_out.
+
+The checks, and the derivation each rests on: :mod:`properties.checks.quantized` (claims in
+proofs/claims/quantization.py); the draws: :mod:`properties.draws.quant_strategies` (each declared format, static
+and dynamic scales, all-zero rows, saturating static scales).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from properties import evidence
+from properties.checks.quantized import (
+    check_dequantized,
+    check_residual_out,
+    check_saturation,
+    check_scales,
+    check_values,
+)
+from properties.draws.quant_strategies import quant_examples
+from properties.run import profiles
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@profiles.share(1.0)
+@given(data=st.data())
+def test_q_is_the_format_rounding_of_y_over_the_scale(quant_norm_kernel, data):
+    example = data.draw(quant_examples(quant_norm_kernel), "example")
+    evidence.check(check_values, quant_norm_kernel, example)
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(0.75)
+@given(data=st.data())
+def test_the_scales_are_amax_over_the_format_maximum(quant_norm_kernel, data):
+    example = data.draw(quant_examples(quant_norm_kernel), "example")
+    evidence.check(check_scales, quant_norm_kernel, example)
+
+
+@pytest.mark.claim("ln_quant.saturation", "rms_quant.saturation", "add_rms_quant.saturation")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_values_beyond_the_format_saturate(quant_norm_kernel, data):
+    example = data.draw(quant_examples(quant_norm_kernel, scales=("static",), saturating=True), "example")
+    evidence.check(check_saturation, quant_norm_kernel, example)
+
+
+@pytest.mark.claim("ln_quant.dequantized", "rms_quant.dequantized", "add_rms_quant.dequantized")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_the_dequantized_output_is_within_half_a_quantum_of_the_norm(quant_norm_kernel, data):
+    example = data.draw(quant_examples(quant_norm_kernel), "example")
+    evidence.check(check_dequantized, quant_norm_kernel, example)
+
+
+@pytest.mark.claim("add_rms_quant.residual_out")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_residual_out_is_the_sum_in_its_declared_dtype(add_quant_norm_kernel, data):
+    example = data.draw(quant_examples(add_quant_norm_kernel), "example")
+    evidence.check(check_residual_out, add_quant_norm_kernel, example)

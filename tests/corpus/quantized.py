@@ -1,0 +1,161 @@
+"""Broken quantized-output kernels (kinds layernorm_quant, rmsnorm_quant, add_rmsnorm_quant; issue 29): the torch
+reference of core.adapters.quantized (LayerNorm or RMSNorm in float32, y rounded to x's dtype where declared
+"storage", q = Q(y / s) clamped to the format's range) with exactly one of the reported bugs of fused quant
+norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_); the manifest
+(tests/corpus/__init__.py) lists the claims that must catch each.
+
+    {LN,RMS,ADD_RMS}_QUANT_AMAX_UNROUNDED  declared "storage" (the rounded y is quantized), but amax, hence the dynamic
+                                    scale, is taken of the float32 y (TransformerEngine PR 2355)       -> *.scales
+    ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED  per-token scale from the unrounded norm, y = RMS(x + residual) before
+                                    residual_out's rounding, while y of residual_out is quantized      -> *.scales
+    {LN,RMS,ADD_RMS}_QUANT_SCALE_INVERTED  a static scale multiplied, not divided by (the scale and its inverse
+                                    confused)                                            -> *.values, *.dequantized
+    {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
+                                    (CPU e4m3fn conversion happens to saturate)                    -> *.saturation
+    ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED  declares a float32 residual_out but rounds it to the residual's dtype
+                                                                                      -> add_rms_quant.residual_out
+    RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
+                                    dynamic scale fmax / amax): correct
+    ADD_RMS_QUANT_SYMMETRIC_INT8    INT8 clamped to [-127, 127], declared (int8_minimum=-127): correct
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from core.adapters.quantized import MINIMUM_SCALE, ln_float32, quantize, rms_float32
+from core.kernel import Kernel, Quantization
+
+SPEC = "tests/corpus/quantized.py:"
+DECLARED = Quantization(minimum_scale=MINIMUM_SCALE)
+KINDS = {"LN": "layernorm_quant", "RMS": "rmsnorm_quant", "ADD_RMS": "add_rmsnorm_quant"}
+
+
+def _fmax(quant_dtype: torch.dtype) -> float:
+    return float(torch.iinfo(quant_dtype).max if not quant_dtype.is_floating_point else torch.finfo(quant_dtype).max)
+
+
+def _scale_of(y: torch.Tensor, quant_dtype: torch.dtype) -> torch.Tensor:
+    """The dynamic per-row scale max(amax / fmax, MINIMUM_SCALE) of y."""
+    return torch.clamp(y.abs().amax(-1, keepdim=True) / _fmax(quant_dtype), min=MINIMUM_SCALE)
+
+
+# each way to quantize: (y32, x, scale, quant_dtype) -> (q, scale), y32 the float32 norm output, x for its dtype
+def _amax_unrounded(y32, x, scale, quant_dtype):
+    if scale is None:
+        scale = _scale_of(y32, quant_dtype)  # the bug: amax of the float32 y, the rounded y quantized below
+    return quantize(y32.to(x.dtype).float(), scale, quant_dtype)
+
+
+def _scale_inverted(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None:
+        return quantize(y, None, quant_dtype)
+    q, _ = quantize(y, 1.0 / scale, quant_dtype)  # the bug: y * scale
+    return q, scale
+
+
+def _no_saturation(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    s = _scale_of(y, quant_dtype) if scale is None else scale
+    v = y / s
+    if not quant_dtype.is_floating_point:
+        v = torch.round(v)  # the bug: no clamp, int8 wraps around
+    return v.to(quant_dtype), s
+
+
+def _correct(y32, x, scale, quant_dtype):
+    return quantize(y32.to(x.dtype).float(), scale, quant_dtype)
+
+
+def _inverse_declared(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None:
+        _, divide = quantize(y, None, quant_dtype)
+        scale = 1.0 / divide
+    v = y * scale
+    fmax = _fmax(quant_dtype)
+    if not quant_dtype.is_floating_point:  # INT8's lowest value: -128 (the declared default)
+        return torch.round(v).clamp(torch.iinfo(quant_dtype).min, fmax).to(quant_dtype), scale
+    return v.clamp(-fmax, fmax).to(quant_dtype), scale
+
+
+def _symmetric_int8(y32, x, scale, quant_dtype):
+    q, s = _correct(y32, x, scale, quant_dtype)
+    return (q if quant_dtype.is_floating_point else q.clamp(min=-127)), s
+
+
+def _layernorm(quantized: Callable) -> Callable:
+    def layernorm_quant(x, weight, bias, eps, scale, quant_dtype):
+        return quantized(ln_float32(x, weight, bias, eps), x, scale, quant_dtype)
+
+    return layernorm_quant
+
+
+def _rmsnorm(quantized: Callable) -> Callable:
+    def rmsnorm_quant(x, weight, eps, scale, quant_dtype):
+        return quantized(rms_float32(x, weight, eps), x, scale, quant_dtype)
+
+    return rmsnorm_quant
+
+
+def _fused(quantized: Callable, residual_out_rounded: bool = False) -> Callable:
+    """The add kind: h = x + residual in float32, residual_out = h in the residual's dtype (float32 when
+    ``residual_out_rounded``, after the bug's rounding to the residual's dtype), y = RMS(residual_out)."""
+
+    def add_rmsnorm_quant(x, residual, weight, eps, scale, quant_dtype):
+        h = x if residual is None else (x.float() + residual.float()).to(residual.dtype)
+        q, s = quantized(rms_float32(h, weight, eps), x, scale, quant_dtype)
+        return q, s, h.float() if residual_out_rounded else h
+
+    return add_rmsnorm_quant
+
+
+WRAPPERS = {"LN": _layernorm, "RMS": _rmsnorm, "ADD_RMS": _fused}
+
+
+def _token_scale_unrounded(x, residual, weight, eps, scale, quant_dtype):
+    h32 = x.float() if residual is None else x.float() + residual.float()
+    h = h32.to(x.dtype if residual is None else residual.dtype)
+    s = _scale_of(rms_float32(h32, weight, eps), quant_dtype) if scale is None else scale  # the bug
+    q, _ = quantize(rms_float32(h, weight, eps).to(x.dtype).float(), s, quant_dtype)
+    return q, s, h
+
+
+def _kernel(name: str, kind_prefix: str, fn: Callable, description: str, **declarations) -> Kernel:
+    declarations.setdefault("quantization", DECLARED)
+    attr = f"{kind_prefix}_QUANT_{name}"
+    return Kernel(attr.lower().replace("_", "-"), KINDS[kind_prefix], fn, spec=SPEC + attr, description=description,
+                  **declarations)
+
+
+def _every_kind(name: str, quantized: Callable, what: str, *claims: str) -> tuple[Kernel, ...]:
+    """The bug in the three kinds, each description naming its claims ``{prefix}_quant.{claim}``."""
+    def description(prefix: str) -> str:
+        return f"{what} -> {', '.join(f'{prefix.lower()}_quant.{claim}' for claim in claims)}"
+
+    return tuple(_kernel(name, prefix, wrap(quantized), description(prefix)) for prefix, wrap in WRAPPERS.items())
+
+
+LN_QUANT_AMAX_UNROUNDED, RMS_QUANT_AMAX_UNROUNDED, ADD_RMS_QUANT_AMAX_UNROUNDED = _every_kind(
+    "AMAX_UNROUNDED", _amax_unrounded, "amax of the float32 y, the rounded y quantized", "scales")
+LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED = _every_kind(
+    "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
+LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(
+    "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
+ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED = _kernel(
+    "TOKEN_SCALE_UNROUNDED", "ADD_RMS", _token_scale_unrounded,
+    "per-token scale from the norm of the unrounded x + residual -> add_rms_quant.scales")
+ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED = _kernel(
+    "RESIDUAL_OUT_ROUNDED", "ADD_RMS", _fused(_correct, residual_out_rounded=True),
+    "declares a float32 residual_out, rounds it to the residual's dtype -> add_rms_quant.residual_out",
+    residual_dtype="float32")
+RMS_QUANT_INVERSE_DECLARED = _kernel(
+    "INVERSE_DECLARED", "RMS", _rmsnorm(_inverse_declared),
+    "q = Q(y * scale), declared (scale_convention='multiply'): correct",
+    quantization=Quantization(scale_convention="multiply", minimum_scale=MINIMUM_SCALE))
+ADD_RMS_QUANT_SYMMETRIC_INT8 = _kernel(
+    "SYMMETRIC_INT8", "ADD_RMS", _fused(_symmetric_int8), "INT8 in [-127, 127], declared (int8_minimum=-127): correct",
+    quantization=Quantization(int8_minimum=-127, minimum_scale=MINIMUM_SCALE))
