@@ -293,11 +293,11 @@ class Kernel:
     def as_plain_norm(self) -> Kernel:
         """This kernel as one of its norm's plain kind (``record.plain_norm``: LayerNorm or RMSNorm over its rows),
         for the bounds and models that are a plain norm's: the declarations only its own kind may make (the
-        residual's, BatchNorm's running statistics, the per-channel affine precision) back to their defaults, every
-        other declaration (precisions, conventions, reduction, flush-to-zero) kept."""
+        residual's, BatchNorm's running statistics, the per-channel affine precision, the output's quantization)
+        back to their defaults, every other declaration (precisions, conventions, reduction, flush-to-zero) kept."""
         return replace(self, kind=self.record.plain_norm, residual_dtype="storage", in_place=(),
                        normalizes="residual_out", momentum_convention="torch", running_variance="unbiased",
-                       affine_precision="float32")
+                       affine_precision="float32", quantization=None)
 
     def as_json(self) -> dict:
         """The kernel's identity and declarations, as the results JSON records them."""
