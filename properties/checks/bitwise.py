@@ -82,11 +82,13 @@ def run(kernel: Kernel, example: dict, dy: torch.Tensor | None, dh: torch.Tensor
 
 
 def _describe(kernel: Kernel, example: dict) -> str:
-    """The call: its rows (samples of x [N, C, *]), their shape and dtype, and the mode of a kind with running
-    statistics."""
+    """The call: its rows (samples of x [N, C, *]), their shape and dtype, the mode of a kind with running
+    statistics, the format and kind of scale of a quantized kind."""
     x = example["x"]
     rows = "rows" if kernel.record.scope == "row" else "samples"
     mode = "" if "training" not in example else ", training" if example["training"] else ", eval"
+    if "quant_dtype" in example:
+        mode += f", {dtype_name(example['quant_dtype'])} q, {'dynamic' if example['scale'] is None else 'static'} scale"
     return f"{x.shape[0]} {rows} of shape {tuple(x.shape[1:])}, {dtype_name(x.dtype)}{mode}"
 
 
