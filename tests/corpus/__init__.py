@@ -40,7 +40,8 @@ The files, by where the bug is:
                      declared, correct; undeclared, caught and diagnosed
     bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
                      or by position (every norm kind but LayerNorm quantized; BatchNorm's in eval mode), dweight
-                     summed in a random order each call (atomics; BatchNorm's too) + declared controls
+                     summed in a random order each call (atomics; the kinds over [N, C, *] too), a quantized norm's
+                     sums in a random order each call + declared controls
     quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
                      inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded + declared
                      multiply / symmetric INT8 controls
@@ -264,7 +265,9 @@ CORPUS: tuple[Entry, ...] = (
                      "add_rms_quant")),
     _broken("bitwise.py:LN_SECOND_WAVE_ORDER", "ln.batch_invariance"),
     *(_broken(f"bitwise.py:{prefix.upper()}_ATOMIC_DWEIGHT", f"{prefix}.determinism")
-      for prefix in ("ln", "rms", "add_ln", "add_rms", "gn", "bn")),
+      for prefix in ("ln", "rms", "add_ln", "add_rms", "gn", "cln", "in", "bn")),
+    *(_broken(f"bitwise.py:{prefix.upper()}_RANDOM_ORDER", f"{prefix}.determinism")
+      for prefix in ("rms_quant", "add_rms_quant")),
     # quantized.py: the quantized-output kinds (issue 29)
     *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
       for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),

@@ -15,8 +15,12 @@ statistics summed in float32, the weight and bias applied per row, autograd back
                               folds the running statistics into one multiply-add                -> in.batch_invariance
     BN_BATCH_SIZE_SWITCH      BatchNorm in eval mode: from 256 samples up y = x a + b with a = rsqrt(var + eps),
                               b = -mean a (a fused inference path), below (x - mean) a          -> bn.batch_invariance
-    BN_ATOMIC_DWEIGHT         BatchNorm's dweight and dbias summed over the samples in a random order each call
-                                                                                               -> bn.determinism
+    {CLN,IN,BN}_ATOMIC_DWEIGHT  the same for the kinds over x [N, C, *]: dweight and dbias summed over the samples in
+                              a random order each call (BatchNorm's and InstanceNorm's in both modes)
+                                                                                               -> *.determinism
+    {RMS,ADD_RMS}_QUANT_RANDOM_ORDER  RMSNorm quantized: each row's sums in an order of its columns drawn anew each
+                              call (a split chosen at run time): y, hence the dynamic scales, change between calls
+                                                                              -> {rms,add_rms}_quant.determinism
     {RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  RMSNorm quantized: from 256 rows up the mean of squares runs left to
                               right, so y, hence the dynamic per-row scales reduced from it (and q where a rounding
                               boundary lies between), change bits with the batch size
@@ -65,12 +69,27 @@ def _row_sum(values: torch.Tensor, sequential: torch.Tensor | bool) -> torch.Ten
     return torch.where(torch.as_tensor(sequential), left_to_right(values, -1).unsqueeze(-1), pairwise)
 
 
-def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool) -> torch.Tensor:
-    """(rows - mean) / sqrt(var + eps) (LayerNorm) or rows / sqrt(mean(rows^2) + eps) (RMSNorm), two-pass in float32."""
+def _random_order_sum(values: torch.Tensor) -> torch.Tensor:
+    """float32 sums over the last axis, [..., 1], left to right in an order of the columns drawn anew on each call (the
+    partial sums of a split chosen at run time, or atomics, arriving in the order they finish): the bits change from
+    call to call."""
+    generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+    order = torch.randperm(values.shape[-1], generator=generator).to(values.device)
+    return left_to_right(values[..., order], -1).unsqueeze(-1)
+
+
+def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool | None) -> torch.Tensor:
+    """(rows - mean) / sqrt(var + eps) (LayerNorm) or rows / sqrt(mean(rows^2) + eps) (RMSNorm), two-pass in float32;
+    the sums as :func:`_row_sum` says, or in a random order (:func:`_random_order_sum`) where ``sequential`` is
+    None."""
     m = rows.shape[-1]
+
+    def row_sum(values: torch.Tensor) -> torch.Tensor:
+        return _random_order_sum(values) if sequential is None else _row_sum(values, sequential)
+
     if centred:
-        rows = rows - _row_sum(rows, sequential) / m
-    return rows * torch.rsqrt(_row_sum(rows * rows, sequential) / m + eps)
+        rows = rows - row_sum(rows) / m
+    return rows * torch.rsqrt(row_sum(rows * rows) / m + eps)
 
 
 class _AtomicRowSum(torch.autograd.Function):
@@ -109,7 +128,9 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: i
     rows = values.reshape(values.shape[0], groups, -1) if grouped else values
     samples = rows.shape[0] if grouped else rows[..., 0].numel()
     if bug == "batch_size_switch":
-        sequential: torch.Tensor | bool = samples >= SWITCH_ROWS
+        sequential: torch.Tensor | bool | None = samples >= SWITCH_ROWS
+    elif bug == "random_order":
+        sequential = None
     elif bug == "second_wave_order":
         sequential = (torch.arange(samples, device=h.device) >= SECOND_WAVE).reshape(*rows.shape[:-1], 1)
     else:
@@ -238,9 +259,13 @@ LN_SECOND_WAVE_ORDER = _kernels("second_wave_order", "batch_invariant",
 
 _ATOMIC = _kernels("atomic_dweight", "deterministic",
                    "dweight and dbias summed over the rows in a random order each call: {claim}.determinism",
-                   ("LN", "RMS", "ADD_LN", "ADD_RMS", "GN", "BN"))
+                   ("LN", "RMS", "ADD_LN", "ADD_RMS", "GN", "CLN", "IN", "BN"))
 LN_ATOMIC_DWEIGHT, RMS_ATOMIC_DWEIGHT, GN_ATOMIC_DWEIGHT = _ATOMIC["LN"], _ATOMIC["RMS"], _ATOMIC["GN"]
-BN_ATOMIC_DWEIGHT = _ATOMIC["BN"]
+CLN_ATOMIC_DWEIGHT, IN_ATOMIC_DWEIGHT, BN_ATOMIC_DWEIGHT = _ATOMIC["CLN"], _ATOMIC["IN"], _ATOMIC["BN"]
+_RANDOM_ORDER = _kernels("random_order", "deterministic",
+                         "each row's sums in an order drawn anew each call: {claim}.determinism",
+                         ("RMS_QUANT", "ADD_RMS_QUANT"))
+RMS_QUANT_RANDOM_ORDER, ADD_RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["RMS_QUANT"], _RANDOM_ORDER["ADD_RMS_QUANT"]
 ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_RMS"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
