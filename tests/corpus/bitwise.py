@@ -18,18 +18,17 @@ statistics summed in float32, the weight and bias applied per row, autograd back
     {CLN,IN,BN}_ATOMIC_DWEIGHT  the same for the kinds over x [N, C, *]: dweight and dbias summed over the samples in
                               a random order each call (BatchNorm's and InstanceNorm's in both modes)
                                                                                                -> *.determinism
-    {RMS,ADD_RMS}_QUANT_RANDOM_ORDER  RMSNorm quantized: each row's sums in an order of its columns drawn anew each
-                              call (a split chosen at run time): y, hence the dynamic scales, change between calls
-                                                                              -> {rms,add_rms}_quant.determinism
-    {RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  RMSNorm quantized: from 256 rows up the mean of squares runs left to
-                              right, so y, hence the dynamic per-row scales reduced from it (and q where a rounding
-                              boundary lies between), change bits with the batch size
-                                                                            -> {rms,add_rms}_quant.batch_invariance
+    {LN,RMS,ADD_RMS}_QUANT_RANDOM_ORDER  a quantized norm: each row's sums in an order of its columns drawn anew
+                              each call (a split chosen at run time): y, hence the dynamic scales, change between
+                              calls                                                          -> *_quant.determinism
+    {LN,RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  a quantized norm: from 256 rows up its row sums run left to right, so
+                              y, hence the dynamic per-row scales reduced from it (and q where a rounding boundary
+                              lies between), change bits with the batch size             -> *_quant.batch_invariance
     LN_TEXTBOOK_DECLARED_BITWISE, GN_CORRECT_DECLARED_BITWISE: correct kernels of the corpus declaring both: the
                               controls (the contracts hold for them)
 
 KIND is LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN (batch size only: its determinism is drop_add_ln.determinism's), GN or
-CLN (LayerNorm over (C, *), batch size only). Each kernel is correct in every other respect (the corpus runs a broken
+CLN (LayerNorm over (C, *)). Each kernel is correct in every other respect (the corpus runs a broken
 kernel on the claims of its entry); the BatchNorm and InstanceNorm ones normalize and update their running statistics
 as tests/corpus/batchnorm.py's control, the quantized ones quantize as core.adapters.quantized.
 """
@@ -183,9 +182,9 @@ def _running_norm(x, running_mean, running_var, weight, bias, training, momentum
 
 
 def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...]) -> dict[str, Kernel]:
-    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN, CLN, IN, BN, RMS_QUANT,
-    ADD_RMS_QUANT), declared ``declared``; ``description`` names the claim that catches it as ``{claim}`` (the kind's
-    claim-id prefix)."""
+    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN, CLN, IN, BN, LN_QUANT,
+    RMS_QUANT, ADD_RMS_QUANT), declared ``declared``; ``description`` names the claim that catches it as ``{claim}``
+    (the kind's claim-id prefix)."""
 
     def layernorm(x, weight, bias, eps):
         return _norm(x, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=x.dtype)
@@ -219,6 +218,10 @@ def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...
         return _running_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, instance=False,
                              bug=bug)
 
+    def layernorm_quant(x, weight, bias, eps, scale, quant_dtype):
+        y = _norm(x, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=torch.float32)
+        return quantize(declared_y(y, x, storage=True), scale, quant_dtype)
+
     def rmsnorm_quant(x, weight, eps, scale, quant_dtype):
         y = _norm(x, weight, None, eps, centred=False, groups=None, bug=bug, out_dtype=torch.float32)
         return quantize(declared_y(y, x, storage=True), scale, quant_dtype)
@@ -231,7 +234,8 @@ def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...
              "ADD_RMS": ("add_rmsnorm", add_rmsnorm),
              "DROP_ADD_LN": ("dropout_add_layernorm", dropout_add_layernorm), "GN": ("groupnorm", groupnorm),
              "CLN": ("channel_layernorm", channel_layernorm), "IN": ("instancenorm", instancenorm),
-             "BN": ("batchnorm", batchnorm), "RMS_QUANT": ("rmsnorm_quant", rmsnorm_quant),
+             "BN": ("batchnorm", batchnorm), "LN_QUANT": ("layernorm_quant", layernorm_quant),
+             "RMS_QUANT": ("rmsnorm_quant", rmsnorm_quant),
              "ADD_RMS_QUANT": ("add_rmsnorm_quant", add_rmsnorm_quant)}
     quantized = {"quantization": Quantization(minimum_scale=MINIMUM_SCALE)}
     return {prefix: Kernel(f"{prefix.lower()}_{bug}", kinds[prefix][0], kinds[prefix][1],
@@ -242,11 +246,12 @@ def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...
 
 _BATCH_SIZE = _kernels("batch_size_switch", "batch_invariant",
                        f"from {SWITCH_ROWS} rows up the float32 row sums run left to right: {{claim}}.batch_invariance",
-                       ("LN", "RMS", "ADD_LN", "ADD_RMS", "DROP_ADD_LN", "GN", "CLN", "RMS_QUANT", "ADD_RMS_QUANT"))
+                       ("LN", "RMS", "ADD_LN", "ADD_RMS", "DROP_ADD_LN", "GN", "CLN", "LN_QUANT", "RMS_QUANT",
+                        "ADD_RMS_QUANT"))
 LN_BATCH_SIZE_SWITCH, RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["LN"], _BATCH_SIZE["RMS"]
 ADD_LN_BATCH_SIZE_SWITCH, ADD_RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["ADD_LN"], _BATCH_SIZE["ADD_RMS"]
 DROP_ADD_LN_BATCH_SIZE_SWITCH, GN_BATCH_SIZE_SWITCH = _BATCH_SIZE["DROP_ADD_LN"], _BATCH_SIZE["GN"]
-CLN_BATCH_SIZE_SWITCH = _BATCH_SIZE["CLN"]
+CLN_BATCH_SIZE_SWITCH, LN_QUANT_BATCH_SIZE_SWITCH = _BATCH_SIZE["CLN"], _BATCH_SIZE["LN_QUANT"]
 RMS_QUANT_BATCH_SIZE_SWITCH, ADD_RMS_QUANT_BATCH_SIZE_SWITCH = _BATCH_SIZE["RMS_QUANT"], _BATCH_SIZE["ADD_RMS_QUANT"]
 _RUNNING_SWITCH = _kernels("batch_size_switch", "batch_invariant",
                            f"from {SWITCH_ROWS} samples up the instances' sums run right to left in training and eval "
@@ -264,8 +269,9 @@ LN_ATOMIC_DWEIGHT, RMS_ATOMIC_DWEIGHT, GN_ATOMIC_DWEIGHT = _ATOMIC["LN"], _ATOMI
 CLN_ATOMIC_DWEIGHT, IN_ATOMIC_DWEIGHT, BN_ATOMIC_DWEIGHT = _ATOMIC["CLN"], _ATOMIC["IN"], _ATOMIC["BN"]
 _RANDOM_ORDER = _kernels("random_order", "deterministic",
                          "each row's sums in an order drawn anew each call: {claim}.determinism",
-                         ("RMS_QUANT", "ADD_RMS_QUANT"))
-RMS_QUANT_RANDOM_ORDER, ADD_RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["RMS_QUANT"], _RANDOM_ORDER["ADD_RMS_QUANT"]
+                         ("LN_QUANT", "RMS_QUANT", "ADD_RMS_QUANT"))
+LN_QUANT_RANDOM_ORDER, RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["LN_QUANT"], _RANDOM_ORDER["RMS_QUANT"]
+ADD_RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["ADD_RMS_QUANT"]
 ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_RMS"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
