@@ -185,11 +185,13 @@ def test_batchnorm_eval_switch_fails_and_training_mode_is_never_drawn_for_batch_
 def test_determinism_compares_the_running_buffers_a_training_call_updates():
     from corpus.batchnorm import BN_CORRECT, batchnorm
 
+    coin = torch.Generator().manual_seed(0)
+
     def jittered(x, running_mean, running_var, weight, bias, training, momentum, eps):
         y = batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps)
         if training:  # the buffer's update lands one ulp up or not, call to call
             with torch.no_grad():
-                running_mean.copy_(torch.where(torch.rand(()) < 0.5, running_mean,
+                running_mean.copy_(torch.where(torch.rand((), generator=coin) < 0.5, running_mean,
                                                torch.nextafter(running_mean, running_mean + 1)))
         return y
 
@@ -197,7 +199,6 @@ def test_determinism_compares_the_running_buffers_a_training_call_updates():
     [point] = _recorded(check_determinism, declared, _running_example(17, True))
     finding = Finding.model_validate(point["finding"])
     assert finding.holds and "running_mean, running_var bit-identical" in finding.evidence[0]
-    torch.manual_seed(0)
     jitter = dataclasses.replace(declared, name="bn_jitter", fn=jittered)
     with pytest.raises(CheckFailure, match="declared deterministic, but running_mean of call 2 vs call 1"):
         for _ in range(20):  # the jitter lands alike in both calls half the time
