@@ -18,7 +18,9 @@ from properties.run import profiles
 
 
 @pytest.mark.claim("ln.batch_invariance", "rms.batch_invariance", "add_ln.batch_invariance",
-                   "add_rms.batch_invariance", "drop_add_ln.batch_invariance", "gn.batch_invariance")
+                   "add_rms.batch_invariance", "drop_add_ln.batch_invariance", "gn.batch_invariance",
+                   "cln.batch_invariance", "in.batch_invariance", "bn.batch_invariance",
+                   "ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
 @profiles.share(0.1)
 @given(data=st.data())
 def test_the_same_row_gives_the_same_bits_in_any_batch(any_norm_kernel, data):
@@ -27,7 +29,8 @@ def test_the_same_row_gives_the_same_bits_in_any_batch(any_norm_kernel, data):
 
 
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
-                   "gn.determinism")
+                   "gn.determinism", "cln.determinism", "in.determinism", "bn.determinism",
+                   "ln_quant.determinism", "rms_quant.determinism", "add_rms_quant.determinism")
 @profiles.share(0.1)
 @given(data=st.data())
 def test_repeated_calls_give_the_same_bits(unseeded_norm_kernel, data):

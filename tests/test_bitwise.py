@@ -145,3 +145,77 @@ def test_a_kernel_updating_its_residual_in_place_gets_the_same_inputs_each_call(
         [point] = _recorded(check, kernel, {**example, **extra})
         finding = Finding.model_validate(point["finding"])
         assert finding.holds is True and finding.backward is None, "forward only: the backward is not measured"
+
+
+def test_int8_values_are_compared_as_integers():
+    a, b = torch.tensor([-128, 5, 0], dtype=torch.int8), torch.tensor([-127, 5, 0], dtype=torch.int8)
+    assert bit_difference(a, b) == (1, 1.0, 1), "INT8 q: one step apart, not a sign-magnitude distance"
+
+
+def _running_example(samples: int, training: bool, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    shape = (samples, 4, 4)
+    return {"x": torch.randn(shape, generator=generator), "dy": torch.randn(shape, generator=generator),
+            "weight": torch.randn(4, generator=generator), "bias": torch.randn(4, generator=generator),
+            "running_mean": torch.randn(4, generator=generator),
+            "running_var": torch.rand(4, generator=generator) + 0.5,
+            "training": training, "momentum": 0.1, "eps": 1e-5}
+
+
+def test_batchnorm_eval_switch_fails_and_training_mode_is_never_drawn_for_batch_invariance():
+    from corpus.bitwise import BN_BATCH_SIZE_SWITCH
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from properties.draws.bitwise_strategies import bitwise_examples
+
+    with pytest.raises(CheckFailure, match=r"declared batch invariant, but y rows 129\.\.256 of a call of 257 samples "
+                                           r"of shape \(4, 4\), float32, eval"):
+        _recorded(check_batch_invariance, BN_BATCH_SIZE_SWITCH, {**_running_example(257, False), "window": (129, 128)})
+
+    @settings(max_examples=8, deadline=None, database=None)
+    @given(data=st.data())
+    def drawn(data):
+        example = data.draw(bitwise_examples(BN_BATCH_SIZE_SWITCH, window=True))
+        assert example["training"] is False and example["running_mean"] is not None, "BatchNorm: eval mode only"
+
+    drawn()
+
+
+def test_determinism_compares_the_running_buffers_a_training_call_updates():
+    from corpus.batchnorm import BN_CORRECT, batchnorm
+
+    coin = torch.Generator().manual_seed(0)
+
+    def jittered(x, running_mean, running_var, weight, bias, training, momentum, eps):
+        y = batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+        if training:  # the buffer's update lands one ulp up or not, call to call
+            with torch.no_grad():
+                running_mean.copy_(torch.where(torch.rand((), generator=coin) < 0.5, running_mean,
+                                               torch.nextafter(running_mean, running_mean + 1)))
+        return y
+
+    declared = dataclasses.replace(BN_CORRECT, name="bn_declared", deterministic=True)
+    [point] = _recorded(check_determinism, declared, _running_example(17, True))
+    finding = Finding.model_validate(point["finding"])
+    assert finding.holds and "running_mean, running_var bit-identical" in finding.evidence[0]
+    jitter = dataclasses.replace(declared, name="bn_jitter", fn=jittered)
+    with pytest.raises(CheckFailure, match="declared deterministic, but running_mean of call 2 vs call 1"):
+        for _ in range(20):  # the jitter lands alike in both calls half the time
+            _recorded(check_determinism, jitter, _running_example(17, True))
+
+
+def test_a_static_scale_is_compared_whole_and_a_dynamic_one_per_row():
+    from corpus.bitwise import RMS_QUANT_BATCH_SIZE_SWITCH
+
+    example = _example(257)
+    del example["bias"], example["dy"]
+    dynamic = {**example, "scale": None, "quant_dtype": torch.float8_e4m3fn, "window": (129, 128)}
+    with pytest.raises(CheckFailure, match=r"declared batch invariant, but scale rows 129\.\.256"):
+        _recorded(check_batch_invariance, RMS_QUANT_BATCH_SIZE_SWITCH, dynamic)
+    static = {**dynamic, "scale": torch.tensor([0.01])}
+    kernel = dataclasses.replace(RMS_QUANT_BATCH_SIZE_SWITCH, batch_invariant=None)
+    [point] = _recorded(check_batch_invariance, kernel, static)
+    finding = Finding.model_validate(point["finding"])
+    assert finding.backward is None, "forward only"
+    assert all("scale" not in line for line in finding.evidence if "differ" in line), "the given scale comes back"

@@ -2,8 +2,13 @@
 
 A kernel is compared with itself bit for bit, so no bound is involved: the rows are seeded normal values (a few
 distributions), rounded to a dtype the kernel computes in, with every input of its kind (core.kinds: x, residual,
-weight, bias, eps, num_groups, and p = 0 with a seed for the dropout + add kind) and the upstream gradients of its
-outputs (dy and, for the residual kinds, dh in residual_out's dtype).
+weight, bias, eps, num_groups, p = 0 with a seed for the dropout + add kind; the mode, momentum and running buffers of
+the kinds with running statistics; a format and a static or dynamic scale for the quantized kinds) and, for a kind
+with a backward, the upstream gradients of its outputs (dy and, for the residual kinds, dh in residual_out's dtype).
+The kinds over x [N, C, *] draw samples [C, S] (weight and bias per channel, or element-wise [C, S] for LayerNorm over
+(C, *)). The mode of a kind with running statistics is drawn, training first (its statistics reduce in the kernel),
+but for the batch-invariance examples of a kind whose statistics couple the samples (BatchNorm: eval mode only,
+proofs.claims.invariance); a training call has at least two elements per row of statistics (S >= 2).
 
 The batch sizes straddle the switch points where kernels change their blocking with the row count: powers of two and
 their neighbours, and the SM counts of H100 (PCIe 114, SXM 132) and their neighbours, up to :data:`CUDA_ROWS` where
@@ -26,6 +31,8 @@ from core.boundary import HOST
 from core.capabilities import discover
 from core.registry import Kernel
 from properties import norms
+from properties.draws.batchnorm_strategies import MOMENTA, running_buffers
+from properties.draws.quant_strategies import reference_amax, static_scale
 from properties.draws.strategies import (
     PRESENT_BIAS_FORMS,
     PRESENT_WEIGHT_FORMS,
@@ -45,7 +52,7 @@ CUDA_ROWS, CPU_ROWS = 4097, 257
 CUDA_ELEMENTS, CPU_ELEMENTS = 4097 * 64, 257 * 64
 MAX_WIDTH = 64
 DETERMINISM_ROWS = 17  # the most rows of a determinism example on the CPU (on a GPU: the batch sizes above)
-GROUP_CHANNELS, GROUP_SPATIAL = (2, 4, 6, 8), (1, 2, 4)
+GROUP_CHANNELS, GROUP_SPATIAL = (2, 4, 6, 8), (1, 2, 4)  # a sample [C, S] of the kinds over x [N, C, *]
 VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
 
 
@@ -61,11 +68,12 @@ def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS) -> tup
 
 
 @st.composite
-def row_shapes(draw, kernel: Kernel) -> tuple[int, ...]:
-    """The shape of one row: (d,) with d <= :data:`MAX_WIDTH`, or a GroupNorm sample's (C, S); the widest first
-    (the first example Hypothesis tries has the longest reductions)."""
-    if kernel.record.grouped:
-        return draw(st.sampled_from(GROUP_CHANNELS[::-1])), draw(st.sampled_from(GROUP_SPATIAL[::-1]))
+def row_shapes(draw, kernel: Kernel, least: int = 1) -> tuple[int, ...]:
+    """The shape of one row: (d,) with d <= :data:`MAX_WIDTH`, or a sample's (C, S) of a kind over x [N, C, *], with
+    S >= ``least``; the widest first (the first example Hypothesis tries has the longest reductions)."""
+    if kernel.record.scope != "row":
+        return (draw(st.sampled_from(GROUP_CHANNELS[::-1])),
+                draw(st.sampled_from([s for s in GROUP_SPATIAL[::-1] if s >= least])))
     return (draw(st.sampled_from(width_candidates(MAX_WIDTH)[::-1])),)
 
 
@@ -80,7 +88,10 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     caps = discover(kernel)
     record = kernel.record
     dtype = draw(storage_dtypes(kernel))
-    row_shape = draw(row_shapes(kernel))
+    # the mode: training first; eval only for batch invariance where the statistics couple the samples
+    training = record.running_statistics and not (window and record.batch_statistics) and draw(
+        st.sampled_from((True, False)), label="training")
+    row_shape = draw(row_shapes(kernel, least=2 if training else 1))
     n = draw(st.sampled_from(batch_sizes(caps.device, math.prod(row_shape), cpu_rows)), label="rows")
     shape = (n, *row_shape)
 
@@ -91,26 +102,44 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     example: dict = {"x": x}
     if record.has_residual:
         example["residual"] = rounded(values(), dtype, caps.device)
-    channels = row_shape[0]
+    # a parameter per element of a row, per channel, or per element of a sample [C, S] (LayerNorm over (C, *))
+    parameter_shape = row_shape if record.scope == "sample" else row_shape[:1]
+    length = math.prod(parameter_shape)
     # weight and bias together or neither (torch's F.group_norm backward raises for a bias without a weight:
     # docs/findings.md, a declared deviation of gn.jacobian, not these claims' business)
     present = draw(st.sampled_from((True, False)), label="weight and bias")
-    gamma = draw(effective_weights(channels, PRESENT_WEIGHT_FORMS)) if present else None
+    gamma = draw(effective_weights(length, PRESENT_WEIGHT_FORMS)) if present else None
     if gamma is None and kernel.weight_offset != 0:
-        gamma = torch.ones(channels, dtype=torch.float64, device=HOST)
-    example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, dtype, caps.device)
+        gamma = torch.ones(length, dtype=torch.float64, device=HOST)
+    example["weight"] = None if gamma is None else rounded(
+        (gamma - kernel.weight_offset).reshape(parameter_shape), dtype, caps.device)
     if record.has_bias:
-        example["bias"] = rounded(draw(biases(channels, PRESENT_BIAS_FORMS)), dtype, caps.device) if present else None
+        example["bias"] = rounded(draw(biases(length, PRESENT_BIAS_FORMS)).reshape(parameter_shape), dtype,
+                                  caps.device) if present else None
     example["eps"] = draw(epsilons())
+    if record.running_statistics:  # buffers in x's dtype, as the parameters; optional in training
+        example.update(training=training, momentum=draw(st.sampled_from(MOMENTA)))
+        buffered = not training or draw(st.sampled_from((True, False)), label="running buffers")
+        example["running_mean"], example["running_var"] = draw(running_buffers(
+            row_shape[0], 1.0, 0.0, dtype, caps.device)) if buffered else (None, None)
     if record.grouped:
         # groups of at least two elements: one-element groups are gn.degenerate's (torch refuses them in training)
+        channels, spatial = row_shape
         example["num_groups"] = draw(st.sampled_from([g for g in range(1, channels + 1)
-                                                      if channels % g == 0 and channels // g * row_shape[1] > 1]))
+                                                      if channels % g == 0 and channels // g * spatial > 1]))
     if record.dropout:  # p = 0: the mask is drawn by position (proofs.claims.invariance), none at p = 0
         example.update(p=0.0, seed=draw(seeds()))
-    example["dy"] = rounded(values(), norms.output_dtype(kernel, x, example["weight"]), caps.device)
-    if record.has_residual:
-        example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
+    if record.quantized:  # a format and a scale the kernel declares: dynamic per row first (the row's own output,
+        # reduced from its y), or static at amax / fmax
+        declared = kernel.quantization
+        example["quant_dtype"] = getattr(torch, draw(st.sampled_from(declared.formats)))
+        scale = draw(st.sampled_from([kind for kind in ("dynamic", "static") if kind in declared.scales]))
+        example["scale"] = None if scale == "dynamic" else static_scale(kernel, example["quant_dtype"],
+                                                             reference_amax(kernel, example), 1.0)
+    if record.differentiable:  # the upstream gradients of a kind with a backward
+        example["dy"] = rounded(values(), norms.output_dtype(kernel, x, example["weight"]), caps.device)
+        if record.has_residual:
+            example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
     if window:
         k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows)
                                   if 4 * size <= n] or [1]), label="rows called again on their own")

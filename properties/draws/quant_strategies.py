@@ -71,15 +71,24 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
         if draw(st.sampled_from((False, False, True))):
             example = _with_zero_row(example)
         return {**example, "scale": None, "quant_dtype": quant_dtype}
+    amax = reference_amax(kernel, example)
+    assume(amax > 0 or not saturating)
+    factor = draw(st.sampled_from(SATURATING_FACTORS if saturating else FACTORS))
+    return {**example, "scale": static_scale(kernel, quant_dtype, amax, factor), "quant_dtype": quant_dtype}
+
+
+def reference_amax(kernel: Kernel, example: dict) -> float:
+    """max |y*| over the example, y* the float64 oracle's norm output at the kernel's h (0 for an empty x)."""
     y = norms.reference(kernel, _norm_input(kernel, example), example["weight"], example.get("bias"),
                         example["eps"])
-    amax = float(np.max(np.abs(y))) if y.size else 0.0
-    assume(amax > 0 or not saturating)
+    return float(np.max(np.abs(y))) if y.size else 0.0
+
+
+def static_scale(kernel: Kernel, quant_dtype: torch.dtype, amax: float, factor: float) -> torch.Tensor:
+    """A static scale of one float32 element on the kernel's device: amax / fmax times ``factor`` (the largest |v|
+    about fmax / factor; 1 for amax 0), its inverse for a kernel declaring the "multiply" convention."""
     fmax = (torch.iinfo(quant_dtype).max if not quant_dtype.is_floating_point else torch.finfo(quant_dtype).max)
-    factor = draw(st.sampled_from(SATURATING_FACTORS if saturating else FACTORS))
     scale = amax / fmax * factor if amax > 0 else 1.0
-    if declared.scale_convention == "multiply":
+    if kernel.quantization.scale_convention == "multiply":
         scale = 1.0 / scale
-    device = discover(kernel).device
-    return {**example, "scale": rounded(torch.tensor([scale], dtype=torch.float64, device=HOST), torch.float32,
-                                        device), "quant_dtype": quant_dtype}
+    return rounded(torch.tensor([scale], dtype=torch.float64, device=HOST), torch.float32, discover(kernel).device)

@@ -39,7 +39,9 @@ The files, by where the bug is:
     conventions.py   a convention of proofs.mechanisms (Llama's double rounding, torch's storage statistics):
                      declared, correct; undeclared, caught and diagnosed
     bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
-                     or by position, dweight summed in a random order each call (atomics) + declared controls
+                     or by position (every norm kind; BatchNorm's in eval mode), dweight
+                     summed in a random order each call (atomics; the kinds over [N, C, *] too), a quantized norm's
+                     sums in a random order each call + declared controls
     quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
                      inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded + declared
                      multiply / symmetric INT8 controls
@@ -259,10 +261,13 @@ CORPUS: tuple[Entry, ...] = (
     _broken("derived.py:RMS_FLUSH_TO_ZERO", "rms.affine", margin="rms.affine", missed_by=("rms.forward",)),
     # bitwise.py: declared batch_invariant / deterministic (issue 29)
     *(_broken(f"bitwise.py:{prefix.upper()}_BATCH_SIZE_SWITCH", f"{prefix}.batch_invariance")
-      for prefix in ("ln", "rms", "add_ln", "add_rms", "drop_add_ln", "gn")),
+      for prefix in ("ln", "rms", "add_ln", "add_rms", "drop_add_ln", "gn", "cln", "in", "bn", "ln_quant",
+                     "rms_quant", "add_rms_quant")),
     _broken("bitwise.py:LN_SECOND_WAVE_ORDER", "ln.batch_invariance"),
     *(_broken(f"bitwise.py:{prefix.upper()}_ATOMIC_DWEIGHT", f"{prefix}.determinism")
-      for prefix in ("ln", "rms", "add_ln", "add_rms", "gn")),
+      for prefix in ("ln", "rms", "add_ln", "add_rms", "gn", "cln", "in", "bn")),
+    *(_broken(f"bitwise.py:{prefix.upper()}_RANDOM_ORDER", f"{prefix}.determinism")
+      for prefix in ("ln_quant", "rms_quant", "add_rms_quant")),
     # quantized.py: the quantized-output kinds (issue 29)
     *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
       for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),

@@ -57,11 +57,11 @@ def _instances(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(range(2, x.dim()))
 
 
-def _per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return t.reshape((1, -1) + (1,) * (x.dim() - 2))
 
 
-def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
+def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
                instance: bool = False):
     if bug == "channels_last":
         x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
@@ -79,26 +79,26 @@ def _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, e
         if bug == "detached":
             mean, variance = mean.detach(), variance.detach()
     else:
-        mean, variance = _per_channel(running_mean.float(), x), _per_channel(running_var.float(), x)
+        mean, variance = per_channel(running_mean.float(), x), per_channel(running_var.float(), x)
     y = (values - mean) * torch.rsqrt(variance + (0.0 if bug == "eps_missing" else eps))
     y = y if bug == "manual" else _affine(y, weight, bias)
     updates = training or bug == "eval_updates"
     if updates and running_mean is not None and bug != "manual":
         with torch.no_grad():
-            _update(values, running_mean, running_var, momentum, bug, instance)
+            running_update(values, running_mean, running_var, momentum, bug, instance)
             if bug == "twice":
-                _update(values, running_mean, running_var, momentum, bug, instance)
+                running_update(values, running_mean, running_var, momentum, bug, instance)
     if bug == "in_place":
         x.data.copy_(y.detach())
     return y.to(x.dtype)
 
 
 def _affine(y: torch.Tensor, weight, bias) -> torch.Tensor:
-    y = y if weight is None else y * _per_channel(weight.float(), y)
-    return y if bias is None else y + _per_channel(bias.float(), y)
+    y = y if weight is None else y * per_channel(weight.float(), y)
+    return y if bias is None else y + per_channel(bias.float(), y)
 
 
-def _update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
+def running_update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
             bug: str, instance: bool) -> None:
     """torch's running-statistics update, in place, broken as ``bug`` says (InstanceNorm: each instance's statistics
     averaged over the samples)."""
@@ -115,7 +115,7 @@ def _update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch
 
 def _kernel(name: str, bug: str, description: str, kind: str = "batchnorm") -> Kernel:
     def fn(x, running_mean, running_var, weight, bias, training, momentum, eps):
-        return _batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, bug=bug,
+        return batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, bug=bug,
                           instance=kind == "instancenorm")
 
     return Kernel(name.lower(), kind, fn, spec=f"{SPEC}{name}", description=description)

@@ -10,11 +10,27 @@ statistics summed in float32, the weight and bias applied per row, autograd back
                               order: the same row's bits depend on where it sits               -> ln.batch_invariance
     {KIND}_ATOMIC_DWEIGHT     dweight (and dbias) add the rows' contributions in a random order on each call, in
                               float32, as atomic adds do (Liger's GroupNorm)                   -> *.determinism
+    IN_BATCH_SIZE_SWITCH      InstanceNorm: from 256 samples up each instance's sums run right to left in training
+                              (its rows are S <= 4 elements, which torch's CPU sum adds left to right), and eval mode
+                              folds the running statistics into one multiply-add                -> in.batch_invariance
+    BN_BATCH_SIZE_SWITCH      BatchNorm in eval mode: from 256 samples up y = x a + b with a = rsqrt(var + eps),
+                              b = -mean a (a fused inference path), below (x - mean) a          -> bn.batch_invariance
+    {CLN,IN,BN}_ATOMIC_DWEIGHT  the same for the kinds over x [N, C, *]: dweight and dbias summed over the samples in
+                              a random order each call (BatchNorm's and InstanceNorm's in both modes)
+                                                                                               -> *.determinism
+    {LN,RMS,ADD_RMS}_QUANT_RANDOM_ORDER  a quantized norm: each row's sums in an order of its columns drawn anew
+                              each call (a split chosen at run time): y, hence the dynamic scales, change between
+                              calls                                                          -> *_quant.determinism
+    {LN,RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  a quantized norm: from 256 rows up its row sums run left to right, so
+                              y, hence the dynamic per-row scales reduced from it (and q where a rounding boundary
+                              lies between), change bits with the batch size             -> *_quant.batch_invariance
     LN_TEXTBOOK_DECLARED_BITWISE, GN_CORRECT_DECLARED_BITWISE: correct kernels of the corpus declaring both: the
                               controls (the contracts hold for them)
 
-KIND is LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN (batch size only: its determinism is drop_add_ln.determinism's) or
-GN. Each kernel is correct in every other respect (the corpus runs a broken kernel on the claims of its entry).
+KIND is LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN (batch size only: its determinism is drop_add_ln.determinism's), GN or
+CLN (LayerNorm over (C, *)). Each kernel is correct in every other respect (the corpus runs a broken
+kernel on the claims of its entry); the BatchNorm and InstanceNorm ones normalize and update their running statistics
+as tests/corpus/batchnorm.py's control, the quantized ones quantize as core.adapters.quantized.
 """
 
 from __future__ import annotations
@@ -24,9 +40,11 @@ import os
 
 import torch
 
+import corpus.batchnorm
 import corpus.groupnorm
 import corpus.statistics
-from core.kernel import Kernel
+from core.adapters.quantized import MINIMUM_SCALE, declared_y, quantize
+from core.kernel import Kernel, Quantization
 
 SPEC = "tests/corpus/bitwise.py:"
 SWITCH_ROWS = 256  # vLLM's RMSNorm switched its block size at 256 tokens
@@ -50,12 +68,27 @@ def _row_sum(values: torch.Tensor, sequential: torch.Tensor | bool) -> torch.Ten
     return torch.where(torch.as_tensor(sequential), left_to_right(values, -1).unsqueeze(-1), pairwise)
 
 
-def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool) -> torch.Tensor:
-    """(rows - mean) / sqrt(var + eps) (LayerNorm) or rows / sqrt(mean(rows^2) + eps) (RMSNorm), two-pass in float32."""
+def _random_order_sum(values: torch.Tensor) -> torch.Tensor:
+    """float32 sums over the last axis, [..., 1], left to right in an order of the columns drawn anew on each call (the
+    partial sums of a split chosen at run time, or atomics, arriving in the order they finish): the bits change from
+    call to call."""
+    generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+    order = torch.randperm(values.shape[-1], generator=generator).to(values.device)
+    return left_to_right(values[..., order], -1).unsqueeze(-1)
+
+
+def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool | None) -> torch.Tensor:
+    """(rows - mean) / sqrt(var + eps) (LayerNorm) or rows / sqrt(mean(rows^2) + eps) (RMSNorm), two-pass in float32;
+    the sums as :func:`_row_sum` says, or in a random order (:func:`_random_order_sum`) where ``sequential`` is
+    None."""
     m = rows.shape[-1]
+
+    def row_sum(values: torch.Tensor) -> torch.Tensor:
+        return _random_order_sum(values) if sequential is None else _row_sum(values, sequential)
+
     if centred:
-        rows = rows - _row_sum(rows, sequential) / m
-    return rows * torch.rsqrt(_row_sum(rows * rows, sequential) / m + eps)
+        rows = rows - row_sum(rows) / m
+    return rows * torch.rsqrt(row_sum(rows * rows) / m + eps)
 
 
 class _AtomicRowSum(torch.autograd.Function):
@@ -74,10 +107,13 @@ class _AtomicRowSum(torch.autograd.Function):
 
 
 def _per_row(parameter: torch.Tensor | None, samples: int, shape: tuple[int, ...], atomic: bool, grouped: bool):
-    """The parameter in float32 as it multiplies or shifts the rows (or GroupNorm's [N, C, *] samples)."""
+    """The parameter in float32 as it multiplies or shifts the rows (or the samples of x [N, C, *]: per channel, or
+    element-wise [C, *])."""
     if parameter is None:
         return None
     p = parameter.float()
+    if grouped and p.dim() > 1:  # element-wise over a sample (LayerNorm over (C, *))
+        return _AtomicRowSum.apply(p.reshape(-1), samples).reshape(shape) if atomic else p
     trailing = (1,) * (len(shape) - 2) if grouped else ()
     if not atomic:
         return p.reshape(p.shape[0], *trailing) if grouped else p
@@ -91,7 +127,9 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: i
     rows = values.reshape(values.shape[0], groups, -1) if grouped else values
     samples = rows.shape[0] if grouped else rows[..., 0].numel()
     if bug == "batch_size_switch":
-        sequential: torch.Tensor | bool = samples >= SWITCH_ROWS
+        sequential: torch.Tensor | bool | None = samples >= SWITCH_ROWS
+    elif bug == "random_order":
+        sequential = None
     elif bug == "second_wave_order":
         sequential = (torch.arange(samples, device=h.device) >= SECOND_WAVE).reshape(*rows.shape[:-1], 1)
     else:
@@ -115,9 +153,38 @@ def _residual_out(x, residual, p: float = 0.0, seed: int = 0):
     return total.to(x.dtype if residual is None else residual.dtype)
 
 
+def _running_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, instance: bool, bug: str):
+    """BatchNorm (InstanceNorm where ``instance``) in float32 with the running statistics of tests/corpus/batchnorm.py's
+    control (its normalization in eval mode and BatchNorm's in training), weight and bias applied per sample, with the
+    bug: ``batch_size_switch`` from :data:`SWITCH_ROWS` samples up the instances' sums right to left (training), eval
+    folded into x a + b; ``atomic_dweight`` dweight and dbias summed in a random order."""
+    values = x.float()
+    switched = bug == "batch_size_switch" and x.shape[0] >= SWITCH_ROWS
+    if training and instance:  # each (sample, channel)'s statistics: GroupNorm's view with G = C
+        order = (lambda t: t.flip(-1)) if switched else (lambda t: t)  # a permutation within each instance
+        y = order(_norm(order(values), None, None, eps, centred=True, groups=x.shape[1], bug="",
+                        out_dtype=torch.float32))
+        if running_mean is not None:
+            with torch.no_grad():
+                corpus.batchnorm.running_update(values, running_mean, running_var, momentum, "", instance=True)
+    elif switched and not training and running_mean is not None:  # a fused inference path: one multiply-add
+        scale = torch.rsqrt(running_var.float() + eps)
+        y = (values * corpus.batchnorm.per_channel(scale, x)
+             - corpus.batchnorm.per_channel(running_mean.float() * scale, x))
+    else:
+        y = corpus.batchnorm.batchnorm(values, running_mean, running_var, None, None, training, momentum, eps,
+                                       instance=instance)
+    atomic = bug == "atomic_dweight"
+    w = _per_row(weight, x.shape[0], tuple(x.shape), atomic, grouped=True)
+    b = _per_row(bias, x.shape[0], tuple(x.shape), atomic, grouped=True)
+    y = y if w is None else y * w
+    return (y if b is None else y + b).to(x.dtype)
+
+
 def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...]) -> dict[str, Kernel]:
-    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN), declared ``declared``;
-    ``description`` names the claim that catches it as ``{claim}`` (the kind's claim-id prefix)."""
+    """The bug in each kind named by ``prefixes`` (LN, RMS, ADD_LN, ADD_RMS, DROP_ADD_LN, GN, CLN, IN, BN, LN_QUANT,
+    RMS_QUANT, ADD_RMS_QUANT), declared ``declared``; ``description`` names the claim that catches it as ``{claim}``
+    (the kind's claim-id prefix)."""
 
     def layernorm(x, weight, bias, eps):
         return _norm(x, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=x.dtype)
@@ -140,21 +207,56 @@ def _kernels(bug: str, declared: str, description: str, prefixes: tuple[str, ...
     def groupnorm(x, num_groups, weight, bias, eps):
         return _norm(x, weight, bias, eps, centred=True, groups=num_groups, bug=bug, out_dtype=x.dtype)
 
+    def channel_layernorm(x, weight, bias, eps):
+        return _norm(x, weight, bias, eps, centred=True, groups=1, bug=bug, out_dtype=x.dtype)
+
+    def instancenorm(x, running_mean, running_var, weight, bias, training, momentum, eps):
+        return _running_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, instance=True,
+                             bug=bug)
+
+    def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps):
+        return _running_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, instance=False,
+                             bug=bug)
+
+    def layernorm_quant(x, weight, bias, eps, scale, quant_dtype):
+        y = _norm(x, weight, bias, eps, centred=True, groups=None, bug=bug, out_dtype=torch.float32)
+        return quantize(declared_y(y, x, storage=True), scale, quant_dtype)
+
+    def rmsnorm_quant(x, weight, eps, scale, quant_dtype):
+        y = _norm(x, weight, None, eps, centred=False, groups=None, bug=bug, out_dtype=torch.float32)
+        return quantize(declared_y(y, x, storage=True), scale, quant_dtype)
+
+    def add_rmsnorm_quant(x, residual, weight, eps, scale, quant_dtype):
+        h = _residual_out(x, residual)
+        return (*rmsnorm_quant(h, weight, eps, scale, quant_dtype), h)
+
     kinds = {"LN": ("layernorm", layernorm), "RMS": ("rmsnorm", rmsnorm), "ADD_LN": ("add_layernorm", add_layernorm),
              "ADD_RMS": ("add_rmsnorm", add_rmsnorm),
-             "DROP_ADD_LN": ("dropout_add_layernorm", dropout_add_layernorm), "GN": ("groupnorm", groupnorm)}
+             "DROP_ADD_LN": ("dropout_add_layernorm", dropout_add_layernorm), "GN": ("groupnorm", groupnorm),
+             "CLN": ("channel_layernorm", channel_layernorm), "IN": ("instancenorm", instancenorm),
+             "BN": ("batchnorm", batchnorm), "LN_QUANT": ("layernorm_quant", layernorm_quant),
+             "RMS_QUANT": ("rmsnorm_quant", rmsnorm_quant),
+             "ADD_RMS_QUANT": ("add_rmsnorm_quant", add_rmsnorm_quant)}
+    quantized = {"quantization": Quantization(minimum_scale=MINIMUM_SCALE)}
     return {prefix: Kernel(f"{prefix.lower()}_{bug}", kinds[prefix][0], kinds[prefix][1],
                            spec=f"{SPEC}{prefix}_{bug.upper()}", description=description.format(claim=prefix.lower()),
-                           **{declared: True})
+                           **{declared: True}, **(quantized if prefix.endswith("QUANT") else {}))
             for prefix in prefixes}
 
 
 _BATCH_SIZE = _kernels("batch_size_switch", "batch_invariant",
                        f"from {SWITCH_ROWS} rows up the float32 row sums run left to right: {{claim}}.batch_invariance",
-                       ("LN", "RMS", "ADD_LN", "ADD_RMS", "DROP_ADD_LN", "GN"))
+                       ("LN", "RMS", "ADD_LN", "ADD_RMS", "DROP_ADD_LN", "GN", "CLN", "LN_QUANT", "RMS_QUANT",
+                        "ADD_RMS_QUANT"))
 LN_BATCH_SIZE_SWITCH, RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["LN"], _BATCH_SIZE["RMS"]
 ADD_LN_BATCH_SIZE_SWITCH, ADD_RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["ADD_LN"], _BATCH_SIZE["ADD_RMS"]
 DROP_ADD_LN_BATCH_SIZE_SWITCH, GN_BATCH_SIZE_SWITCH = _BATCH_SIZE["DROP_ADD_LN"], _BATCH_SIZE["GN"]
+CLN_BATCH_SIZE_SWITCH, LN_QUANT_BATCH_SIZE_SWITCH = _BATCH_SIZE["CLN"], _BATCH_SIZE["LN_QUANT"]
+RMS_QUANT_BATCH_SIZE_SWITCH, ADD_RMS_QUANT_BATCH_SIZE_SWITCH = _BATCH_SIZE["RMS_QUANT"], _BATCH_SIZE["ADD_RMS_QUANT"]
+_RUNNING_SWITCH = _kernels("batch_size_switch", "batch_invariant",
+                           f"from {SWITCH_ROWS} samples up the instances' sums run right to left in training and eval "
+                           "is folded into x a + b: {claim}.batch_invariance", ("IN", "BN"))
+IN_BATCH_SIZE_SWITCH, BN_BATCH_SIZE_SWITCH = _RUNNING_SWITCH["IN"], _RUNNING_SWITCH["BN"]
 
 LN_SECOND_WAVE_ORDER = _kernels("second_wave_order", "batch_invariant",
                                 f"rows from position {SECOND_WAVE} on sum in another order: {{claim}}.batch_invariance",
@@ -162,8 +264,14 @@ LN_SECOND_WAVE_ORDER = _kernels("second_wave_order", "batch_invariant",
 
 _ATOMIC = _kernels("atomic_dweight", "deterministic",
                    "dweight and dbias summed over the rows in a random order each call: {claim}.determinism",
-                   ("LN", "RMS", "ADD_LN", "ADD_RMS", "GN"))
+                   ("LN", "RMS", "ADD_LN", "ADD_RMS", "GN", "CLN", "IN", "BN"))
 LN_ATOMIC_DWEIGHT, RMS_ATOMIC_DWEIGHT, GN_ATOMIC_DWEIGHT = _ATOMIC["LN"], _ATOMIC["RMS"], _ATOMIC["GN"]
+CLN_ATOMIC_DWEIGHT, IN_ATOMIC_DWEIGHT, BN_ATOMIC_DWEIGHT = _ATOMIC["CLN"], _ATOMIC["IN"], _ATOMIC["BN"]
+_RANDOM_ORDER = _kernels("random_order", "deterministic",
+                         "each row's sums in an order drawn anew each call: {claim}.determinism",
+                         ("LN_QUANT", "RMS_QUANT", "ADD_RMS_QUANT"))
+LN_QUANT_RANDOM_ORDER, RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["LN_QUANT"], _RANDOM_ORDER["RMS_QUANT"]
+ADD_RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["ADD_RMS_QUANT"]
 ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_RMS"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
