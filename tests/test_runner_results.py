@@ -283,3 +283,25 @@ def test_a_real_run_validates_against_the_schema_file_and_the_models(plain_run):
     document = plain_run[1]
     jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
     assert Document.model_validate(document).as_json() == document
+
+
+@pytest.mark.parametrize(("dist", "most"), [("no", None), ("load", 2)])
+def test_the_xdist_controller_rewrites_the_file_at_most_once_a_second(tmp_path, monkeypatch, dist, most):
+    """A process that runs its tests rewrites the results after every test (a kernel that ends the process must find
+    its test named there); the pytest-xdist controller, which runs no kernel, at most every
+    XDIST_WRITE_INTERVAL_S and at the end (rewriting a 16 MB document twice per test cost the corpus run 74 s)."""
+    from types import SimpleNamespace
+
+    from properties.run import writer
+
+    written = []
+    monkeypatch.setattr(writer, "write_atomically", lambda path, data: written.append(data))
+    results = writer.ResultsWriter(SimpleNamespace(option=SimpleNamespace(dist=dist)), tmp_path / "r.json")
+    for number in range(50):
+        nodeid = f"t.py::test_{number}"
+        results.pytest_runtest_logstart(nodeid, None)
+        results.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=0.0, user_properties=[],
+                                                         when="teardown", longrepr=None))
+    results.pytest_sessionfinish(None, pytest.ExitCode.OK)
+    assert json.loads(written[-1])["complete"] is True and json.loads(written[-1])["progress"]["done"] == 50
+    assert len(written) <= most if most else len(written) == 101

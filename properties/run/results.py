@@ -41,7 +41,7 @@ _examples_key = pytest.StashKey[list]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("normverify", "normverify conformance run")
     group.addoption("--json", dest="normverify_json", default=None, metavar="PATH",
-                    help="write the results (docs/ARCHITECTURE.md, 'Results JSON') to PATH, updated after every test")
+                    help="write the results (docs/ARCHITECTURE.md, 'Results JSON') to PATH, updated as the tests go")
     group.addoption("--claims", dest="normverify_claims", default=None, metavar="IDS",
                     help="run only the conformance tests of these claims: comma-separated ids or globs (ln.*)")
 
