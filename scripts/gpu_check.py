@@ -15,13 +15,15 @@ On a machine with a CUDA GPU, in one command well inside 10 minutes:
 
 Without CUDA it says so in one line and exits 2; ``--dry-run`` runs the same plumbing on the CPU with tiny runs.
 
-    python3 scripts/gpu_check.py [OUT] [--dry-run] [--deadline SECONDS]     (OUT defaults to $OUT, else gpu-check)
+    python3 scripts/gpu_check.py [OUT] [--dry-run] [--deadline SECONDS] [--only GLOBS] [--skip GLOBS]
+                                                                             (OUT defaults to $OUT, else gpu-check)
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -49,6 +51,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, default=500.0, help="seconds for everything (default 500)")
     parser.add_argument("--bench-seconds", type=float, default=BENCH_S,
                         help=f"seconds kept for the benchmark after the conformance runs (default {BENCH_S})")
+    parser.add_argument("--only", default="", metavar="GLOBS",
+                        help="only the built-ins matching these comma-separated globs (e.g. 'flash-attn-*,flaggems-*' "
+                             "for a call of their own)")
+    parser.add_argument("--skip", default="", metavar="GLOBS",
+                        help="leave out the built-ins matching these comma-separated globs (e.g. 'flash-attn-*')")
     parser.add_argument("--bench-args", default="",
                         help="arguments of `normverify bench` (default: its full table), e.g. '--rows 16384' to fit "
                              "what is left of a machine's time")
@@ -94,6 +101,13 @@ def available_builtins() -> list[str]:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=environment())
     return proc.stdout.split()
+
+
+def selected(kernels: list[str], only: str, skip: str) -> list[str]:
+    """The built-ins matching a glob of ``only`` (all when empty) and none of ``skip``."""
+    def matches(kernel: str, globs: str) -> bool:
+        return any(fnmatch.fnmatchcase(kernel, glob.strip()) for glob in globs.split(",") if glob.strip())
+    return [k for k in kernels if (not only or matches(k, only)) and not matches(k, skip)]
 
 
 def start(command: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
@@ -210,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work)
         return 2
     mode = "dry run on the CPU" if args.dry_run else "CUDA"
-    kernels = list(DRY_RUN_KERNELS) if args.dry_run else available_builtins()
+    kernels = selected(list(DRY_RUN_KERNELS) if args.dry_run else available_builtins(), args.only, args.skip)
     results = work / "results.json"
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
              "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]

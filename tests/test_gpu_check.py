@@ -1,0 +1,34 @@
+"""scripts/gpu_check.py's plumbing that runs anywhere: which built-ins a call takes, and what its summary says of a
+run cut off by the deadline (the H100 calls of 2026-11-26 ended that way)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+
+BUILTINS = ["torch", "triton", "flash-attn-layernorm", "flash-attn-fused", "flaggems-rmsnorm", "liger-layernorm"]
+
+
+def test_only_and_skip_select_built_ins_by_glob():
+    assert gpu_check.selected(BUILTINS, "", "") == BUILTINS
+    assert gpu_check.selected(BUILTINS, "flash-attn-*,flaggems-*", "") == [
+        "flash-attn-layernorm", "flash-attn-fused", "flaggems-rmsnorm"]
+    assert gpu_check.selected(BUILTINS, "", "flash-attn-*, flaggems-*") == ["torch", "triton", "liger-layernorm"]
+
+
+def test_the_summary_names_the_built_ins_a_cut_off_run_did_not_reach(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"complete": False, "environment": {"device": "cuda"}, "errors": [], "results": [
+        {"spec": "torch", "kernel": "torch:layernorm", "claim": "ln.forward", "status": "passed",
+         "worst_ratio": 0.9, "duration_s": 1.0}]}))
+    steps = {"conformance": {"exit": 124, "seconds": 300.0, "timed_out": True}}
+    lines = gpu_check.summary_lines(results, steps, "CUDA", BUILTINS[:3])
+    assert "built-ins with no test reached: triton, flash-attn-layernorm" in lines
+    assert "conformance exit 124 in 300.0 s (timed out)" in lines[-2]
+    assert lines[-1].startswith("kernel x claim: 1 passed; harness errors: 0")
