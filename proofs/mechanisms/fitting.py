@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from proofs.mechanisms.base import Fit
 
@@ -79,6 +78,8 @@ def by_search(worst_ratio: Callable[[float], float], grid: np.ndarray, *, argume
     value, ratio = float(grid[best]), float(ratios[best])
     lo, hi = float(grid[max(best - 1, 0)]), float(grid[min(best + 1, len(grid) - 1)])
     if hi > lo:
+        from scipy.optimize import minimize_scalar  # here: scipy.optimize is 0.3 s of every process's start-up
+
         refined = minimize_scalar(worst_ratio, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6 * hi})
         if refined.fun < ratio:
             value, ratio = float(refined.x), float(refined.fun)
