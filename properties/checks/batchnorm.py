@@ -42,6 +42,13 @@ from properties.checks.forward import output_dtype_rule
 BUFFERS = ("running_mean", "running_var")
 
 
+
+def _statistics_rows(kernel) -> str:
+    """What one row of the kind's statistics holds, in words (BatchNorm's channel across the batch, InstanceNorm's
+    channel of one sample)."""
+    return ("each channel's elements of the whole batch" if kernel.record.batch_statistics
+            else "each sample's channel")
+
 def example_of(x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
                eps: float) -> dict:
     """BatchNorm's arguments keyed by role (core.kinds)."""
@@ -71,7 +78,7 @@ def check_forward(kernel, x: torch.Tensor, running_mean, running_var, weight, bi
     expected = norms.reference(kernel, x, weight, bias, eps)
     bound = tolerance.forward(kernel, x, weight, bias, eps)
     outcome.conclude(outcome.compare(y, expected, bound, "y"),
-                     "the output is not LayerNorm over each channel's elements of the whole batch", **_plot(x))
+                     f"the output is not LayerNorm over {_statistics_rows(kernel)}", **_plot(x))
 
 
 def check_running_statistics(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
@@ -151,7 +158,8 @@ def check_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, 
     expected = norms.reference_vjp(kernel, x, weight, eps, dy)
     bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
-    outcome.conclude(comparisons, "the backward is not the derivative of BatchNorm over the whole batch", **_plot(x))
+    outcome.conclude(comparisons, f"the backward is not the derivative of LayerNorm over {_statistics_rows(kernel)}",
+                     **_plot(x))
 
 
 def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
