@@ -99,3 +99,25 @@ def test_the_oracles_compiled_from_stored_expressions_are_the_derived_ones_bit_f
         oracles._compiled.cache_clear()
         oracles._eigenvalues.cache_clear()
     assert all(np.array_equal(a, b) for a, b in zip(derived, stored, strict=True))
+
+
+def test_the_rendered_verdicts_of_a_derivation_are_kept_and_read_back_without_verifying(directory, monkeypatch):
+    """proofs.render: the report and `derive` mark each step with its verdict; the verdicts of the same derivation
+    code are read back (19 s of SymPy per report before), and match what verifying gives."""
+    from proofs import derivation, render
+
+    claim = "rms.spectral_norm"
+    render.verified_steps.cache_clear()
+    try:
+        verified = render.verified_steps(claim)
+        assert any(directory.glob(f"verified-{claim}-*.pickle")) and all(ok for _, ok in verified)
+        render.verified_steps.cache_clear()
+
+        def refused(step) -> bool:
+            raise AssertionError("verified again")
+
+        for step_type in (derivation.Equal, derivation.AtMost, derivation.Fact):
+            monkeypatch.setattr(step_type, "verify", refused)
+        assert [ok for _, ok in render.verified_steps(claim)] == [ok for _, ok in verified]
+    finally:
+        render.verified_steps.cache_clear()
