@@ -148,17 +148,20 @@ def bias_without_weight(example: dict) -> bool:
     return example.get("weight") is None and isinstance(example.get("bias"), torch.Tensor)
 
 
-def bias_without_weight_on_cuda(example: dict) -> bool:
-    """An example on a CUDA device with a bias and no weight (the case torch's CUDA batch_norm backward gets wrong)."""
-    x = example.get("x")
-    return isinstance(x, torch.Tensor) and x.is_cuda and bias_without_weight(example)
+def on_cuda(applies: Callable[[dict], bool]) -> Callable[[dict], bool]:
+    """``applies`` restricted to examples whose x is on a CUDA device (a deviation of a kernel's CUDA path)."""
+    def applies_on_cuda(example: dict) -> bool:
+        x = example.get("x")
+        return isinstance(x, torch.Tensor) and x.is_cuda and applies(example)
+
+    return applies_on_cuda
 
 
-def float16_group_rstd_overflows_on_cuda(example: dict) -> bool:
-    """rstd = 1/sqrt(var + eps) of a group of a float16 ``x`` on a CUDA device, kept in float16 ([R7]), is inf:
-    var + eps < 2.3e-10 (a constant group, or one element, with eps = 1e-12)."""
+def float16_group_rstd_overflows(example: dict) -> bool:
+    """rstd = 1/sqrt(var + eps) of a group of a float16 ``x``, kept in float16 ([R7]), is inf: var + eps < 2.3e-10
+    (a constant group, or one element, with eps = 1e-12)."""
     x = example.get("x")
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.float16 or not x.is_cuda:
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float16:
         return False
     groups = x.double().reshape(x.shape[0], example["num_groups"], -1)
     rstd = torch.rsqrt(groups.var(-1, unbiased=False) + example["eps"])
@@ -224,15 +227,15 @@ BUILTIN_DEVIATIONS = (
     Deviation(("torch-groupnorm",), "gn.jacobian", "raised", bias_without_weight,
               "torch's F.group_norm backward raises 'tensor does not have a device' for weight=None with a bias that "
               "needs a gradient (docs/findings.md [R3])", storage=False),
-    Deviation(("torch-groupnorm",), "gn.*", "nonfinite", float16_group_rstd_overflows_on_cuda,
+    Deviation(("torch-groupnorm",), "gn.*", "nonfinite", on_cuda(float16_group_rstd_overflows),
               "torch's CUDA group_norm keeps mean and rstd in float16 for float16 x ([R7]); where 1/sqrt(var + eps) > "
               "65504 (a one-element group with eps = 1e-12) rstd is inf and y = (x - mean) rstd is 0 * inf = NaN "
               "(docs/findings.md [R7])", storage=False),
-    Deviation(("torch-batchnorm", "torch-instancenorm"), "*", "raised", bias_without_weight_on_cuda,
+    Deviation(("torch-batchnorm", "torch-instancenorm"), "*", "raised", on_cuda(bias_without_weight),
               "torch's CUDA batch_norm backward (instance_norm's too) raises 'tensor does not have a device' for "
               "weight=None with a bias that needs a gradient, on x of 3 dimensions (docs/findings.md [R11])",
               storage=False),
-    Deviation(("torch-batchnorm", "torch-instancenorm"), "*", "value", bias_without_weight_on_cuda,
+    Deviation(("torch-batchnorm", "torch-instancenorm"), "*", "value", on_cuda(bias_without_weight),
               "torch's CUDA batch_norm backward (instance_norm's too) returns dbias = 0 for weight=None with a bias "
               "that needs a gradient, on x of 4 or more dimensions (docs/findings.md [R11])",
               storage=False, quantities=("dbias",)),
