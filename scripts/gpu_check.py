@@ -71,7 +71,6 @@ def has_cuda() -> bool:
 def environment() -> dict[str, str]:
     paths = [str(SITE)] if SITE.is_dir() else []
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep),
-            "PYTEST_XDIST_AUTO_NUM_WORKERS": str(WORKERS),
             # autotuning results on disk, shared by the workers and runs (Triton's knobs.autotuning.cache)
             "TRITON_CACHE_AUTOTUNING": "1"}
 
