@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from triton import knobs
 from triton.runtime.jit import JITFunction
 
 from kernels import interpret
 
 _compiled_run = interpret.original_jit_run
+_hooks = knobs.runtime
 
 STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -122,21 +124,83 @@ def records_no_graph(*tensors: torch.Tensor | None) -> bool:
 def launch(kernel: JITFunction, grid: tuple[int, ...], *args, **meta) -> None:
     """Launch ``kernel[grid](*args, **meta)`` as directly as Triton allows: the one place our kernels are launched.
 
-    CUDA tensors (``args[0]`` is one): Triton's own ``JITFunction.run`` (binder, cache lookup, driver launch), not
-    the wrapper :mod:`kernels.interpret` installs around it, on ``args[0]``'s device (entered only when it is not the
-    current one). CPU tensors: the kernel's interpreted twin, the interpreter support enabled on first use.
+    CUDA tensors (``args[0]`` is one): :func:`launch_compiled` on ``args[0]``'s device (entered only when it is not
+    the current one). CPU tensors: the kernel's interpreted twin, the interpreter support enabled on first use.
     """
     first = args[0]
     if first.is_cuda:
-        if first.get_device() == torch.cuda.current_device():
-            _compiled_run(kernel, *args, grid=grid, warmup=False, **meta)
+        index = first.get_device()
+        if index == torch.cuda.current_device():
+            launch_compiled(kernel, grid, index, args, meta)
         else:
-            with torch.cuda.device(first.device):
-                _compiled_run(kernel, *args, grid=grid, warmup=False, **meta)
+            with torch.cuda.device(index):
+                launch_compiled(kernel, grid, index, args, meta)
         return
     if not interpret.is_enabled():
         interpret.enable()
     interpret.interpreted_twin(kernel).run(*args, grid=grid, warmup=False, **meta)
+
+
+def specialization_key(args: tuple) -> tuple:
+    """What Triton's launch specializes a compiled kernel on, for each argument, or finer: a tensor's dtype and
+    whether its address is a multiple of 16 bytes; an integer's value 1 (a constant), divisibility by 16 and its
+    range (int32, int64, uint64); for anything else its type (a float is fp32, a bool u1, None a constant).
+    Arguments with equal keys get the same compiled kernel from Triton (tests/test_kernels_launch.py checks this
+    against Triton's own ``native_specialize_impl``)."""
+    return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
+                  else (a == 1, a % 16 == 0, -_INT32 <= a < _INT32, a < _INT64) if a.__class__ is int
+                  else a.__class__ for a in args])
+
+
+_INT32, _INT64 = 2**31, 2**63
+
+
+@dataclass(frozen=True)
+class _Launcher:
+    """A compiled kernel's C launcher and what it takes besides the arguments (CompiledKernel.__getitem__'s)."""
+
+    run: object  # CompiledKernel.run: (grid0, grid1, grid2, stream, function, packed_metadata, launch_metadata,
+    #              enter_hook, exit_hook, *every argument of the kernel's signature, constexprs included)
+    function: object  # the loaded CUfunction
+    packed_metadata: object
+    constexpr_names: tuple[str, ...]  # the signature's parameters after the positional arguments, from ``meta``
+    current_stream: object  # device index -> raw stream, Triton's driver's
+
+
+_launchers: dict[tuple, _Launcher] = {}
+
+
+def _hooked(hook: object) -> bool:
+    """A launch hook is set: Triton's ``knobs.runtime.launch_enter_hook`` / ``_exit_hook``, a HookChain (empty
+    unless a profiler added a call) or, in older Tritons, None or a function."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def clear_launchers() -> None:
+    """Forget the launchers :func:`launch_compiled` keeps (their next launches go through Triton's run again)."""
+    _launchers.clear()
+
+
+def launch_compiled(kernel: JITFunction, grid: tuple[int, ...], device_index: int, args: tuple, meta: dict) -> None:
+    """``kernel[grid](*args, **meta)`` compiled, on the current device ``device_index``: the first launch of each
+    specialization (:func:`specialization_key` of every argument, ``meta``, the device) through Triton's own
+    ``JITFunction.run`` (binder, cache, compile), the later ones straight to the compiled kernel's C launcher, as
+    ``CompiledKernel[grid](*args)`` does, without the ~10 us of binding and cache-key building per call. Launch
+    hooks (a profiler's) always take Triton's path, which calls them."""
+    key = (kernel, device_index, *meta.items(), specialization_key(args))
+    launcher = _launchers.get(key)
+    if launcher is None or _hooked(_hooks.launch_enter_hook) or _hooked(_hooks.launch_exit_hook):
+        compiled = _compiled_run(kernel, *args, grid=grid, warmup=False, **meta)
+        if launcher is None:
+            _launchers[key] = _Launcher(
+                run=compiled.run, function=compiled.function, packed_metadata=compiled.packed_metadata,
+                constexpr_names=tuple(kernel.arg_names[len(args):]),
+                current_stream=triton.runtime.driver.active.get_current_stream)
+        return
+    constexprs = [meta[name] for name in launcher.constexpr_names]
+    launcher.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                 launcher.current_stream(device_index), launcher.function, launcher.packed_metadata, None, None, None,
+                 *args, *constexprs)
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ from triton.runtime.jit import JITFunction
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kernels
-from kernels import cuda_stand_ins, interpret, rows
+from kernels import cuda_stand_ins, rows
 
 RUNS = 30
 NOT_LAUNCHES = ("empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach", "alias",
@@ -86,44 +86,34 @@ class _StandInCompiledKernel:
 
 @contextlib.contextmanager
 def stubbed_compiled_launcher() -> Iterator[_LaunchCounter]:
-    """Our launches take the CUDA path through Triton's JITFunction.run, whose compile step caches a
+    """Our launches take the CUDA path (``kernels.rows.launch_compiled``: Triton's JITFunction.run on the first
+    launch of a specialization, the compiled kernel's launcher after), whose compile step caches a
     :class:`_StandInCompiledKernel`: everything but the C launcher runs."""
     counter = _LaunchCounter()
-    original_run = getattr(interpret, "original_jit_run", None) or interpret._original_jit_run
 
     def do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
         kernel = self.device_caches[device][0][key] = _StandInCompiledKernel(counter)
         return kernel
 
-    saved = JITFunction._do_compile, getattr(rows, "launch", None), interpret._all_on_cpu
+    saved = JITFunction._do_compile, rows.launch
     JITFunction._do_compile = do_compile
-    if saved[1] is not None:  # since the lean host path: rows.launch's CUDA branch
-        rows.launch = lambda kernel, grid, *args, **meta: original_run(kernel, *args, grid=grid, warmup=False, **meta)
-    else:  # before it: kernel[grid] -> the interpreter's JITFunction.run wrapper -> Triton's (as for CUDA tensors)
-        interpret._all_on_cpu = lambda args, kwargs: saved[2](args, kwargs) and False
+    rows.launch = lambda kernel, grid, *args, **meta: rows.launch_compiled(kernel, grid, 0, args, meta)
     try:
         yield counter
     finally:
-        JITFunction._do_compile = saved[0]
-        if saved[1] is not None:
-            rows.launch = saved[1]
-        interpret._all_on_cpu = saved[2]
+        JITFunction._do_compile, rows.launch = saved
+        rows.clear_launchers()
 
 
 @contextlib.contextmanager
 def stubbed_launches() -> Iterator[_LaunchCounter]:
     counter = _LaunchCounter()
-    saved_run = JITFunction.run
-    saved_launch = getattr(rows, "launch", None)
-    JITFunction.run = counter.jit_run
-    if saved_launch is not None:
-        rows.launch = counter.launch
+    saved_run, saved_launch = JITFunction.run, rows.launch
+    JITFunction.run, rows.launch = counter.jit_run, counter.launch
     try:
         yield counter
     finally:
-        JITFunction.run = saved_run
-        if saved_launch is not None:
-            rows.launch = saved_launch
+        JITFunction.run, rows.launch = saved_run, saved_launch
 
 
 class _TorchLaunches(TorchDispatchMode):
