@@ -1,0 +1,108 @@
+"""Warps per row program of our plain LayerNorm/RMSNorm forward, measured (issue 30, item 3): the data behind the
+launch rule of kernels.rows.launch_config, on one CUDA GPU.
+
+    python3 scripts/launch_sweep.py OUT.csv [--widths 1024,2048,4096,8192] [--warps 1,2,4,8,16] [--rows 4096,16384]
+
+For every kind (layernorm, rmsnorm), dtype, row count n and width d: our forward's device time with each number of
+warps (kernels.bench.measure, a CUDA graph of the call replayed; its error against torch in float32 checked), beside
+torch's and Liger-Kernel's (when installed). One CSV row per measurement (kernels.bench.Measurement's fields, the
+provider ``ours-wN`` for N warps), and a summary per case: the rule's warps, the fastest warps, and ours over the
+best other at both. The kernels are compiled first in parallel processes (Triton compiles one at a time per
+process). Without CUDA, ``--dry-run`` runs it on the CPU through the interpreter (numbers meaningless).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch
+
+from kernels import bench, rows
+
+KINDS = ("layernorm", "rmsnorm")
+
+
+def _ours_with_warps(kind: str, warps: int):
+    """Our forward with every row program launched with ``warps`` warps (kernels.rows.num_warps replaced)."""
+    ours = bench.providers(kind)["ours"]
+
+    def call(x, r, w, b):
+        rule = rows.num_warps
+        rows.num_warps = lambda block, element_size: warps
+        try:
+            return ours(x, r, w, b)
+        finally:
+            rows.num_warps = rule
+    return call
+
+
+def _compile(kind: str, dtype_name: str, widths: tuple[int, ...], warps: tuple[int, ...], device: str) -> int:
+    for d in widths:
+        for w in warps:
+            bench._Case.drawn(_ours_with_warps(kind, w), "forward", 64, d, bench.DTYPES[dtype_name], device).step()
+    return len(widths) * len(warps)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv", type=Path)
+    parser.add_argument("--widths", default="1024,2048,4096,8192")
+    parser.add_argument("--warps", default="1,2,4,8,16")
+    parser.add_argument("--rows", default="4096,16384")
+    parser.add_argument("--dtypes", default="float16,bfloat16,float32")
+    parser.add_argument("--dry-run", action="store_true", help="on the CPU, through the interpreter")
+    args = parser.parse_args()
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("launch_sweep: no CUDA GPU here; --dry-run runs it on the CPU")
+        return 2
+    widths = tuple(int(w) for w in args.widths.split(","))
+    warps = tuple(int(w) for w in args.warps.split(","))
+    row_counts = tuple(int(n) for n in args.rows.split(","))
+    dtypes = tuple(args.dtypes.split(","))
+    if device == "cuda":
+        with ProcessPoolExecutor(max_workers=len(KINDS) * len(dtypes),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            for future in [pool.submit(_compile, k, t, widths, warps, device) for k in KINDS for t in dtypes]:
+                future.result()
+    results, summary = [], []
+    for kind in KINDS:
+        others = {name: fn for name, fn in bench.providers(kind).items() if name != "ours"}
+        for dtype_name in dtypes:
+            for n in row_counts:
+                for d in widths:
+                    moved = bench.bytes_moved(kind, "forward", n, d, bench.DTYPES[dtype_name])
+                    copy_bw = bench.copy_gb_per_s(moved, device)
+                    case = {name: bench.measure(kind, "forward", dtype_name, n, d, name, fn, device, copy_bw, 20)
+                            for name, fn in others.items()}
+                    for w in warps:
+                        case[f"ours-w{w}"] = bench.measure(kind, "forward", dtype_name, n, d, f"ours-w{w}",
+                                                           _ours_with_warps(kind, w), device, copy_bw, 20)
+                    results.extend(case.values())
+                    best_other = min(case[name].device_us for name in others)
+                    mine = {w: case[f"ours-w{w}"].device_us for w in warps}
+                    fastest = min(mine, key=mine.get)
+                    rule = rows.num_warps(rows.block_size(d), bench.DTYPES[dtype_name].itemsize)
+                    summary.append(f"{kind:<9} {dtype_name:<8} n={n:<5} d={d:<5} rule {rule:>2} warps: "
+                                   f"{best_other / mine.get(rule, float('nan')):5.0%} of best; fastest {fastest:>2} "
+                                   f"warps: {best_other / mine[fastest]:5.0%} ({mine[fastest]:.1f} us, best other "
+                                   f"{best_other:.1f} us)")
+                    print(summary[-1], flush=True)
+    with args.csv.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([field.name for field in dataclasses.fields(bench.Measurement)])
+        writer.writerows(dataclasses.astuple(r) for r in results)
+    args.csv.with_suffix(".txt").write_text("\n".join(summary) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
