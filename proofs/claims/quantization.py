@@ -31,6 +31,7 @@ NAMES = {"ln_quant": "LayerNorm", "rms_quant": "RMSNorm", "add_rms_quant": "Fuse
 k = sp.Symbol("k", integer=True)
 quantum, scale, amax, fmax, s_gap = sp.symbols("q_v s a_max f_max delta", positive=True)
 t, y = sp.symbols("t y", real=True)
+delta_1, delta_2 = sp.symbols("delta_1 delta_2", real=True)
 
 
 def _grid(fmt: Format) -> np.ndarray:
@@ -126,12 +127,18 @@ def _scales() -> Derivation:
         Equal(amax / (amax / fmax), fmax, r"divide: $s = a_{\max}/f_{\max}$ maps the largest $|y|$ to $f_{\max}$ "
               r"exactly, so the dynamic path never saturates beyond rounding"),
         Equal(amax * (fmax / amax), fmax, r"multiply: the scale is the inverse, $f_{\max}/a_{\max}$"),
+        Equal(amax * ((1 + delta_1) / fmax) * (1 + delta_2), amax / fmax * (1 + delta_1 + delta_2 + delta_1 * delta_2),
+              r"computed as $a_{\max}$ times the rounded reciprocal $\mathrm{fl}(1/f_{\max})$, two float32 roundings "
+              r"$|\delta_i| \le u_{32}$: relative error at most $2u_{32} + u_{32}^2$"),
         *_largest_values().steps,
     ), notes=(r"$a_{\max} = \max_i |y_i|$ over the declared $y$ (storage: the values rounded to $x$'s dtype, which "
               r"an unfused quantization reads; float32: before that rounding). TransformerEngine PR 2355 fixed an "
               r"$a_{\max}$ taken on the float32 values while the rounded ones were quantized. An all-zero row has "
               r"$a_{\max} = 0$: its scale is the declared floor $s_{\min}$ and its $q$ is 0.",
-              r"The float32 division adds one rounding: the check allows $u_{32}$ relative."))
+              r"The float32 division adds one rounding; a multiplication by the rounded reciprocal of $f_{\max}$ two: "
+              r"torch's CUDA division of a tensor by a Python number computes it that way (aten/src/ATen/native/cuda/"
+              r"BinaryDivTrueKernel.cu, 'may lose one bit of precision'; docs/findings.md [R12]), and so may any "
+              r"kernel. The check allows $2u_{32} + u_{32}^2$ relative, sound for either."))
 
 
 def _saturation() -> Derivation:
@@ -172,7 +179,8 @@ def _claims(prefix: str, name: str) -> tuple[Claim, ...]:
               "contract", "", _values),
         Claim(f"{prefix}.scales", f"{name} quantized: the scales", "", "(contract)",
               r"Dynamic: per row $s = \max(a_{\max}/f_{\max}, s_{\min})$, $a_{\max}$ the largest $|y|$ of the "
-              r"declared values, within one float32 rounding (multiply: its inverse); static: the given scale.",
+              r"declared values, within two float32 roundings (the division, or a product with "
+              r"$\mathrm{fl}(1/f_{\max})$; multiply: its inverse); static: the given scale.",
               CONDITIONS, "contract", "", _scales),
         Claim(f"{prefix}.saturation", f"{name} quantized: saturation", "", "(contract)",
               r"$|y/s| > f_{\max}$ gives $q = \pm f_{\max}$ (448 e4m3fn, 57344 e5m2, 127 INT8; INT8's negative end "

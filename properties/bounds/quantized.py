@@ -27,6 +27,7 @@ from properties import norms
 from properties.bounds import tolerance
 
 U32, U64 = error_model.unit_roundoff("float32"), error_model.unit_roundoff("float64")
+SCALE_ROUNDING = 2 * U32 + U32**2  # of the dynamic scale: at most two float32 roundings (dynamic_scale)
 
 
 def format_of(quant_dtype: torch.dtype) -> Format:
@@ -87,12 +88,14 @@ def quantized(kernel: Kernel, fmt: Format, v_low: np.ndarray, v_high: np.ndarray
 
 def dynamic_scale(kernel: Kernel, fmt: Format, y: DeclaredY) -> tuple[np.ndarray, np.ndarray]:
     """The interval of the per-row dynamic scale [..., 1]: max(amax / fmax, minimum_scale) with amax the largest |y|
-    of the declared values' interval, one float32 rounding (u_32 relative); its inverse for "multiply"."""
+    of the declared values' interval, within two float32 roundings (2 u_32 + u_32^2 relative: amax / fmax, or amax
+    times fl(1/fmax) as torch's CUDA division by a Python number computes it, proofs.claims.quantization: .scales);
+    its inverse for "multiply"."""
     smallest = np.where(y.low > 0, y.low, np.where(y.high < 0, -y.high, 0.0))
     largest = np.maximum(np.abs(y.low), np.abs(y.high))
     floor = kernel.quantization.minimum_scale
-    low = np.maximum(smallest.max(-1, keepdims=True) / fmt.fmax, floor) * (1 - U32)
-    high = np.maximum(largest.max(-1, keepdims=True) / fmt.fmax, floor) * (1 + U32)
+    low = np.maximum(smallest.max(-1, keepdims=True) / fmt.fmax, floor) * (1 - SCALE_ROUNDING)
+    high = np.maximum(largest.max(-1, keepdims=True) / fmt.fmax, floor) * (1 + SCALE_ROUNDING)
     if kernel.quantization.scale_convention == "multiply":
         with np.errstate(divide="ignore"):
             return (1 - 2 * U32) / high, (1 + 2 * U32) / low

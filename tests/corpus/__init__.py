@@ -304,6 +304,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("bitwise.py:GN_CORRECT_DECLARED_BITWISE"),
     _correct("quantized.py:RMS_QUANT_INVERSE_DECLARED"),
     _correct("quantized.py:ADD_RMS_QUANT_SYMMETRIC_INT8"),
+    *(_correct(f"quantized.py:{prefix}_QUANT_RECIPROCAL_SCALE") for prefix in ("LN", "RMS", "ADD_RMS")),
     _correct("torch-quant"),
     _correct("torch-quant-fp32"),
 )

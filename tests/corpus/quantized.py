@@ -16,6 +16,8 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                                                                       -> add_rms_quant.residual_out
     RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
                                     dynamic scale fmax / amax): correct
+    {LN,RMS,ADD_RMS}_QUANT_RECIPROCAL_SCALE  the dynamic scale as amax * fl(1/fmax), two float32 roundings, as torch's
+                                    CUDA amax / fmax computes it ([R12]): correct
     ADD_RMS_QUANT_SYMMETRIC_INT8    INT8 clamped to [-127, 127], declared (int8_minimum=-127): correct
 """
 
@@ -80,6 +82,16 @@ def _inverse_declared(y32, x, scale, quant_dtype):
     if not quant_dtype.is_floating_point:  # INT8's lowest value: -128 (the declared default)
         return torch.round(v).clamp(torch.iinfo(quant_dtype).min, fmax).to(quant_dtype), scale
     return v.clamp(-fmax, fmax).to(quant_dtype), scale
+
+
+def _reciprocal_scale(y32, x, scale, quant_dtype):
+    """The dynamic scale as amax * fl(1/fmax), two float32 roundings: what torch's CUDA ``amax / fmax`` computes
+    (docs/findings.md [R12]), here on any device."""
+    y = y32.to(x.dtype).float()
+    if scale is None:
+        reciprocal = torch.tensor(1.0 / _fmax(quant_dtype), dtype=torch.float32, device=y.device)
+        scale = torch.clamp(y.abs().amax(-1, keepdim=True) * reciprocal, min=MINIMUM_SCALE)
+    return quantize(y, scale, quant_dtype)
 
 
 def _symmetric_int8(y32, x, scale, quant_dtype):
@@ -156,6 +168,9 @@ RMS_QUANT_INVERSE_DECLARED = _kernel(
     "INVERSE_DECLARED", "RMS", _rmsnorm(_inverse_declared),
     "q = Q(y * scale), declared (scale_convention='multiply'): correct",
     quantization=Quantization(scale_convention="multiply", minimum_scale=MINIMUM_SCALE))
+LN_QUANT_RECIPROCAL_SCALE, RMS_QUANT_RECIPROCAL_SCALE, ADD_RMS_QUANT_RECIPROCAL_SCALE = _every_kind(
+    "RECIPROCAL_SCALE", _reciprocal_scale, "the dynamic scale as amax times the rounded 1/fmax (torch's CUDA "
+    "division by a number): correct", "scales")
 ADD_RMS_QUANT_SYMMETRIC_INT8 = _kernel(
     "SYMMETRIC_INT8", "ADD_RMS", _fused(_symmetric_int8), "INT8 in [-127, 127], declared (int8_minimum=-127): correct",
     quantization=Quantization(int8_minimum=-127, minimum_scale=MINIMUM_SCALE))
