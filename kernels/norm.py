@@ -127,12 +127,12 @@ def _norm_forward(
     SINGLE_BLOCK: tl.constexpr,  # bool: d <= BLOCK, the row is loaded once
 ):
     """One program per row, two-pass over the whole row as in Triton's tutorial 05: the mean, then the squared
-    deviations from it, then y. Each sum adds the row's blocks into a float32 vector of BLOCK lanes, one block after
-    another, and reduces the lanes once with tl.sum. The row's first block is loaded once for both sums, and a row
-    that is a single block (SINGLE_BLOCK = d <= BLOCK) once for all three passes.
+    deviations from it, then y. A row that is a single block (SINGLE_BLOCK = d <= BLOCK) is loaded once and the three
+    passes run on its registers, straight-line. A wider row: each sum adds the row's blocks into a float32 vector of
+    BLOCK lanes, one block after another, and reduces the lanes once with tl.sum; its first block is loaded once for
+    both sums, and y reads the row again.
 
-    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps = clamp(BLOCK * s /
-    1024, 1, 16) for s bytes per element of x (32 bytes of a block per thread)."""
+    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps by the rule there."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -141,25 +141,30 @@ def _norm_forward(
     # masked-off lanes of the last block are loaded as 0.0, so they add nothing.
     cols, mask, x = _load_row_block(X, 0, stride_x_col, n_cols, BLOCK)
     mean = 0.0
-    if not IS_RMS:
-        lanes = x
-        for start in range(BLOCK, n_cols, BLOCK):
-            lanes += _load_row_block(X, start, stride_x_col, n_cols, BLOCK)[2]
-        mean = tl.sum(lanes, axis=0) / n_cols
-        tl.store(Mean + row, mean)
-
-    # Pass 2: m2 = sum((x - mean)^2), the same way (float32 lanes, masked-off lanes 0.0); rstd = 1 / sqrt(m2 / d + eps).
-    lanes = _squared_deviations(x, mask, mean)
-    for start in range(BLOCK, n_cols, BLOCK):
-        cols, mask, x = _load_row_block(X, start, stride_x_col, n_cols, BLOCK)
-        lanes += _squared_deviations(x, mask, mean)
-    rstd = 1.0 / tl.sqrt(tl.sum(lanes, axis=0) / n_cols + eps)
-    tl.store(Rstd + row, rstd)
-
-    # Pass 3: y = (x - mean) * rstd * gamma + beta in float32, stored with the mask, rounded once to Y's dtype.
-    if SINGLE_BLOCK:  # the row's only block is still in registers
+    if SINGLE_BLOCK:  # no loops: the block stays in registers through all three passes
+        if not IS_RMS:
+            mean = tl.sum(x, axis=0) / n_cols
+            tl.store(Mean + row, mean)
+        rstd = 1.0 / tl.sqrt(tl.sum(_squared_deviations(x, mask, mean), axis=0) / n_cols + eps)
+        tl.store(Rstd + row, rstd)
         store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
     else:
+        if not IS_RMS:
+            lanes = x
+            for start in range(BLOCK, n_cols, BLOCK):
+                lanes += _load_row_block(X, start, stride_x_col, n_cols, BLOCK)[2]
+            mean = tl.sum(lanes, axis=0) / n_cols
+            tl.store(Mean + row, mean)
+
+        # Pass 2: m2 = sum((x - mean)^2) the same way (float32 lanes, masked-off lanes 0.0); rstd = 1/sqrt(m2/d + eps).
+        lanes = _squared_deviations(x, mask, mean)
+        for start in range(BLOCK, n_cols, BLOCK):
+            _, block_mask, block = _load_row_block(X, start, stride_x_col, n_cols, BLOCK)
+            lanes += _squared_deviations(block, block_mask, mean)
+        rstd = 1.0 / tl.sqrt(tl.sum(lanes, axis=0) / n_cols + eps)
+        tl.store(Rstd + row, rstd)
+
+        # Pass 3: y = (x - mean) * rstd * gamma + beta in float32, stored with the mask, rounded once to Y's dtype.
         for start in range(0, n_cols, BLOCK):
             cols, mask, x = _load_row_block(X, start, stride_x_col, n_cols, BLOCK)
             store_normalized(Y, W, B, cols, mask, x, mean, rstd, HAS_WEIGHT, HAS_BIAS)
@@ -274,20 +279,22 @@ def _norm_backward_input(
         rstd = tl.load(Rstd + row)
 
         # Pass 1: the row's sums of g * xhat and of g, with g = gamma * dy, in float32 (masked-off lanes are 0.0).
-        sum_g_xhat = 0.0
-        sum_g = 0.0
-        # typed before the loop that reassigns them: with SINGLE_BLOCK its one block stays in use after it
-        cols = tl.arange(0, BLOCK)
-        mask = cols < n_cols
-        dy = tl.zeros([BLOCK], dtype=tl.float32)
-        g = tl.zeros([BLOCK], dtype=tl.float32)
-        xhat = tl.zeros([BLOCK], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            mask = cols < n_cols  # the last block is partial when BLOCK does not divide d
+        if SINGLE_BLOCK:  # no loop: the one block stays in registers for pass 2
+            cols = tl.arange(0, BLOCK)
+            mask = cols < n_cols
             dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd, HAS_WEIGHT)
-            sum_g_xhat += tl.sum(g * xhat, axis=0)
-            sum_g += tl.sum(g, axis=0)
+            sum_g_xhat = tl.sum(g * xhat, axis=0)
+            sum_g = tl.sum(g, axis=0)
+        else:
+            sum_g_xhat = 0.0
+            sum_g = 0.0
+            for start in range(0, n_cols, BLOCK):
+                block_cols = start + tl.arange(0, BLOCK)
+                block_mask = block_cols < n_cols  # the last block is partial when BLOCK does not divide d
+                _, block_g, block_xhat = _load_block(x_row, dy_row, W, block_cols, block_mask, stride_x_col,
+                                                     stride_dy_col, mean, rstd, HAS_WEIGHT)
+                sum_g_xhat += tl.sum(block_g * block_xhat, axis=0)
+                sum_g += tl.sum(block_g, axis=0)
         c_xhat = sum_g_xhat / n_cols
         c_one = 0.0
         if not IS_RMS:
