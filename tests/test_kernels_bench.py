@@ -89,3 +89,39 @@ def test_the_warm_up_calls_every_provider_forward_and_backward():
     expected = len(bench.providers("add+layernorm"))
     assert bench.warm_up_one("add+layernorm", "float32", (8, 24), "cpu", rows=3) == 2 * expected
     assert bench.warm_up_one("add+layernorm", "bfloat16", (8,), "cpu", rows=3) == 1  # torch only: ours refuses bf16
+
+
+def _launch_sweep():
+    """scripts/launch_sweep.py as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "launch_sweep.py"
+    spec = importlib.util.spec_from_file_location("launch_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_launch_sweep_launches_our_forward_with_the_warps_it_names(monkeypatch):
+    from kernels import rows
+
+    launched = []
+    monkeypatch.setattr(rows, "launch", lambda kernel, grid, *args, **meta: launched.append(meta["num_warps"]))
+    rule = rows.num_warps
+    x, weight = torch.randn(4, 64), torch.randn(64)
+    for warps in (2, 8):
+        _launch_sweep()._ours_with_warps("rmsnorm", warps)(x, None, weight, None)
+    assert launched == [2, 8]
+    assert rows.num_warps is rule  # the rule is back after each call
+
+
+def test_the_launch_sweep_runs_on_the_cpu(tmp_path, monkeypatch):
+    out = tmp_path / "sweep.csv"
+    monkeypatch.setattr("sys.argv", ["launch_sweep.py", str(out), "--dry-run", "--widths", "64", "--warps", "1,2",
+                                     "--rows", "8", "--dtypes", "float32"])
+    assert _launch_sweep().main() == 0
+    measured = list(csv.DictReader(out.open()))
+    assert {r["provider"] for r in measured} >= {"torch", "ours-w1", "ours-w2"}
+    assert all(r["error"] == "" for r in measured)
+    assert len(out.with_suffix(".txt").read_text().splitlines()) == 2  # one case per kind
