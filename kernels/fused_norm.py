@@ -85,9 +85,9 @@ def _add_norm_forward(
     BLOCK: tl.constexpr,  # int, power of two: columns held at once (rows.LaunchConfig.block)
     SINGLE_BLOCK: tl.constexpr,  # bool: d <= BLOCK, h is normalized from registers, not re-read
 ):
-    """One program per row: h block by block (stored, statistics merged), then y from the stored h. The
-    statistics (count, mean, m2) are float32 scalars; the masks of the last, partial block are explicit in
-    _residual_block, merge_block and store_normalized."""
+    """One program per row: h block by block (stored, statistics merged), then y from the stored h; a row of one
+    block (SINGLE_BLOCK) straight-line, y from h in registers. The statistics (count, mean, m2) are float32 scalars;
+    the masks of the last, partial block are explicit in _residual_block, merge_block and store_normalized."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     R += row * stride_r_row
@@ -95,18 +95,21 @@ def _add_norm_forward(
     Y += row * stride_y_row
     first = row * n_cols  # row-major index of the row's first element: the dropout mask's counter
 
-    count = 0.0  # float32 accumulators of the statistics of h (kernels.norm.merge_block)
-    mean = 0.0
-    m2 = 0.0
-    # typed before the loop that reassigns them: with SINGLE_BLOCK its one block stays in use after it
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    h = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < n_cols  # the last block is partial when BLOCK does not divide d
+    if SINGLE_BLOCK:  # no loop: the row's one block stays in registers from the add to y
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
         h = _residual_block(X, R, H, cols, mask, stride_x_col, stride_r_col, first, p, scale, seed, HAS_DROPOUT)
-        count, mean, m2 = norm.merge_block(count, mean, m2, h, mask, start, n_cols, IS_RMS, BLOCK)
+        count, mean, m2 = norm.merge_block(0.0, 0.0, 0.0, h, mask, 0, n_cols, IS_RMS, BLOCK)
+    else:
+        count = 0.0  # float32 accumulators of the statistics of h (kernels.norm.merge_block)
+        mean = 0.0
+        m2 = 0.0
+        for start in range(0, n_cols, BLOCK):
+            block_cols = start + tl.arange(0, BLOCK)
+            block_mask = block_cols < n_cols  # the last block is partial when BLOCK does not divide d
+            block_h = _residual_block(X, R, H, block_cols, block_mask, stride_x_col, stride_r_col, first, p, scale,
+                                      seed, HAS_DROPOUT)
+            count, mean, m2 = norm.merge_block(count, mean, m2, block_h, block_mask, start, n_cols, IS_RMS, BLOCK)
     rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
     if not IS_RMS:
         tl.store(Mean + row, mean)
