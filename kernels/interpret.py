@@ -70,6 +70,7 @@ launches are serialized by a lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 import threading
@@ -240,31 +241,37 @@ def _implicit_cvt(arg):
     return _original_implicit_cvt(arg)
 
 
+_MISSING = object()
+
+
 class _Patches:
-    """Attribute and dict-item replacements undone in reverse order by :meth:`restore`."""
+    """Attribute and dict-item replacements undone in reverse order by :meth:`restore` (a launch makes ~1000)."""
 
     def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
+        self._undo: list[tuple] = []  # (kind, target, name, old): "attr", "item", or "call" (target is a callable)
 
     def add_undo(self, undo: Callable[[], None]) -> None:
-        self._undo.append(undo)
+        self._undo.append(("call", undo, None, None))
 
     def setattr(self, obj: object, name: str, value: object) -> None:
-        old = getattr(obj, name)
-        self._undo.append(lambda: setattr(obj, name, old))
+        self._undo.append(("attr", obj, name, getattr(obj, name)))
         setattr(obj, name, value)
 
     def setitem(self, mapping: dict, key: str, value: object) -> None:
-        if key in mapping:
-            old = mapping[key]
-            self._undo.append(lambda: mapping.__setitem__(key, old))
-        else:
-            self._undo.append(lambda: mapping.pop(key))
+        self._undo.append(("item", mapping, key, mapping.get(key, _MISSING)))
         mapping[key] = value
 
     def restore(self) -> None:
         while self._undo:
-            self._undo.pop()()
+            kind, target, name, old = self._undo.pop()
+            if kind == "attr":
+                setattr(target, name, old)
+            elif kind == "call":
+                target()
+            elif old is _MISSING:
+                target.pop(name)
+            else:
+                target[name] = old
 
 
 def _with_interpreter_semantic(builtin: Callable) -> Callable:
@@ -286,15 +293,25 @@ def _libdevice_for(value: object) -> Callable | None:
     return None
 
 
-def _patch_libdevice_modules(patches: _Patches) -> None:
+@functools.cache
+def _libdevice_replacements() -> tuple[tuple[ModuleType, str, Callable], ...]:
+    """(module, name, replacement) for every libdevice function, made once: the CUDA and HIP libdevice builtins
+    wrapped to compute with the interpreter's semantic, and the ``tl.extra.libdevice`` stubs bound to CUDA's."""
+    found = []
     for module in (cuda_libdevice, hip_libdevice):
         for name, value in vars(module).copy().items():
             if tl.core.is_builtin(value) and value.__module__ == module.__name__:
-                patches.setattr(module, name, _with_interpreter_semantic(value))
+                found.append((module, name, _with_interpreter_semantic(value)))
     for name in dir(libdevice_stubs):
         backend = getattr(cuda_libdevice, name, None)
         if callable(getattr(libdevice_stubs, name)) and backend is not None and not name.startswith("_"):
-            patches.setattr(libdevice_stubs, name, backend)
+            found.append((libdevice_stubs, name, backend))
+    return tuple(found)
+
+
+def _patch_libdevice_modules(patches: _Patches) -> None:
+    for module, name, replacement in _libdevice_replacements():
+        patches.setattr(module, name, replacement)
 
 
 def _defines_jit_functions(module: ModuleType) -> bool:
@@ -302,11 +319,11 @@ def _defines_jit_functions(module: ModuleType) -> bool:
     return any(isinstance(value, (JITFunction, InterpretedFunction)) for value in vars(module).values())
 
 
-def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: set[int]) -> None:
-    """Interpreter-ready replacements for the libdevice names and compiled ``@triton.jit`` functions reachable from a
-    kernel's module namespace: directly, through other ``@triton.jit`` functions' modules, through a module
-    alias that defines ``@triton.jit`` functions, or through ``triton.language`` modules (``tl.sum`` is
-    itself a ``@triton.jit`` function)."""
+def _replacements(namespace: dict, found: list[tuple[dict, str, object, object]], seen: set[int]) -> None:
+    """Interpreter-ready replacements (namespace, name, the value there, its replacement) for the libdevice names and
+    compiled ``@triton.jit`` functions reachable from a kernel's module namespace: directly, through other
+    ``@triton.jit`` functions' modules, through a module alias that defines ``@triton.jit`` functions, or through
+    ``triton.language`` modules (``tl.sum`` is itself a ``@triton.jit`` function)."""
     if id(namespace) in seen:
         return
     seen.add(id(namespace))
@@ -315,12 +332,32 @@ def _replacements(namespace: dict, found: list[tuple[dict, str, object]], seen: 
             if value.__name__.startswith("triton.language") or _defines_jit_functions(value):
                 _replacements(vars(value), found, seen)
         elif isinstance(value, JITFunction):
-            found.append((namespace, name, _device_function(value)))
+            found.append((namespace, name, value, _device_function(value)))
             _replacements(value.fn.__globals__, found, seen)
         elif isinstance(value, InterpretedFunction):
             _replacements(value.fn.__globals__, found, seen)
         elif (ready := _libdevice_for(value)) is not None:
-            found.append((namespace, name, ready))
+            found.append((namespace, name, value, ready))
+
+
+_found: dict[object, list[tuple[dict, str, object, object]]] = {}
+_patched_launches = 0  # launches whose patches are in place (a launch from host code inside another: 2)
+
+
+def _kernel_replacements(kernel: InterpretedFunction) -> list[tuple[dict, str, object, object]]:
+    """:func:`_replacements` of a kernel's module namespace, walked once per kernel and walked again when any name
+    it replaced holds another value now (a module's helper redefined or monkeypatched); the walk of the
+    ``triton.language`` modules is most of an interpreted launch's own cost otherwise."""
+    found = _found.get(kernel.fn)
+    if found is None or any(namespace.get(name, _MISSING) is not value for namespace, name, value, _ in found):
+        found = []
+        _replacements(kernel.fn.__globals__, found, set())
+        if not _patched_launches:  # a launch inside another's patches would see replacements, not the originals
+            _found[kernel.fn] = found
+    for _, _, value, _ in found:
+        if isinstance(value, JITFunction):
+            _device_function(value)  # rewritten before the launch patches anything, as in interpreted_twin
+    return found
 
 
 _twins: dict[JITFunction, InterpretedFunction] = {}
@@ -394,18 +431,18 @@ original_jit_run = JITFunction.run
 def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
     """``InterpretedFunction.run`` with the gaps above closed for the duration of the launch."""
     _refuse_bfloat16(self.fn.__name__, args, kwargs)
-    global _bounds
+    global _bounds, _patched_launches
     with _launch_lock:
         self.rewrite()  # before any patch, as in interpreted_twin
-        found: list[tuple[dict, str, object]] = []
-        _replacements(self.fn.__globals__, found, set())
+        found = _kernel_replacements(self)
         patches = _Patches()
+        _patched_launches += 1
         try:
             patches.add_undo(_patch_language().restore)
             _patch_libdevice_modules(patches)
-            for namespace, name, value in found:
-                patches.setitem(namespace, name, value)
-            for namespace in {id(ns): ns for ns, _, _ in [(self.fn.__globals__, "", None), *found]}.values():
+            for namespace, name, _, replacement in found:
+                patches.setitem(namespace, name, replacement)
+            for namespace in {id(ns): ns for ns in [self.fn.__globals__, *(f[0] for f in found)]}.values():
                 patches.setitem(namespace, "range", _loop_range)
             _bounds = _storage_ranges(args, kwargs)
             with np.errstate(all="ignore"):  # NaN/inf in, NaN/inf out, silently: GPUs raise no FP exceptions
@@ -417,6 +454,7 @@ def _interpreted_run(self: InterpretedFunction, *args, grid, warmup, **kwargs):
         finally:
             _bounds = None
             patches.restore()
+            _patched_launches -= 1
 
 
 class InterpretedLaunch:

@@ -176,6 +176,36 @@ def test_helpers_reached_through_a_module_alias():
     assert isinstance(tle.program_id, JITFunction)  # restored after the launch
 
 
+@triton.jit
+def _plus_one(x):
+    return x + 1.0
+
+
+@triton.jit
+def _plus_two(x):
+    return x + 2.0
+
+
+_helper = _plus_one  # the helper _apply_helper calls; a test rebinds it
+
+
+@triton.jit
+def _apply_helper(X, Y, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    tl.store(Y + cols, _helper(tl.load(X + cols)))
+
+
+def test_a_helper_rebound_between_launches_is_the_one_called(monkeypatch):
+    """The replacements a launch makes are found once per kernel and found again when a name they replaced holds
+    another value (a helper redefined or monkeypatched): never a stale helper."""
+    x, y = torch.randn(8), torch.empty(8)
+    _apply_helper[(1,)](x, y, BLOCK=8)
+    assert torch.equal(y, x + 1)
+    monkeypatch.setitem(globals(), "_helper", _plus_two)
+    _apply_helper[(1,)](x, y, BLOCK=8)
+    assert torch.equal(y, x + 2)
+
+
 def test_a_launch_returns_a_kernel_that_launches_again():
     """Launchers that cache what run() returns and relaunch it (FlagGems' LibEntry: kernel[grid](*args))."""
     x = torch.randn(40)
