@@ -29,7 +29,8 @@ Gaps of the interpreter (triton 3.9) closed here, each one with its own test in
    ``tle.program_id``, in ``triton.language``) are replaced by
    interpreted twins, and ``triton.language`` is patched once for the launch and restored after it
    (the interpreter's own nested calls re-patch it on every call and leave patched builtins behind,
-   which would break later compiled launches in the same process).
+   which would break later compiled launches in the same process). What to replace is found once per
+   kernel and again when a name it replaced holds another value (:func:`_kernel_replacements`).
 4. Loop variables: compiled Triton makes the variable of ``for i in range(...)`` / ``tl.range(...)`` a
    tensor (int32, int64 when a bound is), the interpreter a Python int, so ``i.to(tl.int64)`` raises
    AttributeError. During an interpreted launch ``range`` in the kernels' modules and ``tl.range`` yield
