@@ -3,19 +3,20 @@
 On a machine with a CUDA GPU, in one command well inside 10 minutes:
   1. set-up: wheels from a git-ignored .whl/ folder and, when normverify is not importable with its pytest plugin's
      entry point, the project itself, into /tmp/site (--no-index --no-deps; PYTHONPATH for every step);
-  2. the conformance suite (--profile ci) on every built-in that can run here, one run of all of them with WORKERS
-     pytest-xdist workers (the built-ins' tests take 0.1 s to 130 s each on an H100: runs side by side, tried
-     before, each paid the workers' start-up and idled behind its slowest kernel while others had work left),
-     beside the tests in tests/ marked ``cuda``; every step has its own timeout and all share one deadline; a run
-     cut off keeps the results it wrote (the Results JSON is written after every test) and the summary names the
-     built-ins it did not reach;
+  2. the conformance suite (--profile ci) on every built-in that can run here, in two runs of WORKERS
+     pytest-xdist workers one after the other: first every built-in but those that compile per width (--last:
+     flash-attention, FlagGems, torch.compile; 13-132 s a test on an H100, where the others take 0.1-8 s: in one
+     run they held the workers while ours waited), beside the tests in tests/ marked ``cuda``; then the --last
+     built-ins with the time left. Every step has its own timeout and all share one deadline; a run cut off keeps
+     the results it wrote (the Results JSON is written after every test) and the summary names the built-ins it
+     did not reach;
   3. ``normverify bench`` alone, after them;
   4. one summary (per kernel and claim: verdict, worst ratio, time; harness errors counted) written to OUT/summary.txt,
      the results JSON and the logs packed into OUT/gpu-check.tar.gz: two files come back.
 
 Without CUDA it says so in one line and exits 2; ``--dry-run`` runs the same plumbing on the CPU with tiny runs.
 
-    python3 scripts/gpu_check.py [OUT] [--dry-run] [--deadline SECONDS] [--only GLOBS] [--skip GLOBS]
+    python3 scripts/gpu_check.py [OUT] [--dry-run] [--deadline SECONDS] [--only GLOBS] [--skip GLOBS] [--last GLOBS]
                                                                              (OUT defaults to $OUT, else gpu-check)
 """
 
@@ -40,6 +41,8 @@ POLL_S = 0.5
 BENCH_S = 90  # kept for the benchmark after the conformance runs (default of --bench-seconds)
 PACK_S = 20  # kept for the summary and the archive
 DRY_RUN_KERNELS = ("torch", "triton")
+#: built-ins whose tests compile per drawn width (autotuning, Inductor): their own run, after the others'
+LAST = "flash-attn-*,flaggems-*,torch-compile"
 DRY_RUN_CLAIMS = "ln.forward,rms.forward,dropout.keep_rate"
 
 
@@ -56,6 +59,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              "for a call of their own)")
     parser.add_argument("--skip", default="", metavar="GLOBS",
                         help="leave out the built-ins matching these comma-separated globs (e.g. 'flash-attn-*')")
+    parser.add_argument("--last", default=LAST, metavar="GLOBS",
+                        help=f"built-ins run in a second conformance run after the others' (default {LAST!r}; '' "
+                             "for one run of all)")
     parser.add_argument("--bench-args", default="",
                         help="arguments of `normverify bench` (default: its full table), e.g. '--rows 16384' to fit "
                              "what is left of a machine's time")
@@ -102,11 +108,22 @@ def available_builtins() -> list[str]:
     return proc.stdout.split()
 
 
+def matches(kernel: str, globs: str) -> bool:
+    """``kernel`` matches one of the comma-separated globs (none when ``globs`` is empty)."""
+    return any(fnmatch.fnmatchcase(kernel, glob.strip()) for glob in globs.split(",") if glob.strip())
+
+
 def selected(kernels: list[str], only: str, skip: str) -> list[str]:
     """The built-ins matching a glob of ``only`` (all when empty) and none of ``skip``."""
-    def matches(kernel: str, globs: str) -> bool:
-        return any(fnmatch.fnmatchcase(kernel, glob.strip()) for glob in globs.split(",") if glob.strip())
     return [k for k in kernels if (not only or matches(k, only)) and not matches(k, skip)]
+
+
+def conformance_runs(kernels: list[str], last: str) -> list[tuple[str, list[str]]]:
+    """(step name, built-ins) of the conformance runs, in order: the built-ins not matching ``last``, then those
+    that do; a run without built-ins is left out."""
+    runs = [("conformance", [k for k in kernels if not matches(k, last)]),
+            ("conformance, per-width compiling", [k for k in kernels if matches(k, last)])]
+    return [(name, chosen) for name, chosen in runs if chosen]
 
 
 def start(command: list[str], log: Path, timeout_s: float) -> subprocess.Popen:
@@ -162,11 +179,29 @@ def per_claim(results: list[dict]) -> dict[tuple[str, str], dict]:
     return merged
 
 
-def summary_lines(path: Path, steps: dict[str, dict], mode: str, kernels: list[str]) -> list[str]:
-    """One line per kernel and claim (verdict, worst ratio, seconds, tests), the built-ins the run did not reach,
-    then the steps and the totals."""
+def summary_lines(paths: list[Path], steps: dict[str, dict], mode: str, kernels: list[str]) -> list[str]:
+    """Per results file: one line per kernel and claim (verdict, worst ratio, seconds, tests); then the built-ins
+    no run reached, the steps and the totals."""
     lines = [f"normverify gpu-check ({mode}), {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}", ""]
     counts: dict[str, int] = {}
+    run_errors = 0
+    reached: set[str] = set()
+    for path in paths:
+        run_errors += _results_lines(path, lines, counts, reached)
+    missing = [kernel for kernel in kernels if kernel not in reached]
+    lines.append("built-ins with no test reached: " + (", ".join(missing) or "none"))
+    lines.append("")
+    lines.append("steps: " + "; ".join(f"{name} exit {s['exit']} in {s['seconds']} s"
+                                       + (" (timed out)" if s["timed_out"] else "") for name, s in steps.items()))
+    harness = run_errors + counts.get("error", 0)
+    lines.append("kernel x claim: " + (", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts) or "none")
+                 + f"; harness errors: {harness} ({run_errors} run errors, {counts.get('error', 0)} claims in error)")
+    return lines
+
+
+def _results_lines(path: Path, lines: list[str], counts: dict[str, int], reached: set[str]) -> int:
+    """The lines of one results file appended to ``lines``, its verdicts to ``counts``, its built-ins to
+    ``reached``; returns its run errors (a file not written is one)."""
     run_errors = 0
     document = json.loads(path.read_text()) if path.exists() else None
     if document is None:
@@ -187,16 +222,9 @@ def summary_lines(path: Path, steps: dict[str, dict], mode: str, kernels: list[s
         for error in document.get("errors", []):
             run_errors += 1
             lines.append(f"  run error: {json.dumps(error)[:300]}")
-        reached = {result.get("spec") for result in document.get("results", [])}
-        missing = [kernel for kernel in kernels if kernel not in reached]
-        lines += ["", "built-ins with no test reached: " + (", ".join(missing) or "none")]
-    lines.append("")
-    lines.append("steps: " + "; ".join(f"{name} exit {s['exit']} in {s['seconds']} s"
-                                       + (" (timed out)" if s["timed_out"] else "") for name, s in steps.items()))
-    harness = run_errors + counts.get("error", 0)
-    lines.append("kernel x claim: " + (", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts) or "none")
-                 + f"; harness errors: {harness} ({run_errors} run errors, {counts.get('error', 0)} claims in error)")
-    return lines
+        reached.update(result.get("spec") for result in document.get("results", []))
+        lines.append("")
+    return run_errors
 
 
 def pack(out: Path, work: Path) -> Path:
@@ -224,11 +252,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mode = "dry run on the CPU" if args.dry_run else "CUDA"
     kernels = selected(list(DRY_RUN_KERNELS) if args.dry_run else available_builtins(), args.only, args.skip)
-    results = work / "results.json"
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
              "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]
-    steps.update(run_steps({"conformance": (conformance_command(kernels, results, args.dry_run), work / "run.log"),
-                            "cuda tests": (tests, work / "cuda-tests.log")}, end - args.bench_seconds - PACK_S))
+    until = end - args.bench_seconds - PACK_S
+    runs = conformance_runs(kernels, args.last)
+    suffixes = ["", *(f"-{number}" for number in range(2, len(runs) + 1))]
+    results = [work / f"results{suffix}.json" for suffix in suffixes]
+    beside_first = {"cuda tests": (tests, work / "cuda-tests.log")}
+    for (name, chosen), path, suffix in zip(runs, results, suffixes, strict=True):
+        step = {name: (conformance_command(chosen, path, args.dry_run), work / f"run{suffix}.log")}
+        steps.update(run_steps({**step, **beside_first}, until))
+        beside_first = {}
+    if beside_first:  # no built-in selected: the cuda tests alone
+        steps.update(run_steps(beside_first, until))
     bench = [sys.executable, "-m", "verify", "bench", "--csv", str(work / "bench.csv")]
     if args.dry_run:
         bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]

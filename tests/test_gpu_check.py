@@ -28,7 +28,34 @@ def test_the_summary_names_the_built_ins_a_cut_off_run_did_not_reach(tmp_path):
         {"spec": "torch", "kernel": "torch:layernorm", "claim": "ln.forward", "status": "passed",
          "worst_ratio": 0.9, "duration_s": 1.0}]}))
     steps = {"conformance": {"exit": 124, "seconds": 300.0, "timed_out": True}}
-    lines = gpu_check.summary_lines(results, steps, "CUDA", BUILTINS[:3])
+    lines = gpu_check.summary_lines([results], steps, "CUDA", BUILTINS[:3])
     assert "built-ins with no test reached: triton, flash-attn-layernorm" in lines
     assert "conformance exit 124 in 300.0 s (timed out)" in lines[-2]
     assert lines[-1].startswith("kernel x claim: 1 passed; harness errors: 0")
+
+
+def test_the_per_width_compiling_built_ins_run_after_the_others():
+    runs = gpu_check.conformance_runs(BUILTINS, gpu_check.LAST)
+    assert runs == [("conformance", ["torch", "triton", "liger-layernorm"]),
+                    ("conformance, per-width compiling", ["flash-attn-layernorm", "flash-attn-fused",
+                                                          "flaggems-rmsnorm"])]
+    assert gpu_check.conformance_runs(BUILTINS, "") == [("conformance", BUILTINS)]
+    assert gpu_check.conformance_runs(["flaggems-rmsnorm"], gpu_check.LAST) == [
+        ("conformance, per-width compiling", ["flaggems-rmsnorm"])]
+
+
+def test_the_summary_merges_both_runs(tmp_path):
+    def results(name: str, spec: str, status: str) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"complete": True, "environment": {"device": "cuda"}, "errors": [], "results": [
+            {"spec": spec, "kernel": f"{spec}:layernorm", "claim": "ln.forward", "status": status,
+             "worst_ratio": 0.5, "duration_s": 1.0}]}))
+        return path
+
+    paths = [results("results.json", "torch", "passed"), results("results-2.json", "flash-attn-layernorm", "failed"),
+             tmp_path / "results-3.json"]  # a run that wrote nothing
+    steps = {"conformance": {"exit": 0, "seconds": 10.0, "timed_out": False}}
+    lines = gpu_check.summary_lines(paths, steps, "CUDA", ["torch", "flash-attn-layernorm", "flaggems-rmsnorm"])
+    assert "built-ins with no test reached: flaggems-rmsnorm" in lines
+    assert "results-3.json: no results written (see its log)" in lines
+    assert lines[-1] == "kernel x claim: 1 failed, 1 passed; harness errors: 1 (1 run errors, 0 claims in error)"
