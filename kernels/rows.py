@@ -191,7 +191,7 @@ def launch_compiled(kernel: JITFunction, grid: tuple[int, ...], device_index: in
     launcher = _launchers.get(key)
     if launcher is None or _hooked(_hooks.launch_enter_hook) or _hooked(_hooks.launch_exit_hook):
         compiled = _compiled_run(kernel, *args, grid=grid, warmup=False, **meta)
-        if launcher is None:
+        if launcher is None and compiled is not None:  # None: a Triton that compiles asynchronously said so
             _launchers[key] = _Launcher(
                 run=compiled.run, function=compiled.function, packed_metadata=compiled.packed_metadata,
                 constexpr_names=tuple(kernel.arg_names[len(args):]),
