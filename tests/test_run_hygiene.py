@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import types
+from pathlib import Path
 
+import pytest
 import torch
 
 from core.adapters import flashattn
@@ -71,3 +73,13 @@ def test_the_commit_is_normverify_s_own_not_an_enclosing_repository_s(tmp_path):
     installed.mkdir()
     assert suite_commit(installed) is None  # an installed copy inside someone else's repository
     assert suite_commit(tmp_path) is not None
+
+
+def test_run_from_this_checkout_the_commit_is_its_own():
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=Path(__file__).parent, capture_output=True,
+                         text=True)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != Path(__file__).resolve().parents[1]:
+        pytest.skip("tests/ is not in a git checkout of its own here")
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                          text=True).stdout.strip()
+    assert suite_commit() is not None and suite_commit().startswith(head[:7])

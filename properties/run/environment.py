@@ -21,7 +21,7 @@ from core.registry import Kernel, resolve
 from properties.bounds import tolerance
 from properties.run import profiles
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout's root when normverify runs from one
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # properties/run/ -> the checkout's root when run from one
 
 
 def environment(config: pytest.Config) -> dict:
