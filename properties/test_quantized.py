@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proofs.quantization import FORMATS
 from properties import evidence
 from properties.checks.quantized import (
     check_dequantized,
@@ -37,6 +38,17 @@ def test_q_is_the_format_rounding_of_y_over_the_scale(quant_norm_kernel, data):
 @given(data=st.data())
 def test_the_scales_are_amax_over_the_format_maximum(quant_norm_kernel, data):
     example = data.draw(quant_examples(quant_norm_kernel), "example")
+    evidence.check(check_scales, quant_norm_kernel, example)
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@pytest.mark.parametrize("quant_format", list(FORMATS))
+@profiles.share(0.25)
+@given(data=st.data())
+def test_the_dynamic_scale_in_each_format(quant_norm_kernel, quant_format, data):
+    """Each declared format's own fmax, whatever the draws above chose (a constant of the wrong format, e.g.
+    float8_e4m3fnuz's 240 for e4m3fn's 448, is wrong in that format only)."""
+    example = data.draw(quant_examples(quant_norm_kernel, scales=("dynamic",), formats=(quant_format,)), "example")
     evidence.check(check_scales, quant_norm_kernel, example)
 
 

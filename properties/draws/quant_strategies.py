@@ -53,20 +53,25 @@ def _with_zero_row(example: dict) -> dict:
 
 @st.composite
 def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "dynamic"),
-                   saturating: bool = False) -> dict:
+                   saturating: bool = False, formats: tuple[str, ...] | None = None) -> dict:
     """One example: the norm's arguments and ``scale``, ``quant_dtype`` (module docstring). ``scales``: the kinds of
-    scale the test draws, among those the kernel declares (none of them: the test is skipped, saying so);
-    ``saturating``: static scales that push the largest |v| beyond the format's range."""
+    scale the test draws, among those the kernel declares; ``formats``: the formats it draws, among the declared
+    ones (default: all of them); none of either declared: the test is skipped, saying so. ``saturating``: static
+    scales that push the largest |v| beyond the format's range."""
     declared = kernel.quantization
     taken = [kind for kind in scales if kind in declared.scales]
     if not taken:
         pytest.skip(f"{kernel.name} declares no {' or '.join(scales)} scale (it takes {', '.join(declared.scales)})")
+    chosen = [name for name in declared.formats if formats is None or name in formats]
+    if not chosen:
+        pytest.skip(f"{kernel.name} declares no {' or '.join(formats)} output (it writes "
+                    f"{', '.join(declared.formats)})")
     d = widths(max_width=MAX_WIDTH)
     if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
         example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=DIMS))
     else:
         example = draw(norm_examples(kernel, d=d, ndims=DIMS))
-    quant_dtype = getattr(torch, draw(st.sampled_from(declared.formats)))
+    quant_dtype = getattr(torch, draw(st.sampled_from(chosen)))
     if draw(st.sampled_from(taken)) == "dynamic":
         if draw(st.sampled_from((False, False, True))):
             example = _with_zero_row(example)

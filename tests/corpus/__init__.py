@@ -97,6 +97,8 @@ RESIDUAL_FAULTS = frozenset({"RESIDUAL_OUT_MISSING"})
 # add + RMSNorm (add_rms_quant).
 QUANTIZED_BUGS = {
     "AMAX_UNROUNDED": ("scales",),
+    "FNUZ_FMAX": ("scales",),
+    "NO_SCALE_FLOOR": ("scales",),
     "SCALE_INVERTED": ("values", "dequantized"),
     "NO_SATURATION": ("saturation",),
 }

@@ -8,6 +8,10 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                     scale, is taken of the float32 y (TransformerEngine PR 2355)       -> *.scales
     ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED  per-token scale from the unrounded norm, y = RMS(x + residual) before
                                     residual_out's rounding, while y of residual_out is quantized      -> *.scales
+    {LN,RMS,ADD_RMS}_QUANT_FNUZ_FMAX       e4m3fn's dynamic scale from float8_e4m3fnuz's maximum 240 instead of 448
+                                    (the ROCm format's constant on the OCP format)                    -> *.scales
+    {LN,RMS,ADD_RMS}_QUANT_NO_SCALE_FLOOR  no floor on the dynamic scale: an all-zero row gets scale 0 and q = Q(0/0)
+                                                                                                      -> *.scales
     {LN,RMS,ADD_RMS}_QUANT_SCALE_INVERTED  a static scale multiplied, not divided by (the scale and its inverse
                                     confused)                                            -> *.values, *.dequantized
     {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
@@ -66,6 +70,22 @@ def _no_saturation(y32, x, scale, quant_dtype):
     if not quant_dtype.is_floating_point:
         v = torch.round(v)  # the bug: no clamp, int8 wraps around
     return v.to(quant_dtype), s
+
+
+def _fnuz_fmax(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None and quant_dtype == torch.float8_e4m3fn:
+        # the bug: the ROCm float8_e4m3fnuz maximum (240) for OCP e4m3fn (448): the scale is 448/240 too large and
+        # a third of the format's range is never used (vLLM's fp8 helpers pick the maximum by platform)
+        scale = torch.clamp(y.abs().amax(-1, keepdim=True) / 240.0, min=MINIMUM_SCALE)
+    return quantize(y, scale, quant_dtype)
+
+
+def _no_scale_floor(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None:
+        scale = y.abs().amax(-1, keepdim=True) / _fmax(quant_dtype)  # the bug: no floor, an all-zero row's is 0
+    return quantize(y, scale, quant_dtype)
 
 
 def _correct(y32, x, scale, quant_dtype):
@@ -153,6 +173,11 @@ def _every_kind(name: str, quantized: Callable, what: str, *claims: str) -> tupl
 
 LN_QUANT_AMAX_UNROUNDED, RMS_QUANT_AMAX_UNROUNDED, ADD_RMS_QUANT_AMAX_UNROUNDED = _every_kind(
     "AMAX_UNROUNDED", _amax_unrounded, "amax of the float32 y, the rounded y quantized", "scales")
+LN_QUANT_FNUZ_FMAX, RMS_QUANT_FNUZ_FMAX, ADD_RMS_QUANT_FNUZ_FMAX = _every_kind(
+    "FNUZ_FMAX", _fnuz_fmax, "e4m3fn scaled with e4m3fnuz's maximum 240", "scales")
+LN_QUANT_NO_SCALE_FLOOR, RMS_QUANT_NO_SCALE_FLOOR, ADD_RMS_QUANT_NO_SCALE_FLOOR = _every_kind(
+    "NO_SCALE_FLOOR", _no_scale_floor, "no floor on the dynamic scale: an all-zero row's scale is 0, its q 0/0",
+    "scales")
 LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED = _every_kind(
     "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
 LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(
