@@ -1,10 +1,13 @@
-"""Warps per row program of our plain LayerNorm/RMSNorm forward, measured (issue 30, item 3): the data behind the
-launch rule of kernels.rows.launch_config, on one CUDA GPU.
+"""Warps per row program of our LayerNorm/RMSNorm kernels, measured (issue 30, item 3): the data behind the launch
+rule of kernels.rows.launch_config, on one CUDA GPU.
 
     python3 scripts/launch_sweep.py OUT.csv [--widths 1024,2048,4096,8192] [--warps 1,2,4,8,16] [--rows 4096,16384]
+                                            [--kinds layernorm,rmsnorm,add+layernorm,add+rmsnorm]
+                                            [--modes forward,forward+backward]
 
-For every kind (layernorm, rmsnorm), dtype, row count n and width d: our forward's device time with each number of
-warps (kernels.bench.measure, a CUDA graph of the call replayed; its error against torch in float32 checked), beside
+For every kind (default layernorm, rmsnorm), mode (default forward), dtype, row count n and width d: our device time
+with each number of warps for every row program (the forward's; with the backward, its row kernel's too)
+(kernels.bench.measure, a CUDA graph of the call replayed; its error against torch in float32 checked), beside
 torch's and Liger-Kernel's (when installed). One CSV row per measurement (kernels.bench.Measurement's fields, the
 provider ``ours-wN`` for N warps), and a summary per case: the rule's warps, the fastest warps, and ours over the
 best other at both. The kernels are compiled first in parallel processes (Triton compiles one at a time per
@@ -44,11 +47,33 @@ def _ours_with_warps(kind: str, warps: int):
     return call
 
 
-def _compile(kind: str, dtype_name: str, widths: tuple[int, ...], warps: tuple[int, ...], device: str) -> int:
+def _compile(kind: str, dtype_name: str, widths: tuple[int, ...], warps: tuple[int, ...], modes: tuple[str, ...],
+             device: str) -> int:
     for d in widths:
         for w in warps:
-            bench._Case.drawn(_ours_with_warps(kind, w), "forward", 64, d, bench.DTYPES[dtype_name], device).step()
-    return len(widths) * len(warps)
+            for mode in modes:
+                bench._Case.drawn(_ours_with_warps(kind, w), mode, 64, d, bench.DTYPES[dtype_name], device).step()
+    return len(widths) * len(warps) * len(modes)
+
+
+def _case(kind: str, mode: str, dtype_name: str, n: int, d: int, others: dict, warps: tuple[int, ...], device: str,
+          results: list) -> str:
+    """Measure one case, every provider and warp count (appended to ``results``); its summary line."""
+    moved = bench.bytes_moved(kind, mode, n, d, bench.DTYPES[dtype_name])
+    copy_bw = bench.copy_gb_per_s(moved, device)
+    case = {name: bench.measure(kind, mode, dtype_name, n, d, name, fn, device, copy_bw, 20)
+            for name, fn in others.items()}
+    for w in warps:
+        case[f"ours-w{w}"] = bench.measure(kind, mode, dtype_name, n, d, f"ours-w{w}", _ours_with_warps(kind, w),
+                                           device, copy_bw, 20)
+    results.extend(case.values())
+    best_other = min(case[name].device_us for name in others)
+    mine = {w: case[f"ours-w{w}"].device_us for w in warps}
+    fastest = min(mine, key=mine.get)
+    rule = rows.num_warps(rows.block_size(d), bench.DTYPES[dtype_name].itemsize)
+    return (f"{kind:<13} {mode:<16} {dtype_name:<8} n={n:<5} d={d:<5} rule {rule:>2} warps: "
+            f"{best_other / mine.get(rule, float('nan')):5.0%} of best; fastest {fastest:>2} warps: "
+            f"{best_other / mine[fastest]:5.0%} ({mine[fastest]:.1f} us, best other {best_other:.1f} us)")
 
 
 def main() -> int:
@@ -58,6 +83,8 @@ def main() -> int:
     parser.add_argument("--warps", default="1,2,4,8,16")
     parser.add_argument("--rows", default="4096,16384")
     parser.add_argument("--dtypes", default="float16,bfloat16,float32")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--modes", default="forward")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU, through the interpreter")
     args = parser.parse_args()
     device = "cpu" if args.dry_run else "cuda"
@@ -68,34 +95,24 @@ def main() -> int:
     warps = tuple(int(w) for w in args.warps.split(","))
     row_counts = tuple(int(n) for n in args.rows.split(","))
     dtypes = tuple(args.dtypes.split(","))
+    kinds, modes = tuple(args.kinds.split(",")), tuple(args.modes.split(","))
+    for given, known, what in ((kinds, bench.KINDS, "--kinds"), (modes, bench.MODES, "--modes")):
+        if set(given) - set(known):
+            parser.error(f"{what}: unknown {', '.join(sorted(set(given) - set(known)))}; known: {', '.join(known)}")
     if device == "cuda":
-        with ProcessPoolExecutor(max_workers=len(KINDS) * len(dtypes),
+        with ProcessPoolExecutor(max_workers=min(len(kinds) * len(dtypes), 12),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            for future in [pool.submit(_compile, k, t, widths, warps, device) for k in KINDS for t in dtypes]:
+            for future in [pool.submit(_compile, k, t, widths, warps, modes, device) for k in kinds for t in dtypes]:
                 future.result()
     results, summary = [], []
-    for kind in KINDS:
+    for kind in kinds:
         others = {name: fn for name, fn in bench.providers(kind).items() if name != "ours"}
-        for dtype_name in dtypes:
-            for n in row_counts:
-                for d in widths:
-                    moved = bench.bytes_moved(kind, "forward", n, d, bench.DTYPES[dtype_name])
-                    copy_bw = bench.copy_gb_per_s(moved, device)
-                    case = {name: bench.measure(kind, "forward", dtype_name, n, d, name, fn, device, copy_bw, 20)
-                            for name, fn in others.items()}
-                    for w in warps:
-                        case[f"ours-w{w}"] = bench.measure(kind, "forward", dtype_name, n, d, f"ours-w{w}",
-                                                           _ours_with_warps(kind, w), device, copy_bw, 20)
-                    results.extend(case.values())
-                    best_other = min(case[name].device_us for name in others)
-                    mine = {w: case[f"ours-w{w}"].device_us for w in warps}
-                    fastest = min(mine, key=mine.get)
-                    rule = rows.num_warps(rows.block_size(d), bench.DTYPES[dtype_name].itemsize)
-                    summary.append(f"{kind:<9} {dtype_name:<8} n={n:<5} d={d:<5} rule {rule:>2} warps: "
-                                   f"{best_other / mine.get(rule, float('nan')):5.0%} of best; fastest {fastest:>2} "
-                                   f"warps: {best_other / mine[fastest]:5.0%} ({mine[fastest]:.1f} us, best other "
-                                   f"{best_other:.1f} us)")
-                    print(summary[-1], flush=True)
+        for mode in modes:
+            for dtype_name in dtypes:
+                for n in row_counts:
+                    for d in widths:
+                        summary.append(_case(kind, mode, dtype_name, n, d, others, warps, device, results))
+                        print(summary[-1], flush=True)
     with args.csv.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow([field.name for field in dataclasses.fields(bench.Measurement)])
