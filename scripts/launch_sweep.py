@@ -87,6 +87,10 @@ def main() -> int:
     parser.add_argument("--modes", default="forward")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU, through the interpreter")
     args = parser.parse_args()
+    kinds, modes = tuple(args.kinds.split(",")), tuple(args.modes.split(","))
+    for given, known, what in ((kinds, bench.KINDS, "--kinds"), (modes, bench.MODES, "--modes")):
+        if set(given) - set(known):
+            parser.error(f"{what}: unknown {', '.join(sorted(set(given) - set(known)))}; known: {', '.join(known)}")
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         print("launch_sweep: no CUDA GPU here; --dry-run runs it on the CPU")
@@ -95,10 +99,6 @@ def main() -> int:
     warps = tuple(int(w) for w in args.warps.split(","))
     row_counts = tuple(int(n) for n in args.rows.split(","))
     dtypes = tuple(args.dtypes.split(","))
-    kinds, modes = tuple(args.kinds.split(",")), tuple(args.modes.split(","))
-    for given, known, what in ((kinds, bench.KINDS, "--kinds"), (modes, bench.MODES, "--modes")):
-        if set(given) - set(known):
-            parser.error(f"{what}: unknown {', '.join(sorted(set(given) - set(known)))}; known: {', '.join(known)}")
     if device == "cuda":
         with ProcessPoolExecutor(max_workers=min(len(kinds) * len(dtypes), 12),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
