@@ -9,7 +9,8 @@ On a machine with a CUDA GPU, in one command well inside 10 minutes:
      run they held the workers while ours waited), beside the tests in tests/ marked ``cuda``; then the --last
      built-ins with the time left. Every step has its own timeout and all share one deadline; a run cut off keeps
      the results it wrote (the Results JSON is written after every test) and the summary names the built-ins it
-     did not reach;
+     did not reach; the first run also takes the corpus's correct plain-torch kernels (tests/corpus: float64
+     statistics, Chan-merged chunks, float32 residuals, seeded dropout ...), which must pass on CUDA too;
   3. ``normverify bench`` alone, after them;
   4. one summary (per kernel and claim: verdict, worst ratio, time; harness errors counted) written to OUT/summary.txt,
      the results JSON and the logs packed into OUT/gpu-check.tar.gz: two files come back.
@@ -55,13 +56,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--bench-seconds", type=float, default=BENCH_S,
                         help=f"seconds kept for the benchmark after the conformance runs (default {BENCH_S})")
     parser.add_argument("--only", default="", metavar="GLOBS",
-                        help="only the built-ins matching these comma-separated globs (e.g. 'flash-attn-*,flaggems-*' "
-                             "for a call of their own)")
+                        help="only the built-ins (and corpus kernels, by path) matching these comma-separated "
+                             "globs (e.g. 'flash-attn-*,flaggems-*' for a call of their own)")
     parser.add_argument("--skip", default="", metavar="GLOBS",
                         help="leave out the built-ins matching these comma-separated globs (e.g. 'flash-attn-*')")
     parser.add_argument("--last", default=LAST, metavar="GLOBS",
                         help=f"built-ins run in a second conformance run after the others' (default {LAST!r}; '' "
                              "for one run of all)")
+    parser.add_argument("--no-corpus", dest="corpus", action="store_false",
+                        help="leave out the corpus's correct kernels (run in the first conformance run by default)")
     parser.add_argument("--bench-args", default="",
                         help="arguments of `normverify bench` (default: its full table), e.g. '--rows 16384' to fit "
                              "what is left of a machine's time")
@@ -75,7 +78,8 @@ def has_cuda() -> bool:
 
 
 def environment() -> dict[str, str]:
-    paths = [str(SITE)] if SITE.is_dir() else []
+    """The steps' environment: the wheels' site and tests/ (the corpus's kernels import ``corpus``) on PYTHONPATH."""
+    paths = [*([str(SITE)] if SITE.is_dir() else []), str(ROOT / "tests")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep),
             # autotuning results on disk, shared by the workers and runs (Triton's knobs.autotuning.cache)
             "TRITON_CACHE_AUTOTUNING": "1"}
@@ -111,6 +115,14 @@ def available_builtins() -> list[str]:
 def matches(kernel: str, globs: str) -> bool:
     """``kernel`` matches one of the comma-separated globs (none when ``globs`` is empty)."""
     return any(fnmatch.fnmatchcase(kernel, glob.strip()) for glob in globs.split(",") if glob.strip())
+
+
+def correct_corpus() -> list[str]:
+    """The specs of the corpus's correct kernels that are not built-ins (tests/corpus/__init__.py)."""
+    code = "from corpus import CORPUS; print('\\n'.join(e.spec for e in CORPUS if not e.expect and ':' in e.spec))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=environment())
+    return proc.stdout.split()
 
 
 def selected(kernels: list[str], only: str, skip: str) -> list[str]:
@@ -189,7 +201,7 @@ def summary_lines(paths: list[Path], steps: dict[str, dict], mode: str, kernels:
     for path in paths:
         run_errors += _results_lines(path, lines, counts, reached)
     missing = [kernel for kernel in kernels if kernel not in reached]
-    lines.append("built-ins with no test reached: " + (", ".join(missing) or "none"))
+    lines.append("kernels with no test reached: " + (", ".join(missing) or "none"))
     lines.append("")
     lines.append("steps: " + "; ".join(f"{name} exit {s['exit']} in {s['seconds']} s"
                                        + (" (timed out)" if s["timed_out"] else "") for name, s in steps.items()))
@@ -251,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work)
         return 2
     mode = "dry run on the CPU" if args.dry_run else "CUDA"
-    kernels = selected(list(DRY_RUN_KERNELS) if args.dry_run else available_builtins(), args.only, args.skip)
+    candidates = list(DRY_RUN_KERNELS) if args.dry_run else available_builtins()
+    if args.corpus and not args.dry_run:
+        candidates += correct_corpus()
+    kernels = selected(candidates, args.only, args.skip)
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
              "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]
     until = end - args.bench_seconds - PACK_S

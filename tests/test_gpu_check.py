@@ -29,7 +29,7 @@ def test_the_summary_names_the_built_ins_a_cut_off_run_did_not_reach(tmp_path):
          "worst_ratio": 0.9, "duration_s": 1.0}]}))
     steps = {"conformance": {"exit": 124, "seconds": 300.0, "timed_out": True}}
     lines = gpu_check.summary_lines([results], steps, "CUDA", BUILTINS[:3])
-    assert "built-ins with no test reached: triton, flash-attn-layernorm" in lines
+    assert "kernels with no test reached: triton, flash-attn-layernorm" in lines
     assert "conformance exit 124 in 300.0 s (timed out)" in lines[-2]
     assert lines[-1].startswith("kernel x claim: 1 passed; harness errors: 0")
 
@@ -56,6 +56,13 @@ def test_the_summary_merges_both_runs(tmp_path):
              tmp_path / "results-3.json"]  # a run that wrote nothing
     steps = {"conformance": {"exit": 0, "seconds": 10.0, "timed_out": False}}
     lines = gpu_check.summary_lines(paths, steps, "CUDA", ["torch", "flash-attn-layernorm", "flaggems-rmsnorm"])
-    assert "built-ins with no test reached: flaggems-rmsnorm" in lines
+    assert "kernels with no test reached: flaggems-rmsnorm" in lines
     assert "results-3.json: no results written (see its log)" in lines
     assert lines[-1] == "kernel x claim: 1 failed, 1 passed; harness errors: 1 (1 run errors, 0 claims in error)"
+
+
+def test_the_corpus_s_correct_kernels_are_listed_by_path():
+    specs = gpu_check.correct_corpus()
+    assert {"tests/corpus/composed.py:ADD_LN_CHAN_CHUNKS", "tests/corpus/correct.py:LN_TWO_PASS_FLOAT64"} <= set(specs)
+    assert all(":" in spec for spec in specs)  # the built-ins among the correct ones run as built-ins
+    assert gpu_check.conformance_runs(specs, gpu_check.LAST) == [("conformance", specs)]
