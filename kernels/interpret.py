@@ -320,14 +320,14 @@ def _defines_jit_functions(module: ModuleType) -> bool:
     return any(isinstance(value, (JITFunction, InterpretedFunction)) for value in vars(module).values())
 
 
-def _replacements(namespace: dict, found: list[tuple[dict, str, object, object]], seen: set[int]) -> None:
+def _replacements(namespace: dict, found: list[tuple[dict, str, object, object]], seen: dict[int, dict]) -> None:
     """Interpreter-ready replacements (namespace, name, the value there, its replacement) for the libdevice names and
     compiled ``@triton.jit`` functions reachable from a kernel's module namespace: directly, through other
     ``@triton.jit`` functions' modules, through a module alias that defines ``@triton.jit`` functions, or through
     ``triton.language`` modules (``tl.sum`` is itself a ``@triton.jit`` function)."""
     if id(namespace) in seen:
         return
-    seen.add(id(namespace))
+    seen[id(namespace)] = namespace
     for name, value in list(namespace.items()):
         if isinstance(value, ModuleType):
             if value.__name__.startswith("triton.language") or _defines_jit_functions(value):
@@ -341,20 +341,21 @@ def _replacements(namespace: dict, found: list[tuple[dict, str, object, object]]
             found.append((namespace, name, value, ready))
 
 
-_found: dict[object, list[tuple[dict, str, object, object]]] = {}
+_found: dict[object, tuple[list[tuple[dict, str, object, object]], list[tuple[dict, int]]]] = {}
 _patched_launches = 0  # launches whose patches are in place (a launch from host code inside another: 2)
 
 
 def _kernel_replacements(kernel: InterpretedFunction) -> list[tuple[dict, str, object, object]]:
-    """:func:`_replacements` of a kernel's module namespace, walked once per kernel and walked again when any name
-    it replaced holds another value now (a module's helper redefined or monkeypatched); the walk of the
-    ``triton.language`` modules is most of an interpreted launch's own cost otherwise."""
-    found = _found.get(kernel.fn)
-    if found is None or any(namespace.get(name, _MISSING) is not value for namespace, name, value, _ in found):
-        found = []
-        _replacements(kernel.fn.__globals__, found, set())
+    """:func:`_replacements` of a kernel's module namespace, walked once per kernel and walked again when a name it
+    replaced holds another value now (a helper redefined or monkeypatched) or a namespace it walked has gained or
+    lost a name; the walk of the ``triton.language`` modules is most of an interpreted launch's own cost otherwise."""
+    found, sizes = _found.get(kernel.fn, (None, ()))
+    if (found is None or any(len(namespace) != size for namespace, size in sizes)
+            or any(namespace.get(name, _MISSING) is not value for namespace, name, value, _ in found)):
+        found, seen = [], {}
+        _replacements(kernel.fn.__globals__, found, seen)
         if not _patched_launches:  # a launch inside another's patches would see replacements, not the originals
-            _found[kernel.fn] = found
+            _found[kernel.fn] = found, [(namespace, len(namespace)) for namespace in seen.values()]
     for _, _, value, _ in found:
         if isinstance(value, JITFunction):
             _device_function(value)  # rewritten before the launch patches anything, as in interpreted_twin

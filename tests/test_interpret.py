@@ -206,6 +206,27 @@ def test_a_helper_rebound_between_launches_is_the_one_called(monkeypatch):
     assert torch.equal(y, x + 2)
 
 
+_late = types.ModuleType("late_helpers")  # a helpers module that gains a @triton.jit function after a first launch
+_late.plus_one = _plus_one
+
+
+@triton.jit
+def _apply_late_helper(X, Y, LATER: tl.constexpr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + cols)
+    if LATER:
+        x = _late.plus_two(x)
+    tl.store(Y + cols, _late.plus_one(x))
+
+
+def test_a_helper_added_to_a_walked_module_after_a_launch_is_found(monkeypatch):
+    x, y = torch.randn(8), torch.empty(8)
+    _apply_late_helper[(1,)](x, y, LATER=False, BLOCK=8)
+    monkeypatch.setattr(_late, "plus_two", _plus_two, raising=False)
+    _apply_late_helper[(1,)](x, y, LATER=True, BLOCK=8)
+    assert torch.equal(y, x + 3)
+
+
 def test_a_launch_returns_a_kernel_that_launches_again():
     """Launchers that cache what run() returns and relaunch it (FlagGems' LibEntry: kernel[grid](*args))."""
     x = torch.randn(40)
