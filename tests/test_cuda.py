@@ -57,6 +57,7 @@ def test_the_compiled_launch_gives_what_triton_s_run_gives(dtype):
     assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
     misaligned = base[1: 1 + 64 * 1000].view(64, 1000).detach().requires_grad_()  # 2 or 4 bytes off 16
     aligned = misaligned.detach().clone().requires_grad_()
+    eps = torch.finfo(dtype).eps  # a few units in the last place: another order of the same sums
     for a, b in zip(forward_backward(misaligned), forward_backward(aligned), strict=True):
-        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, b, rtol=8 * eps, atol=8 * eps * b.abs().max().item())
     assert len(rows._launchers) >= 4  # forward and backward kernels, aligned and misaligned x
