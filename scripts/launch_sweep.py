@@ -3,7 +3,7 @@ rule of kernels.rows.launch_config, on one CUDA GPU.
 
     python3 scripts/launch_sweep.py OUT.csv [--widths 1024,2048,4096,8192] [--warps 1,2,4,8,16] [--rows 4096,16384]
                                             [--kinds layernorm,rmsnorm,add+layernorm,add+rmsnorm]
-                                            [--modes forward,forward+backward]
+                                            [--modes forward,forward+backward] [--blocks 8192,16384]
 
 For every kind (default layernorm, rmsnorm), mode (default forward), dtype, row count n and width d: our device time
 with each number of warps for every row program (the forward's; with the backward, its row kernel's too)
@@ -28,14 +28,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from kernels import bench, rows
+from kernels import bench, fused_norm, norm, rows
 
 KINDS = ("layernorm", "rmsnorm")
 
 
-def _ours_with_warps(kind: str, warps: int):
-    """Our forward with every row program launched with ``warps`` warps (kernels.rows.num_warps replaced)."""
-    ours = bench.providers(kind)["ours"]
+def _ours(kind: str, warps: int, block: int | None = None):
+    """Our kernels with every row program launched with ``warps`` warps (kernels.rows.num_warps replaced); with
+    ``block``, the forward's column block too: the forward kernel called directly (kernels.norm.forward,
+    kernels.fused_norm.forward; no autograd), so forward only."""
+    if block is None:
+        ours = bench.providers(kind)["ours"]
+    else:
+        rms = kind.endswith("rmsnorm")
+        eps = 1e-6 if rms else 1e-5  # the benchmark's (kernels.bench.providers)
+        if kind.startswith("add+"):
+            def ours(x, r, w, b):
+                return fused_norm.forward(x, r, w, None if rms else b, eps, rms=rms, residual_dtype=r.dtype,
+                                          block=block)[:2]
+        else:
+            def ours(x, r, w, b):
+                return norm.forward(x, w, None if rms else b, eps, rms=rms, block=block)[0]
 
     def call(x, r, w, b):
         rule = rows.num_warps
@@ -47,32 +60,42 @@ def _ours_with_warps(kind: str, warps: int):
     return call
 
 
-def _compile(kind: str, dtype_name: str, widths: tuple[int, ...], warps: tuple[int, ...], modes: tuple[str, ...],
-             device: str) -> int:
+def _variants(warps: tuple[int, ...], blocks: tuple[int, ...]) -> list[tuple[str, int, int | None]]:
+    """(provider name, warps, block) of each of our launch configurations measured: ``ours-wW`` with the rule's
+    block, or ``ours-bB-wW`` for each given block."""
+    if not blocks:
+        return [(f"ours-w{w}", w, None) for w in warps]
+    return [(f"ours-b{b}-w{w}", w, b) for b in blocks for w in warps]
+
+
+def _compile(kind: str, dtype_name: str, widths: tuple[int, ...], warps: tuple[int, ...], blocks: tuple[int, ...],
+             modes: tuple[str, ...], device: str) -> int:
     for d in widths:
-        for w in warps:
+        for _, w, b in _variants(warps, blocks):
             for mode in modes:
-                bench._Case.drawn(_ours_with_warps(kind, w), mode, 64, d, bench.DTYPES[dtype_name], device).step()
-    return len(widths) * len(warps) * len(modes)
+                bench._Case.drawn(_ours(kind, w, b), mode, 64, d, bench.DTYPES[dtype_name], device).step()
+    return len(widths) * len(warps) * max(len(blocks), 1) * len(modes)
 
 
-def _case(kind: str, mode: str, dtype_name: str, n: int, d: int, others: dict, warps: tuple[int, ...], device: str,
-          results: list) -> str:
-    """Measure one case, every provider and warp count (appended to ``results``); its summary line."""
+def _case(kind: str, mode: str, dtype_name: str, n: int, d: int, others: dict, warps: tuple[int, ...],
+          blocks: tuple[int, ...], device: str, results: list) -> str:
+    """Measure one case, every provider and launch configuration (appended to ``results``); its summary line."""
     moved = bench.bytes_moved(kind, mode, n, d, bench.DTYPES[dtype_name])
     copy_bw = bench.copy_gb_per_s(moved, device)
     case = {name: bench.measure(kind, mode, dtype_name, n, d, name, fn, device, copy_bw, 20)
             for name, fn in others.items()}
-    for w in warps:
-        case[f"ours-w{w}"] = bench.measure(kind, mode, dtype_name, n, d, f"ours-w{w}", _ours_with_warps(kind, w),
-                                           device, copy_bw, 20)
+    mine = {}
+    for name, w, b in _variants(warps, blocks):
+        case[name] = bench.measure(kind, mode, dtype_name, n, d, name, _ours(kind, w, b), device, copy_bw, 20)
+        mine[name] = case[name].device_us
     results.extend(case.values())
     best_other = min(case[name].device_us for name in others)
-    mine = {w: case[f"ours-w{w}"].device_us for w in warps}
     fastest = min(mine, key=mine.get)
-    rule = rows.num_warps(rows.block_size(d), bench.DTYPES[dtype_name].itemsize)
-    return (f"{kind:<13} {mode:<16} {dtype_name:<8} n={n:<5} d={d:<5} rule {rule:>2} warps: "
-            f"{best_other / mine.get(rule, float('nan')):5.0%} of best; fastest {fastest:>2} warps: "
+    block, element_size = rows.block_size(d), bench.DTYPES[dtype_name].itemsize
+    rule_warps = rows.num_warps(block, element_size)
+    rule = f"ours-b{block}-w{rule_warps}" if blocks else f"ours-w{rule_warps}"
+    return (f"{kind:<13} {mode:<16} {dtype_name:<8} n={n:<5} d={d:<5} the rule ({rule}): "
+            f"{best_other / mine.get(rule, float('nan')):5.0%} of best; fastest {fastest}: "
             f"{best_other / mine[fastest]:5.0%} ({mine[fastest]:.1f} us, best other {best_other:.1f} us)")
 
 
@@ -85,9 +108,15 @@ def main() -> int:
     parser.add_argument("--dtypes", default="float16,bfloat16,float32")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--modes", default="forward")
+    parser.add_argument("--blocks", default="",
+                        help="column blocks of the forward to measure beside the warps (forward only; default: the "
+                             "rule's, e.g. 8192,16384 to see one read of a 16384-wide row against two)")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU, through the interpreter")
     args = parser.parse_args()
     kinds, modes = tuple(args.kinds.split(",")), tuple(args.modes.split(","))
+    blocks = tuple(int(b) for b in args.blocks.split(",") if b)
+    if blocks and modes != ("forward",):
+        parser.error("--blocks measures the forward only: --modes forward")
     for given, known, what in ((kinds, bench.KINDS, "--kinds"), (modes, bench.MODES, "--modes")):
         if set(given) - set(known):
             parser.error(f"{what}: unknown {', '.join(sorted(set(given) - set(known)))}; known: {', '.join(known)}")
@@ -102,7 +131,8 @@ def main() -> int:
     if device == "cuda":
         with ProcessPoolExecutor(max_workers=min(len(kinds) * len(dtypes), 12),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            for future in [pool.submit(_compile, k, t, widths, warps, modes, device) for k in kinds for t in dtypes]:
+            futures = [pool.submit(_compile, k, t, widths, warps, blocks, modes, device) for k in kinds for t in dtypes]
+            for future in futures:
                 future.result()
     results, summary = [], []
     for kind in kinds:
@@ -111,7 +141,8 @@ def main() -> int:
             for dtype_name in dtypes:
                 for n in row_counts:
                     for d in widths:
-                        summary.append(_case(kind, mode, dtype_name, n, d, others, warps, device, results))
+                        summary.append(_case(kind, mode, dtype_name, n, d, others, warps, blocks, device,
+                                             results))
                         print(summary[-1], flush=True)
     with args.csv.open("w", newline="") as f:
         writer = csv.writer(f)

@@ -103,16 +103,19 @@ def _launch_sweep():
     return module
 
 
-def test_the_launch_sweep_launches_our_forward_with_the_warps_it_names(monkeypatch):
+def test_the_launch_sweep_launches_our_forward_with_the_warps_and_block_it_names(monkeypatch):
     from kernels import rows
 
     launched = []
-    monkeypatch.setattr(rows, "launch", lambda kernel, grid, *args, **meta: launched.append(meta["num_warps"]))
+    monkeypatch.setattr(rows, "launch",
+                        lambda kernel, grid, *args, **meta: launched.append((meta["num_warps"], meta["BLOCK"])))
     rule = rows.num_warps
     x, weight = torch.randn(4, 64), torch.randn(64)
+    sweep = _launch_sweep()
     for warps in (2, 8):
-        _launch_sweep()._ours_with_warps("rmsnorm", warps)(x, None, weight, None)
-    assert launched == [2, 8]
+        sweep._ours("rmsnorm", warps)(x, None, weight, None)
+    sweep._ours("layernorm", 4, block=16)(x, None, weight, None)  # the forward with a 16-column block: 4 blocks
+    assert launched == [(2, 64), (8, 64), (4, 16)]
     assert rows.num_warps is rule  # the rule is back after each call
 
 
@@ -125,3 +128,15 @@ def test_the_launch_sweep_runs_on_the_cpu(tmp_path, monkeypatch):
     assert {r["provider"] for r in measured} >= {"torch", "ours-w1", "ours-w2"}
     assert all(r["error"] == "" for r in measured)
     assert len(out.with_suffix(".txt").read_text().splitlines()) == 2  # one case per kind
+
+
+def test_the_launch_sweep_measures_the_forward_s_blocks(tmp_path, monkeypatch):
+    out = tmp_path / "sweep.csv"
+    monkeypatch.setattr("sys.argv", ["launch_sweep.py", str(out), "--dry-run", "--widths", "64", "--warps", "1",
+                                     "--rows", "8", "--dtypes", "float32", "--kinds", "rmsnorm,add+layernorm",
+                                     "--blocks", "32,64"])
+    assert _launch_sweep().main() == 0
+    measured = list(csv.DictReader(out.open()))
+    assert {r["provider"] for r in measured} >= {"ours-b32-w1", "ours-b64-w1"}
+    assert all(r["error"] == "" for r in measured)
+    assert "the rule (ours-b64-w1)" in out.with_suffix(".txt").read_text()
