@@ -8,6 +8,7 @@ column strides of what they read, so sliced and transposed inputs need no copy i
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -163,7 +164,8 @@ class _Launcher:
     #              enter_hook, exit_hook, *every argument of the kernel's signature, constexprs included)
     function: object  # the loaded CUfunction
     packed_metadata: object
-    constexpr_names: tuple[str, ...]  # the signature's parameters after the positional arguments, from ``meta``
+    tail: tuple[tuple[str, object], ...]  # (name, default) of the signature's parameters after the positional
+    #                                        arguments: their values from ``meta``, else their defaults
     current_stream: object  # device index -> raw stream, Triton's driver's
 
 
@@ -194,10 +196,11 @@ def launch_compiled(kernel: JITFunction, grid: tuple[int, ...], device_index: in
         if launcher is None and compiled is not None:  # None: a Triton that compiles asynchronously said so
             _launchers[key] = _Launcher(
                 run=compiled.run, function=compiled.function, packed_metadata=compiled.packed_metadata,
-                constexpr_names=tuple(kernel.arg_names[len(args):]),
+                tail=tuple((name, parameter.default) for name, parameter in
+                           list(inspect.signature(kernel.fn).parameters.items())[len(args):]),
                 current_stream=triton.runtime.driver.active.get_current_stream)
         return
-    constexprs = [meta[name] for name in launcher.constexpr_names]
+    constexprs = [meta.get(name, default) for name, default in launcher.tail]
     launcher.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                  launcher.current_stream(device_index), launcher.function, launcher.packed_metadata, None, None, None,
                  *args, *constexprs)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import given
 from hypothesis import strategies as st
 from triton import knobs
@@ -113,6 +115,20 @@ def test_direct_launch_passes_what_triton_run_passes(recording_compiled_kernel):
     assert len(direct) == len(through_triton)
     for ours, triton_s in zip(direct[9:], through_triton[9:], strict=True):
         assert ours is triton_s or ours == triton_s, (ours, triton_s)
+
+
+@triton.jit
+def _scaled_copy(X, Y, n, SCALE: tl.constexpr = 2.0, BLOCK: tl.constexpr = 16):
+    cols = tl.arange(0, BLOCK)
+    tl.store(Y + cols, tl.load(X + cols, mask=cols < n) * SCALE, mask=cols < n)
+
+
+def test_a_parameter_left_to_its_default_is_passed_as_triton_passes_it(recording_compiled_kernel):
+    args = (torch.randn(16), torch.empty(16), 16)
+    for _ in range(2):  # Triton's run, then the launcher
+        rows.launch_compiled(_scaled_copy, (1,), 0, args, {"BLOCK": 16, "num_warps": 1})
+    through_triton, direct = recording_compiled_kernel.calls
+    assert direct[9:12] == through_triton[9:12] and direct[12:] == through_triton[12:] == (2.0, 16)
 
 
 def test_a_new_specialization_goes_through_triton_run(recording_compiled_kernel, monkeypatch):
