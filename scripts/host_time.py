@@ -5,16 +5,15 @@
 What is measured, per kind and mode (inference: the forward under torch.no_grad; forward: with weight and bias
 requiring grad, so an autograd graph is recorded; forward+backward):
 
-* ours: everything our code does per call on the host, with the Triton launch stubbed out. Every
-  launch of a ``@triton.jit`` kernel ends in ``JITFunction.run`` (``kernel[grid](...)``) or, for our
-  kernels since the lean host path, in ``kernels.rows.launch``; both are replaced by a no-op that
-  counts the call. So the time is our wrapper only: the autograd Function, the input checks, the
-  allocations, the launch arguments; NOT Triton's own Python launch path (binder, cache lookup,
-  driver call, the same for every Triton kernel) nor any device time.
+* ours: everything our code does per call on the host, with the launch stubbed out: every launch of
+  our kernels goes through ``kernels.rows.launch``, replaced by a no-op that counts the call. So the
+  time is our wrapper only: the autograd Function, the input checks, the allocations, the launch
+  arguments; NOT the launch path (specialization key, Triton's driver call) nor any device time.
 * ours + Triton (where no CUDA is present, so that ``kernels.cuda_stand_ins`` answers Triton's driver
-  queries): the same with Triton's own Python launch path run as on CUDA (``JITFunction.run``: the
-  argument specialization, the cache lookup, the launch metadata), only the compiled kernel's C launcher
-  a no-op: a stand-in ``CompiledKernel`` is put in Triton's kernel cache instead of compiling.
+  queries): the same with the launch path run as on CUDA (``kernels.rows.launch_compiled``: Triton's
+  ``JITFunction.run`` on a specialization's first launch, the compiled kernel's launcher after), only
+  that C launcher a no-op: a stand-in ``CompiledKernel`` is put in Triton's kernel cache instead of
+  compiling.
 * torch: ``F.layer_norm`` (with ``h = x + residual`` first for the fused kinds) on CPU tensors of the
   same small shape, so its compute is negligible and the time is torch's dispatch + autograd host path,
   which is what its CUDA path also pays on the host. For RMSNorm too: on CUDA ``F.rms_norm`` is one
@@ -61,9 +60,6 @@ class _LaunchCounter:
     def __init__(self) -> None:
         self.count = 0
 
-    def jit_run(self, kernel, *args, grid, warmup, **kwargs):
-        self.count += 1
-
     def launch(self, kernel, grid, *args, **kwargs):
         self.count += 1
 
@@ -108,12 +104,11 @@ def stubbed_compiled_launcher() -> Iterator[_LaunchCounter]:
 @contextlib.contextmanager
 def stubbed_launches() -> Iterator[_LaunchCounter]:
     counter = _LaunchCounter()
-    saved_run, saved_launch = JITFunction.run, rows.launch
-    JITFunction.run, rows.launch = counter.jit_run, counter.launch
+    saved_launch, rows.launch = rows.launch, counter.launch
     try:
         yield counter
     finally:
-        JITFunction.run, rows.launch = saved_run, saved_launch
+        rows.launch = saved_launch
 
 
 class _TorchLaunches(TorchDispatchMode):
