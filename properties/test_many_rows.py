@@ -11,13 +11,14 @@ compared with the oracle. Elsewhere (the CPU, Triton's interpreter: minutes) it 
 on a GPU without the free memory (3 copies) with the amount.
 
 A kernel too slow for that many rows here (Triton's CPU interpreter runs its programs one by one) is skipped
-with the measured reason: its time per row (from calls on ``PROBE_ROWS`` and 4 ``PROBE_ROWS`` rows), scaled to
+with the measured reason: its time per row (from calls on growing numbers of rows, ``too_slow_reason``), scaled to
 ``ROWS``, above ``BUDGET_S``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -36,6 +37,8 @@ ROWS = 65_537
 WIDTH = 8
 PROBE_ROWS = 8
 BUDGET_S = 20.0  # a kernel slower than this here (interpreted, one program per row) is checked where it runs natively
+GROWTH = 8  # the probes' rows grow this much at a time
+PAUSE_S = 0.05  # the longest a scheduler delays a call on a loaded machine (two tests and a corpus run on 2 cores)
 HUGE_WIDTH = 4096
 HUGE_ROWS = 2**31 // HUGE_WIDTH + 8  # rows x d > 2^31
 PERIOD = 7
@@ -68,13 +71,40 @@ def many_rows_example(kernel, upstream: bool) -> dict:
     return example
 
 
-def skip_when_too_slow(kernel, example: dict, upstream: bool) -> None:
-    """Skip, with the measured times, when ROWS rows would take more than BUDGET_S seconds: one call on one row first
-    (compilation, caches), then PROBE_ROWS rows timed; when that time scaled to ROWS is above the budget, the
-    quickest of two calls on PROBE_ROWS and on 4 PROBE_ROWS rows give the time per row (their difference over
-    3 PROBE_ROWS rows: a call's fixed cost cancels), the estimate the smaller call's time plus the other rows'."""
+def too_slow_reason(name: str, took: Callable[[int], float]) -> str | None:
+    """None when ROWS rows fit in BUDGET_S seconds, else the measured reason; ``took(rows)`` times one call on that
+    many rows. Each decision holds though any call be delayed by up to PAUSE_S (a scheduler's pause on a loaded
+    machine).
 
-    def run(rows: int) -> float:
+    A call on PROBE_ROWS rows whose time, scaled to ROWS, fits is enough (its fixed cost counted per row
+    overestimates). Otherwise the rows grow GROWTH-fold: a larger call whose time scaled to ROWS fits is enough;
+    else the two calls' difference over the rows between is the time per row (a call's fixed cost cancels), the
+    estimate is the smaller call's time plus the other rows', and a pause of PAUSE_S in either call moves it by
+    PAUSE_S (ROWS - rows) / (more - rows). The rows grow until the estimate is that far from BUDGET_S, or they
+    reach ROWS (the call itself is then the measure)."""
+    rows, seconds = PROBE_ROWS, took(PROBE_ROWS)
+    while seconds * ROWS / rows > BUDGET_S:
+        more = min(rows * GROWTH, ROWS)
+        seconds_more = took(more)
+        if seconds_more * ROWS / more <= BUDGET_S:
+            return None
+        estimate = seconds + (seconds_more - seconds) / (more - rows) * (ROWS - rows)
+        uncertainty = PAUSE_S * (ROWS - rows) / (more - rows)
+        if estimate - uncertainty > BUDGET_S or more == ROWS:
+            return (f"{name}: {rows} rows took {seconds:.2f} s, {more} rows {seconds_more:.2f} s, so {ROWS} rows "
+                    f"would take ~{estimate:.0f} s (> {BUDGET_S:.0f} s; an interpreted kernel?): checked where it "
+                    "runs natively")
+        if estimate + uncertainty <= BUDGET_S:
+            return None
+        rows, seconds = more, seconds_more
+    return None
+
+
+def skip_when_too_slow(kernel, example: dict, upstream: bool) -> None:
+    """Skip, with the measured times (too_slow_reason), when ROWS rows would take more than BUDGET_S seconds; one
+    call on one row first (compilation, caches)."""
+
+    def took(rows: int) -> float:
         probe = {name: (t[:rows] if name in ("x", "residual", "dy", "dh") else t) for name, t in example.items()}
         start = time.perf_counter()
         if upstream:
@@ -83,17 +113,10 @@ def skip_when_too_slow(kernel, example: dict, upstream: bool) -> None:
             norms.call(kernel, probe, allow_nonfinite=True)
         return time.perf_counter() - start
 
-    run(1)
-    small = run(PROBE_ROWS)
-    if small * ROWS / PROBE_ROWS <= BUDGET_S:  # even a call's fixed cost counted per row fits
-        return
-    small, large = min(small, run(PROBE_ROWS)), min(run(4 * PROBE_ROWS) for _ in range(2))  # the quietest of each
-    per_row = max(large - small, 0.0) / (3 * PROBE_ROWS)
-    estimate = small + per_row * (ROWS - PROBE_ROWS)
-    if estimate > BUDGET_S:
-        pytest.skip(f"{kernel.name}: {PROBE_ROWS} rows took {small:.2f} s, {4 * PROBE_ROWS} rows {large:.2f} s, so "
-                    f"{ROWS} rows would take ~{estimate:.0f} s (> {BUDGET_S:.0f} s; an interpreted kernel?): checked "
-                    "where it runs natively")
+    took(1)
+    reason = too_slow_reason(kernel.name, took)
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
