@@ -122,9 +122,19 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
 
 def copy_with_strides(t: torch.Tensor) -> torch.Tensor:
     """A copy of t with t's strides (``clone()`` makes a gapped view, such as every other column, contiguous)."""
-    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
-    copy = torch.as_strided(t.new_zeros(span), t.shape, t.stride())
-    return copy.copy_(t)
+    return strided_copy(t, t.stride())
+
+
+def strided_copy(values: torch.Tensor, stride: tuple[int, ...] | list[int]) -> torch.Tensor:
+    """A fresh tensor of ``values``' shape with ``stride``, holding ``values``. Strides may overlap: an axis of
+    stride 0 (an expanded tensor, as autograd's upstream gradient of ``y.sum()``) holds one slice, ``values``' first
+    along that axis (the others equal to it in a tensor that had that layout)."""
+    shape = values.shape
+    span = 1 + sum((size - 1) * step for size, step in zip(shape, stride, strict=True)) if values.numel() else 0
+    storage = values.new_zeros(span)
+    one_slice = tuple(slice(0, 1) if step == 0 else slice(None) for step in stride)
+    torch.as_strided(storage, values[one_slice].shape, stride).copy_(values[one_slice])
+    return torch.as_strided(storage, shape, stride)
 
 
 def representable(values: np.ndarray, dtype: torch.dtype) -> bool:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from properties import evidence
 from properties.checks import batchnorm as checks
+from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.draws.batchnorm_strategies import batchnorm_examples
 from properties.draws.strategies import (
     CHANNELS_LAST,
@@ -114,6 +115,19 @@ def test_channels_last_input(running_norm_kernel, data):
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(checks.check_channels_last, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_upstream_gradient(running_norm_kernel, data):
+    """Training mode, dy strided, transposed, channels-last or expanded (autograd's upstream gradient of a sum has
+    stride 0); weight and bias present (the gradients of every input)."""
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, training=True, upstream=True, every_input=True, mixed=True)
+    example = data.draw(example, "example")
+    dy = strided(example["dy"], data.draw(st.sampled_from(CHANNEL_UPSTREAM_LAYOUTS), "layout"))
+    evidence.check(checks.check_noncontiguous_upstream, running_norm_kernel, {**example, "dy": dy})
 
 
 @pytest.mark.claim("bn.inputs_unmodified", "in.inputs_unmodified")

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 
 from core.capabilities import discover
 from properties import evidence
+from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.groupnorm import (
     check_channels_last,
     check_forward,
     check_independence,
     check_inputs_unmodified,
+    check_noncontiguous_upstream,
     check_vjp,
 )
 from properties.draws.strategies import (
@@ -97,6 +99,17 @@ def test_channels_last_input(channel_layernorm_kernel, data):
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(check_channels_last, channel_layernorm_kernel, example)
+
+
+@pytest.mark.claim("cln.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_upstream_gradient(channel_layernorm_kernel, data):
+    """dy strided, transposed, channels-last or expanded (autograd's upstream gradient of a sum has stride 0)."""
+    require_backward(channel_layernorm_kernel)
+    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True), "example")
+    dy = strided(example["dy"], data.draw(st.sampled_from(CHANNEL_UPSTREAM_LAYOUTS), "layout"))
+    evidence.check(check_noncontiguous_upstream, channel_layernorm_kernel, {**example, "dy": dy})
 
 
 @pytest.mark.claim("cln.independence")

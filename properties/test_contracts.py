@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from properties import evidence, norms
 from properties.checks.contracts import (
+    LAYOUTS,
+    UPSTREAM_LAYOUTS,
     check_changing_one_row,
     check_inputs_unmodified,
     check_noncontiguous_upstream,
@@ -28,7 +30,7 @@ from properties.run import profiles
 
 
 def layouts() -> st.SearchStrategy[str]:
-    return st.sampled_from(["every other column", "transposed"])
+    return st.sampled_from(LAYOUTS)
 
 
 def widths_from_two() -> st.SearchStrategy[int]:
@@ -77,7 +79,7 @@ def test_noncontiguous_x(norm_kernel, data):
 def test_noncontiguous_upstream_gradient(norm_kernel, data):
     norms.require_backward(norm_kernel)
     example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), upstream=True), label="example")
-    dy = strided(example["dy"], data.draw(layouts(), "layout"))
+    dy = strided(example["dy"], data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout"))
     evidence.check(check_noncontiguous_upstream, norm_kernel, {**example, "dy": dy})
 
 

@@ -13,13 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from properties import evidence
-from properties.checks.contracts import strided
+from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
 from properties.checks.fused import (
     check_changing_one_row,
     check_forward,
     check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
+    check_noncontiguous_upstream,
     check_residual_out,
     check_vjp,
 )
@@ -99,7 +100,20 @@ def test_changing_one_row_changes_no_other(add_norm_kernel, data):
 @given(data=st.data())
 def test_strided_inputs(add_norm_kernel, data):
     example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), mixed=True), "example")
-    layout = data.draw(st.sampled_from(["every other column", "transposed"]), "layout")
+    layout = data.draw(st.sampled_from(LAYOUTS), "layout")
     residual = None if example["residual"] is None else strided(example["residual"], layout)
     evidence.check(check_noncontiguous, add_norm_kernel, {**example, "x": strided(example["x"], layout),
                                                           "residual": residual})
+
+
+@pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_upstream_gradients(add_norm_kernel, data):
+    """dy and dh strided, transposed or expanded (autograd's upstream gradient of a sum has stride 0)."""
+    require_backward(add_norm_kernel)
+    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), upstream=True,
+                                          ndims=BATCHES), "example")
+    layout = data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout")
+    evidence.check(check_noncontiguous_upstream, add_norm_kernel,
+                   {**example, "dy": strided(example["dy"], layout), "dh": strided(example["dh"], layout)})

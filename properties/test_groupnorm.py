@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from core.boundary import HOST
 from core.capabilities import discover
 from properties import evidence
+from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.groupnorm import (
     check_channels_last,
     check_forward,
     check_forward_with_parameter_dtypes,
     check_independence,
     check_inputs_unmodified,
+    check_noncontiguous_upstream,
     check_vjp,
 )
 from properties.draws.strategies import (
@@ -142,6 +144,18 @@ def test_channels_last_input(groupnorm_kernel, data):
         example["bias"] = None if example["bias"] is None else example["bias"].repeat(2)
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(check_channels_last, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_upstream_gradient(groupnorm_kernel, data):
+    """dy strided, transposed, channels-last or expanded (autograd's upstream gradient of a sum has stride 0); weight
+    and bias present (the gradients of every input)."""
+    require_backward(groupnorm_kernel)
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
+    dy = strided(example["dy"], data.draw(st.sampled_from(CHANNEL_UPSTREAM_LAYOUTS), "layout"))
+    evidence.check(check_noncontiguous_upstream, groupnorm_kernel, {**example, "dy": dy})
 
 
 @pytest.mark.claim("gn.independence")

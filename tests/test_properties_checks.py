@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from corpus.memory import read_as_if_contiguous
 
 from core.registry import Kernel
 from properties import evidence
@@ -207,6 +208,45 @@ def test_contract_checks_catch_mixed_rows_ignored_strides_and_written_inputs():
     _passes_and_fails(contracts.check_noncontiguous_x, kernel(_strides_ignored), {**example, "x": strided})
     _passes_and_fails(contracts.check_inputs_unmodified, kernel(_input_overwritten),
                       {**example, "dy": _row(seed=3)})
+
+
+@pytest.mark.parametrize("layout", contracts.CHANNEL_UPSTREAM_LAYOUTS)
+@pytest.mark.parametrize("shape", [(3, 5), (1, 5), (2, 3, 4, 4), (2, 1, 3), (3, 2, 2, 2, 3)])
+def test_each_layout_is_a_non_contiguous_view_holding_the_values_it_can(layout, shape):
+    """strided() keeps t's values, but for the expanded layouts, which hold t's first slice or element everywhere."""
+    t = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    view = contracts.strided(t, layout)
+    assert view.shape == t.shape and not view.is_contiguous()
+    if 0 in view.stride():
+        assert torch.equal(view, t[:1].expand_as(t)) or torch.equal(view, t.reshape(-1)[0].expand(shape))
+    else:
+        assert torch.equal(view, t)
+    if layout == "channels last" and len(shape) in (4, 5) and shape[1] > 1:
+        assert view.stride(1) == 1
+
+
+class _UpstreamAsContiguous(torch.autograd.Function):
+    """The identity, whose backward reads dy as if it were contiguous (corpus.memory)."""
+
+    @staticmethod
+    def forward(ctx, y):
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return read_as_if_contiguous(dy)
+
+
+def _upstream_strides_ignored(x, weight, bias, eps):
+    return _UpstreamAsContiguous.apply(_layernorm(x, weight, bias, eps))
+
+
+@pytest.mark.parametrize("layout", contracts.UPSTREAM_LAYOUTS)
+def test_the_upstream_layout_check_catches_a_backward_reading_dy_as_contiguous(layout):
+    """In every layout, the expanded ones (autograd's gradient of a summed loss: stride 0) included."""
+    example = _ln_example()
+    dy = contracts.strided(_row(seed=3), layout)
+    _passes_and_fails(contracts.check_noncontiguous_upstream, kernel(_upstream_strides_ignored), {**example, "dy": dy})
 
 
 def test_nonfinite_check_catches_a_nan_that_leaves_its_row():

@@ -114,6 +114,18 @@ def test_load_recreates_a_recorded_layout_that_came_back_otherwise(broken, check
     assert x.stride() == (8, 2) and torch.equal(x, non_contiguous_rows())
 
 
+def test_an_expanded_input_comes_back_expanded(broken, checks, tmp_path):
+    """Autograd's upstream gradient of a summed loss has stride 0: its counterexample keeps that layout."""
+    x = torch.arange(4, dtype=torch.float16)[None].expand(3, 4)
+    path = saved(broken, checks, tmp_path, x=x)
+    assert counterexamples.load(path)["inputs"]["x"].stride() == (0, 1)
+    document = torch.load(path, weights_only=True)
+    document["inputs"]["x"] = document["inputs"]["x"].contiguous()  # come back otherwise: the layout is re-created
+    torch.save(document, path)
+    loaded = counterexamples.load(path)["inputs"]["x"]
+    assert loaded.stride() == (0, 1) and torch.equal(loaded, x)
+
+
 def test_replay_reproduces_the_failure_with_expected_and_got(broken, checks, tmp_path):
     result = counterexamples.replay(saved(broken, checks, tmp_path))
     assert result.outcome == "failed" and not result.passed

@@ -706,7 +706,9 @@ CLAIMS = (
           _spectral_norm, evidence=THEORY),
     Claim("bn.layout_invariance", "BatchNorm does not depend on memory layout", "", "(contract)",
           r"A channels-last input gives the contiguous input's output and running statistics (statistics over the "
-          r"wrong axes of a channels-last $x$ break it).", (), "contract", "", no_derivation),
+          r"wrong axes of a channels-last $x$ break it); in training mode, an upstream gradient strided, transposed, "
+          r"channels-last or expanded (stride 0: autograd's gradient of a summed loss) gives the contiguous one's "
+          r"gradients.", (), "contract", "", no_derivation),
     Claim("bn.inputs_unmodified", "BatchNorm leaves its inputs alone", "", "(contract)",
           r"$x$, the weight, the bias and the upstream gradient are never written; the running buffers are written "
           r"once per training call (claim bn.running\_statistics) and never in eval mode (claim bn.eval).", (),
@@ -729,7 +731,9 @@ CLAIMS = (
           r"Replacing one sample changes no other sample's output, bit for bit (claim cln.forward: no statistic "
           r"crosses samples).", (), "contract", "", no_derivation),
     Claim("cln.layout_invariance", "Channel-wise LayerNorm does not depend on memory layout", "", "(contract)",
-          r"A channels-last input gives the contiguous input's output.", (), "contract", "", no_derivation),
+          r"A channels-last input gives the contiguous input's output; an upstream gradient strided, transposed, "
+          r"channels-last or expanded (stride 0: autograd's gradient of a summed loss) gives the contiguous one's "
+          r"gradients.", (), "contract", "", no_derivation),
     Claim("cln.inputs_unmodified", "Channel-wise LayerNorm leaves its inputs alone", "", "(contract)",
           r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",
           no_derivation),
@@ -754,8 +758,9 @@ CLAIMS = (
           r"Replacing one sample changes no other sample's output, bit for bit, in training and eval mode (no "
           r"statistic crosses samples: claim in.forward).", (), "contract", "", no_derivation),
     Claim("in.layout_invariance", "InstanceNorm does not depend on memory layout", "", "(contract)",
-          r"A channels-last input gives the contiguous input's output and running statistics.", (), "contract", "",
-          no_derivation),
+          r"A channels-last input gives the contiguous input's output and running statistics; in training mode, an "
+          r"upstream gradient strided, transposed, channels-last or expanded (stride 0: autograd's gradient of a "
+          r"summed loss) gives the contiguous one's gradients.", (), "contract", "", no_derivation),
     Claim("in.inputs_unmodified", "InstanceNorm leaves its inputs alone", "", "(contract)",
           r"$x$, the weight, the bias and the upstream gradient are never written; the running buffers once per "
           r"training call.", (), "contract", "", no_derivation),

@@ -57,7 +57,9 @@ def _claims(kind: str) -> tuple[Claim, ...]:
               (r"any shape, the normalized axis last",), "holds", r"The Jacobian of a batch is block-diagonal.",
               lambda: _row_independence(kind)),
         Claim(f"{kind}.layout_invariance", f"{name} does not depend on memory layout", "", "(contract)",
-              r"Non-contiguous inputs and upstream gradients give the same result as contiguous copies.",
+              r"Non-contiguous inputs and upstream gradients (strided, transposed, offset views; an upstream "
+              r"gradient also expanded with stride 0, as autograd's gradient of a summed loss) give the same result "
+              r"as contiguous copies.",
               (), "contract", "", no_derivation),
         Claim(f"{kind}.inputs_unmodified", f"{name} leaves its inputs alone", "", "(contract)",
               r"$x$, the weight, the bias and the upstream gradient are never written.", (), "contract", "",

@@ -361,8 +361,9 @@ def _contracts(kind: str) -> tuple[Claim, ...]:
               r"Changing one row of $x$ changes no other row of $y$ or residual\_out.", (), "contract", "",
               _no_derivation),
         Claim(f"{prefix}.layout_invariance", f"Fused add + {name} does not depend on memory layout", "",
-              "(contract)", r"Strided $x$ and residual give the contiguous call's result.", (), "contract", "",
-              _no_derivation),
+              "(contract)", r"Strided $x$ and residual give the contiguous call's result; upstream gradients $dy$, "
+              r"$dh$ strided, transposed or expanded (stride 0: autograd's gradient of a summed loss) give the "
+              r"contiguous ones' gradients.", (), "contract", "", _no_derivation),
     )
 
 

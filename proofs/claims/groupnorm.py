@@ -155,7 +155,9 @@ CLAIMS = (
           r"LayerNorm error-model bound of the group (claim \texttt{numerics.error\_model}).", (), "contract", "",
           no_derivation),
     Claim("gn.layout_invariance", "GroupNorm does not depend on memory layout", "", "(contract)",
-          r"A channels-last input gives the contiguous input's result.", (), "contract", "", no_derivation),
+          r"A channels-last input gives the contiguous input's result; an upstream gradient strided, transposed, "
+          r"channels-last or expanded (stride 0: autograd's gradient of a summed loss) gives the contiguous one's "
+          r"gradients.", (), "contract", "", no_derivation),
     Claim("gn.independence", "GroupNorm samples and groups are independent", "", "(contract)",
           r"Changing sample $n$ of $x$ changes no other sample of $y$; changing the channels of group $g$ of a "
           r"sample changes no output outside group $g$ of that sample (the per-sample Jacobian is block-diagonal "

@@ -36,7 +36,14 @@ from core.capabilities import dtype_name
 from proofs import batchnorm_oracles
 from properties import norms, outcome
 from properties.bounds import diagnosis, tolerance
-from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
+from properties.checks.contracts import (
+    UPSTREAM,
+    check_dx_written_into_dy,
+    conclude_upstream_layouts,
+    gradients_in_both_layouts,
+    read_only,
+    rows_that_differ,
+)
 from properties.checks.forward import output_dtype_rule
 
 BUFFERS = ("running_mean", "running_var")
@@ -160,6 +167,16 @@ def check_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, 
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     outcome.conclude(comparisons, f"the backward is not the derivative of LayerNorm over {_statistics_rows(kernel)}",
                      **_plot(x))
+
+
+def check_noncontiguous_upstream(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
+                                momentum: float, eps: float, dy: torch.Tensor) -> None:
+    """Training mode, dy a non-contiguous view (properties.checks.contracts.strided): dx, dweight, dbias are the
+    contiguous dy's within twice the backward bound (each call with fresh running buffers)."""
+    example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
+    _, laid_out, contiguous = gradients_in_both_layouts(kernel, buffers_of(example), {"y": dy}, buffers_of(example))
+    conclude_upstream_layouts(laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy, bias=bias),
+                              **_plot(x))
 
 
 def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,

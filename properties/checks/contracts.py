@@ -25,6 +25,7 @@ import torch
 from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import tolerance
+from properties.draws.strategies import CHANNELS_LAST
 
 
 def rows_that_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -64,15 +65,34 @@ def check_noncontiguous_x(kernel, x: torch.Tensor, weight, eps: float, bias=None
 
 
 def check_noncontiguous_upstream(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
-    """dy is a strided view: the gradients are the contiguous call's within twice the backward bound."""
-    assert not dy.is_contiguous(), "the example's upstream gradient must be a non-contiguous view"
-    got = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True)
-    contiguous = norms.vjp(kernel, x, weight, bias, eps, dy.contiguous(), allow_nonfinite=True)
-    bounds = tolerance.backward(kernel, x, weight, eps, dy)
-    comparisons = [outcome.compare(got[name], contiguous[name], 2 * bounds[name], f"d{name}: strided vs contiguous dy")
-                   for name in got]
-    outcome.conclude(comparisons, "the backward reads the upstream gradient as if it were contiguous",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+    """dy is a non-contiguous view (:func:`strided`): the gradients are the contiguous dy's within twice the backward
+    bound."""
+    example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+    _, laid_out, contiguous = gradients_in_both_layouts(kernel, example, {"y": dy})
+    conclude_upstream_layouts(laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy),
+                              d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def gradients_in_both_layouts(kernel, example: dict, upstream: dict[str, torch.Tensor],
+                              contiguous_example: dict | None = None) -> tuple[dict, dict, dict]:
+    """(the outputs, the gradients with the upstream gradients as given, with contiguous copies of them) of a kernel
+    of any kind (properties.norms.gradients); ``contiguous_example`` for the second call (default ``example``: a kind
+    whose call writes buffers passes fresh ones)."""
+    assert any(not t.is_contiguous() for t in upstream.values()), "an upstream gradient must be non-contiguous"
+    _, laid_out = norms.gradients(kernel, example, upstream, allow_nonfinite=True)
+    outputs, contiguous = norms.gradients(kernel, contiguous_example or example,
+                                          {name: t.contiguous() for name, t in upstream.items()}, allow_nonfinite=True)
+    return outputs, laid_out, contiguous
+
+
+def conclude_upstream_layouts(laid_out: dict, contiguous: dict, bounds: dict, **point) -> None:
+    """Each gradient with non-contiguous upstream gradients vs with contiguous ones: within twice its bound (two
+    computations of one value, each within one bound of it)."""
+    comparisons = [outcome.compare(g, contiguous[name], 2 * bounds[name],
+                                   f"d{name}: non-contiguous vs contiguous upstream gradient")
+                   for name, g in laid_out.items()]
+    outcome.conclude(comparisons, "the backward reads the upstream gradient as if it were contiguous (its strides "
+                     "ignored)", **point)
 
 
 UPSTREAM = "upstream gradient"  # the name of y's upstream gradient among a check's inputs
@@ -109,11 +129,33 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: tor
                   d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+LAYOUTS = ("every other column", "transposed")  # the views strided() makes of any tensor's values
+# and those an upstream gradient also comes in: autograd's dy of (y * v).sum() is v expanded over the rows, of
+# y.sum() one value expanded to y's shape (stride 0: a kernel reading dy as contiguous reads past its storage)
+UPSTREAM_LAYOUTS = (*LAYOUTS, "broadcast over the first axis", "one value")
+# and of x [N, C, *]'s kinds, where a convolution's backward hands dy in channels-last memory
+CHANNEL_UPSTREAM_LAYOUTS = (*UPSTREAM_LAYOUTS, "channels last")
+
+
 def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """The same values as t [n, d] (d >= 2) as a non-contiguous view: every other column of a twice-wide
-    buffer, or the transpose of a column-major copy."""
+    """t (at least 2 elements, 2-D or more) as a non-contiguous view (:data:`UPSTREAM_LAYOUTS`): "every other
+    column", the last axis every other element of a twice-wide buffer; "transposed", the axes' memory order
+    reversed (the transpose of a column-major copy, for [n, d]); "broadcast over the first axis", t's first slice
+    expanded along the first axis (stride 0), "one value", t's first element expanded to t's shape (every stride
+    0): these two hold t's values only where they equal that slice or element, so they replace them; "channels
+    last", a 4-D or 5-D t's channels-last memory format (else "transposed"). Where a layout would be contiguous (a
+    first axis of one, one channel) the next one that is not is taken."""
+    if layout == "channels last":
+        view = t.contiguous(memory_format=CHANNELS_LAST[t.dim()]) if t.dim() in CHANNELS_LAST else t
+        return view if not view.is_contiguous() else strided(t, "transposed")
     if layout == "transposed":
-        return t.t().contiguous().t() if t.shape[0] > 1 else strided(t, "every other column")
+        axes = tuple(reversed(range(t.dim())))
+        view = t.permute(axes).contiguous().permute(axes)
+        return view if not view.is_contiguous() else strided(t, "every other column")
+    if layout == "broadcast over the first axis":
+        return t[:1].expand_as(t) if t.shape[0] > 1 else strided(t, "one value")
+    if layout == "one value":
+        return t.reshape(-1)[0].expand(t.shape)
     wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
     wide[..., ::2] = t
     return wide[..., ::2]

@@ -22,7 +22,14 @@ from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
 from properties import norms, outcome
 from properties.bounds import models, tolerance
-from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
+from properties.checks.contracts import (
+    UPSTREAM,
+    check_dx_written_into_dy,
+    conclude_upstream_layouts,
+    gradients_in_both_layouts,
+    read_only,
+    rows_that_differ,
+)
 from properties.checks.forward import output_dtype_rule
 
 
@@ -141,6 +148,18 @@ def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparisons, "the backward is not J^T dy + dh at residual_out (a gradient dropped or wrong)"
                      + model, d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+
+
+def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
+    """dy and dh non-contiguous views (properties.checks.contracts.strided): every gradient is the contiguous
+    upstream gradients' within twice its bound (the jacobian claim's, at the contiguous call's residual_out)."""
+    example = example_of(x, residual, weight, bias, eps)
+    got, laid_out, contiguous = gradients_in_both_layouts(kernel, example, {"y": dy, "residual_out": dh})
+    h = normalized(kernel, got["residual_out"], x, residual)
+    expected, bounds = expected_gradients(kernel, example, dy, dh, h)
+    _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
+    conclude_upstream_layouts(laid_out, contiguous, bounds, d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,

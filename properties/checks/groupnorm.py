@@ -26,7 +26,14 @@ import torch
 from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import tolerance
-from properties.checks.contracts import UPSTREAM, check_dx_written_into_dy, read_only, rows_that_differ
+from properties.checks.contracts import (
+    UPSTREAM,
+    check_dx_written_into_dy,
+    conclude_upstream_layouts,
+    gradients_in_both_layouts,
+    read_only,
+    rows_that_differ,
+)
 from properties.checks.forward import output_dtype_rule
 
 
@@ -62,6 +69,17 @@ def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: 
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     outcome.conclude(comparisons, "the backward is not the derivative of GroupNorm",
                      d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
+
+
+def check_noncontiguous_upstream(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor,
+                                bias=None) -> None:
+    """dy a non-contiguous view (properties.checks.contracts.strided): dx, dweight, dbias are the contiguous dy's
+    within twice the backward bound."""
+    _, laid_out, contiguous = gradients_in_both_layouts(kernel, example_of(x, num_groups, weight, bias, eps),
+                                                        {"y": dy})
+    bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
+    conclude_upstream_layouts(laid_out, contiguous, bounds, d=int(x[0].numel() // num_groups),
+                              dtype=dtype_name(x.dtype))
 
 
 def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:

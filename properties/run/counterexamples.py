@@ -42,6 +42,7 @@ from core.files import write_atomically
 from core.guard import KernelFault
 from core.names import short_spec
 from core.registry import Kernel, resolve
+from properties.norms import strided_copy
 
 SCHEMA = "normverify.counterexample/1"
 MAX_STEM = 60
@@ -162,9 +163,9 @@ def _torch_load(path: Path) -> Any:
 
 
 def _with_layout(tensor: torch.Tensor, layout: dict) -> torch.Tensor:
-    """``tensor``'s values in a fresh tensor with the recorded shape and strides."""
-    fresh = torch.empty_strided(layout["shape"], layout["stride"], dtype=tensor.dtype, device=tensor.device)
-    return fresh.copy_(tensor)
+    """``tensor``'s values in a fresh tensor with the recorded shape and strides (overlapping ones too: an
+    expanded upstream gradient)."""
+    return strided_copy(tensor.reshape(layout["shape"]), layout["stride"])
 
 
 def _import_check(reference: str) -> Callable:

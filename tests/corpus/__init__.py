@@ -30,6 +30,8 @@ The files, by where the bug is:
     channel_layernorm.py  LayerNorm over (C, *): the last axis only, over the batch, channels-last ignored, detached
                      variance, x overwritten + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
+    upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
+                     the stride-0 expansion of a summed loss' gradient), every differentiable kind
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
     parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype (LayerNorm, RMSNorm,
@@ -194,6 +196,14 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_ROWS_BEYOND_THE_GRID", "ln.forward"),
     _broken("contract.py:ADD_LN_ROWS_BEYOND_THE_GRID", "add_ln.forward"),
     _broken("contract.py:GN_SAMPLES_BEYOND_THE_GRID", "gn.forward"),
+    # upstream.py: every differentiable kind's backward reading dy (and dh) as if contiguous
+    _broken("upstream.py:RMS_UPSTREAM_STRIDES_IGNORED", "rms.layout_invariance"),
+    _broken("upstream.py:ADD_LN_UPSTREAM_STRIDES_IGNORED", "add_ln.layout_invariance"),
+    _broken("upstream.py:ADD_RMS_UPSTREAM_STRIDES_IGNORED", "add_rms.layout_invariance"),
+    _broken("upstream.py:GN_UPSTREAM_STRIDES_IGNORED", "gn.layout_invariance"),
+    _broken("upstream.py:CLN_UPSTREAM_STRIDES_IGNORED", "cln.layout_invariance"),
+    _broken("upstream.py:BN_UPSTREAM_STRIDES_IGNORED", "bn.layout_invariance"),
+    _broken("upstream.py:IN_UPSTREAM_STRIDES_IGNORED", "in.layout_invariance"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),

@@ -43,6 +43,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/batchnorm.py:"
 
@@ -64,7 +65,7 @@ def per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
                instance: bool = False):
     if bug == "channels_last":
-        x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+        x = read_as_if_contiguous(x)
     values = x.float()
     if bug == "one_sample" and training and x.shape[0] == 1:
         return _affine(values, weight, bias).to(x.dtype)

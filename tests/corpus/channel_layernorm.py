@@ -16,13 +16,14 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/channel_layernorm.py:"
 
 
 def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
     if bug == "channels_last":
-        x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+        x = read_as_if_contiguous(x)
     values = x.float()
     axes = {"last_axis": (-1,), "batch": tuple(range(x.dim()))}.get(bug, tuple(range(1, x.dim())))
     mean = values.mean(axes, keepdim=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
-from corpus.residual import _contiguous_view
+from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/dropout_add.py:"
 FIXED_SEED = 1234
@@ -51,7 +51,7 @@ def _value_of_first_gradient_of_second(first: torch.Tensor, second: torch.Tensor
 def _make(bug: str):
     def fn(x, residual, weight, bias, eps, p, seed):
         if bug == "strides":
-            x, residual = _contiguous_view(x), _contiguous_view(residual)
+            x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         kept = _mask(x.shape, p, seed, bug).to(x.device)
         scale = 1.0 if bug == "rescale" else 1.0 / (1.0 - p)
         branch = torch.where(kept, x.float() * scale, 0.0)

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from core.registry import Kernel
+from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/fused.py:"
 
@@ -117,10 +118,9 @@ class _FusedNorm(torch.autograd.Function):
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
     """Strides ignored: reads the tensor's storage as if it were contiguous (a kernel indexing
-    ``ptr + row * d + col``); right only for contiguous tensors. Must fail ln.layout_invariance /
+    ``ptr + row * d + col``, corpus.memory); right only for contiguous tensors. Must fail ln.layout_invariance /
     rms.layout_invariance."""
-    strides = torch.empty(t.shape, device="meta").stride()
-    return t.as_strided(t.shape, strides, t.storage_offset())
+    return read_as_if_contiguous(t)
 
 
 def _input_reused_as_scratch(x: torch.Tensor, xhat: torch.Tensor) -> None:

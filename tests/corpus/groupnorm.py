@@ -17,13 +17,14 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/groupnorm.py:"
 
 
 def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
     if bug == "channels_last":
-        x = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+        x = read_as_if_contiguous(x)
     n, channels = x.shape[:2]
     values = x.float()
     if bug == "interleaved":  # [N, C/G, G, S]: the groups along the faster channel axis

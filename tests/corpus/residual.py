@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/residual.py:"
 KIND = {"ln": "add_layernorm", "rms": "add_rmsnorm"}
@@ -39,11 +40,6 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, rms: bool, whole_tensor: bo
     return y if bias is None else y + bias.float()
 
 
-def _contiguous_view(t: torch.Tensor) -> torch.Tensor:
-    """t's memory read with contiguous strides from its first element: wrong for a strided t."""
-    return torch.as_strided(t, t.shape, torch.empty(t.shape).stride(), t.storage_offset())
-
-
 def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[str, ...] = (),
           first_layer: bool = False):
     """(fn, residual_dtype, in_place) of the kernel with ``bug``; ``first_layer``: it also takes residual=None (h = x,
@@ -55,7 +51,7 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
         if missing:
             residual = torch.zeros_like(x)  # h = x + 0 = x exactly
         if bug == "strides":
-            x, residual = _contiguous_view(x), _contiguous_view(residual)
+            x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
         h = (x.to(wide) + residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
         if bug in ("written", "declared"):

@@ -1,0 +1,80 @@
+"""Broken kernels of every differentiable kind whose backward reads the upstream gradients (dy, and the fused
+kinds' dh) as if they were contiguous (corpus.memory): a kernel indexing ``ptr + row * d + col`` whatever strides
+autograd hands it, a strided or transposed view, a channels-last gradient from a convolution's backward, or the
+stride-0 expansion that is the upstream gradient of a summed loss (``y.sum()``, ``(y * v).sum()``). Each is a
+correct kernel of its kind (the corpus's controls) with its outputs passed through :class:`_UpstreamAsContiguous`;
+each must fail its kind's layout_invariance.
+
+    RMS_UPSTREAM_STRIDES_IGNORED       RMSNorm (float64 two-pass)                -> rms.layout_invariance
+    ADD_LN_UPSTREAM_STRIDES_IGNORED    add + LayerNorm (dy and dh)               -> add_ln.layout_invariance
+    ADD_RMS_UPSTREAM_STRIDES_IGNORED   add + RMSNorm (dy and dh)                 -> add_rms.layout_invariance
+    GN_UPSTREAM_STRIDES_IGNORED        GroupNorm                                 -> gn.layout_invariance
+    CLN_UPSTREAM_STRIDES_IGNORED       LayerNorm over (C, *)                     -> cln.layout_invariance
+    BN_UPSTREAM_STRIDES_IGNORED        BatchNorm                                 -> bn.layout_invariance
+    IN_UPSTREAM_STRIDES_IGNORED        InstanceNorm                              -> in.layout_invariance
+
+(LayerNorm's is fused.py's LN_UPSTREAM_STRIDES_IGNORED.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from core.kernel import Kernel
+from corpus import batchnorm, channel_layernorm, correct, groupnorm, residual
+from corpus.memory import read_as_if_contiguous
+
+SPEC = "tests/corpus/upstream.py:"
+DESCRIPTION = "its backward reads the upstream gradient as if it were contiguous: {claim}"
+
+
+class _UpstreamAsContiguous(torch.autograd.Function):
+    """The identity forward; backward, the upstream gradient read as if it were contiguous."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor) -> torch.Tensor:
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return read_as_if_contiguous(grad)
+
+
+def _upstream_as_contiguous(fn):
+    """``fn`` (its signature kept) with each tensor it returns passed through :class:`_UpstreamAsContiguous`."""
+    @functools.wraps(fn)
+    def wrapped(*args):
+        out = fn(*args)
+        if isinstance(out, tuple):
+            return tuple(_UpstreamAsContiguous.apply(t) for t in out)
+        return _UpstreamAsContiguous.apply(out)
+
+    return wrapped
+
+
+def _kernel(name: str, kind: str, fn, claim: str, **declared) -> Kernel:
+    return Kernel(name.lower(), kind, _upstream_as_contiguous(fn), spec=SPEC + name,
+                  description=DESCRIPTION.format(claim=claim), **declared)
+
+
+def _add_norm(kind: str):
+    fn, _, _ = residual._make("none", kind)
+    return fn
+
+
+RMS_UPSTREAM_STRIDES_IGNORED = _kernel("RMS_UPSTREAM_STRIDES_IGNORED", "rmsnorm", correct.rmsnorm_two_pass_float64,
+                                       "rms.layout_invariance")
+ADD_LN_UPSTREAM_STRIDES_IGNORED = _kernel("ADD_LN_UPSTREAM_STRIDES_IGNORED", "add_layernorm", _add_norm("ln"),
+                                          "add_ln.layout_invariance", dtypes=(torch.float32, torch.float16))
+ADD_RMS_UPSTREAM_STRIDES_IGNORED = _kernel("ADD_RMS_UPSTREAM_STRIDES_IGNORED", "add_rmsnorm", _add_norm("rms"),
+                                           "add_rms.layout_invariance", dtypes=(torch.float32, torch.float16))
+GN_UPSTREAM_STRIDES_IGNORED = _kernel("GN_UPSTREAM_STRIDES_IGNORED", "groupnorm", groupnorm.GN_CORRECT.fn,
+                                      "gn.layout_invariance")
+CLN_UPSTREAM_STRIDES_IGNORED = _kernel("CLN_UPSTREAM_STRIDES_IGNORED", "channel_layernorm",
+                                       channel_layernorm.CLN_CORRECT.fn, "cln.layout_invariance")
+BN_UPSTREAM_STRIDES_IGNORED = _kernel("BN_UPSTREAM_STRIDES_IGNORED", "batchnorm", batchnorm.BN_CORRECT.fn,
+                                      "bn.layout_invariance")
+IN_UPSTREAM_STRIDES_IGNORED = _kernel("IN_UPSTREAM_STRIDES_IGNORED", "instancenorm", batchnorm.IN_CORRECT.fn,
+                                      "in.layout_invariance")
