@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from properties import evidence
 from properties.checks.forward import check_forward, check_forward_with_parameter_dtypes
 from properties.draws.strategies import (
+    WIDE_ROWS,
     mixed_parameter_examples,
     norm_examples,
     one_ulp_apart_widths,
@@ -67,6 +68,16 @@ def test_forward_of_16_bit_rows_one_ulp_apart(norm_kernel, dtype, data):
 def test_forward_at_model_widths(norm_kernel, d, data):
     """float32 rows of d = 1024, 4096, 8192 at the largest |mean|/std the model covers there."""
     example = norm_examples(norm_kernel, d=d, dtypes=(torch.float32,), offset_ratio=LARGE_OFFSETS)
+    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("d", WIDE_ROWS)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_beyond_8192_columns(norm_kernel, d, data):
+    """Two rows (a tail read past the end of a row reads the next one) of d = 8193 to 65536 (strategies.WIDE_ROWS)."""
+    example = norm_examples(norm_kernel, d=d, n=st.just(2))
     evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
 
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import PROBED_DTYPES
 from properties import evidence
 from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
 from properties.checks.fused import (
@@ -25,7 +26,13 @@ from properties.checks.fused import (
     check_vjp,
 )
 from properties.draws.fused_strategies import BATCHES, add_norm_examples, row_zero_changed
-from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, widths
+from properties.draws.strategies import (
+    WIDE_ROWS,
+    mixed_parameter_examples,
+    over_parameter_mixes,
+    storage_backward_width,
+    widths,
+)
 from properties.norms import require_backward
 from properties.run import profiles
 
@@ -49,6 +56,15 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
     evidence.check(check_forward_with_parameter_dtypes, add_norm_kernel, example)
 
 
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@pytest.mark.parametrize("d", WIDE_ROWS)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_beyond_8192_columns(add_norm_kernel, d, data):
+    """d = 8193 to 65536 (strategies.WIDE_ROWS): kernels loop over blocks of a row there."""
+    evidence.check(check_forward, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel, d=d), "example"))
+
+
 @pytest.mark.claim("add_ln.residual_out", "add_rms.residual_out")
 @profiles.share(0.5)
 @given(data=st.data())
@@ -64,6 +80,19 @@ def test_both_gradients_flow_back(add_norm_kernel, data):
     require_backward(add_norm_kernel)
     example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, ndims=BATCHES), "example")
     evidence.check(check_vjp, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@pytest.mark.parametrize("d", WIDE_ROWS)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_both_gradients_flow_back_beyond_8192_columns(add_norm_kernel, d, data):
+    """d = 8193 to 65536 (strategies.WIDE_ROWS), in the dtypes where the backward bound has no width limit (all but a
+    declared 16-bit storage-precision backward's)."""
+    require_backward(add_norm_kernel)
+    dtypes = tuple(t for t in PROBED_DTYPES if storage_backward_width(add_norm_kernel, t) is None)
+    example = add_norm_examples(add_norm_kernel, d=d, upstream=True, dtypes=dtypes)
+    evidence.check(check_vjp, add_norm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")

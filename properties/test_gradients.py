@@ -15,6 +15,7 @@ from properties import evidence, norms
 from properties.bounds import tolerance
 from properties.checks.gradients import check_gradient_identities, check_vjp
 from properties.draws.strategies import (
+    WIDE_ROWS,
     backward_width_limit,
     mixed_parameter_examples,
     norm_examples,
@@ -44,6 +45,17 @@ def test_vjp_matches_the_derived_jacobian(norm_kernel, data):
 def test_vjp_at_widths_above_1024(norm_kernel, data):
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, d=WIDE, dtypes=wide_dtypes(norm_kernel), upstream=True, ndims=NDIMS)
+    evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@pytest.mark.parametrize("d", WIDE_ROWS)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_beyond_8192_columns(norm_kernel, d, data):
+    """Two rows of d = 8193 to 65536 (strategies.WIDE_ROWS), in the dtypes of :func:`wide_dtypes`."""
+    norms.require_backward(norm_kernel)
+    example = norm_examples(norm_kernel, d=d, n=st.just(2), dtypes=wide_dtypes(norm_kernel), upstream=True)
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
 
 
@@ -100,5 +112,6 @@ def test_gradient_identities_with_parameters_in_another_dtype(norm_kernel, mix, 
 
 
 def wide_dtypes(kernel) -> tuple:
-    """The kernel's storage dtypes in which its backward bound is finite at every width of WIDE."""
+    """The kernel's storage dtypes in which its backward bound is finite at every width of WIDE (and beyond: all but
+    a 16-bit storage-precision backward's, whose limit is below 4096)."""
     return tuple(d for d in PROBED_DTYPES if backward_width_limit(kernel, d, tolerance.bound_in_use()) >= 4096)

@@ -30,6 +30,8 @@ The files, by where the bug is:
     channel_layernorm.py  LayerNorm over (C, *): the last axis only, over the batch, channels-last ignored, detached
                      variance, x overwritten + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
+    wide.py          wrong only on rows wider than one block of 8192 columns: a tail mask, a merge of blocks'
+                     statistics, the backward's row sums (the draws beyond CI_MAX_WIDTH)
     upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
@@ -196,6 +198,10 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_ROWS_BEYOND_THE_GRID", "ln.forward"),
     _broken("contract.py:ADD_LN_ROWS_BEYOND_THE_GRID", "add_ln.forward"),
     _broken("contract.py:GN_SAMPLES_BEYOND_THE_GRID", "gn.forward"),
+    # wide.py: wrong only on rows wider than one block of 8192 columns
+    _broken("wide.py:LN_WIDE_TAIL_MASK", "ln.forward"),
+    _broken("wide.py:RMS_WIDE_UNWEIGHTED_MERGE", "rms.forward"),
+    _broken("wide.py:LN_WIDE_BACKWARD_FIRST_BLOCK", "ln.jacobian"),
     # upstream.py: every differentiable kind's backward reading dy (and dh) as if contiguous
     _broken("upstream.py:RMS_UPSTREAM_STRIDES_IGNORED", "rms.layout_invariance"),
     _broken("upstream.py:ADD_LN_UPSTREAM_STRIDES_IGNORED", "add_ln.layout_invariance"),
