@@ -11,16 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import PROBED_DTYPES
 from properties import evidence
 from properties.checks import batchnorm as checks
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.draws.batchnorm_strategies import batchnorm_examples
 from properties.draws.strategies import (
     CHANNELS_LAST,
+    WIDE_SPATIAL,
     mixed_parameter_examples,
     over_parameter_mixes,
     replacement_values,
     seeds,
+    storage_backward_width,
 )
 from properties.norms import require_backward
 from properties.run import profiles
@@ -34,6 +37,18 @@ SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which ha
 def test_training_forward_matches_the_oracle(running_norm_kernel, data):
     example = data.draw(batchnorm_examples(running_norm_kernel, training=True, mixed=True), "example")
     evidence.check(checks.check_forward, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.forward", "in.forward")
+@pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_training_forward_beyond_4096_elements_a_row(running_norm_kernel, spatial, data):
+    """Rows of statistics (a channel's N S, an instance's S) from 4097 to 49152 elements (strategies.WIDE_SPATIAL,
+    N of 2, 3): kernels loop over the blocks of a channel there."""
+    example = batchnorm_examples(running_norm_kernel, training=True, samples=(2, 3), channels=(1, 2, 3),
+                                 spatial=(spatial,), mixed=True)
+    evidence.check(checks.check_forward, running_norm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("bn.forward", "in.forward")
@@ -78,6 +93,20 @@ def test_replacing_one_sample_moves_the_others_in_training_only(running_norm_ker
 def test_vjp_matches_the_batch_jacobian(running_norm_kernel, data):
     require_backward(running_norm_kernel)
     example = batchnorm_examples(running_norm_kernel, training=True, upstream=True, mixed=True)
+    evidence.check(checks.check_vjp, running_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.jacobian", "in.jacobian")
+@pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_beyond_4096_elements_a_row(running_norm_kernel, spatial, data):
+    """As the forward's, in the dtypes where the backward bound has no width limit (all but a declared 16-bit
+    storage-precision backward's)."""
+    require_backward(running_norm_kernel)
+    dtypes = tuple(t for t in PROBED_DTYPES if storage_backward_width(running_norm_kernel, t) is None)
+    example = batchnorm_examples(running_norm_kernel, training=True, samples=(2, 3), channels=(1, 2, 3),
+                                 spatial=(spatial,), upstream=True, every_input=True, dtypes=dtypes)
     evidence.check(checks.check_vjp, running_norm_kernel, data.draw(example, "example"))
 
 

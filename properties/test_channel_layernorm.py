@@ -26,6 +26,7 @@ from properties.checks.groupnorm import (
 )
 from properties.draws.strategies import (
     CHANNELS_LAST,
+    WIDE_SPATIAL,
     biases,
     effective_weights,
     epsilons,
@@ -87,6 +88,28 @@ def test_forward_matches_the_oracle(channel_layernorm_kernel, data):
 def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
     require_backward(channel_layernorm_kernel)
     example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True)
+    evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.forward")
+@pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_of_samples_beyond_4096_elements(channel_layernorm_kernel, spatial, data):
+    """Samples of C S from 4097 to 65536 elements (strategies.WIDE_SPATIAL, C of 1, 2, 4): kernels loop over the
+    blocks of a sample there."""
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=(spatial,), channels=(1, 2, 4))
+    evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.jacobian")
+@pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_of_samples_beyond_4096_elements(channel_layernorm_kernel, spatial, data):
+    require_backward(channel_layernorm_kernel)
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=(spatial,), channels=(1, 2, 4),
+                                         upstream=True, every_input=True)
     evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
 
 

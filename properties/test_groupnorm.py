@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.boundary import HOST
-from core.capabilities import discover
+from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.groupnorm import (
@@ -25,6 +25,7 @@ from properties.checks.groupnorm import (
 )
 from properties.draws.strategies import (
     CHANNELS_LAST,
+    WIDE_SPATIAL,
     biases,
     effective_weights,
     epsilons,
@@ -48,10 +49,12 @@ SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of ra
 
 
 @st.composite
-def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL, instance: bool = False,
+def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL,
+                       channels: tuple[int, ...] = CHANNELS, instance: bool = False,
                        upstream: bool = False, every_input: bool = False, dtypes: tuple[torch.dtype, ...] | None = None,
                        parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
-    """x [N, C, *spatial] (N = 2, 3; offset and scale), num_groups a divisor of C (C with ``instance``; one strictly
+    """x [N, C, *spatial] (N = 2, 3; C of ``channels``; offset and scale), num_groups a divisor of C (C with
+    ``instance``; one strictly
     between 1 and C half the time where C has one),
     per-channel weight and bias (in ``parameter_dtype`` when given, else x's or with ``mixed`` another dtype the
     kernel takes: strategies.parameter_dtypes); dy with ``upstream``."""
@@ -61,7 +64,7 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     widest = storage_backward_width(kernel, dtype) if upstream else None
     spatial = [s for s in spatial if widest is None or math.prod(s) <= widest]
     chosen = draw(st.sampled_from(spatial))
-    channels = draw(st.sampled_from(CHANNELS))
+    channels = draw(st.sampled_from(channels))
     divisors = [g for g in range(1, channels + 1) if channels % g == 0
                 and (widest is None or channels // g * math.prod(chosen) <= widest)]
     between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
@@ -100,6 +103,31 @@ def test_vjp_matches_the_blockwise_jacobian(groupnorm_kernel, data):
     require_backward(groupnorm_kernel)
     example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True), "example")
     evidence.check(check_vjp, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.forward")
+@pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_of_groups_beyond_4096_elements(groupnorm_kernel, spatial, data):
+    """Groups of (C/G) S from 4097 to 65536 elements (strategies.WIDE_SPATIAL, C of 1, 2, 4): kernels loop over the
+    blocks of a group there."""
+    example = groupnorm_examples(groupnorm_kernel, spatial=(spatial,), channels=(1, 2, 4))
+    evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("gn.jacobian")
+@pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_of_groups_beyond_4096_elements(groupnorm_kernel, spatial, data):
+    """As the forward's, in the dtypes where the backward bound has no width limit (all but a declared 16-bit
+    storage-precision backward's)."""
+    require_backward(groupnorm_kernel)
+    dtypes = tuple(t for t in PROBED_DTYPES if storage_backward_width(groupnorm_kernel, t) is None)
+    example = groupnorm_examples(groupnorm_kernel, spatial=(spatial,), channels=(1, 2, 4), upstream=True,
+                                 every_input=True, dtypes=dtypes)
+    evidence.check(check_vjp, groupnorm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("gn.forward")

@@ -202,6 +202,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("wide.py:LN_WIDE_TAIL_MASK", "ln.forward"),
     _broken("wide.py:RMS_WIDE_UNWEIGHTED_MERGE", "rms.forward"),
     _broken("wide.py:LN_WIDE_BACKWARD_FIRST_BLOCK", "ln.jacobian"),
+    _broken("groupnorm.py:GN_WIDE_BLOCKS", "gn.forward"),
+    _broken("batchnorm.py:BN_WIDE_BLOCKS", "bn.forward"),
+    _broken("batchnorm.py:IN_WIDE_BLOCKS", "in.forward"),
     # upstream.py: every differentiable kind's backward reading dy (and dh) as if contiguous
     _broken("upstream.py:RMS_UPSTREAM_STRIDES_IGNORED", "rms.layout_invariance"),
     _broken("upstream.py:ADD_LN_UPSTREAM_STRIDES_IGNORED", "add_ln.layout_invariance"),

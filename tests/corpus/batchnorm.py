@@ -23,6 +23,8 @@ lists the claims that must catch each.
     SEED_002_MANUAL              seed 002's manual implementation: per-channel statistics with the population
                                  variance, no affine map, no running statistics     -> bn.forward,
                                                                                        bn.running_statistics
+    BN_WIDE_BLOCKS               a channel's statistics over more than 4096 elements merged from blocks of equal
+                                 weight (corpus.wide)                                             -> bn.forward
     BN_CORRECT                   the control: the same implementation, nothing broken
 
 InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
@@ -35,6 +37,7 @@ statistics per (sample, channel) and the running update averaged over the sample
     IN_STATISTICS_DETACHED       the backward holds the statistics constant       -> in.jacobian
     IN_EPS_MISSING               rsqrt(var) without eps                           -> in.degenerate
     IN_INPUT_OVERWRITTEN         normalizes x in place                            -> in.inputs_unmodified
+    IN_WIDE_BLOCKS               an instance's statistics merged from blocks of equal weight -> in.forward
     IN_CORRECT                   the control
 """
 
@@ -44,6 +47,7 @@ import torch
 
 from core.kernel import Kernel
 from corpus.memory import read_as_if_contiguous
+from corpus.wide import unweighted_block_moments
 
 SPEC = "tests/corpus/batchnorm.py:"
 
@@ -75,8 +79,11 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
     if use_batch:
         per_instance = (bug == "per_sample") != instance and bug != "over_batch"
         axes = _instances(x) if per_instance else _channels(x)
-        mean = values.mean(axes, keepdim=True)
-        variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
+        if bug == "wide_blocks":
+            mean, variance = unweighted_block_moments(values, axes)
+        else:
+            mean = values.mean(axes, keepdim=True)
+            variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
         if bug == "detached":
             mean, variance = mean.detach(), variance.detach()
     else:
@@ -147,6 +154,8 @@ BN_INPUT_OVERWRITTEN = _kernel("BN_INPUT_OVERWRITTEN", "in_place", "normalizes x
 SEED_002_MANUAL = _kernel("SEED_002_MANUAL", "manual",
                           "seed 002's manual BatchNorm, no affine map, no running statistics: bn.forward, "
                           "bn.running_statistics")
+BN_WIDE_BLOCKS = _kernel("BN_WIDE_BLOCKS", "wide_blocks", "a channel's statistics over more than 4096 elements "
+                         "merged from blocks of equal weight (corpus.wide): bn.forward")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
@@ -162,4 +171,6 @@ IN_STATISTICS_DETACHED = _kernel("IN_STATISTICS_DETACHED", "detached",
 IN_EPS_MISSING = _kernel("IN_EPS_MISSING", "eps_missing", "rsqrt(var) without eps: in.degenerate", "instancenorm")
 IN_INPUT_OVERWRITTEN = _kernel("IN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: in.inputs_unmodified",
                                "instancenorm")
+IN_WIDE_BLOCKS = _kernel("IN_WIDE_BLOCKS", "wide_blocks", "an instance's statistics over more than 4096 elements "
+                         "merged from blocks of equal weight (corpus.wide): in.forward", "instancenorm")
 IN_CORRECT = _kernel("IN_CORRECT", "", "the control: nothing broken", "instancenorm")

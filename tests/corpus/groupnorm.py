@@ -10,6 +10,8 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
     GN_INPUT_OVERWRITTEN      normalizes x in place                                        -> gn.inputs_unmodified
     GN_VARIANCE_DETACHED      the variance a constant for autograd (its gradient dropped)  -> gn.jacobian
     GN_UNBIASED_VARIANCE      divides by m - 1: NaN on one-element groups                  -> gn.degenerate
+    GN_WIDE_BLOCKS            a group's statistics over more than 4096 elements merged from blocks of equal weight
+                              (corpus.wide)                                                -> gn.forward
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from core.kernel import Kernel
 from corpus.memory import read_as_if_contiguous
+from corpus.wide import unweighted_block_moments
 
 SPEC = "tests/corpus/groupnorm.py:"
 
@@ -32,8 +35,11 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
     else:
         grouped = values.reshape(n, num_groups, -1)
     axes = (0, -1) if bug == "batch" else (-1,)  # the batch axis reduced too: BatchNorm's axis, per group
-    mean = grouped.mean(axes, keepdim=True)
-    variance = grouped.var(axes, keepdim=True, unbiased=bug == "unbiased")
+    if bug == "wide_blocks":
+        mean, variance = unweighted_block_moments(grouped, axes)
+    else:
+        mean = grouped.mean(axes, keepdim=True)
+        variance = grouped.var(axes, keepdim=True, unbiased=bug == "unbiased")
     if bug == "detached":
         variance = variance.detach()
     y = (grouped - mean) * torch.rsqrt(variance + eps)
@@ -66,4 +72,6 @@ GN_VARIANCE_DETACHED = _kernel("GN_VARIANCE_DETACHED", "detached",
                                "variance term missing from the backward: gn.jacobian")
 GN_UNBIASED_VARIANCE = _kernel("GN_UNBIASED_VARIANCE", "unbiased",
                                "unbiased variance: NaN on one-element groups: gn.degenerate")
+GN_WIDE_BLOCKS = _kernel("GN_WIDE_BLOCKS", "wide_blocks", "a group's statistics over more than 4096 elements merged "
+                         "from blocks of equal weight (corpus.wide): gn.forward")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")

@@ -8,6 +8,9 @@ strategies.WIDE_ROWS (d = 8193 to 65536) reach them.
                                     full one                                                    -> rms.forward
     LN_WIDE_BACKWARD_FIRST_BLOCK    the backward's row sums mean(g), mean(g xhat) over the first block only
                                                                                                 -> ln.jacobian
+
+The kinds over x [N, C, *] (groupnorm.py, batchnorm.py) take :func:`unweighted_block_moments` as their bug
+"wide_blocks": their rows of statistics wider than a tile of 4096 elements merged as blocks of equal weight.
 """
 
 from __future__ import annotations
@@ -19,6 +22,25 @@ from corpus.statistics import Moments, _layernorm_statistics, _normalize, _rmsno
 
 SPEC = "tests/corpus/wide.py:"
 BLOCK = 8192
+TILE = 4096  # the elements of a row of statistics a program of a BatchNorm or GroupNorm kernel holds at once
+
+
+def unweighted_block_moments(values: torch.Tensor, axes: tuple[int, ...]) -> Moments:
+    """(mean, population variance) of ``values`` over ``axes`` (keepdim), each the plain mean of the TILE-element
+    blocks' means, in memory order of the reduced elements: a partial last block counts as a whole one (right when
+    TILE divides the count, as for one block)."""
+    dims = values.dim()
+    axes = tuple(sorted(a % dims for a in axes))
+    kept = [a for a in range(dims) if a not in axes]
+    rows = values.permute(*kept, *axes).reshape(*(values.shape[a] for a in kept), -1)
+    shape = tuple(1 if a in axes else values.shape[a] for a in range(dims))
+
+    def blockwise_mean(t: torch.Tensor) -> torch.Tensor:
+        blocks = torch.stack([t[..., i:i + TILE].mean(-1) for i in range(0, t.shape[-1], TILE)])
+        return blocks.mean(0).unsqueeze(-1)
+
+    mean = blockwise_mean(rows)
+    return mean.reshape(shape), blockwise_mean((rows - mean).square()).reshape(shape)
 
 
 def _tail_mask_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
