@@ -44,7 +44,7 @@ def test_training_forward_matches_the_oracle(running_norm_kernel, data):
 @profiles.share(0.05)
 @given(data=st.data())
 def test_training_forward_beyond_4096_elements_a_row(running_norm_kernel, spatial, data):
-    """Rows of statistics (a channel's N S, an instance's S) from 4097 to 49152 elements (strategies.WIDE_SPATIAL,
+    """Rows of statistics (a channel's N S, an instance's S) from 4097 to 36864 elements (strategies.WIDE_SPATIAL,
     N of 2, 3): kernels loop over the blocks of a channel there."""
     example = batchnorm_examples(running_norm_kernel, training=True, samples=(2, 3), channels=(1, 2, 3),
                                  spatial=(spatial,), mixed=True)

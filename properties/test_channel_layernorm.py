@@ -96,7 +96,7 @@ def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
 @profiles.share(0.05)
 @given(data=st.data())
 def test_forward_of_samples_beyond_4096_elements(channel_layernorm_kernel, spatial, data):
-    """Samples of C S from 4097 to 65536 elements (strategies.WIDE_SPATIAL, C of 1, 2, 4): kernels loop over the
+    """Samples of C S from 4097 to 49152 elements (strategies.WIDE_SPATIAL, C of 1, 2, 4): kernels loop over the
     blocks of a sample there."""
     example = channel_layernorm_examples(channel_layernorm_kernel, spatial=(spatial,), channels=(1, 2, 4))
     evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))

@@ -110,7 +110,7 @@ def test_vjp_matches_the_blockwise_jacobian(groupnorm_kernel, data):
 @profiles.share(0.05)
 @given(data=st.data())
 def test_forward_of_groups_beyond_4096_elements(groupnorm_kernel, spatial, data):
-    """Groups of (C/G) S from 4097 to 65536 elements (strategies.WIDE_SPATIAL, C of 1, 2, 4): kernels loop over the
+    """Groups of (C/G) S from 4097 to 49152 elements (strategies.WIDE_SPATIAL, C of 1, 2, 4): kernels loop over the
     blocks of a group there."""
     example = groupnorm_examples(groupnorm_kernel, spatial=(spatial,), channels=(1, 2, 4))
     evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
