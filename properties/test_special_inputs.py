@@ -16,6 +16,7 @@ from core.boundary import HOST
 from properties import evidence, norms
 from properties.checks.forward import check_forward
 from properties.checks.special_inputs import (
+    check_empty_batch,
     check_exact_statistics,
     check_exact_statistics_vjp,
     check_nonfinite_stays_in_its_row,
@@ -127,3 +128,17 @@ def test_nonfinite_values_stay_in_their_row(norm_kernel, data):
     column = data.draw(st.integers(0, x.shape[-1] - 1), "column")
     poisoned[0, column] = data.draw(st.sampled_from([math.nan, math.inf, -math.inf]), "value")
     evidence.check(check_nonfinite_stays_in_its_row, norm_kernel, {**example, "x": x, "poisoned": poisoned})
+
+
+@pytest.mark.claim("ln.special_inputs", "rms.special_inputs")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_an_empty_batch(norm_kernel, data):
+    """x [0, d] or [2, 0, d] (and dy), weight and bias present: a mixture-of-experts layer routing no token to an
+    expert calls its norm so."""
+    example = norm_examples(norm_kernel, d=st.sampled_from([1, 7, 64, 1000]), upstream=True, every_input=True)
+    example = data.draw(example, "example")
+    d = example["x"].shape[-1]
+    leading = data.draw(st.sampled_from([(0,), (2, 0)]), "leading shape")
+    empty = {name: example[name].reshape(-1, d)[:0].reshape(*leading, d) for name in ("x", "dy")}
+    evidence.check(check_empty_batch, norm_kernel, {**example, **empty})

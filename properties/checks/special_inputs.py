@@ -6,7 +6,8 @@ magnitudes; rows whose statistics are exact at any magnitude (d = 1, pairs m +- 
 properties.draws.exact_rows), checked within the bound of their centred rows; NaN/inf in one row. The numerical
 ones are the forward claim's check (kernel vs oracle on the rounded inputs, within the error-model bound) on
 these inputs; NaN/inf is a contract: the other
-rows' outputs are exactly those of the same call without the non-finite value.
+rows' outputs are exactly those of the same call without the non-finite value. So is an empty batch (no rows): y
+and dx of x's empty shape, dweight and dbias exactly 0 (sums over no rows), and no error.
 
 "Very large" is bounded by the condition of the error model that the sum of squares of a row is
 representable in the accumulation dtype: |x| <= sqrt(max / d) / 4.
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from core.capabilities import dtype_name
+from core import guard
+from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import models
 from properties.checks.contracts import rows_that_differ
@@ -53,3 +55,23 @@ def check_exact_statistics_vjp(kernel, x: torch.Tensor, centred: torch.Tensor, w
     outcome.conclude([outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got],
                      "on rows with exact statistics the gradients depend on the offset |mean|",
                      d=x.shape[-1], dtype=dtype_name(x.dtype), magnitude=float(x.abs().max()))
+
+
+def check_empty_batch(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+    """x and dy with no rows: y (and with a backward, dx) of x's shape, dweight and dbias exactly 0; an error fails
+    (an empty batch is a legal input: a mixture-of-experts layer that routes no token to an expert)."""
+    point = {"d": x.shape[-1], "dtype": dtype_name(x.dtype)}
+    meaning = "an empty batch (no rows) must give empty outputs and zero parameter gradients"
+    try:
+        y = norms.forward(kernel, x, weight, bias, eps, any_dtype=True)
+        grads = norms.vjp(kernel, x, weight, bias, eps, dy) if discover(kernel).backward else {}
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(False, f"on x of shape {tuple(x.shape)}: {fault}", meaning, **point)
+        return
+    wrong = [f"{name} has shape {tuple(t.shape)}, not x's {tuple(x.shape)}"
+             for name, t in (("y", y), ("dx", grads.get("x", x))) if t.shape != x.shape]
+    wrong += [f"d{name} is not 0: {grads[name].flatten()[:4].tolist()}" for name in ("weight", "bias")
+              if name in grads and not bool((grads[name] == 0).all())]
+    outcome.exact(not wrong, f"on x of shape {tuple(x.shape)}: " + "; ".join(wrong), meaning, **point)

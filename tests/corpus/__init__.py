@@ -35,7 +35,7 @@ The files, by where the bug is:
     upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
-                     gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs
+                     gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs, empty batches
     parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype (LayerNorm, RMSNorm,
                      fused add + LayerNorm), output in the weight's dtype, statistics in the weight's dtype, a
                      float32 weight read as 16-bit
@@ -217,6 +217,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
     _broken("contract.py:LN_AFFINE_RESIDUE", "ln.special_inputs"),
+    _broken("contract.py:LN_EMPTY_BATCH_UNINITIALIZED_SUMS", "ln.special_inputs"),
+    _broken("contract.py:RMS_EMPTY_BATCH_AMAX_RAISES", "rms.special_inputs"),
     # parameters.py: weight and bias in another dtype than x (float32 with 16-bit x, 16-bit with float32 x)
     _broken("parameters.py:LN_WEIGHT_ROUNDED_TO_X", "ln.forward"),
     _broken("parameters.py:RMS_WEIGHT_ROUNDED_TO_X", "rms.jacobian"),

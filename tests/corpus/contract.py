@@ -131,6 +131,30 @@ def layernorm_block_mean_backward(x, weight, bias, eps):
     return _Backward.apply(x, weight, bias, eps, _block_mean)
 
 
+def _uninitialized_sums_on_no_rows(x, weight, dy, xhat, rstd):
+    dx, dweight, dbias = _correct_backward(x, weight, dy, xhat, rstd)
+    if x.numel() == 0:  # what torch.empty holds: anything (NaN here)
+        dweight, dbias = torch.full_like(dweight, float("nan")), torch.full_like(dbias, float("nan"))
+    return dx, dweight, dbias
+
+
+def layernorm_empty_batch_uninitialized_sums(x, weight, bias, eps):
+    """On an empty batch its wrapper returns early with dweight and dbias from torch.empty (the launch that would
+    have written them skipped for an empty grid): not the sums over no rows, 0. No example had zero rows. Must fail
+    ln.special_inputs."""
+    return _Backward.apply(x, weight, bias, eps, _uninitialized_sums_on_no_rows)
+
+
+def rmsnorm_empty_batch_amax_raises(x, weight, eps):
+    """Scales x by its largest magnitude before squaring (so that float16 squares do not overflow): x.abs().max()
+    raises on an empty batch ("max(): Expected reduction dim to be specified for input.numel() == 0"). No example
+    had zero rows. Must fail rms.special_inputs."""
+    scale = x.float().abs().max().clamp_min(1e-30)
+    scaled = x.float() / scale
+    y = scaled * torch.rsqrt(scaled.square().mean(-1, keepdim=True) + eps / scale**2)
+    return (y if weight is None else y * weight.float()).to(x.dtype)
+
+
 GRID_ROWS = 65_535
 
 
@@ -229,3 +253,8 @@ RMS_WEIGHT_ASSUMED_CONTIGUOUS = _kernel("rms_weight_assumed_contiguous", "rmsnor
 RMS_REUSED_OUTPUT_BUFFER = _kernel("rms_reused_output_buffer", "rmsnorm", rmsnorm_reused_output_buffer,
                                    "RMS_REUSED_OUTPUT_BUFFER")
 LN_AFFINE_RESIDUE = _kernel("ln_affine_residue", "layernorm", layernorm_affine_residue, "LN_AFFINE_RESIDUE")
+LN_EMPTY_BATCH_UNINITIALIZED_SUMS = _kernel("ln_empty_batch_uninitialized_sums", "layernorm",
+                                            layernorm_empty_batch_uninitialized_sums,
+                                            "LN_EMPTY_BATCH_UNINITIALIZED_SUMS")
+RMS_EMPTY_BATCH_AMAX_RAISES = _kernel("rms_empty_batch_amax_raises", "rmsnorm", rmsnorm_empty_batch_amax_raises,
+                                      "RMS_EMPTY_BATCH_AMAX_RAISES")
