@@ -69,14 +69,15 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None,
 
 
 def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False,
-              allow_nonfinite: bool = False, any_dtype: bool = False
+              allow_nonfinite: bool = False, any_dtype: bool = False, frozen: tuple[str, ...] = ()
               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(the outputs, detached; {input: gradient}) of the kernel's backward for the upstream gradients ``upstream``
     of its outputs ({"y": dy} and, for the fused kinds, {"residual_out": dh}: L = <y, dy> + <residual_out, dh>).
 
     The gradients are taken for the kind's differentiable inputs present in the example (core.kinds.DIFFERENTIABLE),
-    but for the parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight): those are
-    passed but not differentiated, and absent from the result. They are taken with respect to copies of the inputs,
+    but for the parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight) and the
+    inputs named in ``frozen`` (that do not require grad in this call): those are passed but not differentiated, and
+    absent from the result. They are taken with respect to copies of the inputs,
     and the upstream gradients are copies with their strides, unless ``same_tensors``: then the given tensors
     themselves are the autograd leaves and upstream gradients (so that a kernel writing into them writes into the
     caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf values and gradients
@@ -85,7 +86,7 @@ def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Ten
     leaves = {name: (example[name] if same_tensors else example[name].detach().clone())
               for name in record.differentiable if example.get(name) is not None}
     for name, leaf in leaves.items():
-        leaf.requires_grad_(name not in kernel.no_gradient)
+        leaf.requires_grad_(name not in kernel.no_gradient and name not in frozen)
     differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
     try:
         with torch.enable_grad():
@@ -112,12 +113,12 @@ def _in_dtype(gradient: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
 
 def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
         dy: torch.Tensor, *, same_tensors: bool = False, allow_nonfinite: bool = False,
-        any_dtype: bool = False) -> dict[str, torch.Tensor]:
-    """A plain norm kernel's gradients {"x": dx, "weight": dweight, "bias": dbias} (present, differentiated ones)
-    for upstream gradient dy (:func:`gradients`)."""
+        any_dtype: bool = False, frozen: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """A plain norm kernel's gradients {"x": dx, "weight": dweight, "bias": dbias} (present, differentiated ones:
+    not those ``frozen``) for upstream gradient dy (:func:`gradients`)."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
     return gradients(kernel, example, {"y": dy}, same_tensors=same_tensors, allow_nonfinite=allow_nonfinite,
-                     any_dtype=any_dtype)[1]
+                     any_dtype=any_dtype, frozen=frozen)[1]
 
 
 def copy_with_strides(t: torch.Tensor) -> torch.Tensor:

@@ -49,6 +49,22 @@ def test_vjp_at_widths_above_1024(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_when_only_some_inputs_require_grad(norm_kernel, data):
+    """x alone (frozen norm weights, as in LoRA fine-tuning), the parameters alone (a norm over frozen embeddings), or
+    one of weight and bias: each input that requires grad gets its gradient, as the oracle's (a backward reading
+    ctx.needs_input_grad at the wrong index drops one)."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, ndims=NDIMS), label="example")
+    present = [name for name in ("x", "weight", "bias") if example.get(name) is not None]
+    differentiated = data.draw(st.sets(st.sampled_from(present), min_size=1).filter(lambda s: len(s) < len(present)),
+                               label="requires grad")
+    frozen = tuple(name for name in present if name not in differentiated)
+    evidence.check(check_vjp, norm_kernel, {**example, "frozen": frozen})
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
 @pytest.mark.parametrize("d", WIDE_ROWS)
 @profiles.share(0.05)
 @given(data=st.data())

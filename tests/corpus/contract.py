@@ -155,6 +155,35 @@ def rmsnorm_empty_batch_amax_raises(x, weight, eps):
     return (y if weight is None else y * weight.float()).to(x.dtype)
 
 
+class _NeedsInputGradShifted(torch.autograd.Function):
+    """LayerNorm whose backward computes dweight only when ``ctx.needs_input_grad[2]`` (the bias's flag) is set and
+    dbias when ``[1]`` (the weight's): right whenever both or neither require grad, as in every test that
+    differentiates every input; with the bias frozen and the weight trained, the weight gets no gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        x32 = x.float()
+        mean, rstd = _layernorm_statistics(x32, eps, x.dtype)
+        xhat = (x32 - mean) * rstd
+        ctx.save_for_backward(x, weight, bias, xhat, rstd)
+        y = xhat if weight is None else xhat * weight.float()
+        return (y if bias is None else y + bias.float()).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias, xhat, rstd = ctx.saved_tensors
+        dx, dweight, dbias = _correct_backward(x, weight, dy.float(), xhat, rstd)
+        _, needs_weight, needs_bias, _ = ctx.needs_input_grad
+        return (dx.to(x.dtype), dweight.to(weight.dtype) if weight is not None and needs_bias else None,
+                dbias.to(bias.dtype) if bias is not None and needs_weight else None, None)
+
+
+def layernorm_needs_input_grad_shifted(x, weight, bias, eps):
+    """:class:`_NeedsInputGradShifted`. Gradients were only taken with every input requiring grad. Must fail
+    ln.jacobian (a trained weight beside a frozen bias gets no gradient)."""
+    return _NeedsInputGradShifted.apply(x, weight, bias, eps)
+
+
 GRID_ROWS = 65_535
 
 
@@ -256,5 +285,7 @@ LN_AFFINE_RESIDUE = _kernel("ln_affine_residue", "layernorm", layernorm_affine_r
 LN_EMPTY_BATCH_UNINITIALIZED_SUMS = _kernel("ln_empty_batch_uninitialized_sums", "layernorm",
                                             layernorm_empty_batch_uninitialized_sums,
                                             "LN_EMPTY_BATCH_UNINITIALIZED_SUMS")
+LN_NEEDS_INPUT_GRAD_SHIFTED = _kernel("ln_needs_input_grad_shifted", "layernorm", layernorm_needs_input_grad_shifted,
+                                      "LN_NEEDS_INPUT_GRAD_SHIFTED")
 RMS_EMPTY_BATCH_AMAX_RAISES = _kernel("rms_empty_batch_amax_raises", "rmsnorm", rmsnorm_empty_batch_amax_raises,
                                       "RMS_EMPTY_BATCH_AMAX_RAISES")
