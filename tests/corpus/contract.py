@@ -156,8 +156,8 @@ def rmsnorm_empty_batch_amax_raises(x, weight, eps):
 
 
 class _NeedsInputGradShifted(torch.autograd.Function):
-    """LayerNorm whose backward computes dweight only when ``ctx.needs_input_grad[2]`` (the bias's flag) is set and
-    dbias when ``[1]`` (the weight's): right whenever both or neither require grad, as in every test that
+    """LayerNorm whose backward computes dweight only when ``ctx.needs_input_grad[2]`` (the bias's flag, copied from
+    the line below) is set: right whenever the bias requires grad as the weight does, as in every test that
     differentiates every input; with the bias frozen and the weight trained, the weight gets no gradient."""
 
     @staticmethod
@@ -173,9 +173,9 @@ class _NeedsInputGradShifted(torch.autograd.Function):
     def backward(ctx, dy):
         x, weight, bias, xhat, rstd = ctx.saved_tensors
         dx, dweight, dbias = _correct_backward(x, weight, dy.float(), xhat, rstd)
-        _, needs_weight, needs_bias, _ = ctx.needs_input_grad
+        needs_bias = ctx.needs_input_grad[2]
         return (dx.to(x.dtype), dweight.to(weight.dtype) if weight is not None and needs_bias else None,
-                dbias.to(bias.dtype) if bias is not None and needs_weight else None, None)
+                dbias.to(bias.dtype) if bias is not None and needs_bias else None, None)
 
 
 def layernorm_needs_input_grad_shifted(x, weight, bias, eps):
