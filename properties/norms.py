@@ -62,10 +62,17 @@ def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dt
 
 
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-            eps: float = 1e-5, allow_nonfinite: bool = False, any_dtype: bool = False) -> torch.Tensor:
-    """A plain norm kernel's output y for x (:func:`call`)."""
+            eps: float = 1e-5, allow_nonfinite: bool = False, any_dtype: bool = False,
+            recording: bool = False) -> torch.Tensor:
+    """A plain norm kernel's output y for x (:func:`call`); ``recording``: called as in a training step, on copies of
+    x, weight and bias that require grad (but a parameter declared ``no_gradient``), grad mode on, y detached."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
-    return call(kernel, example, allow_nonfinite, any_dtype)["y"]
+    if not recording:
+        return call(kernel, example, allow_nonfinite, any_dtype)["y"]
+    leaves = {name: t.detach().clone().requires_grad_(name not in kernel.no_gradient)
+              for name, t in example.items() if isinstance(t, torch.Tensor)}
+    with torch.enable_grad():
+        return call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)["y"].detach()
 
 
 def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False,

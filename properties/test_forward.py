@@ -31,6 +31,16 @@ def test_forward_matches_the_oracle(norm_kernel, data):
     evidence.check(check_forward, norm_kernel, data.draw(norm_examples(norm_kernel), label="example"))
 
 
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_forward_while_recording_a_graph(norm_kernel, data):
+    """x, weight and bias requiring grad, as in a training step: kernels whose forward takes another path when it
+    saves statistics for the backward (the other forward tests call them as in inference)."""
+    example = data.draw(norm_examples(norm_kernel), label="example")
+    evidence.check(check_forward, norm_kernel, {**example, "recording": True})
+
+
 # Each storage dtype and each width a transformer uses is drawn in every run (derandomized ci: the same examples),
 # at |mean|/std up to the model's limit there: a precision bug of that regime (tests/corpus) fails every ci run.
 STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
