@@ -42,14 +42,21 @@ def residual_dtype(kernel: Kernel, residual: torch.Tensor | None, x: torch.Tenso
     return x.dtype if residual is None else residual.dtype
 
 
-def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dtype: bool = False
-         ) -> dict[str, torch.Tensor]:
+def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dtype: bool = False,
+         recording: bool = False) -> dict[str, torch.Tensor]:
     """The kernel's outputs for ``example`` (keyed by role), by name: {"y"} or {"y", "residual_out"} (the kind's
     ``outputs``; the quantized-output kinds' {"q", "scale"(, "residual_out")}, q in the example's ``quant_dtype``).
     y is judged as every norm's output (core.guard: shape and device of x, finite for finite inputs,
     the dtype of :func:`output_dtype` unless ``any_dtype``: for checks about something else, which compare the
     kernel with itself); residual_out's dtype and values are the claims' business. Any other return is a
-    ``KernelFault``."""
+    ``KernelFault``. ``recording``: called as in a training step, on copies of the kind's differentiable inputs that
+    require grad (but a parameter declared ``no_gradient``), grad mode on; the outputs detached."""
+    if recording:
+        leaves = {name: example[name].detach().clone().requires_grad_(name not in kernel.no_gradient)
+                  for name in kernel.record.differentiable if example.get(name) is not None}
+        with torch.enable_grad():
+            got = call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
+        return {name: t.detach() for name, t in got.items()}
     x = example["x"]
     names = kernel.record.outputs
     dtype = guard.ANY_DTYPE if any_dtype else output_dtype(kernel, x, example.get("weight"))
@@ -64,15 +71,9 @@ def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dt
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
             eps: float = 1e-5, allow_nonfinite: bool = False, any_dtype: bool = False,
             recording: bool = False) -> torch.Tensor:
-    """A plain norm kernel's output y for x (:func:`call`); ``recording``: called as in a training step, on copies of
-    x, weight and bias that require grad (but a parameter declared ``no_gradient``), grad mode on, y detached."""
+    """A plain norm kernel's output y for x (:func:`call`; ``recording``: as in a training step)."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
-    if not recording:
-        return call(kernel, example, allow_nonfinite, any_dtype)["y"]
-    leaves = {name: t.detach().clone().requires_grad_(name not in kernel.no_gradient)
-              for name, t in example.items() if isinstance(t, torch.Tensor)}
-    with torch.enable_grad():
-        return call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)["y"].detach()
+    return call(kernel, example, allow_nonfinite, any_dtype, recording)["y"]
 
 
 def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False,

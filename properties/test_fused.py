@@ -57,6 +57,16 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_while_recording_a_graph(add_norm_kernel, data):
+    """x, residual, weight and bias requiring grad, as in a training step (the other forward tests call the kernel as
+    in inference)."""
+    example = data.draw(add_norm_examples(add_norm_kernel, ndims=BATCHES), "example")
+    evidence.check(check_forward, add_norm_kernel, {**example, "recording": True})
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
 @pytest.mark.parametrize("d", WIDE_ROWS)
 @profiles.share(0.05)
 @given(data=st.data())

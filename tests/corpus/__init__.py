@@ -91,6 +91,7 @@ RESIDUAL_BUGS = {
     "RESIDUAL_OUT_ROUNDED": ("residual_out",),
     "RESIDUAL_GRADIENT_DROPPED": ("jacobian",),
     "NORMALIZES_THE_BRANCH": ("forward",),
+    "TRAINING_FORWARD_NORMALIZES_THE_BRANCH": ("forward",),
     "WHOLE_TENSOR_STATISTICS": ("row_independence",),
     "STRIDES_IGNORED": ("layout_invariance",),
     "RESIDUAL_WRITTEN": ("inputs_unmodified",),

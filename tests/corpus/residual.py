@@ -7,6 +7,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     RESIDUAL_OUT_ROUNDED       declares float32 residual_out but rounds h to storage -> residual_out
     RESIDUAL_GRADIENT_DROPPED  residual_out detached: dL/d(residual_out) never flows -> jacobian
     NORMALIZES_THE_BRANCH      y = N(x), not N(x + residual)                         -> forward
+    TRAINING_FORWARD_NORMALIZES_THE_BRANCH  the same only in a training step's forward -> forward
     WHOLE_TENSOR_STATISTICS    mean/variance over the whole tensor, not per row       -> row_independence
     STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
@@ -56,7 +57,9 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
         h = (x.to(wide) + residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
         if bug in ("written", "declared"):
             residual.data.copy_(h.detach().to(residual.dtype))
-        y = _norm(x if bug == "branch" else h, weight, bias, eps, rms, whole_tensor=bug == "whole").to(x.dtype)
+        training = torch.is_grad_enabled() and x.requires_grad
+        branch = bug == "branch" or (bug == "training_branch" and training)
+        y = _norm(x if branch else h, weight, bias, eps, rms, whole_tensor=bug == "whole").to(x.dtype)
         if missing and bug == "unwritten":
             h = torch.zeros_like(h)
         if bug == "missing":
@@ -80,6 +83,8 @@ BUGS = {
     "RESIDUAL_GRADIENT_DROPPED": ("dropped", "returns residual_out detached, so dL/d(residual_out) never reaches x "
                                              "or the residual: {p}.jacobian"),
     "NORMALIZES_THE_BRANCH": ("branch", "y = N(x) instead of N(x + residual): {p}.forward"),
+    "TRAINING_FORWARD_NORMALIZES_THE_BRANCH": ("training_branch", "y = N(x) instead of N(x + residual) when x requires "
+                                                                 "grad (a training step's forward): {p}.forward"),
     "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: {p}.row_independence"),
     "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: {p}.layout_invariance"),
     "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
