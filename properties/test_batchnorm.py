@@ -40,6 +40,15 @@ def test_training_forward_matches_the_oracle(running_norm_kernel, data):
 
 
 @pytest.mark.claim("bn.forward", "in.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_training_forward_while_recording_a_graph(running_norm_kernel, data):
+    """x, weight and bias requiring grad, as in a training step."""
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=True, mixed=True), "example")
+    evidence.check(checks.check_forward, running_norm_kernel, {**example, "recording": True})
+
+
+@pytest.mark.claim("bn.forward", "in.forward")
 @pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
 @profiles.share(0.05)
 @given(data=st.data())

@@ -92,6 +92,15 @@ def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
 
 
 @pytest.mark.claim("cln.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_while_recording_a_graph(channel_layernorm_kernel, data):
+    """x, weight and bias requiring grad, as in a training step."""
+    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel), "example")
+    evidence.check(check_forward, channel_layernorm_kernel, {**example, "recording": True})
+
+
+@pytest.mark.claim("cln.forward")
 @pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
 @profiles.share(0.05)
 @given(data=st.data())

@@ -106,6 +106,15 @@ def test_vjp_matches_the_blockwise_jacobian(groupnorm_kernel, data):
 
 
 @pytest.mark.claim("gn.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_while_recording_a_graph(groupnorm_kernel, data):
+    """x, weight and bias requiring grad, as in a training step."""
+    example = data.draw(groupnorm_examples(groupnorm_kernel), "example")
+    evidence.check(check_forward, groupnorm_kernel, {**example, "recording": True})
+
+
+@pytest.mark.claim("gn.forward")
 @pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
 @profiles.share(0.05)
 @given(data=st.data())

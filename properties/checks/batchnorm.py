@@ -68,8 +68,9 @@ def buffers_of(example: dict) -> dict:
     return {**example, **{name: None if example[name] is None else example[name].clone() for name in BUFFERS}}
 
 
-def _call(kernel, example: dict, allow_nonfinite: bool = False, any_dtype: bool = False) -> torch.Tensor:
-    return norms.call(kernel, example, allow_nonfinite, any_dtype)["y"]
+def _call(kernel, example: dict, allow_nonfinite: bool = False, any_dtype: bool = False,
+          recording: bool = False) -> torch.Tensor:
+    return norms.call(kernel, example, allow_nonfinite, any_dtype, recording)["y"]
 
 
 def _plot(x: torch.Tensor) -> dict:
@@ -77,11 +78,12 @@ def _plot(x: torch.Tensor) -> dict:
 
 
 def check_forward(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
-                  eps: float) -> None:
-    """Training mode: |y - BatchNorm(x)| <= the forward bound of LayerNorm over each channel's N S elements."""
+                  eps: float, recording: bool = False) -> None:
+    """Training mode: |y - BatchNorm(x)| <= the forward bound of LayerNorm over each channel's N S elements;
+    ``recording``: the kernel called with x, weight and bias requiring grad (properties.norms.call)."""
     assert training
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
-    y = _call(kernel, example)
+    y = _call(kernel, example, recording=recording)
     expected = norms.reference(kernel, x, weight, bias, eps)
     bound = tolerance.forward(kernel, x, weight, bias, eps)
     outcome.conclude(outcome.compare(y, expected, bound, "y"),

@@ -42,15 +42,20 @@ def example_of(x: torch.Tensor, num_groups: int, weight, bias, eps: float) -> di
     return {"x": x, "num_groups": num_groups, "weight": weight, "bias": bias, "eps": eps}
 
 
-def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False, any_dtype=False) -> torch.Tensor:
+def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False, any_dtype=False,
+          recording=False) -> torch.Tensor:
     """y (properties.norms.call), its dtype judged by the output-dtype rule unless ``any_dtype`` (checks about
-    something else: layout, independence, inputs, which compare the kernel with itself)."""
-    return norms.call(kernel, example_of(x, num_groups, weight, bias, eps), allow_nonfinite, any_dtype)["y"]
+    something else: layout, independence, inputs, which compare the kernel with itself); ``recording``: as in a
+    training step."""
+    return norms.call(kernel, example_of(x, num_groups, weight, bias, eps), allow_nonfinite, any_dtype,
+                      recording)["y"]
 
 
-def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
-    """|y - GroupNorm(x)| <= the forward bound of LN on each group, elementwise."""
-    y = _call(kernel, x, num_groups, weight, bias, eps)
+def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None,
+                  recording: bool = False) -> None:
+    """|y - GroupNorm(x)| <= the forward bound of LN on each group, elementwise; ``recording``: the kernel called as in
+    a training step (properties.norms.call)."""
+    y = _call(kernel, x, num_groups, weight, bias, eps, recording=recording)
     expected = norms.reference(kernel, x, weight, bias, eps, num_groups)
     bound = tolerance.forward(kernel, x, weight, bias, eps, num_groups=num_groups)
     outcome.conclude(outcome.compare(y, expected, bound, "y"),

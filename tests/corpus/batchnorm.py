@@ -25,6 +25,7 @@ lists the claims that must catch each.
                                                                                        bn.running_statistics
     BN_WIDE_BLOCKS               a channel's statistics over more than 4096 elements merged from blocks of equal
                                  weight (corpus.wide)                                             -> bn.forward
+    BN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> bn.forward
     BN_CORRECT                   the control: the same implementation, nothing broken
 
 InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
@@ -89,6 +90,8 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
     else:
         mean, variance = per_channel(running_mean.float(), x), per_channel(running_var.float(), x)
     y = (values - mean) * torch.rsqrt(variance + (0.0 if bug == "eps_missing" else eps))
+    if bug == "recording_no_bias" and torch.is_grad_enabled() and x.requires_grad:
+        bias = None  # the forward of a training step (cuDNN's is another kernel than inference's) drops the bias
     y = y if bug == "manual" else _affine(y, weight, bias)
     updates = training or bug == "eval_updates"
     if updates and running_mean is not None and bug != "manual":
@@ -156,6 +159,8 @@ SEED_002_MANUAL = _kernel("SEED_002_MANUAL", "manual",
                           "bn.running_statistics")
 BN_WIDE_BLOCKS = _kernel("BN_WIDE_BLOCKS", "wide_blocks", "a channel's statistics over more than 4096 elements "
                          "merged from blocks of equal weight (corpus.wide): bn.forward")
+BN_TRAINING_STEP_WITHOUT_BIAS = _kernel("BN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
+                                        "with x requiring grad (a training step) the bias is left out: bn.forward")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
