@@ -24,6 +24,7 @@ from core import guard
 from core.capabilities import discover
 from properties import evidence, norms
 from properties.bounds import dropout_statistics as statistics
+from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
 from properties.checks.dropout import (
     check_determinism,
     check_edge_probabilities,
@@ -143,6 +144,20 @@ def test_gradient_is_the_forward_mask_over_one_minus_p(dropout_kernel, data):
     example = data.draw(_small_inputs(dropout_kernel), "example")
     dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
     example["dy"] = rounded(dy, example["x"].dtype, str(example["x"].device))
+    evidence.check(check_gradient, dropout_kernel, example)
+
+
+@pytest.mark.claim("dropout.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_with_an_upstream_gradient_in_any_layout(dropout_kernel, data):
+    """dy strided, transposed or expanded (autograd's upstream gradient of a summed loss has stride 0): dL/dx is
+    still the forward's mask times dy / (1 - p) (check_gradient)."""
+    norms.require_backward(dropout_kernel)
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    dy = rounded(dy, example["x"].dtype, str(example["x"].device))
+    example["dy"] = strided(dy, data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout"))
     evidence.check(check_gradient, dropout_kernel, example)
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from core.boundary import HOST, host_generator
 from properties import evidence
 from properties.bounds import dropout_statistics as statistics
+from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
 from properties.checks.dropout_add import (
     LAYOUT_FRACTION,
     LAYOUTS,
@@ -178,6 +179,19 @@ def test_gradient_uses_the_forward_mask_with_parameters_in_another_dtype(dropout
     require_backward(dropout_add_kernel)
     example = mixed_parameter_examples(dropout_add_kernel, mix, masked_examples, upstream=True)
     evidence.check(check_gradient, dropout_add_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("drop_add_ln.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_with_upstream_gradients_in_any_layout(dropout_add_kernel, data):
+    """dy and dh strided, transposed or expanded (autograd's upstream gradient of a summed loss has stride 0): the
+    gradients are still the forward's mask and J^T dy + dh (check_gradient)."""
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
+    layout = data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout")
+    example.update(dy=strided(example["dy"], layout), dh=strided(example["dh"], layout))
+    evidence.check(check_gradient, dropout_add_kernel, example)
 
 
 @pytest.mark.claim("drop_add_ln.inputs_unmodified")

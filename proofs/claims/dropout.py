@@ -302,7 +302,8 @@ CLAIMS = (
           no_derivation),
     Claim("dropout.layout_invariance", "A non-contiguous input gets a mask with the same law", "", "(contract)",
           r"A transposed or sliced $x$ gets iid Bernoulli$(1-p)$ bits (the statistical tests of the mask pass on it); "
-          r"its output need not equal the contiguous input's.", (), "contract", "", no_derivation),
+          r"its output need not equal the contiguous input's; with an upstream gradient strided, transposed or "
+          r"expanded (stride 0), $dL/dx$ is still claim dropout.gradient's.", (), "contract", "", no_derivation),
     Claim("dropout.inputs_unmodified", "Dropout leaves its input alone", "", "(contract)",
           r"The input tensor is never written.", (), "contract", "", no_derivation),
 )

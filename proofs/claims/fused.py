@@ -396,7 +396,8 @@ CLAIMS = (
           r"$p = 0$, $y$ and residual\_out are the contiguous call's within twice their bounds; with $0 < p < 1$, the "
           r"mask read from residual\_out passes the keep-rate and independence tests in every layout, every "
           r"residual\_out element is $z_i$ or $z_i + x_i/(1-p)$ within its rounding and $y = \mathrm{LN}(h)$ within "
-          r"the error-model bound.", (r"$0 \le p < 1$",), "contract", "", _dropout_add_layout),
+          r"the error-model bound; upstream gradients $dy$, $dh$ strided, transposed or expanded (stride 0) give "
+          r"the gradients of claim drop\_add\_ln.gradient.", (r"$0 \le p < 1$",), "contract", "", _dropout_add_layout),
     Claim("drop_add_ln.determinism", "Fused dropout + add: same seed, same outputs", "", "(contract)",
           r"Two calls with the same $x$, residual, $p$ and seed return the same $y$ and residual\_out, bit for bit.",
           (), "contract", "", _no_derivation),

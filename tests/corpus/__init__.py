@@ -216,6 +216,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("upstream.py:CLN_UPSTREAM_STRIDES_IGNORED", "cln.layout_invariance"),
     _broken("upstream.py:BN_UPSTREAM_STRIDES_IGNORED", "bn.layout_invariance"),
     _broken("upstream.py:IN_UPSTREAM_STRIDES_IGNORED", "in.layout_invariance"),
+    _broken("upstream.py:DROPOUT_UPSTREAM_STRIDES_IGNORED", "dropout.layout_invariance"),
+    _broken("upstream.py:DROP_ADD_UPSTREAM_STRIDES_IGNORED", "drop_add_ln.layout_invariance"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),

@@ -12,6 +12,8 @@ each must fail its kind's layout_invariance.
     CLN_UPSTREAM_STRIDES_IGNORED       LayerNorm over (C, *)                     -> cln.layout_invariance
     BN_UPSTREAM_STRIDES_IGNORED        BatchNorm                                 -> bn.layout_invariance
     IN_UPSTREAM_STRIDES_IGNORED        InstanceNorm                              -> in.layout_invariance
+    DROPOUT_UPSTREAM_STRIDES_IGNORED   dropout (seeded Bernoulli)                -> dropout.layout_invariance
+    DROP_ADD_UPSTREAM_STRIDES_IGNORED  dropout + add + LayerNorm (dy and dh)     -> drop_add_ln.layout_invariance
 
 (LayerNorm's is fused.py's LN_UPSTREAM_STRIDES_IGNORED.)
 """
@@ -23,7 +25,7 @@ import functools
 import torch
 
 from core.kernel import Kernel
-from corpus import batchnorm, channel_layernorm, correct, groupnorm, residual
+from corpus import batchnorm, channel_layernorm, correct, dropout, dropout_add, groupnorm, residual
 from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/upstream.py:"
@@ -78,3 +80,7 @@ BN_UPSTREAM_STRIDES_IGNORED = _kernel("BN_UPSTREAM_STRIDES_IGNORED", "batchnorm"
                                       "bn.layout_invariance")
 IN_UPSTREAM_STRIDES_IGNORED = _kernel("IN_UPSTREAM_STRIDES_IGNORED", "instancenorm", batchnorm.IN_CORRECT.fn,
                                       "in.layout_invariance")
+DROPOUT_UPSTREAM_STRIDES_IGNORED = _kernel("DROPOUT_UPSTREAM_STRIDES_IGNORED", "dropout", dropout.DROPOUT_BERNOULLI.fn,
+                                           "dropout.layout_invariance")
+DROP_ADD_UPSTREAM_STRIDES_IGNORED = _kernel("DROP_ADD_UPSTREAM_STRIDES_IGNORED", "dropout_add_layernorm",
+                                            dropout_add.DROP_ADD_CORRECT.fn, "drop_add_ln.layout_invariance")
