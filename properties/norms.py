@@ -163,6 +163,18 @@ def require_backward(kernel: Kernel) -> None:
         pytest.skip(caps.backward_reason)
 
 
+def skip_unless_a_strict_subset(kernel: Kernel, frozen: tuple[str, ...], inputs: tuple[str, ...]) -> None:
+    """Skip the calling test, with the reason, unless the kernel takes every input of ``frozen`` (of ``inputs``, those
+    its kind has) and at least one other that it differentiates (not declared ``no_gradient``)."""
+    taken = [name for name in inputs if name in kernel.record.differentiable]
+    missing = [name for name in frozen if name not in taken]
+    if missing:
+        pytest.skip(f"{kernel.name}: its kind has no {' or '.join(missing)}")
+    if not [name for name in taken if name not in frozen and name not in kernel.no_gradient]:
+        pytest.skip(f"{kernel.name}: with {' and '.join(frozen)} frozen no input takes a gradient (no_gradient "
+                    f"{', '.join(kernel.no_gradient)})")
+
+
 # a kernel-side tensor as float64 numpy on the host: the one crossing to the oracle (core.boundary)
 as_float64 = boundary.to_oracle
 

@@ -33,7 +33,7 @@ from properties.draws.strategies import (
     storage_backward_width,
     widths,
 )
-from properties.norms import require_backward
+from properties.norms import require_backward, skip_unless_a_strict_subset
 from properties.run import profiles
 
 
@@ -90,6 +90,24 @@ def test_both_gradients_flow_back(add_norm_kernel, data):
     require_backward(add_norm_kernel)
     example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, ndims=BATCHES), "example")
     evidence.check(check_vjp, add_norm_kernel, example)
+
+
+# The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.
+FROZEN = (("x",), ("residual",), ("x", "residual"), ("weight",), ("bias",), ("weight", "bias"))
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@pytest.mark.parametrize("frozen", FROZEN, ids="+".join)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_gradients_when_only_some_inputs_require_grad(add_norm_kernel, frozen, data):
+    """``frozen`` not requiring grad (the branch or the residual stream from a frozen part of a model, frozen norm
+    weights): each input that requires grad gets its gradient, as the oracle's."""
+    require_backward(add_norm_kernel)
+    skip_unless_a_strict_subset(add_norm_kernel, frozen, ("x", "residual", "weight", "bias"))
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True, residual="independent"),
+                        "example")
+    evidence.check(check_vjp, add_norm_kernel, {**example, "frozen": frozen})
 
 
 @pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")

@@ -48,22 +48,21 @@ def test_vjp_at_widths_above_1024(norm_kernel, data):
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
 
 
+# The inputs left frozen (not requiring grad) by test_vjp_when_only_some_inputs_require_grad.
+FROZEN = (("weight", "bias"), ("x",), ("x", "bias"), ("weight",), ("bias",))
+
+
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
-@profiles.share(0.25)
+@pytest.mark.parametrize("frozen", FROZEN, ids="+".join)
+@profiles.share(0.05)
 @given(data=st.data())
-def test_vjp_when_only_some_inputs_require_grad(norm_kernel, data):
-    """x alone (frozen norm weights, as in LoRA fine-tuning), the parameters alone (a norm over frozen embeddings), or
-    one of weight and bias: each input that requires grad gets its gradient, as the oracle's (a backward reading
-    ctx.needs_input_grad at the wrong index drops one)."""
+def test_vjp_when_only_some_inputs_require_grad(norm_kernel, frozen, data):
+    """``frozen`` not requiring grad: the parameters (frozen norm weights, as in LoRA fine-tuning), x (a norm over
+    frozen embeddings), or one of weight and bias: each input that requires grad gets its gradient, as the oracle's
+    (a backward reading ctx.needs_input_grad at the wrong index drops one)."""
     norms.require_backward(norm_kernel)
-    trainable = [name for name in ("x", "weight", "bias")[:3 if norm_kernel.record.has_bias else 2]
-                 if name not in norm_kernel.no_gradient]
-    if len(trainable) < 2:
-        pytest.skip(f"{norm_kernel.name}: only {trainable[0]} takes a gradient (no_gradient declared)")
+    norms.skip_unless_a_strict_subset(norm_kernel, frozen, ("x", "weight", "bias"))
     example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, ndims=NDIMS), label="example")
-    differentiated = data.draw(st.sets(st.sampled_from(trainable), min_size=1, max_size=len(trainable) - 1),
-                               label="requires grad")
-    frozen = tuple(name for name in trainable if name not in differentiated)
     evidence.check(check_vjp, norm_kernel, {**example, "frozen": frozen})
 
 

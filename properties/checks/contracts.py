@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from core import guard
 from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import tolerance
@@ -93,6 +94,15 @@ def conclude_upstream_layouts(laid_out: dict, contiguous: dict, bounds: dict, **
                    for name, g in laid_out.items()]
     outcome.conclude(comparisons, "the backward reads the upstream gradient as if it were contiguous (its strides "
                      "ignored)", **point)
+
+
+def fail_on_missing_gradient(kernel, fault: guard.KernelFault, frozen: tuple[str, ...] = (), **point) -> None:
+    """A gradient the kernel left out for an input that requires grad (a ``missing`` fault of a kernel that has a
+    backward) as a failure of the calling claim, naming the inputs left ``frozen``; any other fault re-raised."""
+    if fault.reason != "missing" or not discover(kernel).backward:
+        raise fault
+    given = f"with {' and '.join(frozen)} not requiring grad: " if frozen else ""
+    outcome.exact(False, f"{given}{fault}", "each input that requires grad must get its gradient", **point)
 
 
 UPSTREAM = "upstream gradient"  # the name of y's upstream gradient among a check's inputs

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core import guard
 from core.capabilities import discover, dtype_name
 from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
@@ -26,6 +27,7 @@ from properties.checks.contracts import (
     UPSTREAM,
     check_dx_written_into_dy,
     conclude_upstream_layouts,
+    fail_on_missing_gradient,
     gradients_in_both_layouts,
     read_only,
     rows_that_differ,
@@ -140,11 +142,16 @@ def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor
 
 
 def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
-              dh: torch.Tensor, bias=None) -> None:
+              dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = ()) -> None:
     """Every gradient vs the derived VJP at the kernel's residual_out (at the float32 sum for a kernel that declares
-    ``normalizes="float32_sum"``: the derivative of the function it computes): d = J^T dy + dh for x and residual."""
+    ``normalizes="float32_sum"``: the derivative of the function it computes): d = J^T dy + dh for x and residual.
+    ``frozen``: the inputs that do not require grad in the call; an input that requires grad and gets none fails."""
     example = example_of(x, residual, weight, bias, eps)
-    got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
+    try:
+        got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, frozen=tuple(frozen))
+    except guard.KernelFault as fault:
+        fail_on_missing_gradient(kernel, fault, tuple(frozen), d=x.shape[-1], dtype=dtype_name(x.dtype))
+        return
     h = normalized(kernel, got["residual_out"], x, residual)
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)
     declared = _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from core import guard
-from core.capabilities import discover, dtype_name
+from core.capabilities import dtype_name
 from properties import norms, outcome
 from properties.bounds import diagnosis, models, tolerance
+from properties.checks.contracts import fail_on_missing_gradient
 
 
 def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None,
@@ -32,11 +33,7 @@ def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bia
     try:
         got = norms.vjp(kernel, x, weight, bias, eps, dy, frozen=tuple(frozen))
     except guard.KernelFault as fault:
-        if fault.reason != "missing" or not discover(kernel).backward:
-            raise
-        given = f"with {' and '.join(frozen)} not requiring grad: " if frozen else ""
-        outcome.exact(False, f"{given}{fault}", "each input that requires grad must get its gradient",
-                      d=x.shape[-1], dtype=dtype_name(x.dtype))
+        fail_on_missing_gradient(kernel, fault, tuple(frozen), d=x.shape[-1], dtype=dtype_name(x.dtype))
         return
     expected, bounds, declared = models.expected_backward(kernel, x, weight, eps, dy)
     comparisons = [outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got]

@@ -92,6 +92,7 @@ RESIDUAL_BUGS = {
     "RESIDUAL_GRADIENT_DROPPED": ("jacobian",),
     "NORMALIZES_THE_BRANCH": ("forward",),
     "TRAINING_FORWARD_NORMALIZES_THE_BRANCH": ("forward",),
+    "RESIDUAL_GRADIENT_GATED_ON_X": ("jacobian",),
     "WHOLE_TENSOR_STATISTICS": ("row_independence",),
     "STRIDES_IGNORED": ("layout_invariance",),
     "RESIDUAL_WRITTEN": ("inputs_unmodified",),

@@ -10,6 +10,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     TRAINING_FORWARD_NORMALIZES_THE_BRANCH  the same only in a training step's forward -> forward
     WHOLE_TENSOR_STATISTICS    mean/variance over the whole tensor, not per row       -> row_independence
     STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
+    RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
     FIRST_LAYER                takes residual=None (a first layer): residual_out = x: correct
@@ -41,6 +42,20 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, rms: bool, whole_tensor: bo
     return y if bias is None else y + bias.float()
 
 
+class _SumGatedOnX(torch.autograd.Function):
+    """h = x + residual whose backward gives the residual its gradient only when x requires grad (x's
+    ``ctx.needs_input_grad`` flag copied to the residual's line): right whenever both require grad."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return x + residual
+
+    @staticmethod
+    def backward(ctx, dh: torch.Tensor):
+        needs_x = ctx.needs_input_grad[0]
+        return (dh if needs_x else None), (dh if needs_x else None)
+
+
 def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[str, ...] = (),
           first_layer: bool = False):
     """(fn, residual_dtype, in_place) of the kernel with ``bug``; ``first_layer``: it also takes residual=None (h = x,
@@ -54,7 +69,8 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
-        h = (x.to(wide) + residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
+        add = _SumGatedOnX.apply if bug == "gated" else torch.add
+        h = add(x.to(wide), residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
         if bug in ("written", "declared"):
             residual.data.copy_(h.detach().to(residual.dtype))
         training = torch.is_grad_enabled() and x.requires_grad
@@ -87,6 +103,8 @@ BUGS = {
                                                                  "grad (a training step's forward): {p}.forward"),
     "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: {p}.row_independence"),
     "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: {p}.layout_invariance"),
+    "RESIDUAL_GRADIENT_GATED_ON_X": ("gated", "gives the residual its gradient only when x requires grad: with x "
+                                              "frozen (a first layer over frozen embeddings) none: {p}.jacobian"),
     "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
                                     "{p}.inputs_unmodified"),
 }
