@@ -208,6 +208,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("groupnorm.py:GN_WIDE_BLOCKS", "gn.forward"),
     _broken("batchnorm.py:BN_WIDE_BLOCKS", "bn.forward"),
     _broken("batchnorm.py:BN_TRAINING_STEP_WITHOUT_BIAS", "bn.forward"),
+    _broken("groupnorm.py:GN_TRAINING_STEP_WITHOUT_BIAS", "gn.forward"),
+    _broken("channel_layernorm.py:CLN_TRAINING_STEP_WITHOUT_BIAS", "cln.forward"),
     _broken("batchnorm.py:IN_WIDE_BLOCKS", "in.forward"),
     # upstream.py: every differentiable kind's backward reading dy (and dh) as if contiguous
     _broken("upstream.py:RMS_UPSTREAM_STRIDES_IGNORED", "rms.layout_invariance"),

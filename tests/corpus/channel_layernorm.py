@@ -8,6 +8,7 @@ that must catch each.
     CLN_CHANNELS_LAST_IGNORED   reads a channels-last x's memory as if contiguous          -> cln.layout_invariance
     CLN_VARIANCE_DETACHED       the variance a constant for autograd                               -> cln.jacobian
     CLN_INPUT_OVERWRITTEN       normalizes x in place                                      -> cln.inputs_unmodified
+    CLN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> cln.forward
     CLN_CORRECT                 the control
 """
 
@@ -32,6 +33,8 @@ def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
         variance = variance.detach()
     y = (values - mean) * torch.rsqrt(variance + eps)
     y = y if weight is None else y * weight.float()
+    if bug == "recording_no_bias" and torch.is_grad_enabled() and x.requires_grad:
+        bias = None  # the forward of a training step (another kernel than inference's) drops the bias
     y = (y if bias is None else y + bias.float()).to(x.dtype)
     if bug == "in_place":
         x.data.copy_(y.detach())
@@ -53,4 +56,6 @@ CLN_CHANNELS_LAST_IGNORED = _kernel("CLN_CHANNELS_LAST_IGNORED", "channels_last"
 CLN_VARIANCE_DETACHED = _kernel("CLN_VARIANCE_DETACHED", "detached",
                                 "the variance a constant for autograd: cln.jacobian")
 CLN_INPUT_OVERWRITTEN = _kernel("CLN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: cln.inputs_unmodified")
+CLN_TRAINING_STEP_WITHOUT_BIAS = _kernel("CLN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
+                                         "with x requiring grad (a training step) the bias is left out: cln.forward")
 CLN_CORRECT = _kernel("CLN_CORRECT", "", "the control: nothing broken")

@@ -10,6 +10,7 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
     GN_INPUT_OVERWRITTEN      normalizes x in place                                        -> gn.inputs_unmodified
     GN_VARIANCE_DETACHED      the variance a constant for autograd (its gradient dropped)  -> gn.jacobian
     GN_UNBIASED_VARIANCE      divides by m - 1: NaN on one-element groups                  -> gn.degenerate
+    GN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> gn.forward
     GN_WIDE_BLOCKS            a group's statistics over more than 4096 elements merged from blocks of equal weight
                               (corpus.wide)                                                -> gn.forward
 """
@@ -48,6 +49,8 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
     y = y.reshape(values.shape)
     shape = (1, channels) + (1,) * (x.dim() - 2)
     y = y if weight is None else y * weight.float().reshape(shape)
+    if bug == "recording_no_bias" and torch.is_grad_enabled() and x.requires_grad:
+        bias = None  # the forward of a training step (another kernel than inference's) drops the bias
     y = (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
     if bug == "in_place":
         x.data.copy_(y.detach())
@@ -74,4 +77,6 @@ GN_UNBIASED_VARIANCE = _kernel("GN_UNBIASED_VARIANCE", "unbiased",
                                "unbiased variance: NaN on one-element groups: gn.degenerate")
 GN_WIDE_BLOCKS = _kernel("GN_WIDE_BLOCKS", "wide_blocks", "a group's statistics over more than 4096 elements merged "
                          "from blocks of equal weight (corpus.wide): gn.forward")
+GN_TRAINING_STEP_WITHOUT_BIAS = _kernel("GN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
+                                        "with x requiring grad (a training step) the bias is left out: gn.forward")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")
