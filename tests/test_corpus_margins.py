@@ -175,6 +175,9 @@ GRADIENT_BUGS = {spec: check for spec, check in (
     *((f"tests/corpus/residual.py:{norm}_RESIDUAL_GRADIENT_DROPPED", check_vjp) for norm in ("LN", "RMS")),
     *((f"tests/corpus/dropout_add.py:DROP_ADD_BACKWARD_{bug}", check_dropout_add_gradient)
       for bug in ("OTHER_MASK", "UNSCALED")))}
+# Fused gradient bugs that leave a gradient out rather than get it wrong (an input requiring grad gets none): their
+# failure has no ratio, so no margin to measure; tests/test_corpus.py shows their claim catches them.
+MISSING_GRADIENT_BUGS = {f"tests/corpus/residual.py:{norm}_RESIDUAL_GRADIENT_GATED_ON_X" for norm in ("LN", "RMS")}
 COMPOSED = {"add_layernorm": ("ADD_LN_FLOAT64", "ADD_LN_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_LN_CHAN_CHUNKS"),
             "add_rmsnorm": ("ADD_RMS_FLOAT64", "ADD_RMS_FLOAT32", "ADD_RMS_RESIDUAL_FP32"),
             "dropout_add_layernorm": ("DROP_ADD_LN_SEEDED",)}
@@ -182,7 +185,8 @@ COMPOSED = {"add_layernorm": ("ADD_LN_FLOAT64", "ADD_LN_FLOAT32", "ADD_LN_RESIDU
 
 def test_every_fused_gradient_bug_of_the_manifest_has_an_input_here():
     gradient_claims = {"add_ln.jacobian", "add_rms.jacobian", "drop_add_ln.gradient"}
-    assert {entry.spec for entry in BROKEN if entry.expect & gradient_claims} == set(GRADIENT_BUGS)
+    fused_gradient_bugs = {entry.spec for entry in BROKEN if entry.expect & gradient_claims}
+    assert fused_gradient_bugs == set(GRADIENT_BUGS) | MISSING_GRADIENT_BUGS
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
