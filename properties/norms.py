@@ -52,8 +52,7 @@ def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dt
     ``KernelFault``. ``recording``: called as in a training step, on copies of the kind's differentiable inputs that
     require grad (but a parameter declared ``no_gradient``), grad mode on; the outputs detached."""
     if recording:
-        leaves = {name: example[name].detach().clone().requires_grad_(name not in kernel.no_gradient)
-                  for name in kernel.record.differentiable if example.get(name) is not None}
+        leaves = _leaves(kernel, example)
         with torch.enable_grad():
             got = call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
         return {name: t.detach() for name, t in got.items()}
@@ -76,6 +75,17 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None,
     return call(kernel, example, allow_nonfinite, any_dtype, recording)["y"]
 
 
+def _leaves(kernel: Kernel, example: Mapping, frozen: tuple[str, ...] = (), same_tensors: bool = False
+            ) -> dict[str, torch.Tensor]:
+    """The kind's differentiable inputs present in ``example`` as autograd leaves: copies (the tensors themselves with
+    ``same_tensors``), each requiring grad unless ``frozen`` or declared ``no_gradient``."""
+    leaves = {name: (example[name] if same_tensors else example[name].detach().clone())
+              for name in kernel.record.differentiable if example.get(name) is not None}
+    for name, leaf in leaves.items():
+        leaf.requires_grad_(name not in kernel.no_gradient and name not in frozen)
+    return leaves
+
+
 def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False,
               allow_nonfinite: bool = False, any_dtype: bool = False, frozen: tuple[str, ...] = ()
               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -90,11 +100,7 @@ def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Ten
     themselves are the autograd leaves and upstream gradients (so that a kernel writing into them writes into the
     caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf values and gradients
     are not a fault (for checks about something else); ``any_dtype``: nor is y's dtype."""
-    record = kernel.record
-    leaves = {name: (example[name] if same_tensors else example[name].detach().clone())
-              for name in record.differentiable if example.get(name) is not None}
-    for name, leaf in leaves.items():
-        leaf.requires_grad_(name not in kernel.no_gradient and name not in frozen)
+    leaves = _leaves(kernel, example, frozen, same_tensors)
     differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
     try:
         with torch.enable_grad():
