@@ -135,21 +135,20 @@ def forward(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None
     n_rows, n_cols = x2.shape
     h = torch.empty_like(x2, dtype=residual_dtype, memory_format=torch.contiguous_format)
     y = torch.empty_like(x2, memory_format=torch.contiguous_format)
-    mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    mean = None if rms else x2.new_empty(n_rows, dtype=torch.float32)
+    rstd = x2.new_empty(n_rows, dtype=torch.float32)
     if n_rows and n_cols:
-        element_size = x2.element_size()
-        block = block or rows.config_for(n_cols, element_size, x.device).block
+        block, warps = rows.block_and_warps(n_cols, x2.element_size(), x2.device, block)
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
         rows.launch(
             _add_norm_forward, (n_rows,),
             x2, r2, h, y, weight, bias, mean, rstd,
-            x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), h.stride(0), y.stride(0),
+            *x2.stride(), *r2.stride(), n_cols, n_cols,  # h's and y's row strides: both are contiguous
             n_cols, float(eps), float(p), scale, seed % SEED_MODULUS,
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DROPOUT=p > 0.0,
-            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block, element_size),
+            BLOCK=block, SINGLE_BLOCK=n_cols <= block, num_warps=warps,
         )
     if not flat:
         y, h = y.view(x.shape), h.view(x.shape)

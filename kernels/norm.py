@@ -454,22 +454,20 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
     """
     x2 = x if x.dim() == 2 else rows.as_rows(x)
     n_rows, n_cols = x2.shape
-    device = x.device
     y = torch.empty_like(x2, memory_format=torch.contiguous_format)
-    mean = None if rms else torch.empty(n_rows, dtype=torch.float32, device=device)
-    rstd = torch.empty(n_rows, dtype=torch.float32, device=device)
+    mean = None if rms else x2.new_empty(n_rows, dtype=torch.float32)
+    rstd = x2.new_empty(n_rows, dtype=torch.float32)
     if n_rows and n_cols:
-        element_size = x2.element_size()
-        block = block or rows.config_for(n_cols, element_size, device).block
+        block, warps = rows.block_and_warps(n_cols, x2.element_size(), x2.device, block)
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         rows.launch(
             _norm_forward, (n_rows,),
             x2, y, weight, bias, mean, rstd,
-            x2.stride(0), x2.stride(1), y.stride(0),
+            *x2.stride(), n_cols,  # y's row stride: y is contiguous
             n_cols, float(eps),
             IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK=block,
-            SINGLE_BLOCK=n_cols <= block, num_warps=rows.num_warps(block, element_size),
+            SINGLE_BLOCK=n_cols <= block, num_warps=warps,
         )
     return (y if x2 is x else y.view(x.shape)), mean, rstd
 

@@ -259,6 +259,15 @@ def config_for(n_cols: int, element_size: int, device: torch.device) -> LaunchCo
     return config
 
 
+def block_and_warps(n_cols: int, element_size: int, device: torch.device, block: int | None = None
+                    ) -> tuple[int, int]:
+    """(block, :func:`num_warps` of it) of a row program: :func:`config_for`'s block, or a given one (a power of two,
+    to exercise the multi-block path). The warps come from the module's ``num_warps``, which scripts/launch_sweep.py
+    replaces to measure other counts."""
+    block = block or config_for(n_cols, element_size, device).block
+    return block, num_warps(block, element_size)
+
+
 def _prev_power_of_2(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 

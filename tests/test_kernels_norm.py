@@ -134,7 +134,7 @@ class _TorchCompute(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if not func.is_view and not name.startswith("empty"):
+        if not func.is_view and not name.startswith(("empty", "new_empty")):
             self.names.append(name)
         return func(*args, **(kwargs or {}))
 
