@@ -11,6 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.capabilities import discover
 from properties import evidence, norms
 from properties.checks.contracts import (
     LAYOUTS,
@@ -81,6 +82,20 @@ def test_noncontiguous_upstream_gradient(norm_kernel, data):
     example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), upstream=True), label="example")
     dy = strided(example["dy"], data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout"))
     evidence.check(check_noncontiguous_upstream, norm_kernel, {**example, "dy": dy})
+
+
+@pytest.mark.claim("ln.layout_invariance", "rms.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_batch_and_sequence_axes_swapped(norm_kernel, data):
+    """x, then dy, [2, 3, d] views of [3, 2, d] tensors (sequence-first activations seen batch-first): their rows are
+    not evenly spaced, so a kernel stepping rows by stride(-2) reads the wrong ones."""
+    example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), n=st.just(6), upstream=True), "example")
+    x, dy = (strided(example[name].reshape(2, 3, -1), "leading axes swapped") for name in ("x", "dy"))
+    forward = {name: t for name, t in example.items() if name != "dy"}
+    evidence.check(check_noncontiguous_x, norm_kernel, {**forward, "x": x})
+    if discover(norm_kernel).backward:
+        evidence.check(check_noncontiguous_upstream, norm_kernel, {**example, "x": x.contiguous(), "dy": dy})
 
 
 @pytest.mark.claim("ln.inputs_unmodified", "rms.inputs_unmodified")

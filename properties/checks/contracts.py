@@ -153,8 +153,12 @@ def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
     reversed (the transpose of a column-major copy, for [n, d]); "broadcast over the first axis", t's first slice
     expanded along the first axis (stride 0), "one value", t's first element expanded to t's shape (every stride
     0): these two hold t's values only where they equal that slice or element, so they replace them; "channels
-    last", a 4-D or 5-D t's channels-last memory format (else "transposed"). Where a layout would be contiguous (a
-    first axis of one, one channel) the next one that is not is taken."""
+    last", a 4-D or 5-D t's channels-last memory format (else "transposed"); "leading axes swapped", a [B, S, ...]
+    view of an [S, B, ...] tensor (its rows unevenly spaced). Where a layout would be contiguous (a first axis of one,
+    one channel) the next one that is not is taken."""
+    if layout == "leading axes swapped":
+        view = t.transpose(0, 1).contiguous().transpose(0, 1) if t.dim() >= 3 else t
+        return view if not view.is_contiguous() else strided(t, "transposed")
     if layout == "channels last":
         view = t.contiguous(memory_format=CHANNELS_LAST[t.dim()]) if t.dim() in CHANNELS_LAST else t
         return view if not view.is_contiguous() else strided(t, "transposed")

@@ -36,7 +36,7 @@ The files, by where the bug is:
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs, empty batches,
-                     inputs that do not require grad, a training step's own forward
+                     inputs that do not require grad, a training step's own forward, unevenly spaced rows
     parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype (LayerNorm, RMSNorm,
                      fused add + LayerNorm), output in the weight's dtype, statistics in the weight's dtype, a
                      float32 weight read as 16-bit
@@ -221,6 +221,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("upstream.py:IN_UPSTREAM_STRIDES_IGNORED", "in.layout_invariance"),
     _broken("upstream.py:DROPOUT_UPSTREAM_STRIDES_IGNORED", "dropout.layout_invariance"),
     _broken("upstream.py:DROP_ADD_UPSTREAM_STRIDES_IGNORED", "drop_add_ln.layout_invariance"),
+    _broken("upstream.py:RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE", "rms.layout_invariance"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
@@ -228,6 +229,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_EMPTY_BATCH_UNINITIALIZED_SUMS", "ln.special_inputs"),
     _broken("contract.py:RMS_EMPTY_BATCH_AMAX_RAISES", "rms.special_inputs"),
     _broken("contract.py:LN_NEEDS_INPUT_GRAD_SHIFTED", "ln.jacobian"),
+    _broken("contract.py:LN_ROWS_BY_THE_LAST_ROW_STRIDE", "ln.layout_invariance"),
     _broken("contract.py:LN_TRAINING_FORWARD_WITHOUT_BIAS", "ln.forward"),
     # parameters.py: weight and bias in another dtype than x (float32 with 16-bit x, 16-bit with float32 x)
     _broken("parameters.py:LN_WEIGHT_ROUNDED_TO_X", "ln.forward"),

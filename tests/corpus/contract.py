@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from core.registry import Kernel
+from corpus.memory import read_rows_by_the_last_row_stride
 from corpus.statistics import _layernorm_statistics, _normalize, _rmsnorm_statistics
 
 SPEC = "tests/corpus/contract.py:"
@@ -214,6 +215,13 @@ def layernorm_training_forward_without_bias(x, weight, bias, eps):
     return _layernorm(x, weight, bias, eps)
 
 
+def layernorm_rows_by_the_last_row_stride(x, weight, bias, eps):
+    """Flattens x's leading axes into rows stepped by x.stride(-2) (corpus.memory): right for 2-D, contiguous and
+    column-strided x, wrong for a [B, S, d] view of an [S, B, d] tensor, whose rows are unevenly spaced. Only 2-D
+    strided x was drawn. Must fail ln.layout_invariance."""
+    return _layernorm(read_rows_by_the_last_row_stride(x), weight, bias, eps)
+
+
 GRID_ROWS = 65_535
 
 
@@ -317,6 +325,8 @@ LN_EMPTY_BATCH_UNINITIALIZED_SUMS = _kernel("ln_empty_batch_uninitialized_sums",
                                             "LN_EMPTY_BATCH_UNINITIALIZED_SUMS")
 LN_TRAINING_FORWARD_WITHOUT_BIAS = _kernel("ln_training_forward_without_bias", "layernorm",
                                            layernorm_training_forward_without_bias, "LN_TRAINING_FORWARD_WITHOUT_BIAS")
+LN_ROWS_BY_THE_LAST_ROW_STRIDE = _kernel("ln_rows_by_the_last_row_stride", "layernorm",
+                                         layernorm_rows_by_the_last_row_stride, "LN_ROWS_BY_THE_LAST_ROW_STRIDE")
 LN_NEEDS_INPUT_GRAD_SHIFTED = _kernel("ln_needs_input_grad_shifted", "layernorm", layernorm_needs_input_grad_shifted,
                                       "LN_NEEDS_INPUT_GRAD_SHIFTED")
 RMS_EMPTY_BATCH_AMAX_RAISES = _kernel("rms_empty_batch_amax_raises", "rmsnorm", rmsnorm_empty_batch_amax_raises,

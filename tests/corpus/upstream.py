@@ -2,7 +2,7 @@
 kinds' dh) as if they were contiguous (corpus.memory): a kernel indexing ``ptr + row * d + col`` whatever strides
 autograd hands it, a strided or transposed view, a channels-last gradient from a convolution's backward, or the
 stride-0 expansion that is the upstream gradient of a summed loss (``y.sum()``, ``(y * v).sum()``). Each is a
-correct kernel of its kind (the corpus's controls) with its outputs passed through :class:`_UpstreamAsContiguous`;
+correct kernel of its kind (the corpus's controls) with its outputs passed through :class:`_UpstreamRead`;
 each must fail its kind's layout_invariance.
 
     RMS_UPSTREAM_STRIDES_IGNORED       RMSNorm (float64 two-pass)                -> rms.layout_invariance
@@ -15,6 +15,9 @@ each must fail its kind's layout_invariance.
     DROPOUT_UPSTREAM_STRIDES_IGNORED   dropout (seeded Bernoulli)                -> dropout.layout_invariance
     DROP_ADD_UPSTREAM_STRIDES_IGNORED  dropout + add + LayerNorm (dy and dh)     -> drop_add_ln.layout_invariance
 
+    RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE  RMSNorm reading dy's rows stepped by dy.stride(-2): wrong for a [B, S, d]
+                                       view of an [S, B, d] gradient       -> rms.layout_invariance
+
 (LayerNorm's is fused.py's LN_UPSTREAM_STRIDES_IGNORED.)
 """
 
@@ -26,38 +29,39 @@ import torch
 
 from core.kernel import Kernel
 from corpus import batchnorm, channel_layernorm, correct, dropout, dropout_add, groupnorm, residual
-from corpus.memory import read_as_if_contiguous
+from corpus.memory import read_as_if_contiguous, read_rows_by_the_last_row_stride
 
 SPEC = "tests/corpus/upstream.py:"
 DESCRIPTION = "its backward reads the upstream gradient as if it were contiguous: {claim}"
 
 
-class _UpstreamAsContiguous(torch.autograd.Function):
-    """The identity forward; backward, the upstream gradient read as if it were contiguous."""
+class _UpstreamRead(torch.autograd.Function):
+    """The identity forward; backward, the upstream gradient as ``read`` reads it (corpus.memory)."""
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, t: torch.Tensor, read) -> torch.Tensor:
+        ctx.read = read
         return t.clone()
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return read_as_if_contiguous(grad)
+    def backward(ctx, grad: torch.Tensor):
+        return ctx.read(grad), None
 
 
-def _upstream_as_contiguous(fn):
-    """``fn`` (its signature kept) with each tensor it returns passed through :class:`_UpstreamAsContiguous`."""
+def _upstream_read(fn, read):
+    """``fn`` (its signature kept) with each tensor it returns passed through :class:`_UpstreamRead`."""
     @functools.wraps(fn)
     def wrapped(*args):
         out = fn(*args)
         if isinstance(out, tuple):
-            return tuple(_UpstreamAsContiguous.apply(t) for t in out)
-        return _UpstreamAsContiguous.apply(out)
+            return tuple(_UpstreamRead.apply(t, read) for t in out)
+        return _UpstreamRead.apply(out, read)
 
     return wrapped
 
 
-def _kernel(name: str, kind: str, fn, claim: str, **declared) -> Kernel:
-    return Kernel(name.lower(), kind, _upstream_as_contiguous(fn), spec=SPEC + name,
+def _kernel(name: str, kind: str, fn, claim: str, read=read_as_if_contiguous, **declared) -> Kernel:
+    return Kernel(name.lower(), kind, _upstream_read(fn, read), spec=SPEC + name,
                   description=DESCRIPTION.format(claim=claim), **declared)
 
 
@@ -84,3 +88,6 @@ DROPOUT_UPSTREAM_STRIDES_IGNORED = _kernel("DROPOUT_UPSTREAM_STRIDES_IGNORED", "
                                            "dropout.layout_invariance")
 DROP_ADD_UPSTREAM_STRIDES_IGNORED = _kernel("DROP_ADD_UPSTREAM_STRIDES_IGNORED", "dropout_add_layernorm",
                                             dropout_add.DROP_ADD_CORRECT.fn, "drop_add_ln.layout_invariance")
+RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE = _kernel("RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE", "rmsnorm",
+                                               correct.rmsnorm_two_pass_float64, "rms.layout_invariance",
+                                               read=read_rows_by_the_last_row_stride)
