@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import PROBED_DTYPES
+from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
 from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
 from properties.checks.fused import (
@@ -161,6 +161,25 @@ def test_strided_inputs(add_norm_kernel, data):
     residual = None if example["residual"] is None else strided(example["residual"], layout)
     evidence.check(check_noncontiguous, add_norm_kernel, {**example, "x": strided(example["x"], layout),
                                                           "residual": residual})
+
+
+@pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_batch_and_sequence_axes_swapped(add_norm_kernel, data):
+    """x and residual, then dy and dh, [2, 3, d] views of [3, 2, d] tensors: rows unevenly spaced (a kernel stepping
+    rows by stride(-2) reads the wrong ones)."""
+    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), upstream=True,
+                                          residual="independent", n=6), "example")
+    swapped = {name: strided(example[name].reshape(2, 3, -1), "leading axes swapped")
+               for name in ("x", "residual", "dy", "dh")}
+    forward = {name: t for name, t in example.items() if name not in ("dy", "dh")}
+    evidence.check(check_noncontiguous, add_norm_kernel, {**forward, "x": swapped["x"],
+                                                          "residual": swapped["residual"]})
+    if discover(add_norm_kernel).backward:
+        contiguous = {name: example[name].reshape(2, 3, -1) for name in ("x", "residual")}
+        evidence.check(check_noncontiguous_upstream, add_norm_kernel,
+                       {**example, **contiguous, "dy": swapped["dy"], "dh": swapped["dh"]})
 
 
 @pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")

@@ -76,11 +76,12 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
                       every_input: bool = False, residual: str | None = None,
                       dtypes: tuple[torch.dtype, ...] | None = None,
                       parameter_dtype: torch.dtype | None = None, mixed: bool = False,
-                      ndims: st.SearchStrategy[int] | None = None) -> dict:
+                      ndims: st.SearchStrategy[int] | None = None, n: int | None = None) -> dict:
     """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``); weight and bias in
     ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes).
     ``ndims``: the dimensions of x and the residual (default 2; :data:`BATCHES` draws [B, S, d] as well), the rows
-    spread over the leading dimensions as strategies.norm_examples spreads them.
+    spread over the leading dimensions as strategies.norm_examples spreads them; ``n`` rows (default
+    strategies.row_counts).
 
     With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
     declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
@@ -98,7 +99,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     def ratio() -> float:
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
 
-    x = draw(rows(d, offset=ratio(), scale=scales(dtype)))
+    x = draw(rows(d, n=n, offset=ratio(), scale=scales(dtype)))
     form = residual or draw(st.sampled_from(RESIDUAL_FORMS + (("none",) if caps.residual_none else ())))
     if form == "cancelling":
         r = -x

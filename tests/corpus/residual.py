@@ -10,6 +10,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     TRAINING_FORWARD_NORMALIZES_THE_BRANCH  the same only in a training step's forward -> forward
     WHOLE_TENSOR_STATISTICS    mean/variance over the whole tensor, not per row       -> row_independence
     STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
+    ROWS_BY_THE_LAST_ROW_STRIDE  steps rows by stride(-2) (unevenly spaced rows read wrongly) -> layout_invariance
     RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
@@ -26,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
-from corpus.memory import read_as_if_contiguous
+from corpus.memory import read_as_if_contiguous, read_rows_by_the_last_row_stride
 
 SPEC = "tests/corpus/residual.py:"
 KIND = {"ln": "add_layernorm", "rms": "add_rmsnorm"}
@@ -68,6 +69,8 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
             residual = torch.zeros_like(x)  # h = x + 0 = x exactly
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
+        if bug == "row_stride":
+            x, residual = read_rows_by_the_last_row_stride(x), read_rows_by_the_last_row_stride(residual)
         wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
         add = _SumGatedOnX.apply if bug == "gated" else torch.add
         h = add(x.to(wide), residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
@@ -103,6 +106,8 @@ BUGS = {
                                                                  "grad (a training step's forward): {p}.forward"),
     "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: {p}.row_independence"),
     "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: {p}.layout_invariance"),
+    "ROWS_BY_THE_LAST_ROW_STRIDE": ("row_stride", "steps the rows of x and residual by their stride(-2): wrong for "
+                                                  "[B, S, d] views of [S, B, d] tensors: {p}.layout_invariance"),
     "RESIDUAL_GRADIENT_GATED_ON_X": ("gated", "gives the residual its gradient only when x requires grad: with x "
                                               "frozen (a first layer over frozen embeddings) none: {p}.jacobian"),
     "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
