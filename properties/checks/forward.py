@@ -35,6 +35,21 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, record
                      **models.declared_point(declared))
 
 
+def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, new_weight: torch.Tensor,
+                                           bias=None, new_bias: torch.Tensor | None = None) -> None:
+    """The kernel called once, its weight (and bias) then overwritten in place with ``new_weight`` (``new_bias``), as
+    an optimizer step does (the same tensors, new values), and called again: the second output is the oracle's at the
+    new values (:func:`check_forward`); a kernel caching a converted weight across calls keeps the old one."""
+    weight = weight.clone()
+    bias = None if bias is None else bias.clone()
+    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
+    with torch.no_grad():
+        weight.copy_(new_weight)
+        if bias is not None:
+            bias.copy_(new_bias)
+    check_forward(kernel, x, weight, eps, bias)
+
+
 def output_dtype_rule(check: Callable[..., None], name: str) -> Callable[..., None]:
     """``check``, a forward check of any kind (taking the kernel, then x and weight among its arguments), where weight
     and bias may be in another dtype than x: an output in another dtype than the rule's is a failure of the claim
