@@ -17,6 +17,7 @@ from properties import evidence
 from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
 from properties.checks.fused import (
     check_changing_one_row,
+    check_empty_batch,
     check_forward,
     check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
@@ -73,6 +74,21 @@ def test_y_is_the_norm_of_residual_out_while_recording_a_graph(add_norm_kernel, 
 def test_y_is_the_norm_of_residual_out_beyond_8192_columns(add_norm_kernel, d, data):
     """d = 8193 to 65536 (strategies.WIDE_ROWS): kernels loop over blocks of a row there."""
     evidence.check(check_forward, add_norm_kernel, data.draw(add_norm_examples(add_norm_kernel, d=d), "example"))
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_an_empty_batch(add_norm_kernel, data):
+    """x and residual (and dy, dh) [0, d] or [2, 0, d]: empty y and residual_out, dweight = dbias = 0, no error (a
+    mixture-of-experts layer routing no token to an expert)."""
+    example = add_norm_examples(add_norm_kernel, d=st.sampled_from([1, 7, 64, 1000]), upstream=True, every_input=True,
+                                residual="independent")
+    example = data.draw(example, "example")
+    d = example["x"].shape[-1]
+    leading = data.draw(st.sampled_from([(0,), (2, 0)]), "leading shape")
+    empty = {name: example[name].reshape(-1, d)[:0].reshape(*leading, d) for name in ("x", "residual", "dy", "dh")}
+    evidence.check(check_empty_batch, add_norm_kernel, {**example, **empty})
 
 
 @pytest.mark.claim("add_ln.residual_out", "add_rms.residual_out")

@@ -348,7 +348,8 @@ def _contracts(kind: str) -> tuple[Claim, ...]:
     return (
         Claim(f"{prefix}.forward", f"Fused add + {name}: y is the norm of residual_out", "", "(contract)",
               r"$y = N(h)$, $h$ the returned residual\_out, within the error-model bound of $N$ at $h$ "
-              r"(claim \texttt{numerics.\allowbreak error\_model}).", (), "contract", "", _no_derivation),
+              r"(claim \texttt{numerics.\allowbreak error\_model}), also in a training step's forward; an empty "
+              r"batch gives empty outputs and $d\gamma = d\beta = 0$, no error.", (), "contract", "", _no_derivation),
         Claim(f"{prefix}.residual_out", f"Fused add + {name}: residual_out", "", "(contract)",
               r"residual\_out $= x + z$ in the declared dtype: bit for bit the IEEE float32 sum when kept in float32 "
               r"(declared \texttt{residual\_dtype} float32, flash-attention's \texttt{residual\_in\_fp32}), "

@@ -105,6 +105,30 @@ def fail_on_missing_gradient(kernel, fault: guard.KernelFault, frozen: tuple[str
     outcome.exact(False, f"{given}{fault}", "each input that requires grad must get its gradient", **point)
 
 
+def check_empty_batch_of(kernel, example: dict, upstream: dict[str, torch.Tensor]) -> None:
+    """A kernel of a row kind on x (and the residual, the upstream gradients) with no rows: every output (y,
+    residual_out) and, with a backward, the gradient of every input of x's shape are of x's shape, dweight and dbias
+    exactly 0 (sums over no rows); an error fails (an empty batch is a legal input: a mixture-of-experts layer that
+    routes no token to an expert)."""
+    x = example["x"]
+    point = {"d": x.shape[-1], "dtype": dtype_name(x.dtype)}
+    meaning = "an empty batch (no rows) must give empty outputs and zero parameter gradients"
+    try:
+        outputs = norms.call(kernel, example, any_dtype=True)
+        grads = norms.gradients(kernel, example, upstream)[1] if discover(kernel).backward else {}
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(False, f"on x of shape {tuple(x.shape)}: {fault}", meaning, **point)
+        return
+    shaped = {**outputs, **{f"d{name}": g for name, g in grads.items() if name in ("x", "residual")}}
+    wrong = [f"{name} has shape {tuple(t.shape)}, not x's {tuple(x.shape)}"
+             for name, t in shaped.items() if t.shape != x.shape]
+    wrong += [f"d{name} is not 0: {grads[name].flatten()[:4].tolist()}" for name in ("weight", "bias")
+              if name in grads and not bool((grads[name] == 0).all())]
+    outcome.exact(not wrong, f"on x of shape {tuple(x.shape)}: " + "; ".join(wrong), meaning, **point)
+
+
 UPSTREAM = "upstream gradient"  # the name of y's upstream gradient among a check's inputs
 
 

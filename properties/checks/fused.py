@@ -26,6 +26,7 @@ from properties.bounds import models, tolerance
 from properties.checks.contracts import (
     UPSTREAM,
     check_dx_written_into_dy,
+    check_empty_batch_of,
     conclude_upstream_layouts,
     fail_on_missing_gradient,
     gradients_in_both_layouts,
@@ -171,6 +172,12 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)
     _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
     conclude_upstream_layouts(laid_out, contiguous, bounds, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_empty_batch(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                      dh: torch.Tensor, bias=None) -> None:
+    """x, the residual, dy and dh with no rows (properties.checks.contracts.check_empty_batch_of)."""
+    check_empty_batch_of(kernel, example_of(x, residual, weight, bias, eps), {"y": dy, "residual_out": dh})
 
 
 def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from core import guard
-from core.capabilities import discover, dtype_name
+from core.capabilities import dtype_name
 from properties import norms, outcome
 from properties.bounds import models
-from properties.checks.contracts import rows_that_differ
+from properties.checks.contracts import check_empty_batch_of, rows_that_differ
 
 
 def check_nonfinite_stays_in_its_row(kernel, x: torch.Tensor, poisoned: torch.Tensor, weight, eps: float,
@@ -58,20 +57,5 @@ def check_exact_statistics_vjp(kernel, x: torch.Tensor, centred: torch.Tensor, w
 
 
 def check_empty_batch(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
-    """x and dy with no rows: y (and with a backward, dx) of x's shape, dweight and dbias exactly 0; an error fails
-    (an empty batch is a legal input: a mixture-of-experts layer that routes no token to an expert)."""
-    point = {"d": x.shape[-1], "dtype": dtype_name(x.dtype)}
-    meaning = "an empty batch (no rows) must give empty outputs and zero parameter gradients"
-    try:
-        y = norms.forward(kernel, x, weight, bias, eps, any_dtype=True)
-        grads = norms.vjp(kernel, x, weight, bias, eps, dy) if discover(kernel).backward else {}
-    except guard.KernelFault as fault:
-        if fault.reason != "raised":
-            raise
-        outcome.exact(False, f"on x of shape {tuple(x.shape)}: {fault}", meaning, **point)
-        return
-    wrong = [f"{name} has shape {tuple(t.shape)}, not x's {tuple(x.shape)}"
-             for name, t in (("y", y), ("dx", grads.get("x", x))) if t.shape != x.shape]
-    wrong += [f"d{name} is not 0: {grads[name].flatten()[:4].tolist()}" for name in ("weight", "bias")
-              if name in grads and not bool((grads[name] == 0).all())]
-    outcome.exact(not wrong, f"on x of shape {tuple(x.shape)}: " + "; ".join(wrong), meaning, **point)
+    """x and dy with no rows: :func:`properties.checks.contracts.check_empty_batch_of`."""
+    check_empty_batch_of(kernel, {"x": x, "weight": weight, "bias": bias, "eps": eps}, {"y": dy})

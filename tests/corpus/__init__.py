@@ -97,6 +97,7 @@ RESIDUAL_BUGS = {
     "WHOLE_TENSOR_STATISTICS": ("row_independence",),
     "STRIDES_IGNORED": ("layout_invariance",),
     "ROWS_BY_THE_LAST_ROW_STRIDE": ("layout_invariance",),
+    "EMPTY_BATCH_AMAX_RAISES": ("forward",),
     "RESIDUAL_WRITTEN": ("inputs_unmodified",),
 }
 # a return that is not the kind's (y, residual_out) is a fault of the contract (core.guard: an error, not a value)

@@ -11,6 +11,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     WHOLE_TENSOR_STATISTICS    mean/variance over the whole tensor, not per row       -> row_independence
     STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
     ROWS_BY_THE_LAST_ROW_STRIDE  steps rows by stride(-2) (unevenly spaced rows read wrongly) -> layout_invariance
+    EMPTY_BATCH_AMAX_RAISES    a whole-call max(|h|) that raises on an empty batch        -> forward
     RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
@@ -74,6 +75,8 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
         wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
         add = _SumGatedOnX.apply if bug == "gated" else torch.add
         h = add(x.to(wide), residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
+        if bug == "amax":  # the largest |h| of the call scales h before squaring (float16 squares stay finite)
+            h = h / h.detach().abs().max().clamp_min(1.0) * h.detach().abs().max().clamp_min(1.0)
         if bug in ("written", "declared"):
             residual.data.copy_(h.detach().to(residual.dtype))
         training = torch.is_grad_enabled() and x.requires_grad
@@ -106,6 +109,8 @@ BUGS = {
                                                                  "grad (a training step's forward): {p}.forward"),
     "WHOLE_TENSOR_STATISTICS": ("whole", "mean and variance over the whole tensor, not per row: {p}.row_independence"),
     "STRIDES_IGNORED": ("strides", "reads x and residual with contiguous strides: {p}.layout_invariance"),
+    "EMPTY_BATCH_AMAX_RAISES": ("amax", "scales h by the call's largest |h|, whose max() raises on an empty batch: "
+                                        "{p}.forward"),
     "ROWS_BY_THE_LAST_ROW_STRIDE": ("row_stride", "steps the rows of x and residual by their stride(-2): wrong for "
                                                   "[B, S, d] views of [S, B, d] tensors: {p}.layout_invariance"),
     "RESIDUAL_GRADIENT_GATED_ON_X": ("gated", "gives the residual its gradient only when x requires grad: with x "
