@@ -8,6 +8,8 @@ numerical bug must be caught by a wide margin (worst error/bound ratio above :da
 regime reaches (tests/corpus/derived.py) is shown to lie outside ``*.forward``'s inputs.
 ``mechanism`` is the ``proofs.mechanisms`` id the bug plants, where the library has it: the diagnosis of its
 failed forward/gradient checks must name it (tests/test_diagnosis.py).
+``at_scale`` marks a bug that shows only beyond 65 535 rows: the corpus run gives the tests of
+properties/test_many_rows.py to those broken kernels only (tests/corpus/selection.py).
 
 The files, by where the bug is:
 
