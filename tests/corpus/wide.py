@@ -109,12 +109,13 @@ def layernorm_wide_backward_first_block(x, weight, bias, eps):
     return _FirstBlockBackward.apply(x, weight, bias, eps)
 
 
-def _kernel(name: str, kind: str, fn) -> Kernel:
-    doc = {layernorm_wide_tail_mask: _tail_mask_statistics, rmsnorm_wide_unweighted_merge: _unweighted_merge_statistics,
-           layernorm_wide_backward_first_block: _FirstBlockBackward}[fn].__doc__
-    return Kernel(name.lower(), kind, fn, spec=SPEC + name, description=" ".join(doc.split()))
+def _kernel(name: str, kind: str, fn, bug) -> Kernel:
+    """The corpus kernel ``fn``, described by the docstring of ``bug``, the part of it that is broken."""
+    return Kernel(name.lower(), kind, fn, spec=SPEC + name, description=" ".join(bug.__doc__.split()))
 
 
-LN_WIDE_TAIL_MASK = _kernel("LN_WIDE_TAIL_MASK", "layernorm", layernorm_wide_tail_mask)
-RMS_WIDE_UNWEIGHTED_MERGE = _kernel("RMS_WIDE_UNWEIGHTED_MERGE", "rmsnorm", rmsnorm_wide_unweighted_merge)
-LN_WIDE_BACKWARD_FIRST_BLOCK = _kernel("LN_WIDE_BACKWARD_FIRST_BLOCK", "layernorm", layernorm_wide_backward_first_block)
+LN_WIDE_TAIL_MASK = _kernel("LN_WIDE_TAIL_MASK", "layernorm", layernorm_wide_tail_mask, _tail_mask_statistics)
+RMS_WIDE_UNWEIGHTED_MERGE = _kernel("RMS_WIDE_UNWEIGHTED_MERGE", "rmsnorm", rmsnorm_wide_unweighted_merge,
+                                    _unweighted_merge_statistics)
+LN_WIDE_BACKWARD_FIRST_BLOCK = _kernel("LN_WIDE_BACKWARD_FIRST_BLOCK", "layernorm", layernorm_wide_backward_first_block,
+                                       _FirstBlockBackward)
