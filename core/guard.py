@@ -22,6 +22,7 @@ carried into the thread. The default limit is ``NORMVERIFY_CALL_TIMEOUT`` second
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -76,11 +77,14 @@ def _refuse_if_hung(kernel_fn: Callable, name: str) -> None:
 def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: float | None, name: str) -> object:
     """``thunk()`` within ``timeout`` seconds; any exception it raises becomes a KernelFault ``raised``.
 
-    A timeout marks ``kernel_fn`` as hung (see the module docstring).
+    A timeout marks ``kernel_fn`` as hung (see the module docstring). The thread runs in a copy of the caller's
+    context, with the caller's grad mode: what the caller set for the kernel holds in it (torch's configuration
+    overrides, such as torch-compile's ``donated_buffer = False``, are context variables of the thread that set them).
     """
     _refuse_if_hung(kernel_fn, name)
     box: dict = {}
     grad_enabled = torch.is_grad_enabled()
+    context = contextvars.copy_context()
 
     def target() -> None:
         try:
@@ -93,7 +97,7 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
     if timeout is None:
         target()
     else:
-        worker = threading.Thread(target=target, name=f"normverify-call-{name}", daemon=True)
+        worker = threading.Thread(target=context.run, args=(target,), name=f"normverify-call-{name}", daemon=True)
         worker.start()
         worker.join(timeout)
         if worker.is_alive():
@@ -182,9 +186,10 @@ def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool 
 
 def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
          grad_outputs: torch.Tensor | Sequence[torch.Tensor], *, allow_nonfinite: bool = False,
-         timeout: float | None = DEFAULT_TIMEOUT_S) -> tuple[torch.Tensor, ...]:
+         timeout: float | None = DEFAULT_TIMEOUT_S, retain_graph: bool = False) -> tuple[torch.Tensor, ...]:
     """The kernel's backward: ``torch.autograd.grad(outputs, inputs, grad_outputs)``, one gradient per input
-    (``outputs`` one tensor or several, each with its upstream gradient in ``grad_outputs``).
+    (``outputs`` one tensor or several, each with its upstream gradient in ``grad_outputs``; ``retain_graph``: the
+    graph kept for another backward).
 
     Each gradient must be a tensor with its input's shape, dtype and device (an input the outputs do not depend on
     is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are. The first output must require grad (a
@@ -197,8 +202,8 @@ def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequenc
     if not outputs[0].requires_grad:
         raise KernelFault(name, "missing", "returned an output that does not require grad (no backward)")
     inputs = tuple(inputs)
-    grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True),
-                    timeout=timeout)
+    grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True,
+                                                        retain_graph=retain_graph), timeout=timeout)
     for index, (g, x) in enumerate(zip(grads, inputs, strict=True)):
         what = f"the gradient of input {index}"
         if g is None:

@@ -50,10 +50,11 @@ def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"dropout: seed must be an int, not {type(seed).__name__}")
     x_flat = x.contiguous().view(-1)
-    y = torch.empty_like(x_flat)
+    y = x.new_empty(x.shape)  # returned itself, not a view: a view made in an autograd Function cannot be written
     if y.numel():
         scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
         block = BLOCK[x.device.type]
         rows.launch(_dropout, (-(-x_flat.numel() // block),),
-                    x_flat, y, x_flat.numel(), float(p), scale, seed % SEED_MODULUS, BLOCK=block, num_warps=4)
-    return y.view(x.shape)
+                    x_flat, y.view(-1), x_flat.numel(), float(p), scale, seed % SEED_MODULUS, BLOCK=block,
+                    num_warps=4)
+    return y

@@ -86,11 +86,42 @@ def _leaves(kernel: Kernel, example: Mapping, frozen: tuple[str, ...] = (), same
     return leaves
 
 
+def record(kernel: Kernel, example: Mapping, *, frozen: tuple[str, ...] = (), same_tensors: bool = False,
+           allow_nonfinite: bool = False, any_dtype: bool = False
+           ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the autograd leaves, the kernel's outputs) of one forward call recorded with grad mode on: the leaves are the
+    kind's differentiable inputs present in the example (copies unless ``same_tensors``), each requiring grad unless
+    ``frozen`` or declared ``no_gradient``; the outputs as :func:`call` gives them, graph attached."""
+    leaves = _leaves(kernel, example, frozen, same_tensors)
+    with torch.enable_grad():
+        outputs = call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
+    return leaves, outputs
+
+
+def backward(kernel: Kernel, leaves: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor],
+             upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False, allow_nonfinite: bool = False,
+             retain_graph: bool = False) -> dict[str, torch.Tensor]:
+    """{input: gradient} of the recorded call (:func:`record`) for the upstream gradients ``upstream`` of its
+    outputs, for the leaves that require grad; ``retain_graph``: the graph kept for another backward. The upstream
+    gradients are copies with their strides unless ``same_tensors``: a kernel that writes its dX into dy (Liger's
+    in_place=True) must not change the dy the caller's reference is computed from; inputs_unmodified is the claim
+    about that."""
+    differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
+    given = {name: upstream[name] if same_tensors else copy_with_strides(upstream[name]) for name in outputs}
+    flowing = [name for name in outputs if name == "y" or outputs[name].requires_grad]
+    with torch.enable_grad():
+        grads = guard.grad(kernel, [outputs[name] for name in flowing], list(differentiated.values()),
+                           [_in_dtype(given[name], outputs[name]) for name in flowing],
+                           allow_nonfinite=allow_nonfinite, retain_graph=retain_graph)
+    return dict(zip(differentiated, grads, strict=True))
+
+
 def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Tensor], *, same_tensors: bool = False,
               allow_nonfinite: bool = False, any_dtype: bool = False, frozen: tuple[str, ...] = ()
               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(the outputs, detached; {input: gradient}) of the kernel's backward for the upstream gradients ``upstream``
-    of its outputs ({"y": dy} and, for the fused kinds, {"residual_out": dh}: L = <y, dy> + <residual_out, dh>).
+    of its outputs ({"y": dy} and, for the fused kinds, {"residual_out": dh}: L = <y, dy> + <residual_out, dh>):
+    :func:`record`, then :func:`backward`.
 
     The gradients are taken for the kind's differentiable inputs present in the example (core.kinds.DIFFERENTIABLE),
     but for the parameters the kernel declares no gradient for (``kernel.no_gradient``, a frozen weight) and the
@@ -101,23 +132,16 @@ def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Ten
     caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf values and gradients
     are not a fault (for checks about something else); ``any_dtype``: nor is y's dtype."""
     leaves = _leaves(kernel, example, frozen, same_tensors)
-    differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
     try:
-        with torch.enable_grad():
-            outputs = call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
-            # copies unless same_tensors: a kernel that writes its dX into dy (Liger's in_place=True) must not change
-            # the dy the caller's reference is computed from; inputs_unmodified is the claim about that
-            given = {name: upstream[name] if same_tensors else copy_with_strides(upstream[name])
-                     for name in outputs}
-            flowing = [name for name in outputs if name == "y" or outputs[name].requires_grad]
-            grads = guard.grad(kernel, [outputs[name] for name in flowing], list(differentiated.values()),
-                               [_in_dtype(given[name], outputs[name]) for name in flowing],
-                               allow_nonfinite=allow_nonfinite)
+        leaves, outputs = record(kernel, {**example, **leaves}, frozen=frozen, same_tensors=True,
+                                 allow_nonfinite=allow_nonfinite, any_dtype=any_dtype)
+        grads = backward(kernel, leaves, outputs, upstream, same_tensors=same_tensors,
+                         allow_nonfinite=allow_nonfinite)
     finally:
         if same_tensors:
             for leaf in leaves.values():
                 leaf.requires_grad_(False)
-    return ({name: t.detach() for name, t in outputs.items()}, dict(zip(differentiated, grads, strict=True)))
+    return {name: t.detach() for name, t in outputs.items()}, grads
 
 
 def _in_dtype(gradient: torch.Tensor, output: torch.Tensor) -> torch.Tensor:

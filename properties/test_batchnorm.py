@@ -106,6 +106,18 @@ def test_vjp_matches_the_batch_jacobian(running_norm_kernel, data):
 
 
 @pytest.mark.claim("bn.jacobian", "in.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(running_norm_kernel, data):
+    """x, weight, bias or y written in place between the forward and the backward, and a second backward of one graph
+    (retain_graph=True): autograd's error for a saved tensor written since, or the recorded forward's gradients
+    (properties.checks.graph)."""
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, training=True, upstream=True, every_input=True)
+    evidence.check(checks.check_backward_of_the_recorded_graph, running_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("bn.jacobian", "in.jacobian")
 @pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
 @profiles.share(0.05)
 @given(data=st.data())

@@ -17,6 +17,7 @@ from core.capabilities import discover
 from properties import evidence
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.groupnorm import (
+    check_backward_of_the_recorded_graph,
     check_channels_last,
     check_forward,
     check_independence,
@@ -89,6 +90,18 @@ def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
     require_backward(channel_layernorm_kernel)
     example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True)
     evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(channel_layernorm_kernel, data):
+    """x, weight, bias or y written in place between the forward and the backward, and a second backward of one graph
+    (retain_graph=True): autograd's error for a saved tensor written since, or the recorded forward's gradients
+    (properties.checks.graph)."""
+    require_backward(channel_layernorm_kernel)
+    example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, every_input=True)
+    evidence.check(check_backward_of_the_recorded_graph, channel_layernorm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("cln.forward")

@@ -26,6 +26,7 @@ from properties import evidence, norms
 from properties.bounds import dropout_statistics as statistics
 from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
 from properties.checks.dropout import (
+    check_backward_of_the_recorded_graph,
     check_determinism,
     check_edge_probabilities,
     check_gradient,
@@ -145,6 +146,20 @@ def test_gradient_is_the_forward_mask_over_one_minus_p(dropout_kernel, data):
     dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
     example["dy"] = rounded(dy, example["x"].dtype, str(example["x"].device))
     evidence.check(check_gradient, dropout_kernel, example)
+
+
+@pytest.mark.claim("dropout.gradient")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(dropout_kernel, data):
+    """x or y (an in-place add to the dropout's output) written in place between the forward and the backward, and a
+    second backward of one graph (retain_graph=True): autograd's error for a saved tensor written since, or the
+    recorded forward's gradients (properties.checks.graph)."""
+    norms.require_backward(dropout_kernel)
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    example["dy"] = rounded(dy, example["x"].dtype, str(example["x"].device))
+    evidence.check(check_backward_of_the_recorded_graph, dropout_kernel, example)
 
 
 @pytest.mark.claim("dropout.layout_invariance")

@@ -37,6 +37,7 @@ from properties.checks.dropout_add import (
     layout_views,
 )
 from properties.checks.fused import (
+    check_backward_of_the_recorded_graph,
     check_changing_one_row,
     check_dropout_values,
     check_forward,
@@ -168,6 +169,18 @@ def test_gradient_uses_the_forward_mask(dropout_add_kernel, data):
     require_backward(dropout_add_kernel)
     example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
     evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(dropout_add_kernel, data):
+    """x, the residual, the parameters, y or residual_out written in place between the forward and the backward, and a
+    second backward of one graph (retain_graph=True): autograd's error for a saved tensor written since, or the
+    recorded forward's gradients (properties.checks.graph)."""
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_backward_of_the_recorded_graph, dropout_add_kernel, example)
 
 
 @pytest.mark.claim("drop_add_ln.gradient")

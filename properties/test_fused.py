@@ -16,6 +16,7 @@ from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
 from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
 from properties.checks.fused import (
+    check_backward_of_the_recorded_graph,
     check_changing_one_row,
     check_empty_batch,
     check_forward,
@@ -106,6 +107,18 @@ def test_both_gradients_flow_back(add_norm_kernel, data):
     require_backward(add_norm_kernel)
     example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, ndims=BATCHES), "example")
     evidence.check(check_vjp, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(add_norm_kernel, data):
+    """x, the residual, the parameters, y or residual_out (the residual stream updated in place) written in place
+    between the forward and the backward, and a second backward of one graph (retain_graph=True): autograd's error
+    for a saved tensor written since, or the recorded forward's gradients (properties.checks.graph)."""
+    require_backward(add_norm_kernel)
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_backward_of_the_recorded_graph, add_norm_kernel, example)
 
 
 # The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.

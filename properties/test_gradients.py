@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from core.capabilities import PROBED_DTYPES
 from properties import evidence, norms
 from properties.bounds import tolerance
-from properties.checks.gradients import check_gradient_identities, check_vjp
+from properties.checks.gradients import check_backward_of_the_recorded_graph, check_gradient_identities, check_vjp
 from properties.draws.strategies import (
     WIDE_ROWS,
     backward_width_limit,
@@ -87,6 +87,19 @@ def test_parameter_gradients_over_many_rows(norm_kernel, data):
     example = norm_examples(norm_kernel, d=st.sampled_from([8, 17, 32]), upstream=True, every_input=True,
                             n=st.sampled_from([128, 64]))
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(norm_kernel, data):
+    """x, weight, bias or y written in place between the forward and the backward (a residual stream updated in
+    place, an in-place activation, an optimizer step), and a second backward of one graph (retain_graph=True): the
+    backward raises autograd's error for a saved tensor written since, or gives the gradients of the forward it
+    recorded (properties.checks.graph)."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, ndims=NDIMS), label="example")
+    evidence.check(check_backward_of_the_recorded_graph, norm_kernel, example)
 
 
 @pytest.mark.claim("ln.gradient_identities", "rms.gradient_identities")

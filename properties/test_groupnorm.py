@@ -15,6 +15,7 @@ from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.groupnorm import (
+    check_backward_of_the_recorded_graph,
     check_channels_last,
     check_forward,
     check_forward_with_parameter_dtypes,
@@ -103,6 +104,18 @@ def test_vjp_matches_the_blockwise_jacobian(groupnorm_kernel, data):
     require_backward(groupnorm_kernel)
     example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True), "example")
     evidence.check(check_vjp, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_backward_of_the_recorded_graph(groupnorm_kernel, data):
+    """x, weight, bias or y written in place between the forward and the backward, and a second backward of one graph
+    (retain_graph=True): autograd's error for a saved tensor written since, or the recorded forward's gradients
+    (properties.checks.graph)."""
+    require_backward(groupnorm_kernel)
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_backward_of_the_recorded_graph, groupnorm_kernel, example)
 
 
 @pytest.mark.claim("gn.forward")

@@ -522,3 +522,48 @@ def test_dropout_backward_bugs_differ_from_mask_over_1_minus_p(attr):
     (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
     assert torch.equal(y, dropout("dropout.py:DROPOUT_BERNOULLI"))
     assert not torch.allclose(dx, kept(y) / 0.8)
+
+
+# --- the recorded graph (graph.py) ------------------------------------------------------------------------------
+
+GRAPH_LAYERNORMS = ["graph.py:LN_CHECKPOINTED", "graph.py:LN_INPUTS_KEPT_AS_ATTRIBUTES",
+                    "graph.py:LN_BACKWARD_SCALES_SAVED_XHAT"]
+
+
+def recorded(k: Kernel) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """(the leaves, y) of one call of a LayerNorm kernel on TYPICAL, graph attached."""
+    x, weight, bias, eps = TYPICAL
+    leaves = {"x": x.clone().requires_grad_(True), "weight": weight.clone().requires_grad_(True),
+              "bias": bias.clone().requires_grad_(True)}
+    return leaves, run(k, leaves["x"], leaves["weight"], leaves["bias"], eps)
+
+
+@pytest.mark.parametrize("attr_path", GRAPH_LAYERNORMS)
+def test_graph_kernels_are_right_on_a_graph_left_alone(attr_path):
+    assert max(gradient_errors(corpus_kernel(attr_path), *TYPICAL, DY).values()) < AGREES
+
+
+def test_inputs_kept_as_attributes_differentiate_at_the_written_values():
+    leaves, y = recorded(corpus_kernel("graph.py:LN_INPUTS_KEPT_AS_ATTRIBUTES"))
+    with torch.no_grad():
+        leaves["x"].mul_(torch.linspace(0.5, 1.5, D))
+    (dx,) = torch.autograd.grad(y, leaves["x"], DY)
+    want = reference_gradients(corpus_kernel("graph.py:LN_CHECKPOINTED"), *TYPICAL, DY)["x"]
+    assert float((dx.double() - want).abs().max()) > DISAGREES
+
+
+def test_checkpointed_control_refuses_a_backward_after_its_input_was_written():
+    leaves, y = recorded(corpus_kernel("graph.py:LN_CHECKPOINTED"))
+    with torch.no_grad():
+        leaves["x"].mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(y, leaves["x"], DY)
+
+
+def test_backward_scaling_saved_xhat_is_wrong_only_the_second_time():
+    leaves, y = recorded(corpus_kernel("graph.py:LN_BACKWARD_SCALES_SAVED_XHAT"))
+    want = reference_gradients(corpus_kernel("graph.py:LN_CHECKPOINTED"), *TYPICAL, DY)["x"]
+    (first,) = torch.autograd.grad(y, leaves["x"], DY, retain_graph=True)
+    (second,) = torch.autograd.grad(y, leaves["x"], DY)
+    assert float((first.double() - want).abs().max()) < AGREES
+    assert float((second.double() - want).abs().max()) > DISAGREES

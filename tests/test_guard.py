@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from torch._functorch import config as functorch_config
 
 from core import guard
 from core.guard import KernelFault
@@ -117,6 +118,36 @@ def test_grad_mode_of_the_caller_reaches_the_kernel(x):
         guard.call(records_grad_mode, x, like=x)
     guard.call(records_grad_mode, x, like=x)
     assert seen == [False, True]
+
+
+def test_the_callers_context_reaches_the_kernel_and_its_backward(x):
+    """torch's configuration overrides are per-thread context variables: the one torch-compile sets at load
+    (donated_buffer = False) must hold in the guard's thread, for the forward and for a backward run through
+    guard.grad, and a kernel's own context changes must not leak back to the caller."""
+    seen = []
+
+    class Records(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            seen.append(functorch_config.donated_buffer)
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(functorch_config.donated_buffer)
+            return g
+
+    def records(t):
+        out = Records.apply(t)
+        functorch_config.donated_buffer = True  # the kernel's own override stays in its thread's copy
+        return out
+
+    leaf = x.clone().requires_grad_(True)
+    with functorch_config.patch(donated_buffer=False):
+        y = guard.call(records, leaf, like=x)
+        guard.grad(records, y, [leaf], torch.ones_like(y))
+        assert functorch_config.donated_buffer is False
+    assert seen == [False, False]
 
 
 def test_grad_returns_checked_gradients(x):

@@ -45,6 +45,7 @@ from properties.checks.contracts import (
     rows_that_differ,
 )
 from properties.checks.forward import output_dtype_rule
+from properties.checks.graph import check_recorded_graph
 
 BUFFERS = ("running_mean", "running_var")
 
@@ -179,6 +180,15 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, running_mean, running_
     _, laid_out, contiguous = gradients_in_both_layouts(kernel, buffers_of(example), {"y": dy}, buffers_of(example))
     conclude_upstream_layouts(laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy, bias=bias),
                               **_plot(x))
+
+
+def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
+                                        training: bool, momentum: float, eps: float, dy: torch.Tensor) -> None:
+    """Inputs and y written in place after the forward, and a second backward of one graph
+    (properties.checks.graph), each call with fresh running buffers."""
+    example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
+    check_recorded_graph(kernel, lambda: buffers_of(example), {"y": dy},
+                         tolerance.backward(kernel, x, weight, eps, dy, bias=bias), **_plot(x))
 
 
 def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,

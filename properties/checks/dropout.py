@@ -24,6 +24,7 @@ from properties.bounds import dropout_statistics as statistics
 from properties.bounds import tolerance
 from properties.bounds.dropout_statistics import Finding
 from properties.checks.contracts import strided
+from properties.checks.graph import check_recorded_graph
 
 
 def _dropout(kernel, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
@@ -91,6 +92,14 @@ def check_gradient(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tenso
     comparison = outcome.compare(dx, expected, bound, "dL/dx vs dL/dy * m/(1-p), m the forward's mask")
     outcome.conclude(comparison, "the gradient must be the forward's mask times 1/(1-p)",
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tensor) -> None:
+    """x and y written in place after the forward (``h = dropout(x); h += residual``), and a second backward of one
+    graph (properties.checks.graph): a backward that reads its mask from a y it kept as an attribute reads the
+    written y."""
+    check_recorded_graph(kernel, lambda: {"x": x, "p": p, "seed": seed}, {"y": dy},
+                         {"x": tolerance.dropout_scaling(dy, p)}, p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_keep_rate(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:

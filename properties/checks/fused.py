@@ -34,6 +34,7 @@ from properties.checks.contracts import (
     rows_that_differ,
 )
 from properties.checks.forward import output_dtype_rule
+from properties.checks.graph import check_recorded_graph
 
 
 def example_of(x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None) -> dict:
@@ -168,10 +169,30 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor
     upstream gradients' within twice its bound (the jacobian claim's, at the contiguous call's residual_out)."""
     example = example_of(x, residual, weight, bias, eps)
     got, laid_out, contiguous = gradients_in_both_layouts(kernel, example, {"y": dy, "residual_out": dh})
-    h = normalized(kernel, got["residual_out"], x, residual)
+    conclude_upstream_layouts(laid_out, contiguous, gradient_bounds(kernel, example, dy, dh, got["residual_out"]),
+                              d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                        dy: torch.Tensor, dh: torch.Tensor, bias=None, p=None, seed=None) -> None:
+    """Inputs, y and residual_out written in place after the forward (the residual stream updated in place by the
+    next layer), and a second backward of one graph (properties.checks.graph), within the gradient claim's bounds;
+    the dropout + add kind's with its ``p`` and ``seed``."""
+    example = example_of(x, residual, weight, bias, eps, p, seed)
+    h = norms.call(kernel, {**example, "residual": fresh(residual)}, allow_nonfinite=True)["residual_out"]
+    check_recorded_graph(kernel, lambda: example, {"y": dy, "residual_out": dh},
+                         gradient_bounds(kernel, example, dy, dh, h), d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def gradient_bounds(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor, residual_out: torch.Tensor
+                    ) -> dict[str, np.ndarray]:
+    """The jacobian claim's bound of each gradient (:func:`expected_gradients`, widened by the declared backward
+    model), at the kernel's ``residual_out``."""
+    x, residual = example["x"], example["residual"]
+    h = normalized(kernel, residual_out, x, residual)
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)
-    _declared_backward(kernel, h, x, weight, eps, dy, expected, bounds)
-    conclude_upstream_layouts(laid_out, contiguous, bounds, d=x.shape[-1], dtype=dtype_name(x.dtype))
+    _declared_backward(kernel, h, x, example["weight"], example["eps"], dy, expected, bounds)
+    return bounds
 
 
 def check_empty_batch(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,

@@ -23,6 +23,7 @@ from core.capabilities import dtype_name
 from properties import norms, outcome
 from properties.bounds import diagnosis, models, tolerance
 from properties.checks.contracts import fail_on_missing_gradient
+from properties.checks.graph import check_recorded_graph
 
 
 def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None,
@@ -41,6 +42,15 @@ def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bia
     outcome.conclude(comparisons, "the backward is not the derivative of the normalization" + model,
                      diagnose=diagnosis.of_backward(kernel, "jacobian", x, weight, eps, dy, got),
                      d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+
+
+def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                                        bias=None) -> None:
+    """Inputs and y written in place after the forward, and a second backward of one graph
+    (properties.checks.graph)."""
+    example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+    check_recorded_graph(kernel, lambda: example, {"y": dy}, tolerance.backward(kernel, x, weight, eps, dy),
+                         d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_gradient_identities(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:

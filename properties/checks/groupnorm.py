@@ -35,6 +35,7 @@ from properties.checks.contracts import (
     rows_that_differ,
 )
 from properties.checks.forward import output_dtype_rule
+from properties.checks.graph import check_recorded_graph
 
 
 def example_of(x: torch.Tensor, num_groups: int, weight, bias, eps: float) -> dict:
@@ -85,6 +86,16 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, num_groups: int, weigh
     bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
     conclude_upstream_layouts(laid_out, contiguous, bounds, d=int(x[0].numel() // num_groups),
                               dtype=dtype_name(x.dtype))
+
+
+def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, num_groups: int, weight, eps: float,
+                                        dy: torch.Tensor, bias=None) -> None:
+    """Inputs and y written in place after the forward, and a second backward of one graph
+    (properties.checks.graph)."""
+    example = example_of(x, num_groups, weight, bias, eps)
+    check_recorded_graph(kernel, lambda: example, {"y": dy},
+                         tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups),
+                         d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
 
 
 def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:

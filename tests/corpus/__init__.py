@@ -36,6 +36,9 @@ The files, by where the bug is:
                      statistics, the backward's row sums (the draws beyond CI_MAX_WIDTH)
     upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
+    graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
+                     output kept as ctx attributes (written in place after the forward), a saved buffer reused as
+                     scratch (a second backward, retain_graph=True) + a save_for_backward control
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs, empty batches,
                      inputs that do not require grad, a training step's own forward, unevenly spaced rows,
@@ -228,6 +231,14 @@ CORPUS: tuple[Entry, ...] = (
     _broken("upstream.py:DROPOUT_UPSTREAM_STRIDES_IGNORED", "dropout.layout_invariance"),
     _broken("upstream.py:DROP_ADD_UPSTREAM_STRIDES_IGNORED", "drop_add_ln.layout_invariance"),
     _broken("upstream.py:RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE", "rms.layout_invariance"),
+    # graph.py: tensors of the recorded graph written in place after the forward, a second backward of one graph
+    _broken("graph.py:LN_INPUTS_KEPT_AS_ATTRIBUTES", "ln.jacobian"),
+    _broken("graph.py:GN_INPUTS_KEPT_AS_ATTRIBUTES", "gn.jacobian"),
+    _broken("graph.py:ADD_RMS_INPUTS_KEPT_AS_ATTRIBUTES", "add_rms.jacobian"),
+    _broken("graph.py:DROP_ADD_INPUTS_KEPT_AS_ATTRIBUTES", "drop_add_ln.gradient"),
+    _broken("graph.py:ADD_LN_RESIDUAL_OUT_KEPT", "add_ln.jacobian"),
+    _broken("graph.py:DROPOUT_MASK_FROM_KEPT_OUTPUT", "dropout.gradient"),
+    _broken("graph.py:LN_BACKWARD_SCALES_SAVED_XHAT", "ln.jacobian"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
@@ -334,6 +345,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("residual.py:LN_FIRST_LAYER"),
     _correct("residual.py:RMS_FIRST_LAYER"),
     _correct("torch-fused-fp32"),
+    _correct("graph.py:LN_CHECKPOINTED"),
     _correct("dropout_add.py:DROP_ADD_CORRECT"),
     *(_correct(f"composed.py:{name}") for name in ("ADD_LN_FLOAT64", "ADD_RMS_FLOAT64", "ADD_LN_FLOAT32",
                                                    "ADD_RMS_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_RMS_RESIDUAL_FP32",
