@@ -12,6 +12,12 @@ inputs gave a wrong answer, so the claim is **failed** (reason ``nonfinite``); e
 (raised, timeout, type, shape, dtype, device, missing) means the claim could not be checked, so
 it is an **error**. Both make ``normverify run`` exit 1.
 
+Uninitialized memory: during a call, every tensor torch allocates without initializing it (``torch.empty``,
+``empty_like``, ``new_empty``, ``resize_``) is filled with NaN (integers with their maximum), so a kernel that reads
+memory it never wrote, or leaves part of an output unwritten, gives NaN (a ``nonfinite`` fault) instead of whatever
+the allocator held: zeros, or a previous call's values that happen to be right (:func:`poisoned_allocations`;
+:func:`as_by_default` turns it off for claims about a kernel's default behaviour, the bitwise ones).
+
 Time limit: the call runs in a daemon thread that the caller waits for at most ``timeout``
 seconds (on CUDA the wait includes a device synchronize, so asynchronous work counts). A thread
 cannot be killed, so a kernel that timed out is remembered as hung and every later call to it
@@ -25,7 +31,8 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -69,6 +76,40 @@ def _synchronize(value) -> None:
         torch.cuda.synchronize()
 
 
+_POISONED = contextvars.ContextVar("normverify_poisoned_allocations", default=True)
+
+
+@contextmanager
+def poisoned_allocations() -> Iterator[None]:
+    """Within: torch's uninitialized allocations are filled with NaN (``torch.utils.deterministic.
+    fill_uninitialized_memory``), unless :func:`as_by_default` is in force. torch fills only in its
+    deterministic-algorithms mode, so that mode is on too, ``warn_only``: an op without a deterministic implementation
+    warns and runs as it would (norm kernels use none: their reductions are their own)."""
+    if not _POISONED.get():
+        yield
+        return
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = before[2]
+
+
+@contextmanager
+def as_by_default() -> Iterator[None]:
+    """Within: kernel calls run in torch's default modes, uninitialized memory not filled (the bitwise claims
+    measure a kernel's determinism as it runs by default: the deterministic-algorithms mode would change it)."""
+    token = _POISONED.set(False)
+    try:
+        yield
+    finally:
+        _POISONED.reset(token)
+
+
 def _refuse_if_hung(kernel_fn: Callable, name: str) -> None:
     if id(kernel_fn) in _hung:
         raise KernelFault(name, "timeout", _hung[id(kernel_fn)][1])
@@ -94,16 +135,18 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
         except BaseException as error:  # reported in the caller's thread
             box["error"] = error
 
-    if timeout is None:
-        target()
-    else:
-        worker = threading.Thread(target=context.run, args=(target,), name=f"normverify-call-{name}", daemon=True)
-        worker.start()
-        worker.join(timeout)
-        if worker.is_alive():
-            detail = f"did not return within {timeout:g} s (hung?)"
-            _hung[id(kernel_fn)] = (kernel_fn, f"{detail}; it is not called again in this run")
-            raise KernelFault(name, "timeout", detail)
+    with poisoned_allocations():  # set and restored here: a hung call's thread never leaves them set
+        if timeout is None:
+            target()
+        else:
+            worker = threading.Thread(target=context.run, args=(target,), name=f"normverify-call-{name}",
+                                      daemon=True)
+            worker.start()
+            worker.join(timeout)
+            if worker.is_alive():
+                detail = f"did not return within {timeout:g} s (hung?)"
+                _hung[id(kernel_fn)] = (kernel_fn, f"{detail}; it is not called again in this run")
+                raise KernelFault(name, "timeout", detail)
     if "error" in box:
         error = box["error"]
         if isinstance(error, (KeyboardInterrupt, KernelFault)):  # a fault found by a nested guarded call stays as is

@@ -215,3 +215,29 @@ def test_limited_work_through_a_kernel_shares_its_time_limit_and_hung_state(x):
     with pytest.raises(KernelFault, match="not called again"):
         guard.call(kernel, x, None, None, 1e-5, like=x)
     release.set()
+
+
+def test_memory_a_kernel_never_wrote_reads_as_nan_and_the_modes_are_restored(x):
+    """A kernel returning torch.empty (an output it never wrote) gives NaN: a wrong answer, not whatever the allocator
+    held; torch's deterministic-algorithms mode, which the filling needs, is on only during the call."""
+
+    def unwritten(t, weight, bias, eps):
+        return torch.empty_like(t)
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+    assert fault_of(unwritten, x).reason == "nonfinite"
+    assert (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory) == before
+
+
+def test_as_by_default_runs_the_kernel_in_torchs_default_modes(x):
+    seen = []
+
+    def records_modes(t, weight, bias, eps):
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory))
+        return t.clone()
+
+    default = (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+    guard.call(kernel_of(records_modes), x, None, None, 1e-5, like=x)
+    with guard.as_by_default():
+        guard.call(kernel_of(records_modes), x, None, None, 1e-5, like=x)
+    assert seen == [(True, True), default]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from core import guard
 from core.capabilities import discover, dtype_name
 from core.registry import Kernel
 from properties import norms, outcome
@@ -71,13 +72,15 @@ def run(kernel: Kernel, example: dict, dy: torch.Tensor | None, dh: torch.Tensor
     """The kernel's outputs, (where it has a backward) its gradients, by the evidence's names (:data:`NAMES`), and the
     running buffers as the call left them, for copies of the inputs (a kernel declaring an in-place residual update
     writes residual_out into its residual, a training call its running buffers: the next call must get the same
-    inputs). ``dy`` None: a forward-only kind (the quantized outputs)."""
+    inputs). ``dy`` None: a forward-only kind (the quantized outputs). Called in torch's default modes
+    (core.guard.as_by_default): determinism as the kernel has it by default."""
     example = {role: value.clone() if isinstance(value, torch.Tensor) else value for role, value in example.items()}
     buffers = {name: example[name] for name in RUNNING_BUFFERS if example.get(name) is not None}
-    if dy is None or not discover(kernel).backward:
-        return {**norms.call(kernel, example, allow_nonfinite=True, any_dtype=True), **buffers}
-    upstream = {"y": dy, **({"residual_out": dh} if dh is not None else {})}
-    outputs, grads = norms.gradients(kernel, example, upstream, allow_nonfinite=True, any_dtype=True)
+    with guard.as_by_default():
+        if dy is None or not discover(kernel).backward:
+            return {**norms.call(kernel, example, allow_nonfinite=True, any_dtype=True), **buffers}
+        upstream = {"y": dy, **({"residual_out": dh} if dh is not None else {})}
+        outputs, grads = norms.gradients(kernel, example, upstream, allow_nonfinite=True, any_dtype=True)
     return {**outputs, **{NAMES[name]: g for name, g in grads.items()}, **buffers}
 
 

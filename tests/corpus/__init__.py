@@ -36,6 +36,8 @@ The files, by where the bug is:
                      statistics, the backward's row sums (the draws beyond CI_MAX_WIDTH)
     upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
+    uninitialized.py memory a kernel never wrote, read as NaN (the guard fills uninitialized allocations): a dweight
+                     partial-sum buffer some programs never write, y rows a rounded-down grid never writes
     graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
                      output kept as ctx attributes (written in place after the forward), a saved buffer reused as
                      scratch (a second backward, retain_graph=True) + a save_for_backward control
@@ -231,6 +233,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("upstream.py:DROPOUT_UPSTREAM_STRIDES_IGNORED", "dropout.layout_invariance"),
     _broken("upstream.py:DROP_ADD_UPSTREAM_STRIDES_IGNORED", "drop_add_ln.layout_invariance"),
     _broken("upstream.py:RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE", "rms.layout_invariance"),
+    # uninitialized.py: memory never written, read as NaN
+    _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
+    _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),
     # graph.py: tensors of the recorded graph written in place after the forward, a second backward of one graph
     _broken("graph.py:LN_INPUTS_KEPT_AS_ATTRIBUTES", "ln.jacobian"),
     _broken("graph.py:GN_INPUTS_KEPT_AS_ATTRIBUTES", "gn.jacobian"),
