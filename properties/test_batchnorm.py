@@ -15,6 +15,7 @@ from core.capabilities import PROBED_DTYPES
 from properties import evidence
 from properties.checks import batchnorm as checks
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
+from properties.checks.forward import new_parameter_values
 from properties.draws.batchnorm_strategies import batchnorm_examples
 from properties.draws.strategies import (
     CHANNELS_LAST,
@@ -37,6 +38,16 @@ SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which ha
 def test_training_forward_matches_the_oracle(running_norm_kernel, data):
     example = data.draw(batchnorm_examples(running_norm_kernel, training=True, mixed=True), "example")
     evidence.check(checks.check_forward, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.forward", "in.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_after_an_in_place_weight_update(running_norm_kernel, data):
+    """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=True, every_input=True), "example")
+    evidence.check(checks.check_forward_after_an_in_place_update, running_norm_kernel,
+                   {**example, **new_parameter_values(example)})
 
 
 @pytest.mark.claim("bn.forward", "in.forward")

@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 from core.capabilities import discover
 from properties import evidence
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
+from properties.checks.forward import new_parameter_values
 from properties.checks.groupnorm import (
     check_backward_of_the_recorded_graph,
     check_channels_last,
     check_forward,
+    check_forward_after_an_in_place_update,
     check_independence,
     check_inputs_unmodified,
     check_noncontiguous_upstream,
@@ -102,6 +104,16 @@ def test_backward_of_the_recorded_graph(channel_layernorm_kernel, data):
     require_backward(channel_layernorm_kernel)
     example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, every_input=True)
     evidence.check(check_backward_of_the_recorded_graph, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_after_an_in_place_weight_update(channel_layernorm_kernel, data):
+    """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
+    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel, every_input=True), "example")
+    evidence.check(check_forward_after_an_in_place_update, channel_layernorm_kernel,
+                   {**example, **new_parameter_values(example)})
 
 
 @pytest.mark.claim("cln.forward")

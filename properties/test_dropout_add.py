@@ -36,11 +36,13 @@ from properties.checks.dropout_add import (
     check_variance_bias,
     layout_views,
 )
+from properties.checks.forward import new_parameter_values
 from properties.checks.fused import (
     check_backward_of_the_recorded_graph,
     check_changing_one_row,
     check_dropout_values,
     check_forward,
+    check_forward_after_an_in_place_update,
     check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
@@ -85,6 +87,16 @@ def _alpha(claim: str, fraction: float) -> float:
 @given(data=st.data())
 def test_y_is_the_norm_of_residual_out(dropout_add_kernel, data):
     evidence.check(check_forward, dropout_add_kernel, data.draw(dropout_add_examples(dropout_add_kernel), "example"))
+
+
+@pytest.mark.claim("drop_add_ln.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_after_an_in_place_weight_update(dropout_add_kernel, data):
+    """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
+    example = data.draw(dropout_add_examples(dropout_add_kernel, every_input=True), "example")
+    evidence.check(check_forward_after_an_in_place_update, dropout_add_kernel,
+                   {**example, **new_parameter_values(example)})
 
 
 @pytest.mark.claim("drop_add_ln.forward")

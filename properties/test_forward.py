@@ -16,6 +16,7 @@ from properties.checks.forward import (
     check_forward,
     check_forward_after_an_in_place_update,
     check_forward_with_parameter_dtypes,
+    new_parameter_values,
 )
 from properties.draws.strategies import (
     WIDE_ROWS,
@@ -23,7 +24,6 @@ from properties.draws.strategies import (
     norm_examples,
     one_ulp_apart_widths,
     over_parameter_mixes,
-    rounded,
     widths,
 )
 from properties.run import profiles
@@ -52,9 +52,7 @@ def test_forward_while_recording_a_graph(norm_kernel, data):
 def test_forward_after_an_in_place_weight_update(norm_kernel, data):
     """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
     example = data.draw(norm_examples(norm_kernel, every_input=True), label="example")
-    updated = {f"new_{name}": rounded(-0.5 * example[name].double() + 0.25, example[name].dtype, example[name].device)
-               for name in ("weight", "bias") if example.get(name) is not None}
-    evidence.check(check_forward_after_an_in_place_update, norm_kernel, {**example, **updated})
+    evidence.check(check_forward_after_an_in_place_update, norm_kernel, {**example, **new_parameter_values(example)})
 
 
 # Each storage dtype and each width a transformer uses is drawn in every run (derandomized ci: the same examples),

@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
 from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
+from properties.checks.forward import new_parameter_values
 from properties.checks.fused import (
     check_backward_of_the_recorded_graph,
     check_changing_one_row,
     check_empty_batch,
     check_forward,
+    check_forward_after_an_in_place_update,
     check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
@@ -56,6 +58,16 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
     dtype (x's, torch's), the norm of residual_out within the bound of the dtypes received."""
     example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, ndims=BATCHES), "example")
     evidence.check(check_forward_with_parameter_dtypes, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_after_an_in_place_weight_update(add_norm_kernel, data):
+    """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
+    example = data.draw(add_norm_examples(add_norm_kernel, every_input=True), "example")
+    evidence.check(check_forward_after_an_in_place_update, add_norm_kernel,
+                   {**example, **new_parameter_values(example)})
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")

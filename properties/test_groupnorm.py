@@ -14,10 +14,12 @@ from core.boundary import HOST
 from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
+from properties.checks.forward import new_parameter_values
 from properties.checks.groupnorm import (
     check_backward_of_the_recorded_graph,
     check_channels_last,
     check_forward,
+    check_forward_after_an_in_place_update,
     check_forward_with_parameter_dtypes,
     check_independence,
     check_inputs_unmodified,
@@ -116,6 +118,16 @@ def test_backward_of_the_recorded_graph(groupnorm_kernel, data):
     require_backward(groupnorm_kernel)
     example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
     evidence.check(check_backward_of_the_recorded_graph, groupnorm_kernel, example)
+
+
+@pytest.mark.claim("gn.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_after_an_in_place_weight_update(groupnorm_kernel, data):
+    """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
+    example = data.draw(groupnorm_examples(groupnorm_kernel, every_input=True), "example")
+    evidence.check(check_forward_after_an_in_place_update, groupnorm_kernel,
+                   {**example, **new_parameter_values(example)})
 
 
 @pytest.mark.claim("gn.forward")

@@ -44,7 +44,7 @@ from properties.checks.contracts import (
     read_only,
     rows_that_differ,
 )
-from properties.checks.forward import output_dtype_rule
+from properties.checks.forward import output_dtype_rule, updated_in_place
 from properties.checks.graph import check_recorded_graph
 
 BUFFERS = ("running_mean", "running_var")
@@ -180,6 +180,16 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, running_mean, running_
     _, laid_out, contiguous = gradients_in_both_layouts(kernel, buffers_of(example), {"y": dy}, buffers_of(example))
     conclude_upstream_layouts(laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy, bias=bias),
                               **_plot(x))
+
+
+def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
+                                           training: bool, momentum: float, eps: float, new_weight: torch.Tensor,
+                                           new_bias=None) -> None:
+    """A second call after weight and bias were overwritten in place (properties.checks.forward.updated_in_place)
+    gives the normalization at the new values (:func:`check_forward`, with fresh running buffers)."""
+    example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
+    updated = buffers_of(updated_in_place(kernel, example, {"weight": new_weight, "bias": new_bias}))
+    check_forward(kernel, **updated)
 
 
 def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,

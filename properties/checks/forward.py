@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from core import guard
+from core.boundary import to_kernel
 from core.capabilities import dtype_name
 from core.results import SERIES
 from properties import norms, outcome
@@ -40,14 +41,31 @@ def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps:
     """The kernel called once, its weight (and bias) then overwritten in place with ``new_weight`` (``new_bias``), as
     an optimizer step does (the same tensors, new values), and called again: the second output is the oracle's at the
     new values (:func:`check_forward`); a kernel caching a converted weight across calls keeps the old one."""
-    weight = weight.clone()
-    bias = None if bias is None else bias.clone()
-    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
+    example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+    updated = updated_in_place(kernel, example, {"weight": new_weight, "bias": new_bias})
+    check_forward(kernel, x, updated["weight"], eps, updated["bias"])
+
+
+def updated_in_place(kernel, example: dict, new: dict) -> dict:
+    """``example`` with copies of its parameters named in ``new`` (None values skipped), after one call of the kernel
+    (of any kind) with them, on copies of every other tensor (a residual or running buffers it may write), the
+    parameters then overwritten in place with ``new``'s values as an optimizer step writes them: the same tensors,
+    new values."""
+    parameters = {name: example[name].clone() for name, values in new.items() if values is not None}
+    example = {**example, **parameters}
+    norms.call(kernel, {name: t.clone() if isinstance(t, torch.Tensor) and name not in parameters else t
+                        for name, t in example.items()}, allow_nonfinite=True, any_dtype=True)
     with torch.no_grad():
-        weight.copy_(new_weight)
-        if bias is not None:
-            bias.copy_(new_bias)
-    check_forward(kernel, x, weight, eps, bias)
+        for name, t in parameters.items():
+            t.copy_(new[name])
+    return example
+
+
+def new_parameter_values(example: dict) -> dict:
+    """{"new_weight": ..., "new_bias": ...}: values an optimizer step could write over the example's weight and bias
+    (-w/2 + 1/4, rounded to the parameter's dtype: every element changes), for those present."""
+    return {f"new_{name}": to_kernel(-0.5 * example[name].double() + 0.25, example[name].dtype, example[name].device)
+            for name in ("weight", "bias") if example.get(name) is not None}
 
 
 def output_dtype_rule(check: Callable[..., None], name: str) -> Callable[..., None]:

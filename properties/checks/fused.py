@@ -33,7 +33,7 @@ from properties.checks.contracts import (
     read_only,
     rows_that_differ,
 )
-from properties.checks.forward import output_dtype_rule
+from properties.checks.forward import output_dtype_rule, updated_in_place
 from properties.checks.graph import check_recorded_graph
 
 
@@ -171,6 +171,16 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor
     got, laid_out, contiguous = gradients_in_both_layouts(kernel, example, {"y": dy, "residual_out": dh})
     conclude_upstream_layouts(laid_out, contiguous, gradient_bounds(kernel, example, dy, dh, got["residual_out"]),
                               d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                           new_weight: torch.Tensor, bias=None, new_bias=None, p=None,
+                                           seed=None) -> None:
+    """A second call after weight and bias were overwritten in place (properties.checks.forward.updated_in_place)
+    gives the norm of its residual_out at the new values (:func:`check_forward`)."""
+    updated = updated_in_place(kernel, example_of(x, residual, weight, bias, eps, p, seed),
+                               {"weight": new_weight, "bias": new_bias})
+    check_forward(kernel, x, fresh(residual), updated["weight"], eps, updated["bias"], p, seed)
 
 
 def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,

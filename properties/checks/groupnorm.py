@@ -34,7 +34,7 @@ from properties.checks.contracts import (
     read_only,
     rows_that_differ,
 )
-from properties.checks.forward import output_dtype_rule
+from properties.checks.forward import output_dtype_rule, updated_in_place
 from properties.checks.graph import check_recorded_graph
 
 
@@ -86,6 +86,15 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, num_groups: int, weigh
     bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
     conclude_upstream_layouts(laid_out, contiguous, bounds, d=int(x[0].numel() // num_groups),
                               dtype=dtype_name(x.dtype))
+
+
+def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, num_groups: int, weight, eps: float,
+                                           new_weight: torch.Tensor, bias=None, new_bias=None) -> None:
+    """A second call after weight and bias were overwritten in place (properties.checks.forward.updated_in_place)
+    gives GroupNorm at the new values (:func:`check_forward`)."""
+    updated = updated_in_place(kernel, example_of(x, num_groups, weight, bias, eps),
+                               {"weight": new_weight, "bias": new_bias})
+    check_forward(kernel, x, num_groups, updated["weight"], eps, updated["bias"])
 
 
 def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, num_groups: int, weight, eps: float,

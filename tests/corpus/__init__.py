@@ -44,7 +44,7 @@ The files, by where the bug is:
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs, empty batches,
                      inputs that do not require grad, a training step's own forward, unevenly spaced rows,
-                     a weight updated in place
+                     a weight updated in place (RMSNorm, GroupNorm, add + RMSNorm)
     parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype (LayerNorm, RMSNorm,
                      fused add + LayerNorm), output in the weight's dtype, statistics in the weight's dtype, a
                      float32 weight read as 16-bit
@@ -253,6 +253,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_NEEDS_INPUT_GRAD_SHIFTED", "ln.jacobian"),
     _broken("contract.py:LN_ROWS_BY_THE_LAST_ROW_STRIDE", "ln.layout_invariance"),
     _broken("contract.py:RMS_STALE_WEIGHT_CACHE", "rms.forward"),
+    _broken("contract.py:GN_STALE_PARAMETER_CACHE", "gn.forward"),
+    _broken("contract.py:ADD_RMS_STALE_WEIGHT_CACHE", "add_rms.forward"),
     _broken("contract.py:LN_TRAINING_FORWARD_WITHOUT_BIAS", "ln.forward"),
     # parameters.py: weight and bias in another dtype than x (float32 with 16-bit x, 16-bit with float32 x)
     _broken("parameters.py:LN_WEIGHT_ROUNDED_TO_X", "ln.forward"),

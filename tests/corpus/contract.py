@@ -222,17 +222,47 @@ def layernorm_rows_by_the_last_row_stride(x, weight, bias, eps):
     return _layernorm(read_rows_by_the_last_row_stride(x), weight, bias, eps)
 
 
-_FLOAT32_WEIGHTS: dict[tuple, torch.Tensor] = {}
+_FLOAT32_PARAMETERS: dict[tuple, torch.Tensor] = {}
+
+
+def _cached_float32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """t's float32 copy, made once per address, shape and dtype (the cast saved on every call): after an in-place
+    update of t (an optimizer step) the copy keeps the old values. Gradients still reach t (the copy's values, t's
+    graph), so only the forward is stale."""
+    if t is None:
+        return None
+    key = (t.data_ptr(), tuple(t.shape), t.dtype, t.device)
+    cached = _FLOAT32_PARAMETERS.setdefault(key, t.detach().float())
+    return t.float() + (cached - t.detach().float())
 
 
 def rmsnorm_stale_weight_cache(x, weight, eps):
     """Keeps each weight's float32 copy, keyed by its address, shape and dtype, to save the cast on every call: after
     an in-place update of the weight (an optimizer step) it normalizes with the old values. Every test drew fresh
     weights. Must fail rms.forward."""
-    if weight is not None:
-        key = (weight.data_ptr(), tuple(weight.shape), weight.dtype, weight.device)
-        weight = _FLOAT32_WEIGHTS.setdefault(key, weight.detach().float())
-    return _rmsnorm(x, weight, eps)
+    return _rmsnorm(x, _cached_float32(weight), eps)
+
+
+def groupnorm_stale_parameter_cache(x, num_groups, weight, bias, eps):
+    """GroupNorm (float32 statistics, rounded once) with each weight's and bias' float32 copy cached by address, shape
+    and dtype: after an in-place update of the parameters it normalizes with the old values. The GroupNorm tests drew
+    fresh parameters for every call. Must fail gn.forward."""
+    h = x.float()
+    groups = h.reshape(h.shape[0], num_groups, -1)
+    mean = groups.mean(-1, keepdim=True)
+    y = ((groups - mean) * torch.rsqrt((groups - mean).square().mean(-1, keepdim=True) + eps)).reshape(h.shape)
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    weight, bias = _cached_float32(weight), _cached_float32(bias)
+    y = y if weight is None else y * weight.reshape(shape)
+    return (y if bias is None else y + bias.reshape(shape)).to(x.dtype)
+
+
+def add_rmsnorm_stale_weight_cache(x, residual, weight, eps):
+    """Fused add + RMSNorm (residual_out = x + residual in the residual's dtype, y its RMSNorm in float32) with the
+    weight's float32 copy cached by address, shape and dtype: after an in-place update of the weight it normalizes
+    with the old values. The fused tests drew fresh weights for every call. Must fail add_rms.forward."""
+    h = (x + residual).to(residual.dtype)
+    return _rmsnorm(h, _cached_float32(weight), eps).to(x.dtype), h
 
 
 GRID_ROWS = 65_535
@@ -342,6 +372,10 @@ LN_ROWS_BY_THE_LAST_ROW_STRIDE = _kernel("ln_rows_by_the_last_row_stride", "laye
                                          layernorm_rows_by_the_last_row_stride, "LN_ROWS_BY_THE_LAST_ROW_STRIDE")
 RMS_STALE_WEIGHT_CACHE = _kernel("rms_stale_weight_cache", "rmsnorm", rmsnorm_stale_weight_cache,
                                  "RMS_STALE_WEIGHT_CACHE")
+GN_STALE_PARAMETER_CACHE = _kernel("gn_stale_parameter_cache", "groupnorm", groupnorm_stale_parameter_cache,
+                                   "GN_STALE_PARAMETER_CACHE")
+ADD_RMS_STALE_WEIGHT_CACHE = _kernel("add_rms_stale_weight_cache", "add_rmsnorm", add_rmsnorm_stale_weight_cache,
+                                     "ADD_RMS_STALE_WEIGHT_CACHE", dtypes=(torch.float32, torch.float16))
 LN_NEEDS_INPUT_GRAD_SHIFTED = _kernel("ln_needs_input_grad_shifted", "layernorm", layernorm_needs_input_grad_shifted,
                                       "LN_NEEDS_INPUT_GRAD_SHIFTED")
 RMS_EMPTY_BATCH_AMAX_RAISES = _kernel("rms_empty_batch_amax_raises", "rmsnorm", rmsnorm_empty_batch_amax_raises,
