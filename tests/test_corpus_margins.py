@@ -25,7 +25,7 @@ from properties.checks.affine import check_affine
 from properties.checks.dropout import check_variance_bias
 from properties.checks.dropout_add import check_gradient as check_dropout_add_gradient
 from properties.checks.forward import check_forward
-from properties.checks.fused import check_vjp
+from properties.checks.fused import check_backward_of_the_recorded_graph, check_vjp
 from properties.checks.mean_stability import check_shift_invariance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,9 +152,9 @@ def test_variance_bias_check_catches_shared_and_fixed_count_masks_by_a_wide_marg
     assert recorded_ratio(check_variance_bias, kernel("tests/corpus/dropout.py:DROPOUT_BERNOULLI"), example) < 1
 
 
-# The fused kinds' gradient bugs (tests/corpus/residual.py, dropout_add.py): the claim meant for each must catch it by
-# a wide margin under the k-term bound of dL/dh (properties.bounds.tolerance), not by a bound too tight for correct
-# compositions: the plain-torch references (tests/corpus/composed.py) pass on the same inputs.
+# The fused kinds' gradient bugs (tests/corpus/residual.py, dropout_add.py, graph.py): the claim meant for each must
+# catch it by a wide margin under the k-term bound of dL/dh (properties.bounds.tolerance), not by a bound too tight for
+# correct compositions: the plain-torch references (tests/corpus/composed.py) pass on the same inputs.
 def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> dict:
     """Rows of normal x; the residual normal, or x times a uniform in [-1, 1] with dropout (so residual_out shows the
     mask: properties.checks.dropout_add); weight around 1, bias, dy and dh normal, all in ``dtype``."""
@@ -174,7 +174,10 @@ def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> d
 GRADIENT_BUGS = {spec: check for spec, check in (
     *((f"tests/corpus/residual.py:{norm}_RESIDUAL_GRADIENT_DROPPED", check_vjp) for norm in ("LN", "RMS")),
     *((f"tests/corpus/dropout_add.py:DROP_ADD_BACKWARD_{bug}", check_dropout_add_gradient)
-      for bug in ("OTHER_MASK", "UNSCALED")))}
+      for bug in ("OTHER_MASK", "UNSCALED")),
+    *((f"tests/corpus/graph.py:{name}", check_backward_of_the_recorded_graph)
+      for name in ("ADD_RMS_INPUTS_KEPT_AS_ATTRIBUTES", "ADD_LN_RESIDUAL_OUT_KEPT",
+                   "DROP_ADD_INPUTS_KEPT_AS_ATTRIBUTES")))}
 # Fused gradient bugs that leave a gradient out rather than get it wrong (an input requiring grad gets none): their
 # failure has no ratio, so no margin to measure; tests/test_corpus.py shows their claim catches them.
 MISSING_GRADIENT_BUGS = {f"tests/corpus/residual.py:{norm}_RESIDUAL_GRADIENT_GATED_ON_X" for norm in ("LN", "RMS")}
