@@ -26,6 +26,12 @@ STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Widest column block one program holds in registers: 8192 fp32 values over 16 warps is 16 per thread.
 MAX_BLOCK = 8192
+# Widest column block of the plain LayerNorm/RMSNorm forward (kernels/norm.py _norm_forward): 16384 values over 16
+# warps, 32 per thread. ptxas (CUDA 12.9, sm_90a) compiles it at that block without a spill in every dtype (104-128
+# registers of the 128 a thread of 16 warps may have); at 16384 the backward's row kernel spills 1.8-3.3 KB per
+# thread and the fused add + norm forward with dropout 120-344 bytes, so they keep MAX_BLOCK
+# (scripts/register_use.py prints these counts).
+FORWARD_MAX_BLOCK = 16384
 # Programs per streaming multiprocessor for persistent (row-looping) kernels on CUDA.
 PROGRAMS_PER_SM = 4
 # Persistent programs under the interpreter: it runs them one after the other, so this only sizes
@@ -219,6 +225,7 @@ class LaunchConfig:
     (:func:`launch_config`)."""
 
     block: int  # columns a row program holds at once: next_pow2(d), at most MAX_BLOCK
+    forward_block: int  # columns the plain forward's program holds at once: next_pow2(d), at most FORWARD_MAX_BLOCK
     num_warps: int  # of a row program: block * element size / 1024 (32 bytes of a block per thread), 1..16
     single_block: bool  # d <= block: the row is read once, kept in registers (forward and backward)
     sum_rows: int  # rows of a tile of the column kernels (dgamma, dbeta; dx of rows wider than a block)
@@ -229,11 +236,12 @@ class LaunchConfig:
 def launch_config(n_cols: int, element_size: int, device_type: str, sms: int) -> LaunchConfig:
     """The launch rule, by width d and the inputs' element size s (bytes):
 
-    * row programs (forward, backward dx): ``block = min(next_pow2(d), MAX_BLOCK)`` columns at a time, the row read
-      once when ``d <= block``; ``num_warps = clamp(block * s / 1024, 1, 16)``: each thread holds 32 bytes of a
-      block, two 16-byte vector loads (float32: 8 values, 16-bit: 16 values). That is tutorial 05's block / 256 for
-      float32; for 16-bit storage, half as many warps (at d = 4096: 8, Liger-Kernel's choice, where 16 warps of one
-      16-byte load each measured 41-61% of Liger's forward on an H200, float32 74-93%);
+    * row programs (backward dx, fused forward): ``block = min(next_pow2(d), MAX_BLOCK)`` columns at a time; the
+      plain forward ``forward_block = min(next_pow2(d), FORWARD_MAX_BLOCK)``; the row read once when it fits;
+      ``num_warps = clamp(block * s / 1024, 1, 16)``: each thread holds 32 bytes of a block (of the plain forward's
+      16384 columns, up to 64), two 16-byte vector loads (float32: 8 values, 16-bit: 16 values). That is tutorial
+      05's block / 256 for float32; for 16-bit storage, half as many warps (at d = 4096: 8, Liger-Kernel's choice,
+      where 16 warps of one 16-byte load each measured 41-61% of Liger's forward on an H200, float32 74-93%);
     * column tiles (dgamma, dbeta; dx too for rows wider than a block): ``16 x sum_cols``, one program per column
       block, ``sum_cols = clamp(prev_pow2(d / SMs), 32, 256)`` on CUDA so that there are about as many programs as
       SMs or more (a 64-column fp32 row segment is two 128-byte lines); under the interpreter, whose cost is per
@@ -242,8 +250,9 @@ def launch_config(n_cols: int, element_size: int, device_type: str, sms: int) ->
     block = block_size(n_cols)
     cuda_cols = min(max(_prev_power_of_2(max(n_cols // sms, 1)), 32), 256)
     sum_cols = cuda_cols if device_type == "cuda" else min(block, 4096)
-    return LaunchConfig(block=block, num_warps=num_warps(block, element_size), single_block=n_cols <= block,
-                        sum_rows=16, sum_cols=sum_cols)
+    return LaunchConfig(block=block, forward_block=block_size(n_cols, FORWARD_MAX_BLOCK),
+                        num_warps=num_warps(block, element_size), single_block=n_cols <= block, sum_rows=16,
+                        sum_cols=sum_cols)
 
 
 _configs: dict[tuple[int, int, torch.device], LaunchConfig] = {}
@@ -261,9 +270,9 @@ def config_for(n_cols: int, element_size: int, device: torch.device) -> LaunchCo
 
 def block_and_warps(n_cols: int, element_size: int, device: torch.device, block: int | None = None
                     ) -> tuple[int, int]:
-    """(block, :func:`num_warps` of it) of a row program: :func:`config_for`'s block, or a given one (a power of two,
-    to exercise the multi-block path). The warps come from the module's ``num_warps``, which scripts/launch_sweep.py
-    replaces to measure other counts."""
+    """(block, :func:`num_warps` of it) of a row program: :func:`config_for`'s block, or a given one (a power of two:
+    the plain forward's wider block, or one that exercises the multi-block path). The warps come from the module's
+    ``num_warps``, which scripts/launch_sweep.py replaces to measure other counts."""
     block = block or config_for(n_cols, element_size, device).block
     return block, num_warps(block, element_size)
 
@@ -272,9 +281,10 @@ def _prev_power_of_2(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
-def block_size(n_cols: int) -> int:
-    """Column block of a program: the whole row when it fits in :data:`MAX_BLOCK`, else loop over blocks."""
-    return min(triton.next_power_of_2(n_cols), MAX_BLOCK)
+def block_size(n_cols: int, cap: int = MAX_BLOCK) -> int:
+    """Column block of a program: the whole row when it fits in ``cap`` (:data:`MAX_BLOCK`, or
+    :data:`FORWARD_MAX_BLOCK` for the forward), else loop over blocks of ``cap``."""
+    return min(triton.next_power_of_2(n_cols), cap)
 
 
 def num_warps(block: int, element_size: int) -> int:

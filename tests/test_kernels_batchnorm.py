@@ -515,13 +515,13 @@ def test_the_bounds_are_far_below_what_each_bug_changes():
 
 
 # --- compiled for a GPU ---------------------------------------------------------------------------------------------
-def test_the_kernels_compile_for_sm90(monkeypatch):
+def test_the_kernels_compile_for_sm90():
     """Every launch of a training and an eval call, forward and backward, contiguous float16 and channels_last
-    bfloat16, compiles for an H100 (tests/test_kernels_compile.py's recorder: loop-carried types, constexpr
-    branches, what the interpreter cannot see)."""
-    from tests.test_kernels_compile import compile_for_cuda, record_launches
+    bfloat16, compiles for an H100 (kernels.offline_compile's recorder: loop-carried types, constexpr branches, what
+    the interpreter cannot see)."""
+    from kernels.offline_compile import compile_for_cuda, recorded_launches
 
-    def host_calls() -> None:
+    with recorded_launches() as launches:
         for dtype, memory_format in ((torch.float16, None), (torch.bfloat16, torch.channels_last)):
             x = torch.empty(8, 3, 5, 6, dtype=dtype)
             x = x if memory_format is None else x.to(memory_format=memory_format)
@@ -529,11 +529,9 @@ def test_the_kernels_compile_for_sm90(monkeypatch):
             for training in (True, False):
                 _, mean, rstd = batchnorm.forward(x, buffers[0], buffers[1], weight, bias, training, 0.1, EPS)
                 batchnorm.backward(torch.empty_like(x), x, weight, mean, rstd, training, True, dtype, dtype)
-
-    launches = record_launches(monkeypatch, host_calls)
     assert len(launches) == 8
-    for kernel, arguments, num_warps in launches:
-        compile_for_cuda(kernel, arguments, num_warps)
+    for launch in launches:
+        compile_for_cuda(launch)
 
 
 def test_launch_rule():

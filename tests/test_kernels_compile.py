@@ -6,49 +6,18 @@ type errors in loop-carried values, constexpr branches, pointer arithmetic the c
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction, mangle_type
 
-from kernels import dropout_kernel, fused_norm, norm, rows
-
-H100 = GPUTarget("cuda", 90, 32)
+from kernels import dropout_kernel, fused_norm, norm
+from kernels.offline_compile import compile_for_cuda, recorded_launches, register_use
 
 
-def record_launches(monkeypatch, host_call) -> list[tuple[JITFunction, dict, int]]:
-    """Run ``host_call`` with every launch of our kernels (all go through ``kernels.rows.launch``) recorded
-    (kernel, bound arguments, num_warps), not executed."""
-    launches = []
-
-    def record(kernel, grid, *args, **kwargs):
-        names = set(kernel.arg_names)
-        bound = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in names})
-        bound.apply_defaults()
-        launches.append((kernel, dict(bound.arguments), kwargs.get("num_warps", 4)))
-
-    monkeypatch.setattr(rows, "launch", record)
-    # the launch configuration an H100 (132 SMs) gets, not the interpreter's
-    monkeypatch.setattr(rows, "config_for",
-                        lambda n_cols, element_size, device: rows.launch_config(n_cols, element_size, "cuda", 132))
-    host_call()
+def record_launches(host_call) -> list:
+    """The launches ``host_call`` makes, recorded (kernels.offline_compile.recorded_launches), not run."""
+    with recorded_launches() as launches:
+        host_call()
     return launches
-
-
-def compile_for_cuda(kernel: JITFunction, arguments: dict, num_warps: int):
-    """Compile as a launch with these arguments would: constexprs and None as constants, 1 kept as a value."""
-    signature, constants = {}, {}
-    for param in kernel.params:
-        value = arguments[param.name]
-        if param.is_constexpr or value is None:
-            signature[param.name], constants[param.name] = "constexpr", value
-        else:
-            signature[param.name] = mangle_type(value)
-    return triton.compile(ASTSource(kernel, signature, constants), target=H100, options={"num_warps": num_warps})
 
 
 def _norm_round_trip(rms: bool, dtype: torch.dtype, affine: bool, d: int, strided: bool) -> None:
@@ -69,22 +38,18 @@ CASES = [  # (rms, dtype, affine, d, strided): fused and column-parallel dgamma 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("rms", "dtype", "affine", "d", "strided"), CASES)
-def test_norm_kernels_compile_for_h100(monkeypatch, rms, dtype, affine, d, strided):
-    # bfloat16 launches are recorded, never run, so the interpreter's CPU refusal does not apply here.
-    monkeypatch.setattr("kernels.rows.check_tensor", lambda *args, **kwargs: None)
-    launches = record_launches(monkeypatch, lambda: _norm_round_trip(rms, dtype, affine, d, strided))
+def test_norm_kernels_compile_for_h100(rms, dtype, affine, d, strided):
+    launches = record_launches(lambda: _norm_round_trip(rms, dtype, affine, d, strided))
     assert len(launches) == (3 if affine else 2)  # forward 1; backward 1, + 1 for dgamma/dbeta
-    for kernel, arguments, num_warps in launches:
-        assert "cubin" in compile_for_cuda(kernel, arguments, num_warps).asm
+    for launch in launches:
+        assert "cubin" in compile_for_cuda(launch).asm
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_dropout_kernel_compiles_for_h100(monkeypatch, dtype):
-    monkeypatch.setattr("kernels.rows.check_tensor", lambda *args, **kwargs: None)
-    launches = record_launches(monkeypatch, lambda: dropout_kernel.dropout(torch.empty(3000, dtype=dtype), 0.1, 2**40))
-    ((kernel, arguments, num_warps),) = launches
-    assert "cubin" in compile_for_cuda(kernel, arguments, num_warps).asm
+def test_dropout_kernel_compiles_for_h100(dtype):
+    (launch,) = record_launches(lambda: dropout_kernel.dropout(torch.empty(3000, dtype=dtype), 0.1, 2**40))
+    assert "cubin" in compile_for_cuda(launch).asm
 
 
 FUSED_CASES = [  # (rms, dtype, d, residual_in_fp32, p): one block and several, dropout on and off
@@ -105,8 +70,21 @@ def _fused_round_trip(rms: bool, dtype: torch.dtype, d: int, residual_in_fp32: b
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("rms", "dtype", "d", "residual_in_fp32", "p"), FUSED_CASES)
-def test_fused_kernels_compile_for_h100(monkeypatch, rms, dtype, d, residual_in_fp32, p):
-    launches = record_launches(monkeypatch, lambda: _fused_round_trip(rms, dtype, d, residual_in_fp32, p))
+def test_fused_kernels_compile_for_h100(rms, dtype, d, residual_in_fp32, p):
+    launches = record_launches(lambda: _fused_round_trip(rms, dtype, d, residual_in_fp32, p))
     assert len(launches) == 3  # forward 1; backward 1, + 1 for dgamma/dbeta
-    for kernel, arguments, num_warps in launches:
-        assert "cubin" in compile_for_cuda(kernel, arguments, num_warps).asm
+    for launch in launches:
+        assert "cubin" in compile_for_cuda(launch).asm
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+def test_the_plain_forward_holds_a_row_of_16384_without_spilling(rms, dtype):
+    """kernels.rows.FORWARD_MAX_BLOCK: the plain forward reads a row of 16384 once, in one block of 16 warps, and
+    ptxas keeps it in registers (a spill would make the single read slower than the looped one it replaces)."""
+    d = 16384
+    (launch,) = record_launches(lambda: norm.forward(torch.empty(4, d, dtype=dtype), torch.empty(d, dtype=dtype),
+                                                     None if rms else torch.empty(d, dtype=dtype), 1e-5, rms=rms))
+    assert launch.arguments["BLOCK"] == d and launch.arguments["SINGLE_BLOCK"]
+    assert register_use(compile_for_cuda(launch)).spill_bytes == 0

@@ -139,7 +139,7 @@ def test_the_interpreted_kernel_computes_the_declared_tree_bit_for_bit(width, bl
     """kernels/norm.py under the interpreter: its saved mean and rstd are, bit for bit, those of the declared tree
     (two-pass over the whole row, each sum through simulate.lanes_sum), while the per-block sums added one after
     another (a scalar accumulator) give other bits: the check can tell the trees apart. block None: the kernel's own
-    (next_pow2(d) up to kernels.rows.MAX_BLOCK = the declaration's block)."""
+    (next_pow2(d) up to kernels.rows.FORWARD_MAX_BLOCK = the declaration's block)."""
     from kernels import interpret, norm
 
     interpret.enable()

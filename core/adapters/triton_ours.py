@@ -40,16 +40,18 @@ def interpreted_reduction() -> Reduction:
     tl.sum is a per-thread run then a shuffle tree, not declared).
 
     _norm_forward is two-pass over the whole row (tutorial 05): the mean, then the squared deviations from it, each
-    sum adding the row's blocks of kernels.rows.MAX_BLOCK into a float32 vector of BLOCK lanes one block after another
-    (masked-off zeros add exactly), then one tl.sum over the lanes, which the interpreter computes with numpy's sum
-    (triton/runtime/interpreter.py ReduceOps.sum), i.e. numpy's pairwise summation (numpy/_core/src/umath/
-    loops_utils.h.src pairwise_sum: 8 accumulators over runs of at most 16 terms, a 3-level tree of them, halves
-    above 128 terms). A row of one block: numpy's tree over the row zero-padded to BLOCK = next_pow2(d); a wider row:
-    the lane additions, then numpy's tree over BLOCK = MAX_BLOCK lanes (``exact_tree="numpy_pow2"``, checked bit for
-    bit against the kernel in tests/test_reduction.py). The variance is two-pass at every width."""
-    from kernels.rows import MAX_BLOCK
+    sum adding the row's blocks of kernels.rows.FORWARD_MAX_BLOCK into a float32 vector of BLOCK lanes one block
+    after another (masked-off zeros add exactly), then one tl.sum over the lanes, which the interpreter computes
+    with numpy's sum (triton/runtime/interpreter.py ReduceOps.sum), i.e. numpy's pairwise summation
+    (numpy/_core/src/umath/loops_utils.h.src pairwise_sum: 8 accumulators over runs of at most 16 terms, a 3-level
+    tree of them, halves above 128 terms). A row of one block: numpy's tree over the row zero-padded to BLOCK =
+    next_pow2(d); a wider row: the lane additions, then numpy's tree over BLOCK = FORWARD_MAX_BLOCK lanes
+    (``exact_tree="numpy_pow2"``, checked bit for bit against the kernel in tests/test_reduction.py). The variance
+    is two-pass at every width."""
+    from kernels.rows import FORWARD_MAX_BLOCK
 
-    return dataclasses.replace(NUMPY_PAIRWISE, block=MAX_BLOCK, two_pass=True, exact_tree="numpy_pow2", device="cpu",
+    return dataclasses.replace(NUMPY_PAIRWISE, block=FORWARD_MAX_BLOCK, two_pass=True, exact_tree="numpy_pow2",
+                               device="cpu",
                                source="kernels/norm.py _norm_forward: two-pass over the row, blocks added into "
                                       "BLOCK lanes, one numpy pairwise tl.sum of the lanes (interpreter)")
 
