@@ -567,3 +567,10 @@ def test_backward_scaling_saved_xhat_is_wrong_only_the_second_time():
     (second,) = torch.autograd.grad(y, leaves["x"], DY)
     assert float((first.double() - want).abs().max()) < AGREES
     assert float((second.double() - want).abs().max()) > DISAGREES
+
+
+def test_the_readme_counts_the_corpus_as_it_is():
+    """README's layout table says how many broken and correct kernels the corpus holds: the manifest's counts."""
+    found = re.search(r"a corpus of (\d+) broken and (\d+) correct kernels", (ROOT / "README.md").read_text())
+    assert found, "README.md no longer states the corpus' size"
+    assert (int(found.group(1)), int(found.group(2))) == (len(BROKEN), len(CORRECT))
