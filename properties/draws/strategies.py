@@ -61,10 +61,18 @@ def powers_of_two_and_neighbours(limit: int) -> tuple[int, ...]:
     return tuple(sorted(w for w in found if 1 <= w <= limit))
 
 
+def vector_tail_widths(limit: int) -> tuple[int, ...]:
+    """2^k - 8 and 2^k + 8 for 32 <= 2^k, all <= limit: odd multiples of 8, so a row aligned for 8-element vector
+    loads (16 bytes of 16-bit values) still leaves a partial step in every vector, warp-wide or tiled loop of 16
+    elements or more (a fast path chosen by d % 8 == 0 that drops the last partial step of its loop)."""
+    return tuple(sorted(w for k in range(5, limit.bit_length() + 1) for w in (2**k - 8, 2**k + 8) if w <= limit))
+
+
 def width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
-    """1, 2, 3, small primes, powers of two and their neighbours up to ``max_width``, ascending."""
-    return sorted(w for w in set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width))
-                  if w <= max_width)
+    """1, 2, 3, small primes, powers of two and their neighbours, and :func:`vector_tail_widths` up to ``max_width``,
+    ascending."""
+    return sorted(w for w in set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width)
+                                 + vector_tail_widths(max_width)) if w <= max_width)
 
 
 def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchStrategy[int]:

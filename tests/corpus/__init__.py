@@ -36,6 +36,8 @@ The files, by where the bug is:
                      statistics, the backward's row sums (the draws beyond CI_MAX_WIDTH)
     upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
+    paths.py         wrong on a path taken by shape only: widths that are multiples of 8 (a vector loop's last partial
+                     step), a partial last block of rows, large batches (16-bit sums, groups strided)
     uninitialized.py memory a kernel never wrote, read as NaN (the guard fills uninitialized allocations): a dweight
                      partial-sum buffer some programs never write, y rows a rounded-down grid never writes
     graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
@@ -233,6 +235,11 @@ CORPUS: tuple[Entry, ...] = (
     _broken("upstream.py:DROPOUT_UPSTREAM_STRIDES_IGNORED", "dropout.layout_invariance"),
     _broken("upstream.py:DROP_ADD_UPSTREAM_STRIDES_IGNORED", "drop_add_ln.layout_invariance"),
     _broken("upstream.py:RMS_UPSTREAM_ROWS_BY_LAST_ROW_STRIDE", "rms.layout_invariance"),
+    # paths.py: a path the kernel takes by shape (vector-aligned widths, a partial last block of rows, large batches)
+    _broken("paths.py:LN_VECTOR_TAIL_DROPPED", "ln.forward"),
+    _broken("paths.py:LN_PARTIAL_ROW_BLOCK_SHARES_RSTD", "ln.forward", "ln.jacobian", at_scale=True),
+    _broken("paths.py:RMS_LARGE_BATCH_STORAGE_SUM", "rms.forward", at_scale=True),
+    _broken("paths.py:GN_LARGE_BATCH_GROUPS_STRIDED", "gn.forward", "gn.jacobian", at_scale=True),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
     _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),
