@@ -119,17 +119,18 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
     """``thunk()`` within ``timeout`` seconds; any exception it raises becomes a KernelFault ``raised``.
 
     A timeout marks ``kernel_fn`` as hung (see the module docstring). The thread runs in a copy of the caller's
-    context, with the caller's grad mode: what the caller set for the kernel holds in it (torch's configuration
-    overrides, such as torch-compile's ``donated_buffer = False``, are context variables of the thread that set them).
+    context, with the caller's grad mode and inference mode: what the caller set for the kernel holds in it (torch's
+    configuration overrides, such as torch-compile's ``donated_buffer = False``, are context variables of the thread
+    that set them).
     """
     _refuse_if_hung(kernel_fn, name)
     box: dict = {}
-    grad_enabled = torch.is_grad_enabled()
+    grad_enabled, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
     context = contextvars.copy_context()
 
     def target() -> None:
         try:
-            with torch.set_grad_enabled(grad_enabled):
+            with torch.set_grad_enabled(grad_enabled), torch.inference_mode(inference):
                 box["value"] = thunk()
                 _synchronize(box["value"])
         except BaseException as error:  # reported in the caller's thread

@@ -43,14 +43,19 @@ def residual_dtype(kernel: Kernel, residual: torch.Tensor | None, x: torch.Tenso
 
 
 def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dtype: bool = False,
-         recording: bool = False) -> dict[str, torch.Tensor]:
+         recording: bool = False, inference: bool = False) -> dict[str, torch.Tensor]:
     """The kernel's outputs for ``example`` (keyed by role), by name: {"y"} or {"y", "residual_out"} (the kind's
     ``outputs``; the quantized-output kinds' {"q", "scale"(, "residual_out")}, q in the example's ``quant_dtype``).
     y is judged as every norm's output (core.guard: shape and device of x, finite for finite inputs,
     the dtype of :func:`output_dtype` unless ``any_dtype``: for checks about something else, which compare the
     kernel with itself); residual_out's dtype and values are the claims' business. Any other return is a
     ``KernelFault``. ``recording``: called as in a training step, on copies of the kind's differentiable inputs that
-    require grad (but a parameter declared ``no_gradient``), grad mode on; the outputs detached."""
+    require grad (but a parameter declared ``no_gradient``), grad mode on; the outputs detached. ``inference``: called
+    as a serving stack calls it, under ``torch.inference_mode()`` (grad mode off: a kernel's inference-only path).
+    Neither: grad mode on, no input requiring grad (an evaluation without ``no_grad``)."""
+    if inference:
+        with torch.inference_mode():
+            return call(kernel, example, allow_nonfinite, any_dtype)
     if recording:
         leaves = _leaves(kernel, example)
         with torch.enable_grad():
@@ -69,10 +74,11 @@ def call(kernel: Kernel, example: Mapping, allow_nonfinite: bool = False, any_dt
 
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
             eps: float = 1e-5, allow_nonfinite: bool = False, any_dtype: bool = False,
-            recording: bool = False) -> torch.Tensor:
-    """A plain norm kernel's output y for x (:func:`call`; ``recording``: as in a training step)."""
+            recording: bool = False, inference: bool = False) -> torch.Tensor:
+    """A plain norm kernel's output y for x (:func:`call`; ``recording``: as in a training step; ``inference``:
+    under ``torch.inference_mode()``)."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
-    return call(kernel, example, allow_nonfinite, any_dtype, recording)["y"]
+    return call(kernel, example, allow_nonfinite, any_dtype, recording, inference)["y"]
 
 
 def _leaves(kernel: Kernel, example: Mapping, frozen: tuple[str, ...] = (), same_tensors: bool = False

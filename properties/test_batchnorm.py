@@ -53,6 +53,16 @@ def test_forward_after_an_in_place_weight_update(running_norm_kernel, data):
 @pytest.mark.claim("bn.forward", "in.forward")
 @profiles.share(0.25)
 @given(data=st.data())
+def test_training_forward_in_inference_mode(running_norm_kernel, data):
+    """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
+    for inference (the other forward tests call them with grad mode on)."""
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=True, mixed=True), "example")
+    evidence.check(checks.check_forward, running_norm_kernel, {**example, "inference": True})
+
+
+@pytest.mark.claim("bn.forward", "in.forward")
+@profiles.share(0.25)
+@given(data=st.data())
 def test_training_forward_while_recording_a_graph(running_norm_kernel, data):
     """x, weight and bias requiring grad, as in a training step."""
     example = data.draw(batchnorm_examples(running_norm_kernel, training=True, mixed=True), "example")

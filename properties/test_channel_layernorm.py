@@ -53,14 +53,15 @@ MAX_OFFSET_RATIO = 10.0
 @st.composite
 def channel_layernorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL,
                                channels: tuple[int, ...] = CHANNELS, upstream: bool = False,
-                               every_input: bool = False, mixed: bool = False) -> dict:
-    """x [N, C, *spatial] (N = 2, 3; offset and scale), weight and bias [C, *spatial] (element-wise, in x's dtype or
-    with ``mixed`` another the kernel takes), eps; dy with ``upstream``. ``num_groups`` is 1: each sample is one group
-    of the GroupNorm checks."""
+                               every_input: bool = False, mixed: bool = False, least_samples: int = 1) -> dict:
+    """x [N, C, *spatial] (N from ``least_samples`` to 3, batch-1 inference included; offset and scale), weight and
+    bias [C, *spatial] (element-wise, in x's dtype or with ``mixed`` another the kernel takes), eps; dy with
+    ``upstream``. ``num_groups`` is 1: each sample is one group of the GroupNorm checks."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
     parameters = draw(parameter_dtypes(kernel, dtype, mixed))
-    shape = (draw(st.integers(2, 3)), draw(st.sampled_from(channels)), *draw(st.sampled_from(spatial)))
+    samples = draw(st.integers(least_samples, 3))
+    shape = (samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(spatial)))
     ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
     example = {"x": rounded(values, dtype, caps.device), "num_groups": 1, "eps": draw(epsilons())}
@@ -119,6 +120,16 @@ def test_forward_after_an_in_place_weight_update(channel_layernorm_kernel, data)
 @pytest.mark.claim("cln.forward")
 @profiles.share(0.25)
 @given(data=st.data())
+def test_forward_in_inference_mode(channel_layernorm_kernel, data):
+    """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
+    for inference (the other forward tests call them with grad mode on)."""
+    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel), "example")
+    evidence.check(check_forward, channel_layernorm_kernel, {**example, "inference": True})
+
+
+@pytest.mark.claim("cln.forward")
+@profiles.share(0.25)
+@given(data=st.data())
 def test_forward_while_recording_a_graph(channel_layernorm_kernel, data):
     """x, weight and bias requiring grad, as in a training step."""
     example = data.draw(channel_layernorm_examples(channel_layernorm_kernel), "example")
@@ -164,7 +175,9 @@ def test_channels_last_input(channel_layernorm_kernel, data):
 def test_strided_upstream_gradient(channel_layernorm_kernel, data):
     """dy strided, transposed, channels-last or expanded (autograd's upstream gradient of a sum has stride 0)."""
     require_backward(channel_layernorm_kernel)
-    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True), "example")
+    # two samples at least: a dy of one element has no non-contiguous layout
+    example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True, least_samples=2)
+    example = data.draw(example, "example")
     dy = strided(example["dy"], data.draw(st.sampled_from(CHANNEL_UPSTREAM_LAYOUTS), "layout"))
     evidence.check(check_noncontiguous_upstream, channel_layernorm_kernel, {**example, "dy": dy})
 
@@ -173,7 +186,7 @@ def test_strided_upstream_gradient(channel_layernorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_samples_are_independent(channel_layernorm_kernel, data):
-    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel, mixed=True), "example")
+    example = data.draw(channel_layernorm_examples(channel_layernorm_kernel, mixed=True, least_samples=2), "example")
     other = replacement_values(example["x"], data.draw(seeds(), "other seed"))
     evidence.check(check_independence, channel_layernorm_kernel, {**example, "other": other})
 

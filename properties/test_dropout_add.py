@@ -90,6 +90,16 @@ def test_y_is_the_norm_of_residual_out(dropout_add_kernel, data):
 
 
 @pytest.mark.claim("drop_add_ln.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_in_inference_mode(dropout_add_kernel, data):
+    """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
+    for inference (the other forward tests call them with grad mode on)."""
+    example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
+    evidence.check(check_forward, dropout_add_kernel, {**example, "inference": True})
+
+
+@pytest.mark.claim("drop_add_ln.forward")
 @profiles.share(0.1)
 @given(data=st.data())
 def test_forward_after_an_in_place_weight_update(dropout_add_kernel, data):

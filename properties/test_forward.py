@@ -47,6 +47,16 @@ def test_forward_while_recording_a_graph(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_forward_in_inference_mode(norm_kernel, data):
+    """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
+    for inference (the other forward tests call them with grad mode on)."""
+    example = data.draw(norm_examples(norm_kernel), label="example")
+    evidence.check(check_forward, norm_kernel, {**example, "inference": True})
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
 @profiles.share(0.25)
 @given(data=st.data())
 def test_forward_after_an_in_place_weight_update(norm_kernel, data):
@@ -58,7 +68,7 @@ def test_forward_after_an_in_place_weight_update(norm_kernel, data):
 # Each storage dtype and each width a transformer uses is drawn in every run (derandomized ci: the same examples),
 # at |mean|/std up to the model's limit there: a precision bug of that regime (tests/corpus) fails every ci run.
 STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MODEL_WIDTHS = (1024, 4096, 8192)
+MODEL_WIDTHS = (1024, 3072, 4096, 5120, 8192)  # 3072 and 5120: a partial last block of 2048, 16-aligned
 LARGE_OFFSETS = st.sampled_from([1e4, -1e4])
 
 
@@ -90,7 +100,7 @@ def test_forward_of_16_bit_rows_one_ulp_apart(norm_kernel, dtype, data):
 @profiles.share(0.1)
 @given(data=st.data())
 def test_forward_at_model_widths(norm_kernel, d, data):
-    """float32 rows of d = 1024, 4096, 8192 at the largest |mean|/std the model covers there."""
+    """float32 rows of d = 1024, 3072, 4096, 5120, 8192 at the largest |mean|/std the model covers there."""
     example = norm_examples(norm_kernel, d=d, dtypes=(torch.float32,), offset_ratio=LARGE_OFFSETS)
     evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
 

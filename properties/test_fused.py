@@ -71,6 +71,16 @@ def test_forward_after_an_in_place_weight_update(add_norm_kernel, data):
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_in_inference_mode(add_norm_kernel, data):
+    """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
+    for inference (the other forward tests call them with grad mode on)."""
+    example = data.draw(add_norm_examples(add_norm_kernel, ndims=BATCHES), "example")
+    evidence.check(check_forward, add_norm_kernel, {**example, "inference": True})
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_y_is_the_norm_of_residual_out_while_recording_a_graph(add_norm_kernel, data):

@@ -55,8 +55,9 @@ SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of ra
 def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL,
                        channels: tuple[int, ...] = CHANNELS, instance: bool = False,
                        upstream: bool = False, every_input: bool = False, dtypes: tuple[torch.dtype, ...] | None = None,
-                       parameter_dtype: torch.dtype | None = None, mixed: bool = False) -> dict:
-    """x [N, C, *spatial] (N = 2, 3; C of ``channels``; offset and scale), num_groups a divisor of C (C with
+                       parameter_dtype: torch.dtype | None = None, mixed: bool = False, least_samples: int = 1) -> dict:
+    """x [N, C, *spatial] (N from ``least_samples`` to 3, batch-1 inference included; C of ``channels``; offset and
+    scale), num_groups a divisor of C (C with
     ``instance``; one strictly
     between 1 and C half the time where C has one),
     per-channel weight and bias (in ``parameter_dtype`` when given, else x's or with ``mixed`` another dtype the
@@ -73,8 +74,10 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
     pool = between if between and draw(st.booleans()) else divisors
     groups = channels if instance else draw(st.sampled_from(pool))
-    # N >= 2: torch's F.group_norm refuses N (C/G) S = 1 in training mode (docs/findings.md, GroupNorm)
-    shape = (draw(st.integers(2, 3)), channels, *chosen)
+    # N >= 2 where a group has one element: torch's F.group_norm refuses N (C/G) S = 1 in training mode
+    # (docs/findings.md, GroupNorm)
+    least = max(least_samples, 2 if channels // groups * math.prod(chosen) == 1 else 1)
+    shape = (draw(st.integers(least, 3)), channels, *chosen)
     limit = 10.0 if widest is None else 0.0  # centred groups where the storage-precision bound is finite
     ratio = max(-limit, min(draw(offset_ratios(dtype)), limit))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
@@ -128,6 +131,16 @@ def test_forward_after_an_in_place_weight_update(groupnorm_kernel, data):
     example = data.draw(groupnorm_examples(groupnorm_kernel, every_input=True), "example")
     evidence.check(check_forward_after_an_in_place_update, groupnorm_kernel,
                    {**example, **new_parameter_values(example)})
+
+
+@pytest.mark.claim("gn.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_in_inference_mode(groupnorm_kernel, data):
+    """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
+    for inference (the other forward tests call them with grad mode on)."""
+    example = data.draw(groupnorm_examples(groupnorm_kernel), "example")
+    evidence.check(check_forward, groupnorm_kernel, {**example, "inference": True})
 
 
 @pytest.mark.claim("gn.forward")
@@ -215,7 +228,9 @@ def test_strided_upstream_gradient(groupnorm_kernel, data):
     """dy strided, transposed, channels-last or expanded (autograd's upstream gradient of a sum has stride 0); weight
     and bias present (the gradients of every input)."""
     require_backward(groupnorm_kernel)
-    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
+    # two samples at least: a dy of one element has no non-contiguous layout
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True, least_samples=2),
+                        "example")
     dy = strided(example["dy"], data.draw(st.sampled_from(CHANNEL_UPSTREAM_LAYOUTS), "layout"))
     evidence.check(check_noncontiguous_upstream, groupnorm_kernel, {**example, "dy": dy})
 
@@ -224,7 +239,7 @@ def test_strided_upstream_gradient(groupnorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_samples_and_groups_are_independent(groupnorm_kernel, data):
-    example = data.draw(groupnorm_examples(groupnorm_kernel, mixed=True), "example")
+    example = data.draw(groupnorm_examples(groupnorm_kernel, mixed=True, least_samples=2), "example")
     other = replacement_values(example["x"], data.draw(seeds(), "other seed"))
     evidence.check(check_independence, groupnorm_kernel, {**example, "other": other})
 

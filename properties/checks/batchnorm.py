@@ -70,8 +70,8 @@ def buffers_of(example: dict) -> dict:
 
 
 def _call(kernel, example: dict, allow_nonfinite: bool = False, any_dtype: bool = False,
-          recording: bool = False) -> torch.Tensor:
-    return norms.call(kernel, example, allow_nonfinite, any_dtype, recording)["y"]
+          recording: bool = False, inference: bool = False) -> torch.Tensor:
+    return norms.call(kernel, example, allow_nonfinite, any_dtype, recording, inference)["y"]
 
 
 def _plot(x: torch.Tensor) -> dict:
@@ -79,12 +79,13 @@ def _plot(x: torch.Tensor) -> dict:
 
 
 def check_forward(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
-                  eps: float, recording: bool = False) -> None:
+                  eps: float, recording: bool = False, inference: bool = False) -> None:
     """Training mode: |y - BatchNorm(x)| <= the forward bound of LayerNorm over each channel's N S elements;
-    ``recording``: the kernel called with x, weight and bias requiring grad (properties.norms.call)."""
+    ``recording``: the kernel called with x, weight and bias requiring grad, ``inference``: under
+    torch.inference_mode() (properties.norms.call)."""
     assert training
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
-    y = _call(kernel, example, recording=recording)
+    y = _call(kernel, example, recording=recording, inference=inference)
     expected = norms.reference(kernel, x, weight, bias, eps)
     bound = tolerance.forward(kernel, x, weight, bias, eps)
     outcome.conclude(outcome.compare(y, expected, bound, "y"),

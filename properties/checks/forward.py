@@ -21,10 +21,11 @@ from properties import norms, outcome
 from properties.bounds import diagnosis, models, tolerance
 
 
-def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, recording: bool = False) -> None:
+def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, recording: bool = False,
+                  inference: bool = False) -> None:
     """|kernel(x) - oracle(x)| <= forward bound, elementwise; ``recording``: the kernel called as in a training step
-    (x, weight and bias requiring grad: properties.norms.forward)."""
-    got = norms.forward(kernel, x, weight, bias, eps, recording=recording)
+    (x, weight and bias requiring grad), ``inference``: under torch.inference_mode() (properties.norms.forward)."""
+    got = norms.forward(kernel, x, weight, bias, eps, recording=recording, inference=inference)
     expected, bound, declared = models.expected_forward(kernel, x, weight, bias, eps)
     comparison = outcome.compare(got, expected, bound, "output")
     kappa = float(tolerance.condition_number(x, eps).max())

@@ -48,12 +48,12 @@ def fresh(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def outputs(kernel, x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None,
-            allow_nonfinite: bool = False, any_dtype: bool = False, recording: bool = False
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+            allow_nonfinite: bool = False, any_dtype: bool = False, recording: bool = False,
+            inference: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, residual_out) of the kernel (properties.norms.call: a malformed return is a KernelFault; ``recording``: as
-    in a training step)."""
+    in a training step; ``inference``: under torch.inference_mode())."""
     got = norms.call(kernel, example_of(x, residual, weight, bias, eps, p, seed), allow_nonfinite, any_dtype,
-                     recording)
+                     recording, inference)
     return got["y"], got["residual_out"]
 
 
@@ -67,11 +67,13 @@ def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None
 
 
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
-                  seed=None, recording: bool = False) -> None:
+                  seed=None, recording: bool = False, inference: bool = False) -> None:
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
     conventions, the norm's declared model at residual_out (properties.bounds.models.expected_forward).
-    ``recording``: the kernel called as in a training step (properties.norms.call)."""
-    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, recording=recording)
+    ``recording``: the kernel called as in a training step, ``inference``: under torch.inference_mode()
+    (properties.norms.call)."""
+    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, recording=recording,
+                   inference=inference)
     comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps, residual=residual)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,

@@ -44,19 +44,19 @@ def example_of(x: torch.Tensor, num_groups: int, weight, bias, eps: float) -> di
 
 
 def _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=False, any_dtype=False,
-          recording=False) -> torch.Tensor:
+          recording=False, inference=False) -> torch.Tensor:
     """y (properties.norms.call), its dtype judged by the output-dtype rule unless ``any_dtype`` (checks about
     something else: layout, independence, inputs, which compare the kernel with itself); ``recording``: as in a
-    training step."""
+    training step; ``inference``: under torch.inference_mode()."""
     return norms.call(kernel, example_of(x, num_groups, weight, bias, eps), allow_nonfinite, any_dtype,
-                      recording)["y"]
+                      recording, inference)["y"]
 
 
 def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None,
-                  recording: bool = False) -> None:
+                  recording: bool = False, inference: bool = False) -> None:
     """|y - GroupNorm(x)| <= the forward bound of LN on each group, elementwise; ``recording``: the kernel called as in
-    a training step (properties.norms.call)."""
-    y = _call(kernel, x, num_groups, weight, bias, eps, recording=recording)
+    a training step, ``inference``: under torch.inference_mode() (properties.norms.call)."""
+    y = _call(kernel, x, num_groups, weight, bias, eps, recording=recording, inference=inference)
     expected = norms.reference(kernel, x, weight, bias, eps, num_groups)
     bound = tolerance.forward(kernel, x, weight, bias, eps, num_groups=num_groups)
     outcome.conclude(outcome.compare(y, expected, bound, "y"),

@@ -34,9 +34,10 @@ EPSILONS = (1e-5, 1e-6, 1e-2, 1e-12)
 CI_MAX_WIDTH = 8192
 # Rows wider than CI_MAX_WIDTH, drawn by tests of their own (two rows, one example each): where kernels that hold a
 # row in one block of at most 8192-65536 columns loop over blocks, and a tail mask or the merge of blocks' statistics
-# can be wrong: one column past a block of 8192, three blocks of 4096 (GPT-3's width), and 65536, the widest the
-# kernels of issue 30 and Liger-Kernel take.
-WIDE_ROWS = (8193, 12288, 65536)
+# can be wrong: one column past a block of 8192; 20480, five blocks of 4096 and a partial last block of 8192 and of
+# 16384 (a merge that weighs a partial chunk as a whole one); and 65536, the widest the kernels of issue 30 and
+# Liger-Kernel take.
+WIDE_ROWS = (8193, 20480, 65536)
 # The same beyond one block for the kinds over x [N, C, *]: spatial shapes whose rows of statistics (an InstanceNorm
 # row's S elements, a BatchNorm channel's N S, a GroupNorm group's (C/G) S, a sample's C S) exceed 4096 (our
 # BatchNorm's tile) and 8192: 1-D, 2-D and 3-D, whole tiles and not.
@@ -68,11 +69,18 @@ def vector_tail_widths(limit: int) -> tuple[int, ...]:
     return tuple(sorted(w for k in range(5, limit.bit_length() + 1) for w in (2**k - 8, 2**k + 8) if w <= limit))
 
 
+def three_times_powers_of_two(limit: int) -> tuple[int, ...]:
+    """3 2^k for 32 <= 2^k, all <= limit: model widths (768, 1536, 3072, 6144) that leave a partial last block, a
+    multiple of 16 wide, for a kernel blocking by any power of two from 2^(k+1) on."""
+    return tuple(3 * 2**k for k in range(5, limit.bit_length()) if 3 * 2**k <= limit)
+
+
 def width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
-    """1, 2, 3, small primes, powers of two and their neighbours, and :func:`vector_tail_widths` up to ``max_width``,
-    ascending."""
+    """1, 2, 3, small primes, powers of two and their neighbours, :func:`vector_tail_widths` and
+    :func:`three_times_powers_of_two` up to ``max_width``, ascending."""
     return sorted(w for w in set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width)
-                                 + vector_tail_widths(max_width)) if w <= max_width)
+                                 + vector_tail_widths(max_width) + three_times_powers_of_two(max_width))
+                  if w <= max_width)
 
 
 def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchStrategy[int]:

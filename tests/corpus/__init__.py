@@ -36,8 +36,9 @@ The files, by where the bug is:
                      statistics, the backward's row sums (the draws beyond CI_MAX_WIDTH)
     upstream.py      a backward reading the upstream gradients as if contiguous (strided, transposed, channels-last,
                      the stride-0 expansion of a summed loss' gradient), every differentiable kind
-    paths.py         wrong on a path taken by shape only: widths that are multiples of 8 (a vector loop's last partial
-                     step), a partial last block of rows, large batches (16-bit sums, groups strided)
+    paths.py         wrong on a path taken by shape or mode only: widths that are multiples of 8 (a vector loop's
+                     last partial step), a partial last block of rows, large batches (16-bit sums, groups strided),
+                     grad mode off (an inference path), one sample, 3 2^k and 20480 wide rows
     uninitialized.py memory a kernel never wrote, read as NaN (the guard fills uninitialized allocations): a dweight
                      partial-sum buffer some programs never write, y rows a rounded-down grid never writes
     graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
@@ -240,6 +241,11 @@ CORPUS: tuple[Entry, ...] = (
     _broken("paths.py:LN_PARTIAL_ROW_BLOCK_SHARES_RSTD", "ln.forward", "ln.jacobian", at_scale=True),
     _broken("paths.py:RMS_LARGE_BATCH_STORAGE_SUM", "rms.forward", at_scale=True),
     _broken("paths.py:GN_LARGE_BATCH_GROUPS_STRIDED", "gn.forward", "gn.jacobian", at_scale=True),
+    _broken("paths.py:LN_INFERENCE_PATH_EPS_OUTSIDE_ROOT", "ln.forward"),
+    _broken("paths.py:ADD_RMS_INFERENCE_PATH_STORAGE_SUM", "add_rms.forward"),
+    _broken("paths.py:GN_BATCH_ONE_UNBIASED", "gn.forward"),
+    _broken("paths.py:RMS_TAIL_BLOCK_OVERREAD", "rms.forward"),
+    _broken("paths.py:RMS_WIDE_CHUNKS_UNWEIGHTED", "rms.forward"),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
     _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),

@@ -13,6 +13,15 @@ rounded once, but for its bug; each docstring names the claim that must catch it
                                                                                             -> rms.forward (at scale)
     GN_LARGE_BATCH_GROUPS_STRIDED      1 024 samples or more: channel c in group c mod G, not c // (C / G)
                                                                                             -> gn.forward (at scale)
+    LN_INFERENCE_PATH_EPS_OUTSIDE_ROOT grad mode off (no_grad, inference_mode): rstd = 1 / (sqrt(var) + eps)
+                                                                                            -> ln.forward
+    ADD_RMS_INFERENCE_PATH_STORAGE_SUM grad mode off: the sum of squares of residual_out in its 16-bit dtype
+                                                                                            -> add_rms.forward
+    GN_BATCH_ONE_UNBIASED              one sample (batch-1 inference): the unbiased variance     -> gn.forward
+    RMS_TAIL_BLOCK_OVERREAD            blocks of 2048: a last partial block a multiple of 16 wide loaded unmasked,
+                                       its sum of squares taking the next row's first columns    -> rms.forward
+    RMS_WIDE_CHUNKS_UNWEIGHTED         rows wider than 16384: the chunks' mean squares averaged as if equal
+                                                                                            -> rms.forward
 """
 
 from __future__ import annotations
@@ -86,6 +95,74 @@ def groupnorm_large_batch_groups_strided(x, num_groups, weight, bias, eps):
     return _affine(y, weight, bias, (1, c, 1)).reshape(x.shape).to(x.dtype)
 
 
+def layernorm_inference_path_eps_outside_root(x, weight, bias, eps):
+    """LayerNorm whose inference path (grad mode off: torch.no_grad() or torch.inference_mode(), as a serving stack
+    calls it) computes rstd = 1 / (sqrt(var) + eps); with grad mode on it is right. Must fail ln.forward."""
+    h = x.float()
+    mean = h.mean(-1, keepdim=True)
+    var = (h - mean).square().mean(-1, keepdim=True)
+    rstd = torch.rsqrt(var + eps) if torch.is_grad_enabled() else 1.0 / (var.sqrt() + eps)
+    return _affine((h - mean) * rstd, weight, bias, (-1,)).to(x.dtype)
+
+
+def add_rmsnorm_inference_path_storage_sum(x, residual, weight, eps):
+    """Fused add + RMSNorm (residual_out = x + residual in the residual's dtype) whose inference path (grad mode off)
+    sums the squares of residual_out in its 16-bit dtype; with grad mode on, in float32. Must fail add_rms.forward."""
+    h = (x + residual).to(residual.dtype)
+    if torch.is_grad_enabled() or h.dtype == torch.float32:
+        mean_square = h.float().square().mean(-1, keepdim=True)
+    else:
+        mean_square = h.square().sum(-1, keepdim=True, dtype=h.dtype).float() / h.shape[-1]
+    return _affine(h.float() * torch.rsqrt(mean_square + eps), weight, None, (-1,)).to(x.dtype), h
+
+
+def groupnorm_batch_one_unbiased(x, num_groups, weight, bias, eps):
+    """GroupNorm whose batch-1 path (one sample: the inference of one image) divides the squared deviations by
+    n - 1 (the unbiased variance); with two samples or more it is right. Must fail gn.forward."""
+    n, c = x.shape[:2]
+    h = x.float().reshape(n, num_groups, -1)
+    mean = h.mean(-1, keepdim=True)
+    squares = (h - mean).square().sum(-1, keepdim=True)
+    var = squares / max(h.shape[-1] - 1, 1) if n == 1 else squares / h.shape[-1]
+    y = ((h - mean) * torch.rsqrt(var + eps)).reshape(n, c, -1)
+    return _affine(y, weight, bias, (1, c, 1)).reshape(x.shape).to(x.dtype)
+
+
+TAIL_BLOCK = 2048
+
+
+def rmsnorm_tail_block_overread(x, weight, eps):
+    """RMSNorm in blocks of 2048 columns whose last partial block, when a multiple of 16 wide (the vectorized case),
+    is loaded without its mask: the sum of squares takes in the next row's first 2048 - tail columns (zeros past the
+    tensor's end). Must fail rms.forward."""
+    d = x.shape[-1]
+    h = x.float().reshape(-1, d)
+    sum_squares = h.square().sum(-1, keepdim=True)
+    tail = d % TAIL_BLOCK
+    if d > TAIL_BLOCK and tail and tail % 16 == 0:
+        following = torch.cat([h.reshape(-1)[d:], h.new_zeros(TAIL_BLOCK)])
+        over = torch.stack([following[r * d: r * d + TAIL_BLOCK - tail] for r in range(h.shape[0])])
+        sum_squares = sum_squares + over.square().sum(-1, keepdim=True)
+    y = h * torch.rsqrt(sum_squares / d + eps)
+    return _affine(y, weight, None, (-1,)).reshape(x.shape).to(x.dtype)
+
+
+WIDE_CHUNK = 16384
+
+
+def rmsnorm_wide_chunks_unweighted(x, weight, eps):
+    """RMSNorm whose rows wider than 16384 are reduced in chunks of 16384 (a two-stage reduction) whose mean squares
+    are averaged with equal weights, a partial last chunk weighing as much as a whole one. Must fail rms.forward."""
+    h = x.float()
+    d = h.shape[-1]
+    if d > WIDE_CHUNK:
+        chunks = [h[..., start:start + WIDE_CHUNK].square().mean(-1, keepdim=True) for start in range(0, d, WIDE_CHUNK)]
+        mean_square = torch.stack(chunks).mean(0)
+    else:
+        mean_square = h.square().mean(-1, keepdim=True)
+    return _affine(h * torch.rsqrt(mean_square + eps), weight, None, (-1,)).to(x.dtype)
+
+
 def _kernel(attr: str, kind: str, fn) -> Kernel:
     return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, description=" ".join(fn.__doc__.split()))
 
@@ -96,3 +173,10 @@ LN_PARTIAL_ROW_BLOCK_SHARES_RSTD = _kernel("LN_PARTIAL_ROW_BLOCK_SHARES_RSTD", "
 RMS_LARGE_BATCH_STORAGE_SUM = _kernel("RMS_LARGE_BATCH_STORAGE_SUM", "rmsnorm", rmsnorm_large_batch_storage_sum)
 GN_LARGE_BATCH_GROUPS_STRIDED = _kernel("GN_LARGE_BATCH_GROUPS_STRIDED", "groupnorm",
                                         groupnorm_large_batch_groups_strided)
+LN_INFERENCE_PATH_EPS_OUTSIDE_ROOT = _kernel("LN_INFERENCE_PATH_EPS_OUTSIDE_ROOT", "layernorm",
+                                             layernorm_inference_path_eps_outside_root)
+ADD_RMS_INFERENCE_PATH_STORAGE_SUM = _kernel("ADD_RMS_INFERENCE_PATH_STORAGE_SUM", "add_rmsnorm",
+                                             add_rmsnorm_inference_path_storage_sum)
+GN_BATCH_ONE_UNBIASED = _kernel("GN_BATCH_ONE_UNBIASED", "groupnorm", groupnorm_batch_one_unbiased)
+RMS_TAIL_BLOCK_OVERREAD = _kernel("RMS_TAIL_BLOCK_OVERREAD", "rmsnorm", rmsnorm_tail_block_overread)
+RMS_WIDE_CHUNKS_UNWEIGHTED = _kernel("RMS_WIDE_CHUNKS_UNWEIGHTED", "rmsnorm", rmsnorm_wide_chunks_unweighted)
