@@ -50,12 +50,19 @@ def keep_rate_finding(masks: np.ndarray, p: float, alpha: float) -> Finding:
 
 
 def seed_findings(mask_of: Callable[[int], np.ndarray], seed: int, p: float, alpha: float) -> list[Finding]:
-    """The masks of seed s and of s + 1, s XOR 1, s + 2 (``mask_of(seed)``) agree on Binomial(n, p^2 + (1-p)^2)
-    elements: alpha/3 each."""
-    first = mask_of(seed)
-    return [statistics.agreement_finding(*statistics.pair_agreement(first, mask_of(partner)), p, alpha / 3,
-                                         f"seeds s and {name}")
-            for name, partner in zip(SEED_PARTNERS, (seed + 1, seed ^ 1, seed + 2), strict=True)]
+    """The masks of seed s and of another (``mask_of(seed)``) agree on Binomial(n,
+    p^2 + (1-p)^2) elements, alpha split evenly: s + 1, s XOR 1 and s + 2 (a seed ignored, or its low bit); s + 2^16
+    (a seed truncated to 16 bits; not 2^32: torch's CPU generator, mt19937, keeps a seed's low 32 bits, so seeds
+    are told apart within 32 bits); and s + 1 against s one row on, and one element on (a row or an element seeded
+    with s plus its index, so that row r of s + 1 is row r + 1 of s)."""
+    first, following = mask_of(seed), mask_of(seed + 1)
+    pairs = {"s + 1": (first, following), "s XOR 1": (first, mask_of(seed ^ 1)), "s + 2": (first, mask_of(seed + 2)),
+             "s + 2^16": (first, mask_of(seed + 2**16)),
+             "s + 1, one element on": (first.reshape(-1)[1:], following.reshape(-1)[:-1])}
+    if first.ndim >= 2 and first.shape[0] >= 2:
+        pairs["s + 1, one row on"] = (first[1:], following[:-1])
+    return [statistics.agreement_finding(*statistics.pair_agreement(a, b), p, alpha / len(pairs),
+                                         f"seeds s and {name}") for name, (a, b) in pairs.items()]
 
 
 def check_values(kernel, x: torch.Tensor, p: float, seed: int) -> None:
@@ -126,11 +133,9 @@ def check_independence(kernel, x: torch.Tensor, p: float, seed: int, alpha: floa
               "mask bits are not independent (neighbours or rows share draws)", p=p, d=x.shape[-1])
 
 
-SEED_PARTNERS = ("s + 1", "s XOR 1", "s + 2")
-
-
 def check_seeds(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
-    """The masks of seed s and of s + 1, s XOR 1, s + 2 agree on Binomial(n, p^2 + (1-p)^2) elements (alpha/3 each)."""
+    """The masks of seed s and of each partner of :func:`seed_findings` agree on Binomial(n, p^2 + (1-p)^2)
+    elements."""
     conclude(seed_findings(lambda s: kept_mask(kernel, x, p, s), seed, p, alpha),
              "masks of different seeds are not independent (the seed is ignored or truncated)", p=p, d=x.shape[-1],
              seed=seed)

@@ -63,7 +63,8 @@ def check_independence(kernel, x: torch.Tensor, residual: torch.Tensor, weight, 
 
 def check_seeds(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                 alpha: float, bias=None) -> None:
-    """The masks of seed s and of s + 1, s XOR 1, s + 2 agree on Binomial(n, p^2 + (1-p)^2) elements (alpha/3 each)."""
+    """The masks of seed s and of each partner of properties.checks.dropout.seed_findings agree on Binomial(n,
+    p^2 + (1-p)^2) elements."""
     conclude(seed_findings(lambda s: kept_mask(kernel, x, residual, weight, eps, p, s, bias), seed, p, alpha),
              "masks of different seeds are not independent (the seed is ignored or truncated)", p=p, d=x.shape[-1],
              seed=seed)

@@ -198,6 +198,34 @@ def _strided_counters(x: torch.Tensor, p: float, generator: torch.Generator) -> 
     return uniforms[index] >= p
 
 
+def _seed_low_16_bits(x: torch.Tensor, seed: int) -> torch.Generator:
+    """Seeds its generator with the seed's low 16 bits (the seed packed into a 16-bit field of a launch argument):
+    seeds 2^16 apart give the same mask. Must fail dropout.seeds."""
+    return torch.Generator(device=x.device).manual_seed(seed & 0xFFFF)
+
+
+def _rows_seeded_by_index(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Row r draws from a generator seeded with seed + r (a per-row or per-device seed offset, tt-metal issue 16823):
+    each row's mask is i.i.d., but row r of seed s + 1 is row r + 1 of seed s. The seed is the generator's initial
+    seed. Must fail dropout.seeds."""
+    seed, d = generator.initial_seed(), x.shape[-1]
+    rows = [torch.rand(d, generator=torch.Generator(device=x.device).manual_seed(seed + r), device=x.device)
+            for r in range(x.numel() // max(d, 1))]
+    return (torch.stack(rows) if rows else torch.empty(0, d, device=x.device)).reshape(x.shape) >= p
+
+
+WIDE_ROW = 2048
+
+
+def _column_offsets_when_wide(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Rows of 2048 elements or more draw their random numbers at the column index only (a Triton kernel whose wide
+    path forgot ``row * stride`` in the Philox offset): every row gets one mask, right in law row by row. Must fail
+    dropout.independence."""
+    if x.dim() >= 2 and x.shape[-1] >= WIDE_ROW:
+        return (torch.rand(x.shape[-1], generator=generator, device=x.device) >= p).expand(x.shape)
+    return _keep_mask(x, p, generator)
+
+
 def _mask_of_the_next_seed(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
     """The backward draws its mask again, from seed + 1 (a recomputing backward with an off-by-one seed): the
     gradient is not the forward's mask. Must fail dropout.gradient."""
@@ -241,6 +269,11 @@ DROPOUT_BLOCKS_OF_2 = _kernel("dropout_blocks_of_2", _shared_by_blocks(2).__doc_
 DROPOUT_BLOCKS_OF_4 = _kernel("dropout_blocks_of_4", _shared_by_blocks(4).__doc__, keep_mask=_shared_by_blocks(4))
 DROPOUT_NEIGHBOUR_COPIES = _kernel("dropout_neighbour_copies", _neighbour_copies.__doc__, keep_mask=_neighbour_copies)
 DROPOUT_STRIDED_COUNTERS = _kernel("dropout_strided_counters", _strided_counters.__doc__, keep_mask=_strided_counters)
+DROPOUT_SEED_LOW_16_BITS = _kernel("dropout_seed_low_16_bits", _seed_low_16_bits.__doc__, generator=_seed_low_16_bits)
+DROPOUT_ROWS_SEEDED_BY_INDEX = _kernel("dropout_rows_seeded_by_index", _rows_seeded_by_index.__doc__,
+                                       keep_mask=_rows_seeded_by_index)
+DROPOUT_COLUMN_OFFSETS_WHEN_WIDE = _kernel("dropout_column_offsets_when_wide", _column_offsets_when_wide.__doc__,
+                                           keep_mask=_column_offsets_when_wide)
 DROPOUT_BACKWARD_OTHER_MASK = _kernel("dropout_backward_other_mask", _mask_of_the_next_seed.__doc__,
                                       backward_mask=_mask_of_the_next_seed)
 DROPOUT_BACKWARD_UNSCALED = _kernel("dropout_backward_unscaled", _unscaled_backward.__doc__,
