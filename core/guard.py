@@ -32,7 +32,7 @@ import contextvars
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -130,7 +130,8 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
 
     def target() -> None:
         try:
-            with torch.set_grad_enabled(grad_enabled), torch.inference_mode(inference):
+            # inference_mode(False) would turn grad mode on: entered only when the caller is in inference mode
+            with torch.inference_mode() if inference else nullcontext(), torch.set_grad_enabled(grad_enabled):
                 box["value"] = thunk()
                 _synchronize(box["value"])
         except BaseException as error:  # reported in the caller's thread

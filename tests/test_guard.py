@@ -117,7 +117,22 @@ def test_grad_mode_of_the_caller_reaches_the_kernel(x):
     with torch.no_grad():
         guard.call(records_grad_mode, x, like=x)
     guard.call(records_grad_mode, x, like=x)
-    assert seen == [False, True]
+    with torch.inference_mode():
+        guard.call(records_grad_mode, x, like=x)
+    assert seen == [False, True, False]
+
+
+def test_inference_mode_of_the_caller_reaches_the_kernel(x):
+    seen = []
+
+    def records_inference_mode(t):
+        seen.append(torch.is_inference_mode_enabled())
+        return t.clone()
+
+    with torch.inference_mode():
+        guard.call(records_inference_mode, x, like=x)
+    guard.call(records_inference_mode, x, like=x)
+    assert seen == [True, False]
 
 
 def test_the_callers_context_reaches_the_kernel_and_its_backward(x):

@@ -19,11 +19,12 @@ BF16_LN = Kernel("bf16-ln", "layernorm", LN.fn, dtypes=(torch.bfloat16,))
 GEMMA = Kernel("gemma", "rmsnorm", lambda x, weight, eps: x, weight_offset=1.0, dtypes=(torch.float32,))
 
 
-def test_widths_cover_small_primes_and_powers_of_two_with_neighbours_and_vector_tails():
+def test_widths_cover_small_primes_powers_of_two_with_neighbours_vector_tails_and_model_widths():
     allowed = set(strategies.SMALL_WIDTHS + strategies.SMALL_PRIMES
                   + strategies.powers_of_two_and_neighbours(strategies.CI_MAX_WIDTH)
-                  + strategies.vector_tail_widths(strategies.CI_MAX_WIDTH))
-    assert {1, 2, 3, 5, 127, 255, 256, 257, 8191, 8192, 24, 264, 1032, 4104, 8184} <= allowed
+                  + strategies.vector_tail_widths(strategies.CI_MAX_WIDTH)
+                  + strategies.three_times_powers_of_two(strategies.CI_MAX_WIDTH))
+    assert {1, 2, 3, 5, 127, 255, 256, 257, 8191, 8192, 24, 264, 1032, 4104, 8184, 96, 768, 3072, 6144} <= allowed
     assert max(allowed) == 8192
     tails = strategies.vector_tail_widths(strategies.CI_MAX_WIDTH)
     assert all(d % 8 == 0 and (d // 8) % 2 == 1 for d in tails), "odd multiples of 8: a partial step of 16 or more"
@@ -173,7 +174,7 @@ def test_16_bit_rows_beyond_their_resolution_are_drawn_one_ulp_apart():
 
 
 def test_one_ulp_widths_are_where_the_float32_sum_of_16_bit_squares_rounds():
-    assert strategies.one_ulp_widths(torch.bfloat16) == (511, 512, 513, 520, 1016, 1023, 1024, 1025)
+    assert strategies.one_ulp_widths(torch.bfloat16) == (511, 512, 513, 520, 768, 1016, 1023, 1024, 1025)
     assert strategies.one_ulp_widths(torch.float16) == (7, 8, 9, 11, 13, 15, 16, 17)
     assert strategies.one_ulp_widths(torch.float32) == ()
 
