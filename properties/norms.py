@@ -99,9 +99,14 @@ def record(kernel: Kernel, example: Mapping, *, frozen: tuple[str, ...] = (), sa
     kind's differentiable inputs present in the example (copies unless ``same_tensors``), each requiring grad unless
     ``frozen`` or declared ``no_gradient``; the outputs as :func:`call` gives them, graph attached."""
     leaves = _leaves(kernel, example, frozen, same_tensors)
+    return leaves, _call_on(kernel, example, leaves, allow_nonfinite, any_dtype)
+
+
+def _call_on(kernel: Kernel, example: Mapping, leaves: Mapping[str, torch.Tensor], allow_nonfinite: bool,
+             any_dtype: bool) -> dict[str, torch.Tensor]:
+    """The kernel's outputs for the example with ``leaves`` in place of its inputs, recorded with grad mode on."""
     with torch.enable_grad():
-        outputs = call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
-    return leaves, outputs
+        return call(kernel, {**example, **leaves}, allow_nonfinite, any_dtype)
 
 
 def backward(kernel: Kernel, leaves: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor],
@@ -138,9 +143,8 @@ def gradients(kernel: Kernel, example: Mapping, upstream: Mapping[str, torch.Ten
     caller's tensors), and are given back without requires_grad. ``allow_nonfinite``: NaN/inf values and gradients
     are not a fault (for checks about something else); ``any_dtype``: nor is y's dtype."""
     leaves = _leaves(kernel, example, frozen, same_tensors)
-    try:
-        leaves, outputs = record(kernel, {**example, **leaves}, frozen=frozen, same_tensors=True,
-                                 allow_nonfinite=allow_nonfinite, any_dtype=any_dtype)
+    try:  # the leaves made first: with same_tensors they are the caller's tensors, given back without requires_grad
+        outputs = _call_on(kernel, example, leaves, allow_nonfinite, any_dtype)
         grads = backward(kernel, leaves, outputs, upstream, same_tensors=same_tensors,
                          allow_nonfinite=allow_nonfinite)
     finally:
