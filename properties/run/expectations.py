@@ -168,10 +168,10 @@ def float16_group_rstd_overflows(example: dict) -> bool:
     return bool(torch.isinf(rstd.to(torch.float16)).any())
 
 
-def float32_buffers_beside_16_bit_cpu_x_alone(example: dict) -> bool:
-    """An example with float16/bfloat16 x on the CPU, float32 running buffers and neither weight nor bias."""
+def float32_buffers_beside_16_bit_x_alone(example: dict) -> bool:
+    """An example with float16/bfloat16 x, float32 running buffers and neither weight nor bias."""
     x, buffer = example.get("x"), example.get("running_mean")
-    return (isinstance(x, torch.Tensor) and not x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
+    return (isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
             and isinstance(buffer, torch.Tensor) and buffer.dtype == torch.float32
             and example.get("weight") is None and example.get("bias") is None)
 
@@ -243,10 +243,11 @@ BUILTIN_DEVIATIONS = (
               "torch's CPU F.group_norm on a channels-last input computes a one-pass variance, whose error grows "
               "with (|mean|/std)^2; the contiguous path is accurate (docs/findings.md [R5])",
               storage=False, quantities=("channels-last vs contiguous",)),
-    Deviation(("torch-instancenorm",), "in.running_statistics", "value", float32_buffers_beside_16_bit_cpu_x_alone,
-              "torch's CPU instance_norm (2.13) with float16/bfloat16 x, float32 buffers and no weight or bias (as "
-              "under autocast) rounds the updated running statistics to x's dtype before storing them: running_mean "
-              "1.3583984375 for the exact 1.35792539 (docs/findings.md [R10])", storage=False,
+    Deviation(("torch-instancenorm",), "in.running_statistics", "value", float32_buffers_beside_16_bit_x_alone,
+              "torch's instance_norm (CPU 2.13, CUDA 2.11) with float16/bfloat16 x, float32 buffers and no weight or "
+              "bias (as under autocast) rounds the updated running statistics to x's dtype before storing them: "
+              "running_mean 1.3583984375 for the exact 1.35792539 on the CPU; on CUDA each instance's update is "
+              "rounded, then their average (docs/findings.md [R10])", storage=False,
               quantities=("running_mean", "running_var")),
     Deviation(("flaggems-rmsnorm",), "rms.*", "value", float32_weight_with_16bit_x,
               "FlagGems' rms_norm backward sums dW in float32 and then rounds it to x's dtype (dw.to(x.dtype), "
