@@ -132,7 +132,7 @@ def _norm_forward(
     BLOCK lanes, one block after another, and reduces the lanes once with tl.sum; its first block is loaded once for
     both sums, and y reads the row again.
 
-    Launch (kernels.rows.launch_config): grid (n,), BLOCK = min(next_pow2(d), 8192), num_warps by the rule there."""
+    Launch (kernels.rows.launch_config): grid (n,), BLOCK = its forward_block, num_warps by the rule there."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride can pass 2^31 elements
     X += row * stride_x_row
     Y += row * stride_y_row
@@ -259,7 +259,8 @@ def _norm_backward_input(
     dx needs, once for dx. With ROW_COEFFS only the first read is done here and the coefficients stored, so that
     the second read (by _norm_backward_columns) also sums dgamma/dbeta.
 
-    Launch (kernels.rows.launch_config): grid (min(n, 4 x SMs),), BLOCK and num_warps as the forward's.
+    Launch (kernels.rows.launch_config): BLOCK its backward_block, num_warps rows.backward_num_warps; grid
+    (min(n, 4 x SMs),), one program per SM for a block wider than 8192 (rows.persistent_programs).
     """
     program = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -506,11 +507,11 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
 
     element_size = x2.element_size()
     config = rows.config_for(n_cols, element_size, device)
-    block = block or config.block
+    block = block or config.backward_block
     weight = None if weight is None else weight.contiguous()
     single_block = n_cols <= block
     need_params = need_dw or need_db
-    programs = rows.persistent_programs(n_rows, device)
+    programs = rows.persistent_programs(n_rows, device, block)
     fused_sums = single_block and need_params
     by_columns = need_params and not single_block
     partials = (torch.empty(((need_dw + need_db) * programs, n_cols), dtype=torch.float32, device=device)
@@ -524,7 +525,7 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
         n_rows, n_cols,
         IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
         FUSE_DW=fused_sums and need_dw, FUSE_DB=fused_sums and need_db, ROW_COEFFS=by_columns,
-        BLOCK=block, SINGLE_BLOCK=single_block, num_warps=rows.num_warps(block, element_size),
+        BLOCK=block, SINGLE_BLOCK=single_block, num_warps=rows.backward_num_warps(block, element_size),
     )
     dx_shaped = dx if flat else dx.view(x.shape)
     if not need_params:

@@ -291,17 +291,17 @@ def test_these_tolerances_reject_a_one_pass_variance():
     assert_close(ours, ref, bound, "y")
 
 
-@pytest.mark.parametrize(("d", "element_size", "block", "forward_block", "warps", "sum_cols"), [
+@pytest.mark.parametrize(("d", "element_size", "block", "wide_block", "warps", "sum_cols"), [
     (100, 4, 128, 128, 1, 32), (1024, 4, 1024, 1024, 4, 32), (1024, 2, 1024, 1024, 2, 32),
     (4096, 4, 4096, 4096, 16, 32), (4096, 2, 4096, 4096, 8, 32), (8192, 2, 8192, 8192, 16, 32),
     (12288, 2, 8192, 16384, 16, 64), (16384, 4, 8192, 16384, 16, 64), (65536, 2, 8192, 16384, 16, 256)])
-def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, element_size, block, forward_block, warps,
+def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, element_size, block, wide_block, warps,
                                                                  sum_cols):
-    """block = min(next_pow2(d), 8192), the plain forward's min(next_pow2(d), 16384); warps = clamp(block * s / 1024,
-    1, 16): 32 bytes of a block per thread."""
+    """block = min(next_pow2(d), 8192), the plain forward's and the backward's min(next_pow2(d), 16384); warps =
+    clamp(block * s / 1024, 1, 16): 32 bytes of a block per thread."""
     config = rows.launch_config(d, element_size, "cuda", 132)
-    assert (config.block, config.forward_block, config.num_warps, config.single_block, config.sum_rows,
-            config.sum_cols) == (block, forward_block, warps, d <= 8192, 16, sum_cols)
+    assert (config.block, config.forward_block, config.backward_block, config.num_warps, config.single_block,
+            config.sum_rows, config.sum_cols) == (block, wide_block, wide_block, warps, d <= 8192, 16, sum_cols)
 
 
 def test_our_first_cpu_launch_enables_the_interpreter():
