@@ -15,6 +15,10 @@ For every (kind, mode, dtype, rows n, width d, provider), on one device:
       add+norm forward:       read x and the residual, write y and h = x + residual     4 n d s
       add+norm fwd + bwd:     the forward, then read h and dy, write dx (= dresidual)   7 n d s
 
+  The gradients are returned (``torch.autograd.grad``), not accumulated into the leaves' ``.grad``, which would
+  copy the add + norm's one gradient of x and the residual (2 n d s more, for every provider; inside a model
+  neither is a leaf)
+
   (s bytes per element; weight, bias and the float32 statistics are O(n + d) and not counted);
 * ``roofline``: ``gb_per_s`` over the device's copy bandwidth, measured the same way on a device-to-device copy
   of the same number of bytes (``dst.copy_(src)``, |src| = half the bytes moved, at most 512 MB): 1.0 is as fast
@@ -149,22 +153,22 @@ class _Case:
         leaves = [t.detach().float().requires_grad_(t.requires_grad) for t in self.leaves]
         return _Case(fn, leaves, None if self.dy is None else self.dy.float())
 
-    def step(self) -> torch.Tensor:
-        """One call; with the backward, the gradients are set to None first (as an optimizer's zero_grad does), so
-        that no call pays for accumulating into the previous one's."""
-        if self.dy is not None:
-            for leaf in self.leaves:
-                leaf.grad = None
+    def step(self) -> tuple[torch.Tensor, tuple[torch.Tensor | None, ...]]:
+        """One call: y and, with the backward, the gradients of (x, residual, weight, bias) (None where unused).
+
+        They are returned by ``torch.autograd.grad``, not accumulated into ``.grad``: where one gradient reaches
+        two leaves (x and the residual of an add + norm), accumulating would copy it for the second (2 n d s more
+        than a norm moves, for every provider), which no layer inside a model pays, its inputs not being leaves."""
         out = self.fn(*self.leaves)
         y = out[0] if isinstance(out, tuple) else out
-        if self.dy is not None:
-            y.backward(self.dy)
-        return y
+        if self.dy is None:
+            return y, ()
+        return y, torch.autograd.grad(y, self.leaves, self.dy, allow_unused=True)
 
     def outputs(self) -> list[torch.Tensor]:
         """y (and the gradients of x and weight with the backward): what max_rel_err compares."""
-        y = self.step().detach()
-        return [y] if self.dy is None else [y, self.leaves[0].grad, self.leaves[2].grad]
+        y, grads = self.step()
+        return [y.detach()] if self.dy is None else [y.detach(), grads[0], grads[2]]
 
 
 def _max_rel_err(kind: str, fn: Callable, mode: str, n: int, d: int, dtype: torch.dtype, device: str) -> float:
@@ -191,17 +195,17 @@ def _wall_us(step: Callable[[], object], device: str, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def _device_us(step: Callable[[], object], grads: list[torch.Tensor], device: str, calls: int) -> tuple[float, str]:
+def _device_us(step: Callable[[], object], device: str, calls: int) -> tuple[float, str]:
     """(device time per call, method): a CUDA graph of the call where it can be captured, else CUDA events."""
     if device != "cuda":
         return _wall_us(step, device, calls), "cpu-loop"
     from triton.testing import do_bench, do_bench_cudagraph
 
     try:
-        return do_bench_cudagraph(step, rep=5, grad_to_none=grads, return_mode="median") * 1e3, "cudagraph"
+        return do_bench_cudagraph(step, rep=5, return_mode="median") * 1e3, "cudagraph"
     except Exception:  # a provider that synchronizes inside the call cannot be captured
         torch.cuda.synchronize()
-        return do_bench(step, warmup=2, rep=5, grad_to_none=grads, return_mode="median") * 1e3, "events"
+        return do_bench(step, warmup=2, rep=5, return_mode="median") * 1e3, "events"
 
 
 #: the largest copy measured: the copy bandwidth is flat above a few hundred MB, and a full-size copy of the largest
@@ -214,7 +218,7 @@ def copy_gb_per_s(n_bytes: int, device: str, calls: int = 10) -> float:
     MAX_COPY_BYTES / 2), timed as above."""
     src = torch.empty(max(min(n_bytes, MAX_COPY_BYTES) // 2, 1), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    us, _ = _device_us(lambda: dst.copy_(src), [], device, calls)
+    us, _ = _device_us(lambda: dst.copy_(src), device, calls)
     return 2 * src.numel() / us / 1e3
 
 
@@ -225,8 +229,7 @@ def measure(kind: str, mode: str, dtype_name: str, n: int, d: int, provider: str
     try:
         err = math.nan if provider == "torch" else _max_rel_err(kind, fn, mode, n, d, dtype, device)
         case = _Case.drawn(fn, mode, n, d, dtype, device)
-        grads = case.leaves if case.dy is not None else []
-        device_us, method = _device_us(case.step, grads, device, calls)
+        device_us, method = _device_us(case.step, device, calls)
         wall_us = _wall_us(case.step, device, calls)
         error = ""
     except Exception as failure:

@@ -96,7 +96,7 @@ def test_the_backward_holds_a_row_of_16384_in_32_warps_with_little_spilling():
     (x, dy, gamma and the dgamma/dbeta accumulators held), in 32 warps of 64 registers a thread; ptxas spills 0.2-0.6
     KB a thread there (2.1-3.3 KB over 16 warps). LayerNorm with both parameter gradients, the most it holds."""
     d = 16384
-    x, weight, bias = torch.empty(4, d), torch.empty(d), torch.empty(d)
+    x, weight = torch.empty(4, d), torch.empty(d)
     row_kernel, _ = record_launches(lambda: norm.backward(torch.empty_like(x), x, weight, torch.empty(4),
                                                           torch.empty(4), rms=False, need_dw=True, need_db=True))
     assert row_kernel.arguments["BLOCK"] == d and row_kernel.arguments["SINGLE_BLOCK"] and row_kernel.num_warps == 32
