@@ -184,6 +184,12 @@ class Kernel:
 
     ``quantization`` (the quantized-output kinds only; None there means the default :class:`Quantization`) declares
     the formats, scales, scale convention and quantized values the ``*_quant.*`` claims check.
+
+    ``compiles_per_width`` declares a cost, not a behaviour: every new row width d costs the kernel a compilation (a
+    JIT specialization or an autotuning per d, an Inductor recompile). In the ci and dev profiles its tests then draw
+    their widths from properties.draws.strategies.WIDTH_PALETTE (18 of the 64 candidate widths, each kind of edge
+    kept) instead of all, so that its conformance run fits a GPU check; the thorough profile draws all, and every
+    result and report states the declaration.
     """
 
     name: str
@@ -212,6 +218,7 @@ class Kernel:
     batch_invariant: bool | None = None
     deterministic: bool | None = None
     quantization: Quantization | None = None
+    compiles_per_width: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -312,7 +319,7 @@ class Kernel:
                 "affine_precision": self.affine_precision,
                 "batch_invariant": self.batch_invariant, "deterministic": self.deterministic,
                 "quantization": None if self.quantization is None else self.quantization.as_json(),
-                "description": self.description}
+                "compiles_per_width": self.compiles_per_width, "description": self.description}
 
     @property
     def record(self) -> kinds.Kind:

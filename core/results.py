@@ -214,6 +214,7 @@ class KernelEntry(_Model):
     batch_invariant: bool | None = None  # declared (core.kernel.BITWISE_DECLARATIONS); None: undeclared
     deterministic: bool | None = None
     quantization: QuantizationEntry | None = None  # the quantized-output kinds' declaration (core.kernel.Quantization)
+    compiles_per_width: bool = False  # ci/dev runs drew its widths from a palette (core.kernel.Kernel)
     description: str = ""
     capabilities: Capabilities | None = None
 

@@ -19,6 +19,7 @@ from core.results import ReductionCheck
 from proofs import error_model
 from proofs.claims import CLAIMS
 from properties.bounds import tolerance
+from properties.draws import strategies
 from properties.run import profiles
 from properties.run.selection import kernel_of
 
@@ -104,6 +105,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             kernels = [k for k in metafunc.config._normverify_kernels if k.kind in taken]
             if kernels:
                 metafunc.parametrize(fixture, kernels, ids=[k.name for k in kernels])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A kernel that declares ``compiles_per_width`` draws its widths from the palette
+    (properties.draws.strategies.WIDTH_PALETTE) under every profile but thorough."""
+    kernel = kernel_of(item)
+    palette = (kernel is not None and kernel.compiles_per_width
+               and getattr(item.config, "_normverify_profile", "ci") != "thorough")
+    with strategies.palette_widths_only(palette):
+        return (yield)
 
 
 def _wants_a_kernel(item: pytest.Item) -> bool:

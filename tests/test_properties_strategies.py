@@ -41,6 +41,30 @@ def test_widths_cover_small_primes_powers_of_two_with_neighbours_vector_tails_an
     assert 0 < large < 0.3, "large widths must be drawn, and rarely"
 
 
+def test_a_kernel_that_compiles_per_width_draws_its_widths_from_the_palette():
+    """core.kernel.Kernel.compiles_per_width: inside palette_widths_only, widths() draws every palette width and no
+    other; outside, the other candidates too; the palette keeps each kind of edge."""
+    candidates = strategies.all_width_candidates()
+    assert set(strategies.WIDTH_PALETTE) <= set(candidates)
+    assert {1, 2, 3, 7, 8, 17, 256, 257, 520, 1032, 3072, 4097, 8191} <= set(strategies.WIDTH_PALETTE)
+
+    def drawn_widths(palette: bool) -> set[int]:
+        seen: set[int] = set()
+
+        @settings(max_examples=400, derandomize=True, database=None)
+        @given(st.data())
+        def draw(data):
+            with strategies.palette_widths_only(palette):
+                seen.add(data.draw(strategies.widths()))
+
+        draw()
+        return seen
+
+    assert drawn_widths(True) == set(strategies.WIDTH_PALETTE)
+    assert drawn_widths(False) - set(strategies.WIDTH_PALETTE), "all candidates outside the palette's context"
+    assert strategies.width_candidates() == candidates
+
+
 @settings(max_examples=50, derandomize=True, database=None)
 @given(d=st.sampled_from([1, 7, 64]), ratio=st.sampled_from([0.0, 1e2, -1e4]), scale=st.sampled_from([1e-3, 1.0]),
        data=st.data())

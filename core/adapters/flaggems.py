@@ -71,7 +71,7 @@ def _load_layernorm() -> list[Kernel]:
 
     return [Kernel("flaggems-layernorm", "layernorm", layernorm, spec="flaggems-layernorm",
                    description="FlagGems layer_norm + layer_norm_backward (Triton), as aten's native_layer_norm",
-                   on_cuda=COMPILED_TRITON)]
+                   on_cuda=COMPILED_TRITON, compiles_per_width=True)]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -82,7 +82,7 @@ def _load_rmsnorm() -> list[Kernel]:
 
     return [Kernel("flaggems-rmsnorm", "rmsnorm", rmsnorm, spec="flaggems-rmsnorm",
                    description="FlagGems rms_norm (Triton autograd.Function RmsNorm)",
-                   on_cuda=COMPILED_TRITON)]
+                   on_cuda=COMPILED_TRITON, compiles_per_width=True)]
 
 
 BUILTINS = [

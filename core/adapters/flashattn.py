@@ -60,7 +60,8 @@ def _load_layernorm() -> list[Kernel]:
         return layer_norm_fn(x, weight_or_ones(weight, x), bias, eps=eps)
 
     return [Kernel("flash-attn-layernorm", "layernorm", layernorm, spec="flash-attn-layernorm",
-                   description="flash-attention layer_norm_fn (Triton)", on_cuda=COMPILED_TRITON)]
+                   description="flash-attention layer_norm_fn (Triton)", on_cuda=COMPILED_TRITON,
+                   compiles_per_width=True)]
 
 
 def _load_rmsnorm() -> list[Kernel]:
@@ -70,7 +71,8 @@ def _load_rmsnorm() -> list[Kernel]:
         return rms_norm_fn(x, weight_or_ones(weight, x), None, eps=eps)
 
     return [Kernel("flash-attn-rmsnorm", "rmsnorm", rmsnorm, spec="flash-attn-rmsnorm",
-                   description="flash-attention rms_norm_fn (Triton)", on_cuda=COMPILED_TRITON)]
+                   description="flash-attention rms_norm_fn (Triton)", on_cuda=COMPILED_TRITON,
+                   compiles_per_width=True)]
 
 
 def _load_fused() -> list[Kernel]:
@@ -90,7 +92,8 @@ def _load_fused() -> list[Kernel]:
                                         dropout_p=p, prenorm=True)
 
     return [Kernel(f"flash-attn-fused:{kind}", kind, fn, spec="flash-attn-fused", residual_dtype="float32",
-                   description=f"flash-attention {name}(..., residual=residual.float(), prenorm=True)")
+                   description=f"flash-attention {name}(..., residual=residual.float(), prenorm=True)",
+                   on_cuda=COMPILED_TRITON, compiles_per_width=True)
             for kind, fn, name in (("add_layernorm", add_layernorm, "layer_norm_fn"),
                                    ("add_rmsnorm", add_rmsnorm, "rms_norm_fn"),
                                    ("dropout_add_layernorm", dropout_add_layernorm, "layer_norm_fn(dropout_p=p)"))]

@@ -39,10 +39,10 @@ def _load(spec: str, compile: bool) -> list[Kernel]:
                                      compile=compile, description=how.format("LayerNorm")),
             # eager nn.LayerNorm is aten.native_layer_norm; Inductor's decomposition (torch/_refs) casts mean and
             # rstd to the input dtype on the CPU too (docs/findings.md [F])
-            **{**LAYER_NORM, "on_cuda": LAYER_NORM["on_cuda"] + flushes}),
+            **{**LAYER_NORM, "on_cuda": LAYER_NORM["on_cuda"] + flushes}, compiles_per_width=compile),
         dataclasses.replace(
             kernel_from_module_class(torch.nn.RMSNorm, spec, "rmsnorm", name=f"{spec}:rmsnorm", compile=compile,
-                                     description=how.format("RMSNorm")), on_cuda=flushes),
+                                     description=how.format("RMSNorm")), on_cuda=flushes, compiles_per_width=compile),
     ]
 
 

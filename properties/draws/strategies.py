@@ -12,9 +12,11 @@ offset and scale, weights, eps, dtype and the seed.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -54,6 +56,13 @@ MAX_OFFSET_RATIO = {torch.float32: 1e4, torch.float64: 1e4, torch.float16: 1e3, 
 ONE_ULP_MAX_OFFSET_RATIO = MAX_OFFSET_RATIO[torch.float32]
 STRUCTURED_REACH = math.sqrt(1.5) - 1
 DISTRIBUTIONS = ("normal", "uniform", "sparse", "integers", "spike")
+# The widths drawn for a kernel that declares ``compiles_per_width`` (core.kernel.Kernel: every new d costs it a JIT
+# specialization, an autotuning or an Inductor recompile) in the ci and dev profiles: 18 of the 64 candidates, the
+# edges each kind of candidate stands for (d = 1 to 3, small odd, 2^k and 2^k +- 1, 2^k +- 8, 3 2^k, one past a
+# block of 4096), so that its conformance run compiles a few widths per dtype instead of every one; the thorough
+# profile draws all. Explicit widths (WIDE_ROWS, model widths, many rows) are drawn as for every kernel.
+WIDTH_PALETTE = (1, 2, 3, 7, 8, 17, 31, 64, 65, 127, 256, 257, 520, 1023, 1032, 3072, 4097, 8191)
+_palette_only = contextvars.ContextVar("palette_only", default=False)
 
 
 def powers_of_two_and_neighbours(limit: int) -> tuple[int, ...]:
@@ -75,12 +84,30 @@ def three_times_powers_of_two(limit: int) -> tuple[int, ...]:
     return tuple(3 * 2**k for k in range(5, limit.bit_length()) if 3 * 2**k <= limit)
 
 
-def width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
+def all_width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
     """1, 2, 3, small primes, powers of two and their neighbours, :func:`vector_tail_widths` and
     :func:`three_times_powers_of_two` up to ``max_width``, ascending."""
     return sorted(w for w in set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width)
                                  + vector_tail_widths(max_width) + three_times_powers_of_two(max_width))
                   if w <= max_width)
+
+
+def width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
+    """The widths drawn: :func:`all_width_candidates`, only those of :data:`WIDTH_PALETTE` inside
+    :func:`palette_widths_only`."""
+    candidates = all_width_candidates(max_width)
+    return [w for w in candidates if w in WIDTH_PALETTE] if _palette_only.get() else candidates
+
+
+@contextlib.contextmanager
+def palette_widths_only(active: bool = True) -> Iterator[None]:
+    """Inside, :func:`width_candidates` (and so :func:`widths`) keeps the widths of :data:`WIDTH_PALETTE` (``active``;
+    otherwise all): set around each test of a kernel that declares ``compiles_per_width`` (properties.plugin)."""
+    token = _palette_only.set(active)
+    try:
+        yield
+    finally:
+        _palette_only.reset(token)
 
 
 def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchStrategy[int]:
@@ -416,7 +443,7 @@ def backward_width_limit(kernel: Kernel, dtype: torch.dtype, model: str) -> int:
     at a few dozen (bfloat16) or about a thousand (float16) columns."""
     if kernel.backward_precision != "storage" or dtype not in (torch.float16, torch.bfloat16):
         return CI_MAX_WIDTH
-    for d in reversed(width_candidates()):
+    for d in reversed(all_width_candidates()):
         x = rounded(standard_values((4, d), "normal", d), dtype, HOST)
         if tolerance.backward_covered(kernel, x, 1e-5, model):
             return d

@@ -40,6 +40,9 @@ def _kernels(column: Column) -> str:
             text += f", declared reduction: {kernel.reduction.source or kernel.reduction.model_dump()}"
         if kernel.output_dtype != "input" or kernel.parameter_dtypes != "any":
             text += f", declared output dtype {kernel.output_dtype!r}, parameter dtypes {kernel.parameter_dtypes!r}"
+        if kernel.compiles_per_width:
+            text += (", compiles per width: ci and dev runs draw its widths from the palette of 18 "
+                     "(properties.draws.strategies.WIDTH_PALETTE)")
         caps = kernel.capabilities or Capabilities()
         if caps.backward is False:
             text += ", no backward"
