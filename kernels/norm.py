@@ -259,7 +259,8 @@ def _norm_backward_input(
     dx needs, once for dx. With ROW_COEFFS only the first read is done here and the coefficients stored, so that
     the second read (by _norm_backward_columns) also sums dgamma/dbeta.
 
-    Launch (kernels.rows.launch_config): BLOCK its backward_block, num_warps rows.backward_num_warps; grid
+    Launch (kernels.rows.launch_config): BLOCK its rms_ or layernorm_backward_block, num_warps
+    rows.backward_num_warps; grid
     (min(n, 4 x SMs),), one program per SM for a block wider than 8192 (rows.persistent_programs).
     """
     program = tl.program_id(0)
@@ -507,7 +508,7 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
 
     element_size = x2.element_size()
     config = rows.config_for(n_cols, element_size, device)
-    block = block or config.backward_block
+    block = block or (config.rms_backward_block if rms else config.layernorm_backward_block)
     weight = None if weight is None else weight.contiguous()
     single_block = n_cols <= block
     need_params = need_dw or need_db

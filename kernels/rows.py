@@ -32,12 +32,15 @@ MAX_BLOCK = 8192
 # bytes there, so it keeps MAX_BLOCK (scripts/register_use.py prints these counts).
 FORWARD_MAX_BLOCK = 16384
 # Widest column block of the backward's row kernel (kernels/norm.py _norm_backward_input), whose row of one block is
-# read once (x, dy, gamma and the program's dgamma/dbeta accumulators held); wider rows read x and dy twice.
-# Liger-Kernel's RMSNorm backward, one block of 16384, measured 99% of the copy roofline on an H100 where ours with
-# two reads had 69% (docs/kernels.md). At 16384 the row kernel gets 32 warps (:func:`backward_num_warps`): 64
-# registers a thread and 0.2-0.6 KB of spills, against 2.1-3.3 KB with 16 warps (scripts/register_use.py);
-# scripts/launch_sweep.py --backward-blocks measures one read against two.
-BACKWARD_MAX_BLOCK = 16384
+# read once (x, dy, gamma and the program's dgamma/dbeta accumulators held); wider rows read x and dy twice. Measured
+# on an H100 (docs/kernels.md, 16384 rows, d = 16384, one block of 32 warps against two reads of 8192): RMSNorm
+# forward + backward 1135 us against 1591 in bfloat16 (Liger-Kernel's single read: 1131), 2104 against 2688 in
+# float32; LayerNorm, which also holds the mean, c_one and a dbeta accumulator, 1891 against 1729 in bfloat16 and
+# 3050 against 2971 in float32: slower, so LayerNorm keeps MAX_BLOCK. At 16384 the row kernel gets 32 warps
+# (:func:`backward_num_warps`): 64 registers a thread and 0.2-0.6 KB of spills, against 2.1-3.3 KB with 16 warps
+# (scripts/register_use.py); scripts/launch_sweep.py --backward-blocks measures other caps.
+RMS_BACKWARD_MAX_BLOCK = 16384
+LAYERNORM_BACKWARD_MAX_BLOCK = MAX_BLOCK
 # Programs per streaming multiprocessor for persistent (row-looping) kernels on CUDA.
 PROGRAMS_PER_SM = 4
 # Persistent programs under the interpreter: it runs them one after the other, so this only sizes
@@ -232,7 +235,8 @@ class LaunchConfig:
 
     block: int  # columns a row program holds at once: next_pow2(d), at most MAX_BLOCK
     forward_block: int  # columns the plain forward's program holds at once: next_pow2(d), at most FORWARD_MAX_BLOCK
-    backward_block: int  # columns the backward's row program holds at once: next_pow2(d), at most BACKWARD_MAX_BLOCK
+    rms_backward_block: int  # columns RMSNorm's backward row program holds: next_pow2(d), <= RMS_BACKWARD_MAX_BLOCK
+    layernorm_backward_block: int  # LayerNorm's: next_pow2(d), at most LAYERNORM_BACKWARD_MAX_BLOCK
     num_warps: int  # of a row program: block * element size / 1024 (32 bytes of a block per thread), 1..16
     single_block: bool  # d <= block: the fused forward's row is read once, kept in registers
     sum_rows: int  # rows of a tile of the column kernels (dgamma, dbeta; dx of rows wider than a block)
@@ -244,8 +248,9 @@ def launch_config(n_cols: int, element_size: int, device_type: str, sms: int) ->
     """The launch rule, by width d and the inputs' element size s (bytes):
 
     * row programs (fused forward): ``block = min(next_pow2(d), MAX_BLOCK)`` columns at a time; the plain forward
-      ``forward_block = min(next_pow2(d), FORWARD_MAX_BLOCK)``, the backward ``backward_block = min(next_pow2(d),
-      BACKWARD_MAX_BLOCK)``; the row read once when it fits;
+      ``forward_block = min(next_pow2(d), FORWARD_MAX_BLOCK)``, the backward's ``min(next_pow2(d),
+      RMS_BACKWARD_MAX_BLOCK)`` (RMSNorm) or ``LAYERNORM_BACKWARD_MAX_BLOCK`` (LayerNorm); the row read once when it
+      fits;
       ``num_warps = clamp(block * s / 1024, 1, 16)``: each thread holds 32 bytes of a block (of the plain forward's
       16384 columns, up to 64), two 16-byte vector loads (float32: 8 values, 16-bit: 16 values). That is tutorial
       05's block / 256 for float32; for 16-bit storage, half as many warps (at d = 4096: 8, Liger-Kernel's choice,
@@ -259,7 +264,8 @@ def launch_config(n_cols: int, element_size: int, device_type: str, sms: int) ->
     cuda_cols = min(max(_prev_power_of_2(max(n_cols // sms, 1)), 32), 256)
     sum_cols = cuda_cols if device_type == "cuda" else min(block, 4096)
     return LaunchConfig(block=block, forward_block=block_size(n_cols, FORWARD_MAX_BLOCK),
-                        backward_block=block_size(n_cols, BACKWARD_MAX_BLOCK),
+                        rms_backward_block=block_size(n_cols, RMS_BACKWARD_MAX_BLOCK),
+                        layernorm_backward_block=block_size(n_cols, LAYERNORM_BACKWARD_MAX_BLOCK),
                         num_warps=num_warps(block, element_size), single_block=n_cols <= block, sum_rows=16,
                         sum_cols=sum_cols)
 
@@ -292,8 +298,8 @@ def _prev_power_of_2(n: int) -> int:
 
 def block_size(n_cols: int, cap: int = MAX_BLOCK) -> int:
     """Column block of a program: the whole row when it fits in ``cap`` (:data:`MAX_BLOCK`,
-    :data:`FORWARD_MAX_BLOCK` for the forward, :data:`BACKWARD_MAX_BLOCK` for the backward), else loop over blocks of
-    ``cap``."""
+    :data:`FORWARD_MAX_BLOCK` for the forward, :data:`RMS_BACKWARD_MAX_BLOCK` or :data:`LAYERNORM_BACKWARD_MAX_BLOCK`
+    for the backward), else loop over blocks of ``cap``."""
     return min(triton.next_power_of_2(n_cols), cap)
 
 
@@ -325,6 +331,6 @@ def persistent_programs(n_rows: int, device: torch.device, block: int = MAX_BLOC
     """How many programs loop over the rows of a backward pass of column block ``block`` (each keeps one partial sum
     of dgamma/dbeta): :func:`device_programs`, but one per SM on CUDA for a block wider than :data:`MAX_BLOCK`,
     whose program of 32 warps at 64 registers a thread fills an SM's 65536 registers, so that more programs would
-    only add rows to the partial sums (69 MB of them for LayerNorm at d = 16384 with 4 per SM)."""
+    only add rows to the partial sums (35 MB of them for RMSNorm at d = 16384 with 4 per SM)."""
     programs = sm_count(device) if device.type == "cuda" and block > MAX_BLOCK else device_programs(device)
     return max(1, min(n_rows, programs))

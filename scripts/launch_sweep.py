@@ -11,9 +11,10 @@ with each number of warps for every row program (the forward's; with the backwar
 (kernels.bench.measure, a CUDA graph of the call replayed; its error against torch in float32 checked), beside
 torch's and Liger-Kernel's (when installed). One CSV row per measurement (kernels.bench.Measurement's fields, the
 provider ``ours-wN`` for N warps; ``ours-bB-wN`` with the forward's column block B, ``ours-bwdB-wN`` with the
-backward's cap B, kernels.rows.BACKWARD_MAX_BLOCK), and a summary per case: the rule's warps, the fastest warps, and
-ours over the best other at both. The kernels are compiled first in parallel processes (Triton compiles one at a
-time per process). Without CUDA, ``--dry-run`` runs it on the CPU through the interpreter (numbers meaningless).
+backward's cap B, kernels.rows.RMS_/LAYERNORM_BACKWARD_MAX_BLOCK), and a summary per case: the rule's warps, the
+fastest warps, and ours over the best other at both. The kernels are compiled first in parallel processes (Triton
+compiles one at a time per process). Without CUDA, ``--dry-run`` runs it on the CPU through the interpreter
+(numbers meaningless).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _ours(kind: str, warps: int, block: int | None = None, backward_block: int |
     """Our kernels with every row program launched with ``warps`` warps (kernels.rows.num_warps replaced); with
     ``block``, the forward's column block too: the forward kernel called directly (kernels.norm.forward,
     kernels.fused_norm.forward; no autograd), so forward only; with ``backward_block``, the backward's cap
-    (kernels.rows.BACKWARD_MAX_BLOCK replaced, the launch configurations recomputed)."""
+    (kernels.rows.RMS_BACKWARD_MAX_BLOCK and LAYERNORM_BACKWARD_MAX_BLOCK replaced, the launch configurations
+    recomputed)."""
     if block is None:
         ours = bench.providers(kind)["ours"]
     else:
@@ -54,21 +56,22 @@ def _ours(kind: str, warps: int, block: int | None = None, backward_block: int |
                 return norm.forward(x, w, None if rms else b, eps, rms=rms, block=block)[0]
 
     def call(x, r, w, b):
-        rules, cap = (rows.num_warps, rows.backward_num_warps), rows.BACKWARD_MAX_BLOCK
+        rules, caps = (rows.num_warps, rows.backward_num_warps), (rows.RMS_BACKWARD_MAX_BLOCK,
+                                                                  rows.LAYERNORM_BACKWARD_MAX_BLOCK)
         rows.num_warps = rows.backward_num_warps = lambda block, element_size: warps
         if backward_block is not None:
-            _set_backward_cap(backward_block)
+            _set_backward_caps(backward_block, backward_block)
         try:
             return ours(x, r, w, b)
         finally:
             rows.num_warps, rows.backward_num_warps = rules
             if backward_block is not None:
-                _set_backward_cap(cap)
+                _set_backward_caps(*caps)
     return call
 
 
-def _set_backward_cap(cap: int) -> None:
-    rows.BACKWARD_MAX_BLOCK = cap
+def _set_backward_caps(rms: int, layernorm: int) -> None:
+    rows.RMS_BACKWARD_MAX_BLOCK, rows.LAYERNORM_BACKWARD_MAX_BLOCK = rms, layernorm
     rows.launch_config.cache_clear()
     rows._configs.clear()
 
@@ -113,8 +116,9 @@ def _case(kind: str, mode: str, dtype_name: str, n: int, d: int, others: dict, w
         block = rows.block_size(d, rows.FORWARD_MAX_BLOCK)
         rule = f"ours-b{block}-w{rows.num_warps(block, element_size)}"
     elif backward_blocks:
-        block = rows.block_size(d, rows.BACKWARD_MAX_BLOCK)
-        rule = f"ours-bwd{rows.BACKWARD_MAX_BLOCK}-w{rows.backward_num_warps(block, element_size)}"
+        cap = rows.RMS_BACKWARD_MAX_BLOCK if kind.endswith("rmsnorm") else rows.LAYERNORM_BACKWARD_MAX_BLOCK
+        block = rows.block_size(d, cap)
+        rule = f"ours-bwd{cap}-w{rows.backward_num_warps(block, element_size)}"
     else:
         rule = f"ours-w{rows.num_warps(rows.block_size(d), element_size)}"
     return (f"{kind:<13} {mode:<16} {dtype_name:<8} n={n:<5} d={d:<5} the rule ({rule}): "

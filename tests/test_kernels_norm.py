@@ -297,11 +297,12 @@ def test_these_tolerances_reject_a_one_pass_variance():
     (12288, 2, 8192, 16384, 16, 64), (16384, 4, 8192, 16384, 16, 64), (65536, 2, 8192, 16384, 16, 256)])
 def test_launch_configuration_on_an_h100_follows_the_stated_rule(d, element_size, block, wide_block, warps,
                                                                  sum_cols):
-    """block = min(next_pow2(d), 8192), the plain forward's and the backward's min(next_pow2(d), 16384); warps =
-    clamp(block * s / 1024, 1, 16): 32 bytes of a block per thread."""
+    """block = min(next_pow2(d), 8192), the plain forward's and RMSNorm's backward's min(next_pow2(d), 16384),
+    LayerNorm's backward's 8192; warps = clamp(block * s / 1024, 1, 16): 32 bytes of a block per thread."""
     config = rows.launch_config(d, element_size, "cuda", 132)
-    assert (config.block, config.forward_block, config.backward_block, config.num_warps, config.single_block,
-            config.sum_rows, config.sum_cols) == (block, wide_block, wide_block, warps, d <= 8192, 16, sum_cols)
+    assert (config.block, config.forward_block, config.rms_backward_block, config.layernorm_backward_block,
+            config.num_warps, config.single_block, config.sum_rows, config.sum_cols) == (
+        block, wide_block, wide_block, block, warps, d <= 8192, 16, sum_cols)
 
 
 def test_our_first_cpu_launch_enables_the_interpreter():
