@@ -54,7 +54,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="run the plumbing on the CPU: two built-ins, three claims, one worker, no CUDA needed")
     parser.add_argument("--deadline", type=float, default=500.0, help="seconds for everything (default 500)")
     parser.add_argument("--bench-seconds", type=float, default=BENCH_S,
-                        help=f"seconds kept for the benchmark after the conformance runs (default {BENCH_S})")
+                        help=f"seconds kept for the benchmark after the conformance runs (default {BENCH_S}; 0: no "
+                             "benchmark)")
     parser.add_argument("--only", default="", metavar="GLOBS",
                         help="only the built-ins (and corpus kernels, by path) matching these comma-separated "
                              "globs (e.g. 'flash-attn-*,flaggems-*' for a call of their own)")
@@ -284,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]
     bench += args.bench_args.split()
-    steps.update(run_steps({"bench": (bench, work / "bench.log")}, end - PACK_S))
+    if args.bench_seconds > 0:
+        steps.update(run_steps({"bench": (bench, work / "bench.log")}, end - PACK_S))
     lines = summary_lines(results, steps, mode, kernels)
     bench_csv = work / "bench.csv"
     if bench_csv.exists():
