@@ -113,21 +113,30 @@ def _check_norm_inputs(op: str, x: torch.Tensor, weight: torch.Tensor | None, bi
     rows.check_param(op, "bias", bias, x)
 
 
+_NORM_APPLY = rows.c_apply(_NormFunction)
+
+
+def _norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+          rms: bool) -> torch.Tensor:
+    mode = rows.graph_mode(x, weight, bias)
+    if mode == rows.NO_GRAPH:
+        return norm.forward(x, weight, bias, eps, rms=rms)[0]
+    if mode == rows.RECORD:
+        return _NORM_APPLY(x, weight, bias, eps, rms)
+    return _NormFunction.apply(x, weight, bias, eps, rms)
+
+
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension: weight * (x - mean) / sqrt(var + eps) + bias (population var)."""
     _check_norm_inputs("layer_norm", x, weight, bias)
-    if rows.records_no_graph(x, weight, bias):
-        return norm.forward(x, weight, bias, eps, rms=False)[0]
-    return rows.autograd_apply(_NormFunction, x, weight, bias, eps, False)
+    return _norm(x, weight, bias, eps, False)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension: weight * x / sqrt(mean(x^2) + eps)."""
     _check_norm_inputs("rms_norm", x, weight, None)
-    if rows.records_no_graph(x, weight):
-        return norm.forward(x, weight, None, eps, rms=True)[0]
-    return rows.autograd_apply(_NormFunction, x, weight, None, eps, True)
+    return _norm(x, weight, None, eps, True)
 
 
 class _DropoutFunction(torch.autograd.Function):

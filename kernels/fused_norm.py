@@ -184,6 +184,9 @@ class _AddNormFunction(torch.autograd.Function):
         return (dx.to(x_dtype), total.to(residual_dtype), dweight, dbias, None, None, None, None, None)
 
 
+_ADD_NORM_APPLY = rows.c_apply(_AddNormFunction)
+
+
 def _residual_dtype(residual: torch.Tensor, residual_in_fp32: bool) -> torch.dtype:
     return torch.float32 if residual_in_fp32 else residual.dtype
 
@@ -191,10 +194,12 @@ def _residual_dtype(residual: torch.Tensor, residual_in_fp32: bool) -> torch.dty
 def _add_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
               eps: float, rms: bool, residual_in_fp32: bool, p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, residual_out): through :class:`_AddNormFunction` when autograd records, else the forward kernel alone."""
-    if rows.records_no_graph(x, residual, weight, bias):
+    mode = rows.graph_mode(x, residual, weight, bias)
+    if mode == rows.NO_GRAPH:
         residual_dtype = _residual_dtype(residual, residual_in_fp32)
         return forward(x, residual, weight, bias, eps, rms=rms, residual_dtype=residual_dtype, p=p, seed=seed)[:2]
-    return rows.autograd_apply(_AddNormFunction, x, residual, weight, bias, eps, rms, residual_in_fp32, p, seed)
+    apply = _ADD_NORM_APPLY if mode == rows.RECORD else _AddNormFunction.apply
+    return apply(x, residual, weight, bias, eps, rms, residual_in_fp32, p, seed)
 
 
 def _check_inputs(op: str, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,

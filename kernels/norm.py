@@ -460,8 +460,9 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
     mean = None if rms else x2.new_empty(n_rows, dtype=torch.float32)
     rstd = x2.new_empty(n_rows, dtype=torch.float32)
     if n_rows and n_cols:
-        block = block or rows.config_for(n_cols, x2.element_size(), x2.device).forward_block
-        warps = rows.num_warps(block, x2.element_size())
+        element_size = x2.element_size()
+        block = block or rows.config_for(n_cols, element_size, x2.device).forward_block
+        warps = rows.num_warps(block, element_size)
         weight = None if weight is None else weight.contiguous()
         bias = None if bias is None else bias.contiguous()
         rows.launch(

@@ -124,17 +124,32 @@ def autograd_apply(function: type[torch.autograd.Function], *args):
     return _C_APPLY.__get__(None, function)(*args)
 
 
-def records_no_graph(*tensors: torch.Tensor | None) -> bool:
-    """True when an autograd Function applied to ``tensors`` would record nothing: grad mode off or none of them
-    requiring grad, no functorch transform active and no functorch wrapper among them. Then the kernels are called
-    directly (inference), without the Function's ~3.5 us."""
+#: What an autograd Function applied to some tensors would do (:func:`graph_mode`).
+NO_GRAPH, RECORD, FUNCTORCH = "no graph", "record", "functorch"
+
+
+def graph_mode(*tensors: torch.Tensor | None) -> str:
+    """:data:`NO_GRAPH` when a Function applied to ``tensors`` would record nothing (grad mode off or none of them
+    requiring grad): the kernels are then called directly (inference), without the Function's ~3.5 us;
+    :data:`FUNCTORCH` when a functorch transform is active or one of them is a functorch wrapper: ``Function.apply``
+    then, unchanged; else :data:`RECORD`: the Function's C ``apply`` (:func:`c_apply`), which records the graph."""
     if _transforms_active():
-        return False
+        return FUNCTORCH
     grad_mode = torch.is_grad_enabled()
-    for t in tensors:  # noqa: SIM110 (a loop, not all() over a generator: cheaper on this per-call path)
-        if t is not None and ((grad_mode and t.requires_grad) or _is_functorch_wrapped(t)):
-            return False
-    return True
+    mode = NO_GRAPH
+    for t in tensors:
+        if t is not None:
+            if _is_functorch_wrapped(t):
+                return FUNCTORCH
+            if grad_mode and t.requires_grad:
+                mode = RECORD
+    return mode
+
+
+def c_apply(function: type[torch.autograd.Function]):
+    """``function``'s apply below the Python layer of ``Function.apply`` (~2.5 us, functorch's work only), bound
+    once: for :data:`RECORD` calls (:func:`graph_mode`)."""
+    return _C_APPLY.__get__(None, function)
 
 
 def launch(kernel: JITFunction, grid: tuple[int, ...], *args, **meta) -> None:
