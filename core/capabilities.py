@@ -17,6 +17,9 @@ Discovered once per kernel (cached), unless declared on the :class:`~core.regist
   A mix whose probe raises (torch's CPU ``layer_norm``: "mixed dtype (CPU): expect parameter to have scalar type
   of Float") is refused: not checked, with the reason in :attr:`Capabilities.not_tested`, never a pass; a mix that
   computes is checked like any other input (wrong values or output dtype fail its claims);
+- ``residual_mixes``: the residual dtype mixes (:data:`RESIDUAL_MIXES`: a float32 residual stream beside 16-bit x) a
+  kind with a residual takes, probed like the parameter mixes: refused ones are not checked, with the reason in
+  :attr:`Capabilities.not_tested`;
 - ``backward``: the output has a ``grad_fn``. A forward-only kernel (no ``grad_fn``) has no backward and
   its gradient claims are skipped with ``backward_reason``; a backward that exists but raises or gives
   NaN/inf is checked like any other, so its claims end in ``error``/``failed`` (``backward_fault`` says
@@ -45,6 +48,9 @@ PROBED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (x's dtype, weight's and bias' dtype): autocast / mixed-precision training, and 16-bit weights in float32 inference
 PARAMETER_MIXES = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float16),
                    (torch.float32, torch.bfloat16))
+# (x's dtype, the residual's dtype): a residual stream kept in float32 beside a 16-bit branch (Megatron's
+# fp32_residual_connection, vLLM and flash-attention's residual_in_fp32 callers)
+RESIDUAL_MIXES = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32))
 _PROBE_SHAPE = (2, 8)  # [rows, d]; [N, C] for GroupNorm and BatchNorm
 _INSTANCE_PROBE_SHAPE = (2, 4, 2)  # [N, C, S]: InstanceNorm needs two spatial elements in training mode
 _PROBE_TIMEOUT_S = guard.DEFAULT_TIMEOUT_S  # NORMVERIFY_CALL_TIMEOUT, normverify run --timeout
@@ -64,7 +70,8 @@ class Capabilities:
     faults: dict[str, guard.KernelFault] = field(default_factory=dict)  # dtype name -> the probe's fault
     backward_fault: str = ""
     mixes: tuple[tuple[torch.dtype, torch.dtype], ...] = ()
-    mix_reasons: dict[str, str] = field(default_factory=dict)  # mix_name -> why it is not checked
+    mix_reasons: dict[str, str] = field(default_factory=dict)  # mix_name, residual_mix_name -> why not checked
+    residual_mixes: tuple[tuple[torch.dtype, torch.dtype], ...] = ()
     # a kind with a residual: why the kernel does not take residual=None (a first layer's call), '' when it does;
     # None for the kinds without one
     residual_none_reason: str | None = None
@@ -113,6 +120,11 @@ def dtype_name(dtype: torch.dtype) -> str:
 def mix_name(x_dtype: torch.dtype, parameter_dtype: torch.dtype) -> str:
     """``(float16, float32)`` -> ``"float16 x, float32 weight/bias"``."""
     return f"{dtype_name(x_dtype)} x, {dtype_name(parameter_dtype)} weight/bias"
+
+
+def residual_mix_name(x_dtype: torch.dtype, residual_dtype: torch.dtype) -> str:
+    """``(bfloat16, float32)`` -> ``"bfloat16 x, float32 residual"``."""
+    return f"{dtype_name(x_dtype)} x, {dtype_name(residual_dtype)} residual"
 
 
 def probe_arguments(kernel: Kernel, x: torch.Tensor, parameter_dtype: torch.dtype | None = None) -> tuple:
@@ -232,6 +244,32 @@ def _mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str) -> tupl
     return tuple(taken), reasons
 
 
+def _residual_mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str) -> tuple[tuple, dict[str, str]]:
+    """(the residual dtype mixes a kind with a residual takes, {residual_mix_name: why not} for the others): as
+    :func:`_mixes`, the probe's residual in the mix's dtype; x dtypes not among ``dtypes`` are neither."""
+    record = kernel.record
+    if not record.has_residual:
+        return (), {}
+    taken, reasons = [], {}
+    for x_dtype, residual_dtype in RESIDUAL_MIXES:
+        if x_dtype not in dtypes:
+            continue
+        if record.dropout or record.quantized:
+            reasons[residual_mix_name(x_dtype, residual_dtype)] = (
+                "not drawn: the residual dtype mixes are drawn for add_layernorm and add_rmsnorm")
+            continue
+        x = _probe_input(kernel, x_dtype, device)
+        arguments = list(probe_arguments(kernel, x))
+        at = record.signature.index("residual")
+        arguments[at] = arguments[at].to(residual_dtype)
+        try:
+            guard.limited(kernel, lambda arguments=arguments: kernel.fn(*arguments), timeout=_PROBE_TIMEOUT_S)
+            taken.append((x_dtype, residual_dtype))
+        except guard.KernelFault as fault:
+            reasons[residual_mix_name(x_dtype, residual_dtype)] = f"refused: {fault}"
+    return tuple(taken), reasons
+
+
 def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
     """Why the kernel cannot compute in ``dtype`` on ``device`` ('' when it can)."""
     fault = _forward_fault(kernel, dtype, device)
@@ -323,10 +361,12 @@ def discover(kernel: Kernel) -> Capabilities:
     probe_dtype = torch.float32 if torch.float32 in working else (working or [*dtypes, torch.float32])[0]
     backward_reason, double_reason, backward_fault = _backward_problems(kernel, probe_dtype, device)
     mixes, mix_reasons = _mixes(kernel, dtypes, device)
+    residual_mixes, residual_mix_reasons = _residual_mixes(kernel, dtypes, device)
     return Capabilities(device=device, dtypes=dtypes, backward=not backward_reason,
                         double_backward=not double_reason, backward_reason=backward_reason,
                         double_backward_reason=double_reason, dtype_reasons=reasons, faults=faults,
-                        backward_fault=backward_fault, mixes=mixes, mix_reasons=mix_reasons,
+                        backward_fault=backward_fault, mixes=mixes,
+                        mix_reasons={**mix_reasons, **residual_mix_reasons}, residual_mixes=residual_mixes,
                         residual_none_reason=_residual_none_problem(kernel, probe_dtype, device))
 
 

@@ -22,6 +22,7 @@ from properties.checks.fused import (
     check_empty_batch,
     check_forward,
     check_forward_after_an_in_place_update,
+    check_forward_beside_a_float32_residual,
     check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
@@ -29,7 +30,13 @@ from properties.checks.fused import (
     check_residual_out,
     check_vjp,
 )
-from properties.draws.fused_strategies import BATCHES, add_norm_examples, row_zero_changed
+from properties.draws.fused_strategies import (
+    BATCHES,
+    add_norm_examples,
+    over_residual_mixes,
+    residual_mix_examples,
+    row_zero_changed,
+)
 from properties.draws.strategies import (
     WIDE_ROWS,
     mixed_parameter_examples,
@@ -58,6 +65,17 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
     dtype (x's, torch's), the norm of residual_out within the bound of the dtypes received."""
     example = data.draw(mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, ndims=BATCHES), "example")
     evidence.check(check_forward_with_parameter_dtypes, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@over_residual_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_beside_a_float32_residual(add_norm_kernel, mix, data):
+    """A residual stream kept in float32 beside 16-bit x (Megatron's fp32 residual connection, residual_in_fp32
+    callers): y = N(residual_out) within the bound, in x's dtype or residual_out's (torch's promotion)."""
+    example = data.draw(residual_mix_examples(add_norm_kernel, mix, ndims=BATCHES), "example")
+    evidence.check(check_forward_beside_a_float32_residual, add_norm_kernel, example)
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")
@@ -122,6 +140,17 @@ def test_residual_out_is_the_sum_in_its_declared_dtype(add_norm_kernel, data):
     evidence.check(check_residual_out, add_norm_kernel, example)
 
 
+@pytest.mark.claim("add_ln.residual_out", "add_rms.residual_out")
+@over_residual_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_residual_out_beside_a_float32_residual(add_norm_kernel, mix, data):
+    """A float32 residual beside 16-bit x: residual_out float32 (the residual's dtype), x + residual rounded once
+    (a kernel that adds in x's dtype, or casts the residual down first, loses the stream's precision)."""
+    example = data.draw(residual_mix_examples(add_norm_kernel, mix, ndims=BATCHES), "example")
+    evidence.check(check_residual_out, add_norm_kernel, example)
+
+
 @pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
 @profiles.share(0.75)
 @given(data=st.data())
@@ -183,6 +212,18 @@ def test_both_gradients_flow_back_with_parameters_in_another_dtype(add_norm_kern
     require_backward(add_norm_kernel)
     example = mixed_parameter_examples(add_norm_kernel, mix, add_norm_examples, upstream=True, ndims=BATCHES)
     example = data.draw(example, "example")
+    evidence.check(check_vjp, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@over_residual_mixes
+@profiles.share(0.25)
+@given(data=st.data())
+def test_both_gradients_flow_back_beside_a_float32_residual(add_norm_kernel, mix, data):
+    """A float32 residual beside 16-bit x: dx in x's dtype, dresidual in float32, each J^T dy + dh within its
+    bound (a dresidual rounded through x's dtype fails)."""
+    require_backward(add_norm_kernel)
+    example = data.draw(residual_mix_examples(add_norm_kernel, mix, upstream=True, ndims=BATCHES), "example")
     evidence.check(check_vjp, add_norm_kernel, example)
 
 

@@ -171,6 +171,32 @@ def test_parameter_dtype_mixes_are_probed_or_declared_same_dtype_only():
                for m in capabilities.PARAMETER_MIXES)
 
 
+def _add_rms(name: str, refuse_a_wider_residual: bool = False) -> Kernel:
+    def fn(x, residual, weight, eps):
+        if refuse_a_wider_residual and residual.dtype != x.dtype:
+            raise TypeError("residual must have x's dtype")
+        h = x + residual
+        return F.rms_norm(h.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype), h
+
+    return Kernel(name, "add_rmsnorm", fn)
+
+
+def test_residual_dtype_mixes_are_probed_for_the_add_norm_kinds():
+    """A float32 residual beside 16-bit x (core.capabilities.RESIDUAL_MIXES): taken where the kernel computes with
+    it, refused with the kernel's error where it raises, listed as not drawn for the dropout + add kind; each mix not
+    checked is in not_tested (never dropped silently)."""
+    taken = capabilities.discover(_add_rms("add-rms-wide"))
+    assert taken.residual_mixes == capabilities.RESIDUAL_MIXES
+    refused = capabilities.discover(_add_rms("add-rms-same", refuse_a_wider_residual=True))
+    assert not refused.residual_mixes
+    assert all("residual must have x's dtype" in refused.not_tested[capabilities.residual_mix_name(*mix)]
+               for mix in capabilities.RESIDUAL_MIXES)
+    (dropout_add,) = [k for k in resolve("torch-fused") if k.kind == "dropout_add_layernorm"]
+    caps = capabilities.discover(dropout_add)
+    assert not caps.residual_mixes
+    assert "not drawn" in caps.not_tested[capabilities.residual_mix_name(torch.float16, torch.float32)]
+
+
 def test_parameter_dtype_mixes_are_probed_for_the_fused_kinds_and_groupnorm():
     """Every kind with weight and bias is probed (measured: torch's CPU group_norm takes float32 parameters beside
     16-bit x and refuses 16-bit ones beside float32 x; torch-fused's add + RMSNorm takes all four mixes)."""

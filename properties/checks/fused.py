@@ -80,6 +80,22 @@ def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: 
                      d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
+def check_forward_beside_a_float32_residual(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                            bias=None) -> None:
+    """A float32 residual stream beside 16-bit x: y in x's dtype (the output-dtype rule's) or in residual_out's
+    (torch's promotion of x + residual, then the norm of that), |y - N(residual_out)| within the forward bound."""
+    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, any_dtype=True)
+    allowed = (norms.output_dtype(kernel, x, weight), h.dtype)
+    outcome.exact(y.dtype in allowed, f"y is {dtype_name(y.dtype)} beside {dtype_name(x.dtype)} x and a "
+                  f"{dtype_name(residual.dtype)} residual", f"y must be in x's dtype or residual_out's "
+                  f"({' or '.join(sorted({dtype_name(t) for t in allowed}))})")
+    comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps, residual=residual)
+    model = f" (the declared {' and '.join(declared)} model)" if declared else ""
+    outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned beside a float32 "
+                     "residual" + model,
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+
+
 def normalized(kernel, h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     """What y normalizes: the kernel's residual_out h, or for a kernel that declares ``normalizes="float32_sum"`` the
     float32 sum x + residual (properties.bounds.tolerance.residual_sum) that h was rounded from."""

@@ -13,12 +13,13 @@ within it; an example whose derived forward bound is not finite is left out (``a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from core.boundary import HOST, host_generator
-from core.capabilities import discover
+from core.capabilities import RESIDUAL_MIXES, discover, dtype_name, residual_mix_name
 from core.registry import Kernel
 from properties import norms
 from properties.bounds import tolerance
@@ -76,9 +77,11 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
                       every_input: bool = False, residual: str | None = None,
                       dtypes: tuple[torch.dtype, ...] | None = None,
                       parameter_dtype: torch.dtype | None = None, mixed: bool = False,
-                      ndims: st.SearchStrategy[int] | None = None, n: int | None = None) -> dict:
+                      ndims: st.SearchStrategy[int] | None = None, n: int | None = None,
+                      residual_dtype: torch.dtype | None = None) -> dict:
     """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``); weight and bias in
-    ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes).
+    ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes);
+    the residual in ``residual_dtype`` (never None then), else x's dtype.
     ``ndims``: the dimensions of x and the residual (default 2; :data:`BATCHES` draws [B, S, d] as well), the rows
     spread over the leading dimensions as strategies.norm_examples spreads them; ``n`` rows (default
     strategies.row_counts).
@@ -100,7 +103,8 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
 
     x = draw(rows(d, n=n, offset=ratio(), scale=scales(dtype)))
-    form = residual or draw(st.sampled_from(RESIDUAL_FORMS + (("none",) if caps.residual_none else ())))
+    none = ("none",) if caps.residual_none and residual_dtype is None else ()
+    form = residual or draw(st.sampled_from(RESIDUAL_FORMS + none))
     if form == "cancelling":
         r = -x
     elif form == "none":
@@ -109,7 +113,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
     shape = (*draw(leading_shapes(x.shape[0], draw(ndims) if ndims is not None else 2)), d)
     example = {"x": rounded(x.reshape(shape), dtype, caps.device),
-               "residual": None if r is None else rounded(r.reshape(shape), dtype, caps.device),
+               "residual": None if r is None else rounded(r.reshape(shape), residual_dtype or dtype, caps.device),
                **_parameters(draw, kernel, d, parameters, caps.device, every_input),
                "eps": draw(epsilons())}
     h_dtype = norms.residual_dtype(kernel, example["residual"], example["x"])
@@ -127,6 +131,24 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
                                     bias=example.get("bias"), h=h, dh=example["dh"], residual=example["residual"])
         assume(all(bool(np.isfinite(b).all()) for b in bounds.values()))
     return example
+
+
+# A test over every residual dtype mix (core.capabilities.RESIDUAL_MIXES), one parametrized case per mix.
+over_residual_mixes = pytest.mark.parametrize("mix", RESIDUAL_MIXES,
+                                              ids=lambda mix: residual_mix_name(*mix).replace(" ", ""))
+
+
+def residual_mix_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype], **options) -> st.SearchStrategy[dict]:
+    """:func:`add_norm_examples` with x in ``mix[0]`` and the residual (never None) in ``mix[1]``
+    (core.capabilities.RESIDUAL_MIXES: a float32 residual stream beside 16-bit x). A mix the kernel refuses skips
+    the test with the reason (also listed as not tested in the results: never a pass); a probe fault in x's dtype
+    fails it."""
+    caps = discover(kernel)
+    if mix not in caps.residual_mixes:
+        name, x_dtype = residual_mix_name(*mix), dtype_name(mix[0])
+        why = caps.not_tested.get(name) or f"not tested in {x_dtype}: {caps.not_tested.get(x_dtype, '')}"
+        pytest.skip(f"{kernel.name} not checked with {name}: {why}")
+    return add_norm_examples(kernel, dtypes=mix[:1], residual_dtype=mix[1], **options)
 
 
 @st.composite

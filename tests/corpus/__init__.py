@@ -110,6 +110,9 @@ RESIDUAL_BUGS = {
     "ROWS_BY_THE_LAST_ROW_STRIDE": ("layout_invariance",),
     "EMPTY_BATCH_AMAX_RAISES": ("forward",),
     "RESIDUAL_WRITTEN": ("inputs_unmodified",),
+    "RESIDUAL_CAST_TO_X_DTYPE": ("residual_out", "jacobian"),
+    "RESIDUAL_OUT_IN_X_DTYPE": ("residual_out",),
+    "RESIDUAL_GRADIENT_IN_X_DTYPE": ("jacobian",),
 }
 # a return that is not the kind's (y, residual_out) is a fault of the contract (core.guard: an error, not a value)
 RESIDUAL_FAULTS = frozenset({"RESIDUAL_OUT_MISSING"})

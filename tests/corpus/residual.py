@@ -14,9 +14,15 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     EMPTY_BATCH_AMAX_RAISES    a whole-call max(|h|) that raises on an empty batch        -> forward
     RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
+    RESIDUAL_CAST_TO_X_DTYPE   adds in x's dtype: a float32 residual cast down first -> residual_out, jacobian
+    RESIDUAL_OUT_IN_X_DTYPE    returns residual_out in x's dtype beside a float32 residual -> residual_out
+    RESIDUAL_GRADIENT_IN_X_DTYPE  dL/dresidual rounded through x's dtype (right forward) -> jacobian
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
     FIRST_LAYER                takes residual=None (a first layer): residual_out = x: correct
     FIRST_LAYER_UNWRITTEN      takes residual=None but leaves residual_out as allocated -> residual_out, forward
+
+The last three show only beside a residual in a wider dtype than x (a float32 residual stream with 16-bit x,
+core.capabilities.RESIDUAL_MIXES); the correct sum is in the wider of the two dtypes, as torch's x + residual.
 
 A torch autograd implementation with a 16-bit residual_out accumulates dL/dh from its two uses in the storage
 dtype (fl(fl(J^T dy) + dh)): inside the k-term sum the jacobian claim's bound allows (properties.bounds.tolerance,
@@ -42,6 +48,20 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, rms: bool, whole_tensor: bo
     y = centred * torch.rsqrt(centred.square().mean(axes, keepdim=True) + eps)
     y = y if weight is None else y * weight.float()
     return y if bias is None else y + bias.float()
+
+
+class _GradientThroughXDtype(torch.autograd.Function):
+    """The identity on residual_out h whose backward rounds dL/dh through x's dtype on its way to the residual (a
+    backward that computes one gradient in x's dtype and hands it to both inputs)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        ctx.narrow = like.dtype
+        return h.clone()
+
+    @staticmethod
+    def backward(ctx, dh: torch.Tensor):
+        return dh.to(ctx.narrow).to(dh.dtype), None
 
 
 class _SumGatedOnX(torch.autograd.Function):
@@ -72,9 +92,15 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         if bug == "row_stride":
             x, residual = read_rows_by_the_last_row_stride(x), read_rows_by_the_last_row_stride(residual)
-        wide = torch.float32 if residual_dtype == "float32" and bug != "rounded" else x.dtype
+        if residual_dtype == "float32" and bug != "rounded":
+            wide = torch.float32
+        else:
+            wide = x.dtype if bug in ("rounded", "cast_down") else torch.promote_types(x.dtype, residual.dtype)
         add = _SumGatedOnX.apply if bug == "gated" else torch.add
-        h = add(x.to(wide), residual.to(wide)).to(torch.float32 if residual_dtype == "float32" else residual.dtype)
+        kept = torch.float32 if residual_dtype == "float32" else residual.dtype
+        h = add(x.to(wide), residual.to(wide)).to(x.dtype if bug == "out_in_x_dtype" else kept)
+        if bug == "gradient_in_x_dtype":
+            h = _GradientThroughXDtype.apply(h, x)
         if bug == "amax":  # the largest |h| of the call scales h before squaring (float16 squares stay finite)
             h = h / h.detach().abs().max().clamp_min(1.0) * h.detach().abs().max().clamp_min(1.0)
         if bug in ("written", "declared"):
@@ -117,6 +143,13 @@ BUGS = {
                                               "frozen (a first layer over frozen embeddings) none: {p}.jacobian"),
     "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
                                     "{p}.inputs_unmodified"),
+    "RESIDUAL_CAST_TO_X_DTYPE": ("cast_down", "adds x and the residual in x's dtype: a float32 residual stream beside "
+                                              "16-bit x is cast down first (residual_out and the residual's gradient "
+                                              "lose its precision): {p}.residual_out, {p}.jacobian"),
+    "RESIDUAL_OUT_IN_X_DTYPE": ("out_in_x_dtype", "returns residual_out in x's dtype beside a float32 residual (the "
+                                                  "sum right, the stream's dtype lost): {p}.residual_out"),
+    "RESIDUAL_GRADIENT_IN_X_DTYPE": ("gradient_in_x_dtype", "rounds dL/d(residual_out) through x's dtype before it "
+                                                            "reaches a float32 residual: {p}.jacobian"),
 }
 
 
