@@ -189,7 +189,7 @@ COMPOSED = {"add_layernorm": ("ADD_LN_FLOAT64", "ADD_LN_FLOAT32", "ADD_LN_RESIDU
 def test_every_fused_gradient_bug_of_the_manifest_has_an_input_here():
     gradient_claims = {"add_ln.jacobian", "add_rms.jacobian", "drop_add_ln.gradient"}
     fused_gradient_bugs = {entry.spec for entry in BROKEN if entry.expect & gradient_claims}
-    assert fused_gradient_bugs == set(GRADIENT_BUGS) | MISSING_GRADIENT_BUGS
+    assert fused_gradient_bugs == set(GRADIENT_BUGS) | MISSING_GRADIENT_BUGS | set(WIDER_RESIDUAL_GRADIENT_BUGS)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -202,3 +202,20 @@ def test_fused_gradient_bug_fails_its_claim_by_a_wide_margin_where_plain_torch_c
     for name in COMPOSED[bug.kind]:
         correct = kernel(f"tests/corpus/composed.py:{name}")
         assert recorded_ratio(check, correct, example) < CORRECT_MAX_RATIO, name
+
+
+# The gradient bugs that show only beside a residual wider than x (core.capabilities.RESIDUAL_MIXES): a float32
+# residual stream with float16 x, dh in residual_out's float32.
+WIDER_RESIDUAL_GRADIENT_BUGS = tuple(f"tests/corpus/residual.py:{norm}_{bug}" for norm in ("LN", "RMS")
+                                     for bug in ("RESIDUAL_CAST_TO_X_DTYPE", "RESIDUAL_GRADIENT_IN_X_DTYPE"))
+
+
+@pytest.mark.parametrize("spec", WIDER_RESIDUAL_GRADIENT_BUGS, ids=lambda spec: spec.split(":")[-1])
+def test_gradient_bug_beside_a_float32_residual_fails_by_a_wide_margin_where_compositions_pass(spec):
+    bug = kernel(spec)
+    example = fused_example(64, torch.float16, dropout=False)
+    example = {**example, "residual": example["residual"].float(), "dh": example["dh"].float()}
+    assert recorded_ratio(check_vjp, bug, example) > WIDE_MARGIN
+    for name in COMPOSED[bug.kind]:
+        correct = kernel(f"tests/corpus/composed.py:{name}")
+        assert recorded_ratio(check_vjp, correct, example) < CORRECT_MAX_RATIO, name
