@@ -16,6 +16,9 @@ Backward, for upstream gradients dy = dL/dy and dh = dL/d(residual_out) (claim a
     dresidual = J_N(h)^T dy + dh   (the norm's backward kernel with dh added before its one rounding)
     dx = dresidual                 (dropout: dx = m / (1 - p) * dresidual, the same mask)
     dweight, dbias                 the norm's, at h
+
+dresidual and dx are written by the same launches (kernels/norm.py backward's ``branch``), each rounded once from
+one float32 value to its input's dtype: two launches with dweight/dbias, dropout and differing dtypes included.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import triton.language as tl
 
 from kernels import norm, rows
 from kernels.dropout_kernel import SEED_MODULUS
-from kernels.dropout_kernel import dropout as dropout_kernel
 
 
 @triton.jit
@@ -175,13 +177,16 @@ class _AddNormFunction(torch.autograd.Function):
         x_dtype, residual_dtype = ctx.dtypes
         if dy is None:  # only residual_out was used (dy = 0): rare, so no kernel variant for it
             dy = torch.zeros(h.shape, dtype=x_dtype, device=h.device)
-        # one rounding of J^T dy + dh to each input's dtype: in float32 when the two differ or dropout follows
-        total_dtype = x_dtype if x_dtype == residual_dtype and ctx.p == 0.0 else torch.float32
+        # J^T dy + dh in float32, rounded once to each input's dtype by the same launches: the residual's gradient
+        # as norm.backward's dx, the branch's as its second output (masked and scaled with dropout); one tensor for
+        # both where their dtypes agree and nothing was dropped
+        separate = x_dtype != residual_dtype or ctx.p > 0.0
+        branch = torch.empty(h.shape, dtype=x_dtype, device=h.device) if separate else None
         total, dweight, dbias = norm.backward(dy, h, weight, mean, rstd, rms=ctx.rms,
                                               need_dw=ctx.needs_input_grad[2], need_db=ctx.needs_input_grad[3],
-                                              dresidual=dh, dx_dtype=total_dtype)
-        dx = dropout_kernel(total, ctx.p, ctx.seed) if ctx.p > 0.0 else total
-        return (dx.to(x_dtype), total.to(residual_dtype), dweight, dbias, None, None, None, None, None)
+                                              dresidual=dh, dx_dtype=residual_dtype, branch=branch, p=ctx.p,
+                                              seed=ctx.seed)
+        return (total if branch is None else branch, total, dweight, dbias, None, None, None, None, None)
 
 
 _ADD_NORM_APPLY = rows.c_apply(_AddNormFunction)

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from kernels import rows
+from kernels.dropout_kernel import SEED_MODULUS
 
 
 @triton.jit
@@ -197,6 +198,7 @@ def _load_block(
 def _store_input_grad(
     dx_row,  # pointer to the row's first element of the output dx (row-contiguous), in dx's dtype
     dres_row,  # pointer to the row's first element of dres (float32/float16/bfloat16); unused unless HAS_DRES
+    branch_row,  # pointer to the row's first element of the branch's gradient (row-contiguous); unless HAS_BRANCH
     cols,  # int32 [BLOCK]: the block's column indices
     mask,  # bool [BLOCK]: cols < d; only these are read and stored
     stride_dres_col,  # int: elements between two columns of dres
@@ -205,13 +207,27 @@ def _store_input_grad(
     c_xhat,  # float32 scalar: mean(g * xhat) over the row
     c_one,  # float32 scalar: mean(g) over the row (0.0 for RMSNorm)
     rstd,  # float32 scalar: the row's 1/sqrt(var + eps)
+    first,  # int64 scalar: row-major index of the row's first element (the dropout mask's counter)
+    p,  # float32: drop probability (used with HAS_DROPOUT)
+    scale,  # float32: 1/(1 - p) (used with HAS_DROPOUT)
+    seed,  # int: Philox seed, mod 2^64 (used with HAS_DROPOUT)
     HAS_DRES: tl.constexpr,  # bool: add dres (the fused residual add's dL/dh) before the rounding
+    HAS_BRANCH: tl.constexpr,  # bool: also store the fused add's branch gradient (dropped out with HAS_DROPOUT)
+    HAS_DROPOUT: tl.constexpr,  # bool: the branch was dropped out in the forward (p > 0)
 ):
-    """dx[cols] = rstd (g - xhat c_xhat - c_one) (+ dres[cols]), in float32, rounded once to dx's dtype."""
+    """dx[cols] = rstd (g - xhat c_xhat - c_one) (+ dres[cols]), in float32, rounded once to dx's dtype; with
+    HAS_BRANCH, the branch's gradient: that float32 value (times m / (1 - p) with HAS_DROPOUT, the forward's mask)
+    rounded once to its own dtype."""
     dx = (g - (xhat * c_xhat + c_one)) * rstd
     if HAS_DRES:
         dx += tl.load(dres_row + cols * stride_dres_col, mask=mask, other=0.0).to(tl.float32)
     tl.store(dx_row + cols, dx.to(dx_row.dtype.element_ty), mask=mask)
+    if HAS_BRANCH:
+        branch = dx
+        if HAS_DROPOUT:
+            keep = tl.rand(seed, first + cols) >= p  # the forward's mask: same seed, same element index
+            branch = tl.where(keep, dx * scale, 0.0)
+        tl.store(branch_row + cols, branch.to(branch_row.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -229,6 +245,8 @@ def _norm_backward_input(
     #        add's dL/dh); None without (HAS_DRES False)
     Coeffs,  # pointer to the output row coefficients, float32: c_xhat of every row [n], then (LayerNorm) c_one of
     #          every row [n]; None unless ROW_COEFFS
+    BRANCH,  # pointer to the output gradient of the fused add's branch x, [n, d], row-contiguous like DX, in x's
+    #          dtype (dropped out with HAS_DROPOUT); None unless HAS_BRANCH
     stride_x_row,  # int: elements between two rows of X
     stride_x_col,  # int: elements between two columns of X
     stride_dy_row,  # int: elements between two rows of DY
@@ -238,9 +256,14 @@ def _norm_backward_input(
     stride_dres_col,  # int: elements between two columns of DRES (0 without)
     n_rows,  # int: n, X's rows
     n_cols,  # int: d, the row's width
+    p,  # float32: the forward's drop probability of the branch (used with HAS_DROPOUT)
+    scale,  # float32: 1/(1 - p) (used with HAS_DROPOUT)
+    seed,  # int: the forward's Philox seed, mod 2^64 (used with HAS_DROPOUT)
     IS_RMS: tl.constexpr,  # bool: RMSNorm (mean = 0, no mean(g) term) instead of LayerNorm
     HAS_WEIGHT: tl.constexpr,  # bool: W given (g = gamma * dy; else g = dy)
     HAS_DRES: tl.constexpr,  # bool: DRES given
+    HAS_BRANCH: tl.constexpr,  # bool: BRANCH given: the fused add's branch gradient, in its own dtype
+    HAS_DROPOUT: tl.constexpr,  # bool: the branch was dropped out (p > 0): its gradient is masked and scaled
     FUSE_DW: tl.constexpr,  # bool: write the programs' dgamma partial sums (SINGLE_BLOCK only)
     FUSE_DB: tl.constexpr,  # bool: write the programs' dbeta partial sums (SINGLE_BLOCK only)
     ROW_COEFFS: tl.constexpr,  # bool: store each row's c_xhat, c_one in Coeffs instead of writing dx (then
@@ -277,6 +300,10 @@ def _norm_backward_input(
         dres_row = DRES
         if HAS_DRES:
             dres_row = DRES + row.to(tl.int64) * stride_dres_row
+        branch_row = BRANCH
+        if HAS_BRANCH:
+            branch_row = BRANCH + row.to(tl.int64) * stride_dx_row
+        first = row.to(tl.int64) * n_cols  # the row-major index of the row's first element
         mean = 0.0 if IS_RMS else tl.load(Mean + row)
         rstd = tl.load(Rstd + row)
 
@@ -308,7 +335,8 @@ def _norm_backward_input(
             if not IS_RMS:
                 tl.store(Coeffs + n_rows + row, c_one)
         elif SINGLE_BLOCK:  # the row's only block is still in registers
-            _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
+            _store_input_grad(dx_row, dres_row, branch_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd,
+                              first, p, scale, seed, HAS_DRES, HAS_BRANCH, HAS_DROPOUT)
             if FUSE_DW:
                 dw_acc += dy * xhat
             if FUSE_DB:
@@ -319,7 +347,8 @@ def _norm_backward_input(
                 mask = cols < n_cols
                 dy, g, xhat = _load_block(x_row, dy_row, W, cols, mask, stride_x_col, stride_dy_col, mean, rstd,
                                           HAS_WEIGHT)
-                _store_input_grad(dx_row, dres_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one, rstd, HAS_DRES)
+                _store_input_grad(dx_row, dres_row, branch_row, cols, mask, stride_dres_col, g, xhat, c_xhat, c_one,
+                                  rstd, first, p, scale, seed, HAS_DRES, HAS_BRANCH, HAS_DROPOUT)
 
     # The partial sums are stored in float32 (rounded to the weight's dtype only after _sum_partials adds them).
     if FUSE_DW:
@@ -342,6 +371,8 @@ def _norm_backward_columns(
     Coeffs,  # pointer to the rows' coefficients from _norm_backward_input (ROW_COEFFS), float32: c_xhat [n], then
     #          (LayerNorm) c_one [n]
     DRES,  # pointer to dres, [n, d], any strides, added to dx before its rounding; None without (HAS_DRES False)
+    BRANCH,  # pointer to the output gradient of the fused add's branch, [n, d], row-contiguous like DX; None unless
+    #          HAS_BRANCH
     DW,  # pointer to the output dgamma, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DW
     DB,  # pointer to the output dbeta, [d], contiguous, in the weight's dtype (else x's); None unless COMPUTE_DB
     stride_x_row,  # int: elements between two rows of X
@@ -353,9 +384,14 @@ def _norm_backward_columns(
     stride_dres_col,  # int: elements between two columns of DRES (0 without)
     n_rows,  # int: n, X's rows
     n_cols,  # int: d, the row's width
+    p,  # float32: the forward's drop probability of the branch (used with HAS_DROPOUT)
+    scale,  # float32: 1/(1 - p) (used with HAS_DROPOUT)
+    seed,  # int: the forward's Philox seed, mod 2^64 (used with HAS_DROPOUT)
     IS_RMS: tl.constexpr,  # bool: RMSNorm (mean = 0, no c_one) instead of LayerNorm
     HAS_WEIGHT: tl.constexpr,  # bool: W given (g = gamma * dy; else g = dy)
     HAS_DRES: tl.constexpr,  # bool: DRES given
+    HAS_BRANCH: tl.constexpr,  # bool: BRANCH given (as _norm_backward_input's)
+    HAS_DROPOUT: tl.constexpr,  # bool: the branch was dropped out (p > 0)
     COMPUTE_DW: tl.constexpr,  # bool: write dgamma
     COMPUTE_DB: tl.constexpr,  # bool: write dbeta
     BLOCK_ROWS: tl.constexpr,  # int, power of two: rows of the tile read at a time (rows.LaunchConfig.sum_rows)
@@ -399,6 +435,13 @@ def _norm_backward_columns(
             dx += tl.load(DRES + rows64[:, None] * stride_dres_row + cols[None, :] * stride_dres_col,
                           mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + rows64[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_BRANCH:  # as _store_input_grad's: the forward's mask at the element's row-major index
+            branch = dx
+            if HAS_DROPOUT:
+                keep = tl.rand(seed, rows64[:, None] * n_cols + cols[None, :]) >= p
+                branch = tl.where(keep, dx * scale, 0.0)
+            tl.store(BRANCH + rows64[:, None] * stride_dx_row + cols[None, :], branch.to(BRANCH.dtype.element_ty),
+                     mask=mask)
         if COMPUTE_DW:
             dw_acc += dy * xhat
         if COMPUTE_DB:
@@ -479,12 +522,16 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | N
 def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
              rstd: torch.Tensor, *, rms: bool, need_dw: bool, need_db: bool, block: int | None = None,
              dresidual: torch.Tensor | None = None, dx_dtype: torch.dtype | None = None,
+             branch: torch.Tensor | None = None, p: float = 0.0, seed: int = 0,
              ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``(dx, dweight, dbias)`` from the forward's saved ``mean``/``rstd``; None for what is not needed.
 
     ``dweight``/``dbias`` are summed in float32 and returned in the weight's dtype (x's without a weight).
     ``dresidual`` (x's shape): a gradient added to dx before it is rounded (the fused residual add's dL/dh);
-    ``dx_dtype``: dx's dtype (default x's).
+    ``dx_dtype``: dx's dtype (default x's). ``branch`` (x's shape, contiguous): a second output the same launches
+    write, the gradient of the fused add's other input in its own dtype, each element the same float32 value as dx's
+    before its rounding, or with ``p`` > 0 that value times m / (1 - p), m the forward's dropout mask of ``seed``
+    (kernels/dropout_kernel.py's: the element's row-major index).
 
     Launches: one without dweight/dbias, two with. Rows of one block: the row kernel (dx, and with dweight/dbias its
     programs' float32 partial sums of them, tutorial 05's first stage), then :func:`_sum_partials` summing the
@@ -520,12 +567,15 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
                 if fused_sums else None)
     coeffs = torch.empty((1 if rms else 2) * n_rows, dtype=torch.float32, device=device) if by_columns else None
     dres_strides = (0, 0) if dres2 is None else dres2.stride()
+    branch2 = None if branch is None else branch.view(n_rows, n_cols)
+    dropout = (float(p), 0.0 if p == 1.0 else 1.0 / (1.0 - p), seed % SEED_MODULUS)
+    branch_flags = {"HAS_BRANCH": branch is not None, "HAS_DROPOUT": branch is not None and p > 0.0}
     rows.launch(
         _norm_backward_input, (programs,),
-        x2, dy2, dx, weight, mean, rstd, partials, dres2, coeffs,
+        x2, dy2, dx, weight, mean, rstd, partials, dres2, coeffs, branch2,
         x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0), *dres_strides,
-        n_rows, n_cols,
-        IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None,
+        n_rows, n_cols, *dropout,
+        IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None, **branch_flags,
         FUSE_DW=fused_sums and need_dw, FUSE_DB=fused_sums and need_db, ROW_COEFFS=by_columns,
         BLOCK=block, SINGLE_BLOCK=single_block, num_warps=rows.backward_num_warps(block, element_size),
     )
@@ -543,10 +593,11 @@ def backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mea
     else:
         rows.launch(
             _norm_backward_columns, col_blocks,
-            x2, dy2, dx, weight, mean, rstd, coeffs, dres2, dweight, dbias,
+            x2, dy2, dx, weight, mean, rstd, coeffs, dres2, branch2, dweight, dbias,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), dx.stride(0), *dres_strides,
-            n_rows, n_cols,
-            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None, COMPUTE_DW=need_dw,
+            n_rows, n_cols, *dropout,
+            IS_RMS=rms, HAS_WEIGHT=weight is not None, HAS_DRES=dres2 is not None, **branch_flags,
+            COMPUTE_DW=need_dw,
             COMPUTE_DB=need_db, BLOCK_ROWS=config.sum_rows, BLOCK_COLS=config.sum_cols, num_warps=4,
         )
     return dx_shaped, dweight, dbias

@@ -54,7 +54,7 @@ def test_dropout_kernel_compiles_for_h100(dtype):
 
 FUSED_CASES = [  # (rms, dtype, d, residual_in_fp32, p): one block and several, dropout on and off
     (False, torch.float16, 1000, False, 0.1),
-    (True, torch.bfloat16, 20000, True, 0.0),
+    (True, torch.bfloat16, 20000, True, 0.1),
 ]
 
 
@@ -65,14 +65,14 @@ def _fused_round_trip(rms: bool, dtype: torch.dtype, d: int, residual_in_fp32: b
     y, h, mean, rstd = fused_norm.forward(x, residual, weight, bias, 1e-5, rms=rms, residual_dtype=residual_dtype,
                                           p=p, seed=3)
     norm.backward(torch.empty_like(y), h, weight, mean, rstd, rms=rms, need_dw=True, need_db=bias is not None,
-                  dresidual=torch.empty_like(h), dx_dtype=torch.float32)
+                  dresidual=torch.empty_like(h), dx_dtype=residual_dtype, branch=torch.empty_like(x), p=p, seed=3)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("rms", "dtype", "d", "residual_in_fp32", "p"), FUSED_CASES)
 def test_fused_kernels_compile_for_h100(rms, dtype, d, residual_in_fp32, p):
     launches = record_launches(lambda: _fused_round_trip(rms, dtype, d, residual_in_fp32, p))
-    assert len(launches) == 3  # forward 1; backward 1, + 1 for dgamma/dbeta
+    assert len(launches) == 3  # forward 1; backward 1, + 1 for dgamma/dbeta (dx and dresidual written together)
     for launch in launches:
         assert "cubin" in compile_for_cuda(launch).asm
 
@@ -104,3 +104,21 @@ def test_the_rmsnorm_backward_holds_a_row_of_16384_in_32_warps_with_little_spill
     layernorm_row_kernel, _ = record_launches(lambda: norm.backward(
         torch.empty_like(x), x, weight, torch.empty(4), torch.empty(4), rms=False, need_dw=True, need_db=True))
     assert layernorm_row_kernel.arguments["BLOCK"] == 8192 and not layernorm_row_kernel.arguments["SINGLE_BLOCK"]
+
+
+@pytest.mark.parametrize(("residual_dtype", "p"), [(torch.float16, 0.0), (torch.float16, 0.1), (torch.float32, 0.0)],
+                         ids=["same-dtypes", "dropout", "float32-residual"])
+def test_the_fused_backward_is_two_launches_with_dropout_and_differing_dtypes(residual_dtype, p):
+    """Issue 30: forward 1 launch, backward at most 2 (the row kernel writing dx and dresidual, each in its dtype and
+    the branch's masked by dropout, then the dgamma/dbeta sums): no dropout kernel and no cast after them."""
+    d = 64
+    x = torch.randn(4, d, dtype=torch.float16, requires_grad=True)
+    residual = torch.randn(4, d, dtype=residual_dtype, requires_grad=True)
+    weight, bias = (torch.ones(d, dtype=torch.float16, requires_grad=True) for _ in range(2))
+
+    def forward_and_backward() -> None:
+        y, h = fused_norm.dropout_add_layer_norm(x, residual, weight, bias, 1e-5, p, 3)
+        torch.autograd.grad((y, h), (x, residual, weight, bias), (torch.ones_like(y), torch.ones_like(h)))
+
+    names = [launch.kernel.fn.__name__ for launch in record_launches(forward_and_backward)]
+    assert names == ["_add_norm_forward", "_norm_backward_input", "_sum_partials"]
