@@ -187,7 +187,7 @@ class Kernel:
 
     ``compiles_per_width`` declares a cost, not a behaviour: every new row width d costs the kernel a compilation (a
     JIT specialization or an autotuning per d, an Inductor recompile). In the ci and dev profiles its tests then draw
-    their widths from properties.draws.strategies.WIDTH_PALETTE (18 of the 64 candidate widths, each kind of edge
+    their widths from properties.draws.strategies.WIDTH_PALETTE (20 of the 92 candidate widths, each kind of edge
     kept) instead of all, so that its conformance run fits a GPU check; the thorough profile draws all, and every
     result and report states the declaration.
     """

@@ -15,6 +15,7 @@ from core.capabilities import discover
 from properties import evidence, norms
 from properties.checks.contracts import (
     LAYOUTS,
+    SEQUENCE_LAYOUTS,
     UPSTREAM_LAYOUTS,
     check_changing_one_row,
     check_inputs_unmodified,
@@ -91,7 +92,8 @@ def test_batch_and_sequence_axes_swapped(norm_kernel, data):
     """x, then dy, [2, 3, d] views of [3, 2, d] tensors (sequence-first activations seen batch-first): their rows are
     not evenly spaced, so a kernel stepping rows by stride(-2) reads the wrong ones."""
     example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), n=st.just(6), upstream=True), "example")
-    x, dy = (strided(example[name].reshape(2, 3, -1), "leading axes swapped") for name in ("x", "dy"))
+    layout = data.draw(st.sampled_from(SEQUENCE_LAYOUTS), "layout")
+    x, dy = (strided(example[name].reshape(2, 3, -1), layout) for name in ("x", "dy"))
     forward = {name: t for name, t in example.items() if name != "dy"}
     evidence.check(check_noncontiguous_x, norm_kernel, {**forward, "x": x})
     if discover(norm_kernel).backward:

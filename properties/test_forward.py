@@ -19,6 +19,9 @@ from properties.checks.forward import (
     new_parameter_values,
 )
 from properties.draws.strategies import (
+    MAX_ELEMENTS,
+    MORE_ROWS,
+    NDIMS,
     WIDE_ROWS,
     mixed_parameter_examples,
     norm_examples,
@@ -33,7 +36,18 @@ from properties.run import profiles
 @profiles.share(1.0)
 @given(data=st.data())
 def test_forward_matches_the_oracle(norm_kernel, data):
-    evidence.check(check_forward, norm_kernel, data.draw(norm_examples(norm_kernel), label="example"))
+    evidence.check(check_forward, norm_kernel, data.draw(norm_examples(norm_kernel, ndims=NDIMS), label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_forward_of_more_rows(norm_kernel, data):
+    """5 to 65 rows (strategies.MORE_ROWS: a decode batch, multiples of 8, past a block of 64), which the other
+    forward tests draw one time in eight, weight and bias given: kernels that pick a path by the row count."""
+    example = norm_examples(norm_kernel, d=widths(max_width=MAX_ELEMENTS // max(MORE_ROWS)),
+                            n=st.sampled_from(MORE_ROWS), ndims=NDIMS, every_input=True)
+    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
@@ -42,7 +56,7 @@ def test_forward_matches_the_oracle(norm_kernel, data):
 def test_forward_while_recording_a_graph(norm_kernel, data):
     """x, weight and bias requiring grad, as in a training step: kernels whose forward takes another path when it
     saves statistics for the backward (the other forward tests call them as in inference)."""
-    example = data.draw(norm_examples(norm_kernel), label="example")
+    example = data.draw(norm_examples(norm_kernel, ndims=NDIMS), label="example")
     evidence.check(check_forward, norm_kernel, {**example, "recording": True})
 
 
@@ -52,7 +66,7 @@ def test_forward_while_recording_a_graph(norm_kernel, data):
 def test_forward_in_inference_mode(norm_kernel, data):
     """Under torch.inference_mode(), as a serving stack calls it (grad mode off): kernels with a path of their own
     for inference (the other forward tests call them with grad mode on)."""
-    example = data.draw(norm_examples(norm_kernel), label="example")
+    example = data.draw(norm_examples(norm_kernel, ndims=NDIMS), label="example")
     evidence.check(check_forward, norm_kernel, {**example, "inference": True})
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
-from properties.checks.contracts import LAYOUTS, UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import LAYOUTS, SEQUENCE_LAYOUTS, UPSTREAM_LAYOUTS, strided
 from properties.checks.forward import new_parameter_values
 from properties.checks.fused import (
     check_backward_of_the_recorded_graph,
@@ -263,7 +263,8 @@ def test_batch_and_sequence_axes_swapped(add_norm_kernel, data):
     rows by stride(-2) reads the wrong ones)."""
     example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), upstream=True,
                                           residual="independent", n=6), "example")
-    swapped = {name: strided(example[name].reshape(2, 3, -1), "leading axes swapped")
+    layout = data.draw(st.sampled_from(SEQUENCE_LAYOUTS), "layout")
+    swapped = {name: strided(example[name].reshape(2, 3, -1), layout)
                for name in ("x", "residual", "dy", "dh")}
     forward = {name: t for name, t in example.items() if name not in ("dy", "dh")}
     evidence.check(check_noncontiguous, add_norm_kernel, {**forward, "x": swapped["x"],

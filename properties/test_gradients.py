@@ -15,6 +15,7 @@ from properties import evidence, norms
 from properties.bounds import tolerance
 from properties.checks.gradients import check_backward_of_the_recorded_graph, check_gradient_identities, check_vjp
 from properties.draws.strategies import (
+    NDIMS,
     WIDE_ROWS,
     backward_width_limit,
     mixed_parameter_examples,
@@ -23,8 +24,7 @@ from properties.draws.strategies import (
 )
 from properties.run import profiles
 
-# Gradient claims see 2-D, 3-D and 4-D x: dgamma and dbeta sum over every leading dimension, not only the first.
-NDIMS = st.sampled_from([2, 3, 4])
+# Gradient claims see 2-D, 3-D and 4-D x (strategies.NDIMS): dgamma and dbeta sum over every leading dimension.
 # Every gradient claim checks a width above 1024 in every run (tiled backwards split rows into blocks there),
 # in the dtypes whose backward bound is finite at that width (strategies.backward_width_limit).
 WIDE = st.sampled_from([1025, 2048, 4096])

@@ -23,8 +23,10 @@ def test_widths_cover_small_primes_powers_of_two_with_neighbours_vector_tails_an
     allowed = set(strategies.SMALL_WIDTHS + strategies.SMALL_PRIMES
                   + strategies.powers_of_two_and_neighbours(strategies.CI_MAX_WIDTH)
                   + strategies.vector_tail_widths(strategies.CI_MAX_WIDTH)
+                  + strategies.even_tail_widths(strategies.CI_MAX_WIDTH)
                   + strategies.three_times_powers_of_two(strategies.CI_MAX_WIDTH))
     assert {1, 2, 3, 5, 127, 255, 256, 257, 8191, 8192, 24, 264, 1032, 4104, 8184, 96, 768, 3072, 6144} <= allowed
+    assert {d % 8 for d in strategies.even_tail_widths(strategies.CI_MAX_WIDTH)} == {2, 4, 6}, "every even tail"
     assert max(allowed) == 8192
     tails = strategies.vector_tail_widths(strategies.CI_MAX_WIDTH)
     assert all(d % 8 == 0 and (d // 8) % 2 == 1 for d in tails), "odd multiples of 8: a partial step of 16 or more"
@@ -71,7 +73,7 @@ def test_a_kernel_that_compiles_per_width_draws_its_widths_from_the_palette():
 def test_rows_have_the_asked_width_offset_and_scale(d, ratio, scale, data):
     x = data.draw(strategies.rows(d, offset=ratio, scale=scale))
     assert x.dtype == torch.float64
-    assert x.shape[-1] == d and 1 <= x.shape[0] <= 4
+    assert x.shape[-1] == d and (1 <= x.shape[0] <= 4 or x.shape[0] in strategies.MORE_ROWS)
     centre = x.mean() / scale
     assert abs(centre - ratio) <= 40  # z is O(1): |mean(z)| is at most its largest entry (a spike is 30 + N(0,1))
 
@@ -198,8 +200,9 @@ def test_16_bit_rows_beyond_their_resolution_are_drawn_one_ulp_apart():
 
 
 def test_one_ulp_widths_are_where_the_float32_sum_of_16_bit_squares_rounds():
-    assert strategies.one_ulp_widths(torch.bfloat16) == (511, 512, 513, 520, 768, 1016, 1023, 1024, 1025)
-    assert strategies.one_ulp_widths(torch.float16) == (7, 8, 9, 11, 13, 15, 16, 17)
+    assert strategies.one_ulp_widths(torch.bfloat16) == (511, 512, 513, 514, 516, 520, 768, 1016, 1022, 1023, 1024,
+                                                         1025)
+    assert strategies.one_ulp_widths(torch.float16) == (7, 8, 9, 11, 13, 14, 15, 16, 17)
     assert strategies.one_ulp_widths(torch.float32) == ()
 
 

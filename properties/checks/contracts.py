@@ -20,6 +20,8 @@ claim's business, like its accuracy).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from core import guard
@@ -169,6 +171,10 @@ LAYOUTS = ("every other column", "transposed")  # the views strided() makes of a
 UPSTREAM_LAYOUTS = (*LAYOUTS, "broadcast over the first axis", "one value")
 # and of x [N, C, *]'s kinds, where a convolution's backward hands dy in channels-last memory
 CHANNEL_UPSTREAM_LAYOUTS = (*UPSTREAM_LAYOUTS, "channels last")
+# the views of a [B, S, d] tensor whose rows are not all evenly spaced: sequence-first activations seen batch-first
+# (row stride 2d inside a batch), and the first S positions of a longer sequence (rows contiguous inside a batch,
+# stride d, the batches (S + 1) d apart: a kernel that addresses row r at r * stride(-2) reads the wrong ones)
+SEQUENCE_LAYOUTS = ("leading axes swapped", "a slice of a longer sequence")
 
 
 def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -178,8 +184,15 @@ def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
     expanded along the first axis (stride 0), "one value", t's first element expanded to t's shape (every stride
     0): these two hold t's values only where they equal that slice or element, so they replace them; "channels
     last", a 4-D or 5-D t's channels-last memory format (else "transposed"); "leading axes swapped", a [B, S, ...]
-    view of an [S, B, ...] tensor (its rows unevenly spaced). Where a layout would be contiguous (a first axis of one,
+    view of an [S, B, ...] tensor (its rows unevenly spaced); "a slice of a longer sequence", the first S positions
+    of a [..., S + 1, d] tensor whose last position is NaN. Where a layout would be contiguous (a first axis of one,
     one channel) the next one that is not is taken."""
+    if layout == "a slice of a longer sequence":
+        if t.dim() < 3 or math.prod(t.shape[:-2]) < 2:
+            return strided(t, "transposed")
+        longer = torch.full((*t.shape[:-2], t.shape[-2] + 1, t.shape[-1]), math.nan, dtype=t.dtype, device=t.device)
+        longer[..., : t.shape[-2], :] = t
+        return longer[..., : t.shape[-2], :]
     if layout == "leading axes swapped":
         view = t.transpose(0, 1).contiguous().transpose(0, 1) if t.dim() >= 3 else t
         return view if not view.is_contiguous() else strided(t, "transposed")

@@ -46,6 +46,9 @@ WIDE_ROWS = (8193, 20480, 65536)
 WIDE_SPATIAL = ((4097,), (96, 128), (16, 16, 33))
 # Rows x width of one generated input stays below this many elements (cheap under Triton's interpreter).
 MAX_ELEMENTS = 16384
+# Row counts past the usual 1 to 4, drawn one time in eight where rows x d allows (row_counts): a count of 5, 8 and
+# 16 (multiples of 8: a vectorized or unmasked path chosen by the count), 24 and 65 (past a block of 64 rows).
+MORE_ROWS = (5, 8, 16, 24, 65)
 # |mean| / std of generated rows drawn from DISTRIBUTIONS: up to 1e4 where storage is float32, 1e3 for 16-bit storage
 # (continuous 16-bit rows collapse to a few values beyond about 2^t, resolved_offset_ratio).
 CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # x [N, C, *]'s channels-last format by rank
@@ -56,12 +59,16 @@ MAX_OFFSET_RATIO = {torch.float32: 1e4, torch.float64: 1e4, torch.float16: 1e3, 
 ONE_ULP_MAX_OFFSET_RATIO = MAX_OFFSET_RATIO[torch.float32]
 STRUCTURED_REACH = math.sqrt(1.5) - 1
 DISTRIBUTIONS = ("normal", "uniform", "sparse", "integers", "spike")
+# norm_examples' ndims for the claims whose checks take any batch shape: x [n, d], [B, S, d] or [B, H, S, d], the
+# rows spread over the leading dimensions (a kernel taking another path for 3-D or 4-D x)
+NDIMS = st.sampled_from([2, 3, 4])
 # The widths drawn for a kernel that declares ``compiles_per_width`` (core.kernel.Kernel: every new d costs it a JIT
-# specialization, an autotuning or an Inductor recompile) in the ci and dev profiles: 18 of the 64 candidates, the
-# edges each kind of candidate stands for (d = 1 to 3, small odd, 2^k and 2^k +- 1, 2^k +- 8, 3 2^k, one past a
-# block of 4096), so that its conformance run compiles a few widths per dtype instead of every one; the thorough
-# profile draws all. Explicit widths (WIDE_ROWS, model widths, many rows) are drawn as for every kernel.
-WIDTH_PALETTE = (1, 2, 3, 7, 8, 17, 31, 64, 65, 127, 256, 257, 520, 1023, 1032, 3072, 4097, 8191)
+# specialization, an autotuning or an Inductor recompile) in the ci and dev profiles: 20 of the candidates, the
+# edges each kind of candidate stands for (d = 1 to 3, small odd, 2^k and 2^k +- 1, 2^k +- 8, 2^k + 2 and + 4,
+# 3 2^k, one past a block of 4096), so that its conformance run compiles a few widths per dtype instead of every
+# one; the thorough profile draws all. Explicit widths (WIDE_ROWS, model widths, many rows) are drawn as for every
+# kernel.
+WIDTH_PALETTE = (1, 2, 3, 7, 8, 17, 31, 34, 64, 65, 127, 256, 257, 520, 1023, 1028, 1032, 3072, 4097, 8191)
 _palette_only = contextvars.ContextVar("palette_only", default=False)
 
 
@@ -69,6 +76,13 @@ def powers_of_two_and_neighbours(limit: int) -> tuple[int, ...]:
     """2^k - 1, 2^k, 2^k + 1 for 2 <= 2^k, all <= limit (block-size edges of tiled kernels)."""
     found = {2**k + step for k in range(1, limit.bit_length() + 1) for step in (-1, 0, 1)}
     return tuple(sorted(w for w in found if 1 <= w <= limit))
+
+
+def even_tail_widths(limit: int) -> tuple[int, ...]:
+    """2^k - 2, 2^k + 2 and 2^k + 4 for 16 <= 2^k, all <= limit: d = 2, 4 and 6 mod 8, so that a loop over pairs,
+    quads or vectors of 8 has a partial last step of every size (a kernel whose tail handles only some of them)."""
+    return tuple(sorted(w for k in range(4, limit.bit_length() + 1) for w in (2**k - 2, 2**k + 2, 2**k + 4)
+                        if w <= limit))
 
 
 def vector_tail_widths(limit: int) -> tuple[int, ...]:
@@ -85,10 +99,11 @@ def three_times_powers_of_two(limit: int) -> tuple[int, ...]:
 
 
 def all_width_candidates(max_width: int = CI_MAX_WIDTH) -> list[int]:
-    """1, 2, 3, small primes, powers of two and their neighbours, :func:`vector_tail_widths` and
-    :func:`three_times_powers_of_two` up to ``max_width``, ascending."""
+    """1, 2, 3, small primes, powers of two and their neighbours, :func:`vector_tail_widths`,
+    :func:`even_tail_widths` and :func:`three_times_powers_of_two` up to ``max_width``, ascending."""
     return sorted(w for w in set(SMALL_WIDTHS + SMALL_PRIMES + powers_of_two_and_neighbours(max_width)
-                                 + vector_tail_widths(max_width) + three_times_powers_of_two(max_width))
+                                 + vector_tail_widths(max_width) + even_tail_widths(max_width)
+                                 + three_times_powers_of_two(max_width))
                   if w <= max_width)
 
 
@@ -124,8 +139,13 @@ def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchSt
 
 
 def row_counts(d: int, most: int = 4) -> st.SearchStrategy[int]:
-    """How many rows: 1 to ``most``, fewer for wide rows (rows x d <= MAX_ELEMENTS)."""
-    return st.integers(1, max(1, min(most, MAX_ELEMENTS // d)))
+    """How many rows: 1 to ``most``, and one draw in eight one of :data:`MORE_ROWS` (rows x d <= MAX_ELEMENTS: fewer
+    for wide rows), where kernels take paths by row count (decode batches, multiples of 8 rows, 64-row blocks)."""
+    few = st.integers(1, max(1, min(most, MAX_ELEMENTS // d)))
+    more = [n for n in MORE_ROWS if n > most and n * d <= MAX_ELEMENTS]
+    if not more:
+        return few
+    return st.integers(0, 7).flatmap(lambda pick: st.sampled_from(more) if pick == 7 else few)
 
 
 def epsilons() -> st.SearchStrategy[float]:

@@ -39,6 +39,9 @@ The files, by where the bug is:
     paths.py         wrong on a path taken by shape or mode only: widths that are multiples of 8 (a vector loop's
                      last partial step), a partial last block of rows, large batches (16-bit sums, groups strided),
                      grad mode off (an inference path), one sample, 3 2^k and 20480 wide rows
+    reach.py         right on the rows, widths and views drawn before a red-team session: a path by row count (a
+                     multiple of 8, a decode batch), a width of 2 or 4 mod 8, 3-D x, rows contiguous in a strided
+                     batch (x, dy), a fused backward dropping dh from 8 rows
     uninitialized.py memory a kernel never wrote, read as NaN (the guard fills uninitialized allocations): a dweight
                      partial-sum buffer some programs never write, y rows a rounded-down grid never writes
     graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
@@ -252,6 +255,16 @@ CORPUS: tuple[Entry, ...] = (
     _broken("paths.py:GN_BATCH_ONE_UNBIASED", "gn.forward"),
     _broken("paths.py:RMS_TAIL_BLOCK_OVERREAD", "rms.forward"),
     _broken("paths.py:RMS_WIDE_CHUNKS_UNWEIGHTED", "rms.forward"),
+    # reach.py: rows, widths, dimensions and views drawn since a red-team session (strategies.MORE_ROWS, NDIMS,
+    # even_tail_widths, contracts.SEQUENCE_LAYOUTS)
+    _broken("reach.py:LN_EVEN_ROWS_STORAGE_AFFINE", "ln.forward"),
+    _broken("reach.py:RMS_DECODE_BATCH_FIXED_EPS", "rms.forward"),
+    _broken("reach.py:LN_PAIR_LOOP_TAIL", "ln.forward"),
+    _broken("reach.py:RMS_PADDED_VECTOR_DIVISOR", "rms.forward"),
+    _broken("reach.py:RMS_BATCHED_INPUT_DOUBLE_ROUNDING", "rms.forward"),
+    _broken("reach.py:LN_ROWS_FROM_THE_LAST_STRIDES", "ln.layout_invariance"),
+    _broken("reach.py:RMS_DY_ROWS_FROM_THE_LAST_STRIDES", "rms.layout_invariance"),
+    _broken("reach.py:ADD_LN_DH_DROPPED_FROM_8_ROWS", "add_ln.jacobian"),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
     _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),

@@ -41,7 +41,7 @@ def _kernels(column: Column) -> str:
         if kernel.output_dtype != "input" or kernel.parameter_dtypes != "any":
             text += f", declared output dtype {kernel.output_dtype!r}, parameter dtypes {kernel.parameter_dtypes!r}"
         if kernel.compiles_per_width:
-            text += (", compiles per width: ci and dev runs draw its widths from the palette of 18 "
+            text += (", compiles per width: ci and dev runs draw its widths from the palette of 20 "
                      "(properties.draws.strategies.WIDTH_PALETTE)")
         caps = kernel.capabilities or Capabilities()
         if caps.backward is False:

@@ -1,0 +1,206 @@
+"""Broken kernels that are right on the rows, widths, dimensions and layouts the suite drew until a red-team session
+wrote their like without seeing this corpus (2026-11-27): each takes a path by a row count of 5 to 64 (a decode
+batch, a multiple of 8 rows), a width of 2, 4 or 6 mod 8, 3-D or 4-D x, or a view whose rows are contiguous but
+whose batches are not, where the suite drew 1 to 4 rows (or thousands), odd widths, multiples of 8 and powers of two,
+2-D x for the forward, and sequence-first views only. Each is the textbook float32 computation, rounded once, but for
+its bug; each docstring names the claim that must catch it.
+
+    LN_EVEN_ROWS_STORAGE_AFFINE         a multiple of 8 rows: x_hat rounded to x's dtype, the affine map in it
+                                                                                            -> ln.forward
+    RMS_DECODE_BATCH_FIXED_EPS          5 to 64 rows: the forward's eps fixed at 1e-6     -> rms.forward
+    LN_PAIR_LOOP_TAIL                   d >= 32, d = 2 mod 4: the variance's last pair of columns skipped
+                                                                                            -> ln.forward
+    RMS_PADDED_VECTOR_DIVISOR           d >= 16, d = 4 mod 8: the mean square divided by d rounded up to 8
+                                                                                            -> rms.forward
+    RMS_BATCHED_INPUT_DOUBLE_ROUNDING   x of 3 or more dimensions: x_hat rounded before the weight multiply
+                                                                                            -> rms.forward
+    LN_ROWS_FROM_THE_LAST_STRIDES       x's last two strides (d, 1) but not contiguous: row r read at r * d
+                                                                                            -> ln.layout_invariance
+    RMS_DY_ROWS_FROM_THE_LAST_STRIDES   the same in the backward, for dy               -> rms.layout_invariance
+    ADD_LN_DH_DROPPED_FROM_8_ROWS       8 to 4095 rows: the backward leaves dh out       -> add_ln.jacobian
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.registry import Kernel
+
+SPEC = "tests/corpus/reach.py:"
+
+
+def _rows(x: torch.Tensor) -> int:
+    return x.numel() // max(1, x.shape[-1])
+
+
+def _affine(y: torch.Tensor, weight, bias) -> torch.Tensor:
+    y = y if weight is None else y * weight.float()
+    return y if bias is None else y + bias.float()
+
+
+def _layernorm(x: torch.Tensor, weight, bias, eps: float) -> torch.Tensor:
+    h = x.float()
+    mean = h.mean(-1, keepdim=True)
+    var = (h - mean).square().mean(-1, keepdim=True)
+    return _affine((h - mean) * torch.rsqrt(var + eps), weight, bias).to(x.dtype)
+
+
+def _rmsnorm(x: torch.Tensor, weight, eps: float) -> torch.Tensor:
+    h = x.float()
+    return _affine(h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps), weight, None).to(x.dtype)
+
+
+class _Norm(torch.autograd.Function):
+    """A norm whose forward ``forward(x, weight, bias)`` may be wrong and whose backward is the exact one, from the
+    float32 statistics (forward and backward are separate kernels, as in Triton and Apex): a bug of the forward
+    alone. ``rows_of_dy(dy)`` is what the backward reads dy through (the identity unless broken)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, rms, forward, rows_of_dy):
+        h = x.float()
+        mean = torch.zeros_like(h[..., :1]) if rms else h.mean(-1, keepdim=True)
+        rstd = torch.rsqrt((h - mean).square().mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.rms, ctx.rows_of_dy, ctx.bias_dtype = rms, rows_of_dy, None if bias is None else bias.dtype
+        return forward(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        xhat = (x.float() - mean) * rstd
+        dy = ctx.rows_of_dy(dy).float()
+        g = dy if weight is None else dy * weight.float()
+        centred = g - xhat * (g * xhat).mean(-1, keepdim=True)
+        dx = rstd * (centred if ctx.rms else centred - g.mean(-1, keepdim=True))
+        d = x.shape[-1]
+        dweight = None if weight is None else (dy * xhat).reshape(-1, d).sum(0).to(weight.dtype)
+        dbias = None if ctx.bias_dtype is None else dy.reshape(-1, d).sum(0).to(ctx.bias_dtype)
+        return dx.to(x.dtype), dweight, dbias, None, None, None, None
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _rows_from_the_last_strides(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s rows as a kernel addressing row r at its storage offset + r * d reads them whenever the last two strides
+    are (d, 1): right for a contiguous t, wrong for a view whose outer dimensions are strided (t[:, :S] of a longer
+    sequence, a permuted batch dimension)."""
+    d = t.shape[-1]
+    if t.dim() >= 3 and d and t.stride(-1) == 1 and t.stride(-2) == d and not t.is_contiguous():
+        return torch.as_strided(t, (_rows(t), d), (d, 1), t.storage_offset()).reshape(t.shape)
+    return t
+
+
+def layernorm_even_rows_storage_affine(x, weight, bias, eps):
+    """LayerNorm whose path for a multiple of 8 rows (no row masks, packed 16-bit arithmetic) rounds x_hat to x's
+    dtype and applies weight and bias in it; other row counts and the backward are right. Must fail ln.forward."""
+    def forward(x, weight, bias):
+        h = x.float()
+        mean = h.mean(-1, keepdim=True)
+        xhat = (h - mean) * torch.rsqrt((h - mean).square().mean(-1, keepdim=True) + eps)
+        if _rows(x) % 8:
+            return _affine(xhat, weight, bias).to(x.dtype)
+        y = xhat.to(x.dtype)
+        y = y if weight is None else y * weight.to(x.dtype)
+        return y if bias is None else y + bias.to(x.dtype)
+
+    return _Norm.apply(x, weight, bias, eps, False, forward, _same)
+
+
+def rmsnorm_decode_batch_fixed_eps(x, weight, eps):
+    """RMSNorm whose decode-batch forward (5 to 64 rows, one warp a row) was built with eps = 1e-6 instead of the
+    argument; other row counts and the backward use eps. Must fail rms.forward."""
+    def forward(x, weight, _):
+        return _rmsnorm(x, weight, 1e-6 if 5 <= _rows(x) <= 64 else eps)
+
+    return _Norm.apply(x, weight, None, eps, True, forward, _same)
+
+
+def layernorm_pair_loop_tail(x, weight, bias, eps):
+    """LayerNorm whose two-element vector path (d >= 32, d = 2 mod 4) sums the squared deviations over d // 2 - 1
+    pairs, the last pair left out (divided by d all the same); the mean is right. Must fail ln.forward."""
+    d = x.shape[-1]
+    if d < 32 or d % 4 != 2:
+        return _layernorm(x, weight, bias, eps)
+    h = x.float()
+    mean = h.mean(-1, keepdim=True)
+    var = (h[..., : d - 2] - mean).square().sum(-1, keepdim=True) / d
+    return _affine((h - mean) * torch.rsqrt(var + eps), weight, bias).to(x.dtype)
+
+
+def rmsnorm_padded_vector_divisor(x, weight, eps):
+    """RMSNorm whose 8-wide vector path (d >= 16, d = 4 mod 8) divides the sum of squares by d rounded up to a
+    multiple of 8 (the padded lanes counted). Must fail rms.forward."""
+    d = x.shape[-1]
+    if d < 16 or d % 8 != 4:
+        return _rmsnorm(x, weight, eps)
+    h = x.float()
+    mean_square = h.square().sum(-1, keepdim=True) / (-(-d // 8) * 8)
+    return _affine(h * torch.rsqrt(mean_square + eps), weight, None).to(x.dtype)
+
+
+def rmsnorm_batched_input_double_rounding(x, weight, eps):
+    """RMSNorm whose entry for x of 3 or more dimensions (a module's forward on [B, S, d] activations) rounds x_hat to
+    x's dtype before the weight multiply (Llama's casting); 2-D x and the backward are right. Must fail
+    rms.forward."""
+    def forward(x, weight, _):
+        if x.dim() < 3:
+            return _rmsnorm(x, weight, eps)
+        h = x.float()
+        y = (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
+        return y if weight is None else y * weight.to(x.dtype)
+
+    return _Norm.apply(x, weight, None, eps, True, forward, _same)
+
+
+def layernorm_rows_from_the_last_strides(x, weight, bias, eps):
+    """LayerNorm that reads row r of x at its storage offset + r * d whenever x's last two strides are (d, 1): wrong
+    for x[:, :S] of a longer sequence (NaN read past each batch's S rows). Must fail ln.layout_invariance."""
+    return _layernorm(_rows_from_the_last_strides(x), weight, bias, eps)
+
+
+def rmsnorm_dy_rows_from_the_last_strides(x, weight, eps):
+    """RMSNorm whose backward reads dy's rows as the forward above reads x's (dy of a sliced or permuted y); the
+    forward is right. Must fail rms.layout_invariance."""
+    return _Norm.apply(x, weight, None, eps, True, lambda x, weight, _: _rmsnorm(x, weight, eps),
+                       _rows_from_the_last_strides)
+
+
+class _GradientDropped(torch.autograd.Function):
+    """The identity on residual_out whose backward drops the gradient the next layer sends into it."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor) -> torch.Tensor:
+        return h.clone()
+
+    @staticmethod
+    def backward(ctx, dh: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(dh)
+
+
+def add_layernorm_dh_dropped_from_8_rows(x, residual, weight, bias, eps):
+    """Fused add + LayerNorm whose multi-row backward (8 to 4095 rows) leaves out dh, the gradient of residual_out:
+    dx = dresidual = J^T dy only. Must fail add_ln.jacobian."""
+    h = x + residual
+    y = _layernorm(h, weight, bias, eps)
+    return y, (_GradientDropped.apply(h) if 8 <= _rows(x) < 4096 else h)
+
+
+def _kernel(attr: str, kind: str, fn) -> Kernel:
+    return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, dtypes=(torch.float32, torch.float16),
+                  description=" ".join(fn.__doc__.split()))
+
+
+LN_EVEN_ROWS_STORAGE_AFFINE = _kernel("LN_EVEN_ROWS_STORAGE_AFFINE", "layernorm", layernorm_even_rows_storage_affine)
+RMS_DECODE_BATCH_FIXED_EPS = _kernel("RMS_DECODE_BATCH_FIXED_EPS", "rmsnorm", rmsnorm_decode_batch_fixed_eps)
+LN_PAIR_LOOP_TAIL = _kernel("LN_PAIR_LOOP_TAIL", "layernorm", layernorm_pair_loop_tail)
+RMS_PADDED_VECTOR_DIVISOR = _kernel("RMS_PADDED_VECTOR_DIVISOR", "rmsnorm", rmsnorm_padded_vector_divisor)
+RMS_BATCHED_INPUT_DOUBLE_ROUNDING = _kernel("RMS_BATCHED_INPUT_DOUBLE_ROUNDING", "rmsnorm",
+                                            rmsnorm_batched_input_double_rounding)
+LN_ROWS_FROM_THE_LAST_STRIDES = _kernel("LN_ROWS_FROM_THE_LAST_STRIDES", "layernorm",
+                                        layernorm_rows_from_the_last_strides)
+RMS_DY_ROWS_FROM_THE_LAST_STRIDES = _kernel("RMS_DY_ROWS_FROM_THE_LAST_STRIDES", "rmsnorm",
+                                            rmsnorm_dy_rows_from_the_last_strides)
+ADD_LN_DH_DROPPED_FROM_8_ROWS = _kernel("ADD_LN_DH_DROPPED_FROM_8_ROWS", "add_layernorm",
+                                        add_layernorm_dh_dropped_from_8_rows)
