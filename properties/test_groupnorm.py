@@ -47,8 +47,13 @@ from properties.draws.strategies import (
 from properties.norms import output_dtype, require_backward
 from properties.run import profiles
 
-CHANNELS = (1, 2, 3, 4, 6, 8, 12, 32)
-SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as torch's GroupNorm takes
+# 24 and 48: 16 channels or more in groups of a size not a power of two (3 or 6 a group, as Stable Diffusion's 960
+# in 32 groups of 30), where a kernel indexing groups by a shift goes wrong
+CHANNELS = (1, 2, 3, 4, 6, 8, 12, 24, 32, 48)
+# x of rank 2 to 5, as torch's GroupNorm takes; (16, 16): 256 spatial elements, a multiple of 8 (vectorized paths)
+SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3), (16, 16))
+MORE_SAMPLES = (5, 8)  # one draw in eight: batched paths past the 1 to 3 samples otherwise drawn
+MAX_GROUP_ELEMENTS = 16384  # N C S of one example at most (cheap under Triton's interpreter)
 
 
 @st.composite
@@ -56,7 +61,8 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
                        channels: tuple[int, ...] = CHANNELS, instance: bool = False,
                        upstream: bool = False, every_input: bool = False, dtypes: tuple[torch.dtype, ...] | None = None,
                        parameter_dtype: torch.dtype | None = None, mixed: bool = False, least_samples: int = 1) -> dict:
-    """x [N, C, *spatial] (N from ``least_samples`` to 3, batch-1 inference included; C of ``channels``; offset and
+    """x [N, C, *spatial] (N from ``least_samples`` to 3, batch-1 inference included, one draw in eight 5 or 8; C of
+    ``channels``, N C S at most MAX_GROUP_ELEMENTS; offset and
     scale), num_groups a divisor of C (C with
     ``instance``; one strictly
     between 1 and C half the time where C has one),
@@ -68,7 +74,8 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     widest = storage_backward_width(kernel, dtype) if upstream else None
     spatial = [s for s in spatial if widest is None or math.prod(s) <= widest]
     chosen = draw(st.sampled_from(spatial))
-    channels = draw(st.sampled_from(channels))
+    channels = draw(st.sampled_from([c for c in channels if 3 * c * math.prod(chosen) <= MAX_GROUP_ELEMENTS]
+                                    or [min(channels)]))
     divisors = [g for g in range(1, channels + 1) if channels % g == 0
                 and (widest is None or channels // g * math.prod(chosen) <= widest)]
     between = [g for g in divisors if 1 < g < channels]  # neither LayerNorm nor InstanceNorm: drawn half the time
@@ -77,7 +84,9 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     # N >= 2 where a group has one element: torch's F.group_norm refuses N (C/G) S = 1 in training mode
     # (docs/findings.md, GroupNorm)
     least = max(least_samples, 2 if channels // groups * math.prod(chosen) == 1 else 1)
-    shape = (draw(st.integers(least, 3)), channels, *chosen)
+    more = [n for n in MORE_SAMPLES if n * channels * math.prod(chosen) <= MAX_GROUP_ELEMENTS]
+    samples = draw(st.sampled_from(more)) if more and draw(st.integers(0, 7)) == 7 else draw(st.integers(least, 3))
+    shape = (samples, channels, *chosen)
     limit = 10.0 if widest is None else 0.0  # centred groups where the storage-precision bound is finite
     ratio = max(-limit, min(draw(offset_ratios(dtype)), limit))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))

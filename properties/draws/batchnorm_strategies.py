@@ -35,7 +35,7 @@ from properties.draws.strategies import (
 )
 from properties.norms import output_dtype
 
-SAMPLES = (1, 2, 3, 4, 8)
+SAMPLES = (1, 2, 3, 4, 8, 16)  # 16: past a batched path's 8 samples
 CHANNELS = (1, 2, 3, 4, 8)
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as nn.BatchNorm1d/2d/3d
 MOMENTA = (0.1, 0.01, 0.5, 0.9, 1.0)  # 0 < m <= 1 (claim bn.running_statistics); 1: the batch's own statistics

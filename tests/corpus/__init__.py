@@ -265,6 +265,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reach.py:LN_ROWS_FROM_THE_LAST_STRIDES", "ln.layout_invariance"),
     _broken("reach.py:RMS_DY_ROWS_FROM_THE_LAST_STRIDES", "rms.layout_invariance"),
     _broken("reach.py:ADD_LN_DH_DROPPED_FROM_8_ROWS", "add_ln.jacobian"),
+    _broken("groupnorm.py:GN_GROUP_BY_SHIFT", "gn.forward"),
+    _broken("batchnorm.py:BN_LARGE_BATCH_MERGE", "bn.forward"),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
     _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),

@@ -26,6 +26,8 @@ lists the claims that must catch each.
     BN_WIDE_BLOCKS               a channel's statistics over more than 4096 elements merged from blocks of equal
                                  weight (corpus.wide)                                             -> bn.forward
     BN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> bn.forward
+    BN_LARGE_BATCH_MERGE         more than 8 samples: each sample's statistics merged without the spread between the
+                                 samples' means (Chan's n_a n_b / n delta^2 term dropped)          -> bn.forward
     BN_CORRECT                   the control: the same implementation, nothing broken
 
 InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
@@ -82,6 +84,10 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         axes = _instances(x) if per_instance else _channels(x)
         if bug == "wide_blocks":
             mean, variance = unweighted_block_moments(values, axes)
+        elif bug == "large_batch_merge" and x.shape[0] > 8 and x.dim() > 2 and not per_instance:
+            samples = _instances(x)  # each sample's channel statistics, then averaged: the between-sample term lost
+            mean = values.mean(samples, keepdim=True).mean(0, keepdim=True)
+            variance = values.var(samples, keepdim=True, unbiased=False).mean(0, keepdim=True)
         else:
             mean = values.mean(axes, keepdim=True)
             variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
@@ -161,6 +167,9 @@ BN_WIDE_BLOCKS = _kernel("BN_WIDE_BLOCKS", "wide_blocks", "a channel's statistic
                          "merged from blocks of equal weight (corpus.wide): bn.forward")
 BN_TRAINING_STEP_WITHOUT_BIAS = _kernel("BN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
                                         "with x requiring grad (a training step) the bias is left out: bn.forward")
+BN_LARGE_BATCH_MERGE = _kernel("BN_LARGE_BATCH_MERGE", "large_batch_merge",
+                               "more than 8 samples: the samples' statistics merged without the spread between their "
+                               "means: bn.forward")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",

@@ -13,6 +13,8 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
     GN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> gn.forward
     GN_WIDE_BLOCKS            a group's statistics over more than 4096 elements merged from blocks of equal weight
                               (corpus.wide)                                                -> gn.forward
+    GN_GROUP_BY_SHIFT         16 channels or more: channel c's group c >> log2(C/G), right only when C/G is a power
+                              of two (C = 24, 48 in groups of 3 or 6)                      -> gn.forward
 """
 
 from __future__ import annotations
@@ -31,6 +33,23 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
         x = read_as_if_contiguous(x)
     n, channels = x.shape[:2]
     values = x.float()
+    per_group = channels // num_groups
+    if bug == "shift" and channels >= 16 and per_group & (per_group - 1):
+        # an NHWC kernel's group index c >> (bit_length(C/G) - 1), clamped to the last group: the channels are
+        # regrouped in runs of a power of two, wrong where C/G is not one
+        group_of = (torch.arange(channels, device=x.device) >> (per_group.bit_length() - 1)).clamp(max=num_groups - 1)
+        order = torch.argsort(group_of, stable=True)
+        counts = torch.bincount(group_of, minlength=num_groups).tolist()
+        y = torch.empty_like(values)
+        for members in torch.split(order, counts):
+            if members.numel():
+                part = values[:, members]
+                axes = tuple(range(1, part.dim()))
+                mean, variance = part.mean(axes, keepdim=True), part.var(axes, keepdim=True, unbiased=False)
+                y[:, members] = (part - mean) * torch.rsqrt(variance + eps)
+        shape = (1, channels) + (1,) * (x.dim() - 2)
+        y = y if weight is None else y * weight.float().reshape(shape)
+        return (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
     if bug == "interleaved":  # [N, C/G, G, S]: the groups along the faster channel axis
         grouped = values.reshape(n, channels // num_groups, num_groups, -1).transpose(1, 2).reshape(n, num_groups, -1)
     else:
@@ -79,4 +98,6 @@ GN_WIDE_BLOCKS = _kernel("GN_WIDE_BLOCKS", "wide_blocks", "a group's statistics 
                          "from blocks of equal weight (corpus.wide): gn.forward")
 GN_TRAINING_STEP_WITHOUT_BIAS = _kernel("GN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
                                         "with x requiring grad (a training step) the bias is left out: gn.forward")
+GN_GROUP_BY_SHIFT = _kernel("GN_GROUP_BY_SHIFT", "shift", "16 channels or more: channel c's group is c >> "
+                            "log2(C/G), wrong where C/G is not a power of two (an NHWC kernel's index): gn.forward")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")
