@@ -19,6 +19,7 @@ A test's ``weight=None`` means "scale 1": the module's scale parameter gets ``1 
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 
 import torch
@@ -71,6 +72,10 @@ class ModuleKernel:
             def run(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
                 return functional_call(module, params, (x,))
 
+            if self.compile:  # a code object of its own: Dynamo keeps its compiled graphs, and its recompile limit,
+                # per code object, so each (d, eps) counts only its own dtypes, ranks and grad modes
+                run = types.FunctionType(run.__code__.replace(), run.__globals__, run.__name__, run.__defaults__,
+                                         run.__closure__)
             self._modules[key] = torch.compile(run, dynamic=True) if self.compile else run
         return self._modules[key]
 

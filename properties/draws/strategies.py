@@ -36,10 +36,10 @@ EPSILONS = (1e-5, 1e-6, 1e-2, 1e-12)
 CI_MAX_WIDTH = 8192
 # Rows wider than CI_MAX_WIDTH, drawn by tests of their own (two rows, one example each): where kernels that hold a
 # row in one block of at most 8192-65536 columns loop over blocks, and a tail mask or the merge of blocks' statistics
-# can be wrong: one column past a block of 8192; 20480, five blocks of 4096 and a partial last block of 8192 and of
-# 16384 (a merge that weighs a partial chunk as a whole one); and 65536, the widest the kernels of issue 30 and
-# Liger-Kernel take.
-WIDE_ROWS = (8193, 20480, 65536)
+# can be wrong: one column past a block of 8192; 45056, eleven blocks of 4096 and a partial last block of 8192 and
+# of 16384 (a merge that weighs a partial chunk as a whole one), an odd count of blocks of 4096 and of 16384 (a
+# pairwise merge that drops the unpaired one); and 65536, the widest the kernels of issue 30 and Liger-Kernel take.
+WIDE_ROWS = (8193, 45056, 65536)
 # The same beyond one block for the kinds over x [N, C, *]: spatial shapes whose rows of statistics (an InstanceNorm
 # row's S elements, a BatchNorm channel's N S, a GroupNorm group's (C/G) S, a sample's C S) exceed 4096 (our
 # BatchNorm's tile) and 8192: 1-D, 2-D and 3-D, whole tiles and not.

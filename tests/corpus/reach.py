@@ -18,6 +18,8 @@ its bug; each docstring names the claim that must catch it.
                                                                                             -> ln.layout_invariance
     RMS_DY_ROWS_FROM_THE_LAST_STRIDES   the same in the backward, for dy               -> rms.layout_invariance
     ADD_LN_DH_DROPPED_FROM_8_ROWS       8 to 4095 rows: the backward leaves dh out       -> add_ln.jacobian
+    LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK  rows wider than 16384: the blocks' statistics merged pairwise, a
+                                        round's unpaired block dropped (3 blocks and more)  -> ln.forward
 """
 
 from __future__ import annotations
@@ -187,6 +189,29 @@ def add_layernorm_dh_dropped_from_8_rows(x, residual, weight, bias, eps):
     return y, (_GradientDropped.apply(h) if 8 <= _rows(x) < 4096 else h)
 
 
+def layernorm_wide_pairwise_merge_drops_the_odd_block(x, weight, bias, eps):
+    """LayerNorm of rows wider than one block of 16384: each block's (count, mean, M2) merged pairwise in a tree
+    (Chan's update), a round with an odd number of them dropping the unpaired last one (a row of 3 blocks and more).
+    Must fail ln.forward."""
+    d, block = x.shape[-1], 16384
+    if d <= block:
+        return _layernorm(x, weight, bias, eps)
+    h = x.float()
+    states = []
+    for start in range(0, d, block):
+        part = h[..., start:start + block]
+        mean = part.mean(-1, keepdim=True)
+        states.append((part.shape[-1], mean, (part - mean).square().sum(-1, keepdim=True)))
+    while len(states) > 1:
+        merged = []
+        for (na, ma, qa), (nb, mb, qb) in zip(states[0::2], states[1::2], strict=False):  # the odd one left out
+            n, delta = na + nb, mb - ma
+            merged.append((n, ma + delta * nb / n, qa + qb + delta * delta * na * nb / n))
+        states = merged
+    n, mean, m2 = states[0]
+    return _affine((h - mean) * torch.rsqrt(m2 / n + eps), weight, bias).to(x.dtype)
+
+
 def _kernel(attr: str, kind: str, fn) -> Kernel:
     return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, dtypes=(torch.float32, torch.float16),
                   description=" ".join(fn.__doc__.split()))
@@ -204,3 +229,5 @@ RMS_DY_ROWS_FROM_THE_LAST_STRIDES = _kernel("RMS_DY_ROWS_FROM_THE_LAST_STRIDES",
                                             rmsnorm_dy_rows_from_the_last_strides)
 ADD_LN_DH_DROPPED_FROM_8_ROWS = _kernel("ADD_LN_DH_DROPPED_FROM_8_ROWS", "add_layernorm",
                                         add_layernorm_dh_dropped_from_8_rows)
+LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK = _kernel("LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK", "layernorm",
+                                                     layernorm_wide_pairwise_merge_drops_the_odd_block)
