@@ -155,7 +155,7 @@ def test_variance_bias_check_catches_shared_and_fixed_count_masks_by_a_wide_marg
 # The fused kinds' gradient bugs (tests/corpus/residual.py, dropout_add.py, graph.py): the claim meant for each must
 # catch it by a wide margin under the k-term bound of dL/dh (properties.bounds.tolerance), not by a bound too tight for
 # correct compositions: the plain-torch references (tests/corpus/composed.py) pass on the same inputs.
-def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> dict:
+def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0, rows: int = 4) -> dict:
     """Rows of normal x; the residual normal, or x times a uniform in [-1, 1] with dropout (so residual_out shows the
     mask: properties.checks.dropout_add); weight around 1, bias, dy and dh normal, all in ``dtype``."""
     generator = torch.Generator().manual_seed(seed)
@@ -163,10 +163,11 @@ def fused_example(d: int, dtype: torch.dtype, dropout: bool, seed: int = 0) -> d
     def normal(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=torch.float64)
 
-    x = normal(4, d)
-    residual = x * (2 * torch.rand(4, d, generator=generator, dtype=torch.float64) - 1) if dropout else normal(4, d)
-    values = {"x": x, "residual": residual, "weight": 1 + 0.5 * normal(d), "bias": normal(d), "dy": normal(4, d),
-              "dh": normal(4, d)}
+    x = normal(rows, d)
+    residual = (x * (2 * torch.rand(rows, d, generator=generator, dtype=torch.float64) - 1) if dropout
+                else normal(rows, d))
+    values = {"x": x, "residual": residual, "weight": 1 + 0.5 * normal(d), "bias": normal(d),
+              "dy": normal(rows, d), "dh": normal(rows, d)}
     return {**{name: value.to(dtype) for name, value in values.items()}, "eps": 1e-5,
             **({"p": 0.3, "seed": 7} if dropout else {})}
 
@@ -189,7 +190,8 @@ COMPOSED = {"add_layernorm": ("ADD_LN_FLOAT64", "ADD_LN_FLOAT32", "ADD_LN_RESIDU
 def test_every_fused_gradient_bug_of_the_manifest_has_an_input_here():
     gradient_claims = {"add_ln.jacobian", "add_rms.jacobian", "drop_add_ln.gradient"}
     fused_gradient_bugs = {entry.spec for entry in BROKEN if entry.expect & gradient_claims}
-    assert fused_gradient_bugs == set(GRADIENT_BUGS) | MISSING_GRADIENT_BUGS | set(WIDER_RESIDUAL_GRADIENT_BUGS)
+    assert fused_gradient_bugs == (set(GRADIENT_BUGS) | MISSING_GRADIENT_BUGS | set(WIDER_RESIDUAL_GRADIENT_BUGS)
+                                   | {ROW_GATED_GRADIENT_BUG})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -219,3 +221,18 @@ def test_gradient_bug_beside_a_float32_residual_fails_by_a_wide_margin_where_com
     for name in COMPOSED[bug.kind]:
         correct = kernel(f"tests/corpus/composed.py:{name}")
         assert recorded_ratio(check_vjp, correct, example) < CORRECT_MAX_RATIO, name
+
+
+ROW_GATED_GRADIENT_BUG = "tests/corpus/reach.py:ADD_LN_DH_DROPPED_FROM_8_ROWS"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_gradient_bug_of_8_rows_and_more_fails_by_a_wide_margin_where_compositions_pass(dtype):
+    """The fused backward that drops dh from 8 rows: on 8 rows it fails check_vjp by a wide margin, the plain-torch
+    compositions pass on them; on 4 rows it is right."""
+    bug = kernel(ROW_GATED_GRADIENT_BUG)
+    assert recorded_ratio(check_vjp, bug, fused_example(64, dtype, dropout=False, rows=8)) > WIDE_MARGIN
+    assert recorded_ratio(check_vjp, bug, fused_example(64, dtype, dropout=False)) < CORRECT_MAX_RATIO
+    for name in COMPOSED[bug.kind]:
+        correct = kernel(f"tests/corpus/composed.py:{name}")
+        assert recorded_ratio(check_vjp, correct, fused_example(64, dtype, dropout=False, rows=8)) < CORRECT_MAX_RATIO

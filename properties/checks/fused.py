@@ -162,13 +162,15 @@ def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor
 
 
 def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
-              dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = ()) -> None:
+              dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = (), any_dtype: bool = False) -> None:
     """Every gradient vs the derived VJP at the kernel's residual_out (at the float32 sum for a kernel that declares
     ``normalizes="float32_sum"``: the derivative of the function it computes): d = J^T dy + dh for x and residual.
-    ``frozen``: the inputs that do not require grad in the call; an input that requires grad and gets none fails."""
+    ``frozen``: the inputs that do not require grad in the call; an input that requires grad and gets none fails.
+    ``any_dtype``: y's dtype not judged here (beside a float32 residual: x's or residual_out's, the forward claim's)."""
     example = example_of(x, residual, weight, bias, eps)
     try:
-        got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, frozen=tuple(frozen))
+        got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, frozen=tuple(frozen),
+                                     any_dtype=any_dtype)
     except guard.KernelFault as fault:
         fail_on_missing_gradient(kernel, fault, tuple(frozen), d=x.shape[-1], dtype=dtype_name(x.dtype))
         return
