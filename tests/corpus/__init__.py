@@ -84,6 +84,8 @@ class Entry:
     status: str = "failed"  # what the claims of ``expect`` must end in: "failed", or "error" for a kernel fault
     missed_by: frozenset[str] = frozenset()  # claims whose inputs must not catch it (they must pass the kernel)
     at_scale: bool = False  # its bug shows only beyond 65 535 rows: the only broken kernels given those tests
+    # mechanisms its failures may also fit on some examples (the same error there): naming one of them is not wrong
+    indistinct_from: frozenset[str] = frozenset()
 
     @property
     def correct(self) -> bool:
@@ -91,8 +93,10 @@ class Entry:
 
 
 def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str | None = None,
-            status: str = "failed", missed_by: tuple[str, ...] = (), at_scale: bool = False) -> Entry:
-    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism, status, frozenset(missed_by), at_scale)
+            status: str = "failed", missed_by: tuple[str, ...] = (), at_scale: bool = False,
+            indistinct_from: tuple[str, ...] = ()) -> Entry:
+    return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism, status, frozenset(missed_by), at_scale,
+                 frozenset(indistinct_from))
 
 
 def _correct(spec: str) -> Entry:
@@ -151,7 +155,10 @@ CORPUS: tuple[Entry, ...] = (
     # 16-bit storage, float32 sums: rows one ulp apart (properties.draws.strategies.rows_one_ulp_apart) show it
     *(_broken(f"statistics.py:LN_ONE_PASS_{storage}", "ln.forward", margin="ln.forward",
               mechanism="one_pass_variance") for storage in ("FP16", "BF16")),
-    _broken("statistics.py:LN_BLOCK_PARTIALS_IN_STORAGE_DTYPE", "ln.forward", mechanism="storage_accumulation"),
+    # on bfloat16 rows one ulp apart at a large offset (d = 1023) its block partials rounded to bfloat16 err within
+    # the one-pass variance model's bound (ratio 1.0 there): the two cannot be told apart on that example
+    _broken("statistics.py:LN_BLOCK_PARTIALS_IN_STORAGE_DTYPE", "ln.forward", mechanism="storage_accumulation",
+            indistinct_from=("one_pass_variance",)),
     _broken("statistics.py:LN_WHOLE_TENSOR_STATISTICS", "ln.row_independence", "ln.special_inputs"),
     _broken("statistics.py:LN_ROW_BLOCK_STATISTICS", "ln.row_independence"),
     _broken("statistics.py:LN_CAST_AT_EACH_USE", "ln.jacobian", mechanism="storage_statistics_backward"),
