@@ -40,7 +40,7 @@ def test_forward_matches_the_oracle(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
-@profiles.share(0.5)
+@profiles.share(0.25)
 @given(data=st.data())
 def test_forward_of_more_rows(norm_kernel, data):
     """5 to 65 rows (strategies.MORE_ROWS: a decode batch, multiples of 8, past a block of 64), which the other
