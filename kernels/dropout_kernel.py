@@ -24,6 +24,20 @@ SEED_MODULUS = 2**64  # Philox keys are 64 bits: seeds are taken modulo 2^64
 
 
 @triton.jit
+def dropped_out(
+    values,  # float32 tensor: what is dropped out
+    index,  # int64 tensor of values' shape: each element's row-major index i in the dropped tensor
+    p,  # float32: drop probability
+    scale,  # float32: 1/(1 - p)
+    seed,  # int: Philox seed, mod 2^64
+):
+    """values_i / (1 - p) where rand(seed, i) >= p, else 0, in float32: the mask of every kernel that drops out (this
+    module's, the fused add + norm's forward and the backward's regeneration of it), one definition."""
+    keep = tl.rand(seed, index) >= p  # u_i = rand(seed, i), uniform in [0, 1): depends on seed and i only
+    return tl.where(keep, values * scale, 0.0)
+
+
+@triton.jit
 def _dropout(
     X,  # pointer to the input x, flattened and contiguous, float32/float16/bfloat16
     Y,  # pointer to the output y, flattened and contiguous, X's dtype
@@ -37,8 +51,7 @@ def _dropout(
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: the row-major element index i
     mask = offsets < n_elements  # the last block is partial when BLOCK does not divide n_elements
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
-    keep = tl.rand(seed, offsets) >= p  # u_i = rand(seed, i), uniform in [0, 1): depends on seed and i only
-    y = tl.where(keep, x * scale, 0.0)  # the scaling in float32
+    y = dropped_out(x, offsets, p, scale, seed)  # the scaling in float32
     tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)  # rounded once to X's dtype
 
 

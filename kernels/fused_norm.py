@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from kernels import norm, rows
-from kernels.dropout_kernel import SEED_MODULUS
+from kernels.dropout_kernel import SEED_MODULUS, dropped_out
 
 
 @triton.jit
@@ -50,8 +50,7 @@ def _residual_block(
     values in float32 (zeros where masked off)."""
     x = tl.load(X + cols * stride_x_col, mask=mask, other=0.0).to(tl.float32)
     if HAS_DROPOUT:
-        keep = tl.rand(seed, first + cols) >= p  # the mask of kernels/dropout_kernel.py: same seed, same index
-        x = tl.where(keep, x * scale, 0.0)
+        x = dropped_out(x, first + cols, p, scale, seed)  # kernels/dropout_kernel.py's mask: same seed, same index
     # the sum in float32, rounded once to the residual dtype: y normalizes exactly this stored h
     h = (x + tl.load(R + cols * stride_r_col, mask=mask, other=0.0).to(tl.float32)).to(H.dtype.element_ty)
     tl.store(H + cols, h, mask=mask)

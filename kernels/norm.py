@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from kernels import rows
-from kernels.dropout_kernel import SEED_MODULUS
+from kernels.dropout_kernel import SEED_MODULUS, dropped_out
 
 
 @triton.jit
@@ -225,8 +225,7 @@ def _store_input_grad(
     if HAS_BRANCH:
         branch = dx
         if HAS_DROPOUT:
-            keep = tl.rand(seed, first + cols) >= p  # the forward's mask: same seed, same element index
-            branch = tl.where(keep, dx * scale, 0.0)
+            branch = dropped_out(dx, first + cols, p, scale, seed)  # the forward's mask: same seed, same index
         tl.store(branch_row + cols, branch.to(branch_row.dtype.element_ty), mask=mask)
 
 
@@ -438,8 +437,7 @@ def _norm_backward_columns(
         if HAS_BRANCH:  # as _store_input_grad's: the forward's mask at the element's row-major index
             branch = dx
             if HAS_DROPOUT:
-                keep = tl.rand(seed, rows64[:, None] * n_cols + cols[None, :]) >= p
-                branch = tl.where(keep, dx * scale, 0.0)
+                branch = dropped_out(dx, rows64[:, None] * n_cols + cols[None, :], p, scale, seed)
             tl.store(BRANCH + rows64[:, None] * stride_dx_row + cols[None, :], branch.to(BRANCH.dtype.element_ty),
                      mask=mask)
         if COMPUTE_DW:
