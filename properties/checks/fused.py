@@ -74,10 +74,18 @@ def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: 
     (properties.norms.call)."""
     y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, recording=recording,
                    inference=inference)
+    conclude_forward(kernel, y, h, x, residual, weight, bias, eps,
+                     "y is not the normalization of the residual_out the kernel returned")
+
+
+def conclude_forward(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, weight,
+                     bias, eps: float, meaning: str) -> None:
+    """|y - N(h)| within the forward bound (:func:`forward_comparison`), concluded with ``meaning`` and the declared
+    model named."""
     comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps, residual=residual)
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
-    outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned" + model,
-                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+    outcome.conclude(comparison, meaning + model, d=x.shape[-1], dtype=dtype_name(x.dtype),
+                     **models.declared_point(declared))
 
 
 def check_forward_beside_a_float32_residual(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
@@ -89,11 +97,8 @@ def check_forward_beside_a_float32_residual(kernel, x: torch.Tensor, residual: t
     outcome.exact(y.dtype in allowed, f"y is {dtype_name(y.dtype)} beside {dtype_name(x.dtype)} x and a "
                   f"{dtype_name(residual.dtype)} residual", f"y must be in x's dtype or residual_out's "
                   f"({' or '.join(sorted({dtype_name(t) for t in allowed}))})")
-    comparison, declared = forward_comparison(kernel, y, h, x, weight, bias, eps, residual=residual)
-    model = f" (the declared {' and '.join(declared)} model)" if declared else ""
-    outcome.conclude(comparison, "y is not the normalization of the residual_out the kernel returned beside a float32 "
-                     "residual" + model,
-                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+    conclude_forward(kernel, y, h, x, residual, weight, bias, eps,
+                     "y is not the normalization of the residual_out the kernel returned beside a float32 residual")
 
 
 def normalized(kernel, h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
