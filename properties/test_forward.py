@@ -71,12 +71,16 @@ def test_forward_in_inference_mode(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
-@profiles.share(0.25)
+@profiles.share(0.5)
 @given(data=st.data())
 def test_forward_after_an_in_place_weight_update(norm_kernel, data):
-    """A second call after weight and bias were overwritten in place (an optimizer step) reads their new values."""
-    example = data.draw(norm_examples(norm_kernel, every_input=True), label="example")
-    evidence.check(check_forward_after_an_in_place_update, norm_kernel, {**example, **new_parameter_values(example)})
+    """A second call after weight and bias were overwritten in place (an optimizer step, a weight reload) reads their
+    new values: with grad mode on or both calls in inference mode, the parameters in x's dtype or another the kernel
+    takes (a kernel caching their converted copies keeps the old values)."""
+    example = data.draw(norm_examples(norm_kernel, every_input=True, mixed=True), label="example")
+    inference = data.draw(st.booleans(), label="inference")
+    evidence.check(check_forward_after_an_in_place_update, norm_kernel,
+                   {**example, **new_parameter_values(example), "inference": inference})
 
 
 # Each storage dtype and each width a transformer uses is drawn in every run (derandomized ci: the same examples),

@@ -188,7 +188,8 @@ LARGE_BATCH = 4_099
 LARGE_BATCH_WIDTH = 256
 LARGE_BATCH_BUDGET_S = 2.0  # per call: an interpreted kernel (one program per row) is checked where it runs natively
 each_dtype = pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
-# the gradients in float32 only (a large-batch path's structure; a gradient test costs 3-5 forward tests here)
+# the fused and GroupNorm gradients in float32 only (a large-batch path's structure; a gradient test costs 3-5
+# forward tests here); the plain norms' in every dtype
 float32_only = pytest.mark.parametrize("dtype", [torch.float32], ids=dtype_name)
 
 
@@ -216,8 +217,10 @@ def test_forward_of_a_large_batch(norm_kernel, dtype):
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
-@float32_only
+@each_dtype
 def test_gradients_of_a_large_batch(norm_kernel, dtype):
+    """In every dtype: a kernel that sums dweight/dbias over blocks of rows into a buffer of their 16-bit dtype (an
+    atomic add on a half buffer) beyond some batch size rounds once per block."""
     norms.require_backward(norm_kernel)
     evidence.check(check_vjp, norm_kernel, large_batch_example(norm_kernel, dtype, upstream=True))
 

@@ -55,9 +55,11 @@ def power_table() -> list[tuple[str, float, str, float]]:
                          ds.binomial_power(acceptance, neighbours, 1.0)))
             rows.append(("independence", p, "neighbour correlation 0.1 (reported)",
                          ds.binomial_power(acceptance, neighbours, ds.agreement_rate(p, 0.1))))
-            acceptance = ds.binomial_acceptance(column_pairs, ds.agreement_rate(p), alpha)
-            rows.append(("independence", p, "one mask for every row (rows agree)",
+            acceptance = ds.binomial_acceptance(column_pairs, ds.agreement_rate(p), alpha / 2)
+            rows.append(("independence", p, "one mask for every row (rows 2r, 2r+1 agree)",
                          ds.binomial_power(acceptance, column_pairs, 1.0)))
+            rows.append(("independence", p, f"a mask repeating every k rows, k | {rows_ // 2} (rows r, r+"
+                         f"{rows_ // 2} agree)", ds.binomial_power(acceptance, column_pairs, 1.0)))
     alpha = ci_alpha("drop_add_ln.seeds", sizes.SEED_FRACTION) / 3
     for rows_, d in sizes.SEED_SHAPES:
         for p in TESTED_PROBABILITIES:
@@ -71,9 +73,9 @@ def power_table() -> list[tuple[str, float, str, float]]:
         for p in TESTED_PROBABILITIES:
             acceptance = ds.binomial_acceptance(rows_ * d, 1 - p, alpha)
             rows.append(("layout", p, "keep probability p in a layout", ds.binomial_power(acceptance, rows_ * d, p)))
-            for pairs, alternative in ((rows_ * (d // 2), "blocks of 2 in a layout"),
-                                       ((rows_ // 2) * d, "one mask for every row in a layout")):
-                acceptance = ds.binomial_acceptance(pairs, ds.agreement_rate(p), alpha / 4)
+            for pairs, alternative, share in ((rows_ * (d // 2), "blocks of 2 in a layout", 4),
+                                              ((rows_ // 2) * d, "one mask for every row in a layout", 8)):
+                acceptance = ds.binomial_acceptance(pairs, ds.agreement_rate(p), alpha / share)
                 rows.append(("layout", p, alternative, ds.binomial_power(acceptance, pairs, 1.0)))
     return rows
 

@@ -323,10 +323,14 @@ def neighbour_agreement(masks: np.ndarray, offset: int) -> tuple[int, int]:
     return pair_agreement(pairs[..., 0], pairs[..., 1])
 
 
-def row_agreement(masks: np.ndarray) -> tuple[int, int]:
-    """Disjoint pairs of rows (2r, 2r + 1), column by column."""
-    usable = masks.shape[0] // 2 * 2
-    return pair_agreement(masks[0:usable:2], masks[1:usable:2])
+def row_agreement(masks: np.ndarray, apart: int = 1) -> tuple[int, int]:
+    """Disjoint pairs of rows column by column: (2r, 2r + 1) for ``apart`` = 1 (neighbouring rows), else
+    (r, r + apart) for r < apart (``apart`` = R/2: rows half the batch apart, so a mask that repeats every k rows,
+    k dividing R/2, makes every pair agree)."""
+    if apart == 1:
+        usable = masks.shape[0] // 2 * 2
+        return pair_agreement(masks[0:usable:2], masks[1:usable:2])
+    return pair_agreement(masks[:apart], masks[apart:2 * apart])
 
 
 def group_counts(masks: np.ndarray, rows: int = 1) -> np.ndarray:
@@ -372,14 +376,18 @@ def dispersion_finding(masks: np.ndarray, p: float, alpha: float, rows: int = 1)
 
 
 def independence_findings(masks: np.ndarray, p: float, alpha: float) -> list[Finding]:
-    """Neighbours (pairs at even and at odd offsets), rows (one column of two rows), and the dispersion of
-    two-row counts: alpha / 4 each. Tests without pairs (d = 1, one row) are left out."""
+    """Neighbours (pairs at even and at odd offsets), rows (one column of two rows: neighbouring rows, and rows half
+    the batch apart, alpha / 8 each) and the dispersion of two-row counts: alpha / 4 each. Tests without pairs
+    (d = 1, one row) are left out."""
     findings = []
     for offset in (0, 1):
         agreeing, pairs = neighbour_agreement(masks, offset)
         if pairs:
             findings.append(agreement_finding(agreeing, pairs, p, alpha / 4, f"neighbours at offset {offset}"))
-    if masks.shape[0] >= 2:
-        findings.append(agreement_finding(*row_agreement(masks), p, alpha / 4, "rows 2r and 2r+1"))
+    rows = masks.shape[0]
+    if rows >= 2:
+        findings.append(agreement_finding(*row_agreement(masks), p, alpha / 8, "rows 2r and 2r+1"))
+        findings.append(agreement_finding(*row_agreement(masks, rows // 2), p, alpha / 8,
+                                          f"rows r and r+{rows // 2}"))
         findings.append(dispersion_finding(masks, p, alpha / 4, rows=2))
     return findings

@@ -38,24 +38,26 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, record
 
 
 def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, new_weight: torch.Tensor,
-                                           bias=None, new_bias: torch.Tensor | None = None) -> None:
+                                           bias=None, new_bias: torch.Tensor | None = None,
+                                           inference: bool = False) -> None:
     """The kernel called once, its weight (and bias) then overwritten in place with ``new_weight`` (``new_bias``), as
     an optimizer step does (the same tensors, new values), and called again: the second output is the oracle's at the
-    new values (:func:`check_forward`); a kernel caching a converted weight across calls keeps the old one."""
+    new values (:func:`check_forward`); a kernel caching a converted weight across calls keeps the old one.
+    ``inference``: both calls under torch.inference_mode() (a serving stack's path, where such caches live)."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
-    updated = updated_in_place(kernel, example, {"weight": new_weight, "bias": new_bias})
-    check_forward(kernel, x, updated["weight"], eps, updated["bias"])
+    updated = updated_in_place(kernel, example, {"weight": new_weight, "bias": new_bias}, inference=inference)
+    check_forward(kernel, x, updated["weight"], eps, updated["bias"], inference=inference)
 
 
-def updated_in_place(kernel, example: dict, new: dict) -> dict:
+def updated_in_place(kernel, example: dict, new: dict, inference: bool = False) -> dict:
     """``example`` with copies of its parameters named in ``new`` (None values skipped), after one call of the kernel
     (of any kind) with them, on copies of every other tensor (a residual or running buffers it may write), the
     parameters then overwritten in place with ``new``'s values as an optimizer step writes them: the same tensors,
-    new values."""
+    new values. ``inference``: that call under torch.inference_mode()."""
     parameters = {name: example[name].clone() for name, values in new.items() if values is not None}
     example = {**example, **parameters}
     norms.call(kernel, {name: t.clone() if isinstance(t, torch.Tensor) and name not in parameters else t
-                        for name, t in example.items()}, allow_nonfinite=True, any_dtype=True)
+                        for name, t in example.items()}, allow_nonfinite=True, any_dtype=True, inference=inference)
     with torch.no_grad():
         for name, t in parameters.items():
             t.copy_(new[name])

@@ -53,7 +53,9 @@ MASK_RESIDUALS = ("zeros", "within x")
 # The sizes of the dropout + add kind's statistical tests (tests/test_dropout_add_statistics.py derives their power
 # there) and their share of the profile's examples: few, wide rows (an interpreted Triton kernel runs a program per
 # row: 64 x 1024 takes 0.8 s, 1024 x 64 13 s on an idle core).
-MASK_SHAPES, KEEP_RATE_FRACTION, INDEPENDENCE_FRACTION = ((16, 4096), (64, 1024)), 0.25, 0.15
+# The mask tests' shapes: rows wider than 4096 (a kernel's wide path), and 128 rows (a mask repeating every 64 rows
+# or fewer: the independence test compares rows r and r + 64)
+MASK_SHAPES, KEEP_RATE_FRACTION, INDEPENDENCE_FRACTION = ((8, 8192), (128, 512)), 0.25, 0.15
 SEED_SHAPES, SEED_FRACTION = ((4, 4096), (16, 1024)), 0.15
 LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel may switch to another code path
 BATCHES = st.sampled_from((2, 3))  # add_norm_examples' ndims for the claims whose checks take any batch shape
@@ -78,13 +80,13 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
                       dtypes: tuple[torch.dtype, ...] | None = None,
                       parameter_dtype: torch.dtype | None = None, mixed: bool = False,
                       ndims: st.SearchStrategy[int] | None = None, n: int | None = None,
-                      residual_dtype: torch.dtype | None = None) -> dict:
+                      residual_dtype: torch.dtype | None = None, more_rows_every: int = 8) -> dict:
     """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``); weight and bias in
     ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes);
     the residual in ``residual_dtype`` (never None then), else x's dtype.
     ``ndims``: the dimensions of x and the residual (default 2; :data:`BATCHES` draws [B, S, d] as well), the rows
     spread over the leading dimensions as strategies.norm_examples spreads them; ``n`` rows (default
-    strategies.row_counts).
+    strategies.row_counts, one draw in ``more_rows_every`` more than 4).
 
     With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
     declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
@@ -102,7 +104,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     def ratio() -> float:
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
 
-    x = draw(rows(d, n=n, offset=ratio(), scale=scales(dtype)))
+    x = draw(rows(d, n=n, offset=ratio(), scale=scales(dtype), more_rows_every=more_rows_every))
     none = ("none",) if caps.residual_none and residual_dtype is None else ()
     form = residual or draw(st.sampled_from(RESIDUAL_FORMS + none))
     if form == "cancelling":

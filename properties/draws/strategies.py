@@ -138,14 +138,15 @@ def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchSt
     return st.integers(0, 7).flatmap(lambda pick: st.sampled_from(large if pick == 7 else small))
 
 
-def row_counts(d: int, most: int = 4) -> st.SearchStrategy[int]:
-    """How many rows: 1 to ``most``, and one draw in eight one of :data:`MORE_ROWS` (rows x d <= MAX_ELEMENTS: fewer
-    for wide rows), where kernels take paths by row count (decode batches, multiples of 8 rows, 64-row blocks)."""
+def row_counts(d: int, most: int = 4, more_every: int = 8) -> st.SearchStrategy[int]:
+    """How many rows: 1 to ``most``, and one draw in ``more_every`` one of :data:`MORE_ROWS` (rows x d <= MAX_ELEMENTS:
+    fewer for wide rows), where kernels take paths by row count (decode batches, multiples of 8 rows, 64-row
+    blocks)."""
     few = st.integers(1, max(1, min(most, MAX_ELEMENTS // d)))
     more = [n for n in MORE_ROWS if n > most and n * d <= MAX_ELEMENTS]
     if not more:
         return few
-    return st.integers(0, 7).flatmap(lambda pick: st.sampled_from(more) if pick == 7 else few)
+    return st.integers(1, more_every).flatmap(lambda pick: st.sampled_from(more) if pick == more_every else few)
 
 
 def epsilons() -> st.SearchStrategy[float]:
@@ -192,13 +193,13 @@ def standard_values(shape: tuple[int, ...], distribution: str, seed: int) -> tor
 
 @st.composite
 def rows(draw, d: int, n: int | None = None, offset: float | st.SearchStrategy[float] = 0.0,
-         scale: float | st.SearchStrategy[float] = 1.0) -> torch.Tensor:
+         scale: float | st.SearchStrategy[float] = 1.0, more_rows_every: int = 8) -> torch.Tensor:
     """float64 rows [n, d]: ``scale * (offset + z)`` with z of order 1 from one of DISTRIBUTIONS (seeded): ``offset``
     is in units of the scale (a shift of ``offset`` spreads of z).
 
-    ``offset``/``scale`` are numbers or strategies; ``n`` defaults to :func:`row_counts`.
+    ``offset``/``scale`` are numbers or strategies; ``n`` defaults to :func:`row_counts` (``more_rows_every``).
     """
-    n = draw(row_counts(d)) if n is None else n
+    n = draw(row_counts(d, more_every=more_rows_every)) if n is None else n
     offset = draw(offset) if isinstance(offset, st.SearchStrategy) else offset
     scale = draw(scale) if isinstance(scale, st.SearchStrategy) else scale
     z = standard_values((n, d), draw(st.sampled_from(DISTRIBUTIONS)), draw(seeds()))
@@ -365,13 +366,16 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   upstream: bool = False, offset_ratio: st.SearchStrategy[float] | None = None,
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
                   n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None,
-                  parameter_dtype: torch.dtype | None = None, mixed: bool = False, one_ulp_apart: bool = False) -> dict:
+                  parameter_dtype: torch.dtype | None = None, mixed: bool = False, one_ulp_apart: bool = False,
+                  bias_only: bool = False, more_rows_every: int = 8) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
-    ``every_input``: weight and bias are always present and random (for claims about every argument).
-    ``n``: the number of rows (default :func:`row_counts`, at most 4). ``ndims``: the dimensions of x (default 2);
-    the rows are then spread over the leading dimensions (:func:`leading_shapes`), e.g. [B, S, d], [A, B, C, d].
+    ``every_input``: weight and bias are always present and random (for claims about every argument); ``bias_only``:
+    no weight, a random bias (a kernel's weightless branch, e.g. with the bias in another dtype than x).
+    ``n``: the number of rows (default :func:`row_counts`, at most 4, one draw in ``more_rows_every`` more).
+    ``ndims``: the dimensions of x (default 2); the rows are then spread over the leading dimensions
+    (:func:`leading_shapes`), e.g. [B, S, d], [A, B, C, d].
     With ``upstream``, examples whose exact gradients overflow the storage dtype are left out
     (:func:`properties.norms.representable`), and x is drawn inside the domain of the backward bound as well
     (finite on every row: :func:`backward_width_limit`, then |mean|/std 0 if the drawn one leaves it): an
@@ -387,7 +391,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     d = draw(widths(max_width=limit)) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
     ratio = draw(offset_ratio if offset_ratio is not None else offset_ratios(dtype))
     epsilon = draw(eps if eps is not None else epsilons())
-    count = draw(n if n is not None else row_counts(d))
+    count = draw(n if n is not None else row_counts(d, more_every=more_rows_every))
     shape = draw(leading_shapes(count, draw(ndims) if ndims is not None else 2))
     # rows whose sums fall back to the worst case (structured, proofs.probabilistic.independent or .aligned) are
     # drawn again a tenth as far from 0 (residues modulo the partial sums' ulps spread again), then within the worst
@@ -401,13 +405,15 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     else:
         assume(False)
     example = {"x": x.reshape(*shape, d)}
-    gamma = draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS)) if weights else None
+    present = every_input or bias_only
+    gamma = (draw(effective_weights(d, PRESENT_WEIGHT_FORMS if every_input else WEIGHT_FORMS))
+             if weights and not bias_only else None)
     if gamma is None and kernel.weight_offset != 0:
         gamma = torch.ones(d, dtype=torch.float64, device=HOST)
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
     example["weight"] = None if gamma is None else rounded(gamma - kernel.weight_offset, parameters, caps.device)
     if kernel.record.has_bias:
-        beta = draw(biases(d, PRESENT_BIAS_FORMS if every_input else BIAS_FORMS)) if weights else None
+        beta = draw(biases(d, PRESENT_BIAS_FORMS if present else BIAS_FORMS)) if weights else None
         example["bias"] = None if beta is None else rounded(beta, parameters, caps.device)
     example["eps"] = epsilon
     if upstream:
@@ -433,8 +439,10 @@ over_parameter_mixes = pytest.mark.parametrize("mix", PARAMETER_MIXES, ids=lambd
 def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype], examples: Callable | None = None,
                              **options) -> st.SearchStrategy[dict]:
     """:func:`norm_examples` (or ``examples``, a strategy of another kind taking the same ``dtypes``, ``every_input``
-    and ``parameter_dtype``: the fused kinds', GroupNorm's) with x in ``mix[0]`` and weight and bias (always present,
-    random) in ``mix[1]`` (core.capabilities.PARAMETER_MIXES). A mix the kernel refuses or declares it does not take
+    and ``parameter_dtype``: the fused kinds', GroupNorm's) with x in ``mix[0]`` and weight and bias (present, random)
+    in ``mix[1]`` (core.capabilities.PARAMETER_MIXES); a LayerNorm's forward draws, one in four, have the bias alone (no
+    weight: a kernel's weightless branch, whose output too has x's dtype; the gradient bounds take the bias in the
+    weight's dtype, so gradient draws keep both). A mix the kernel refuses or declares it does not take
     skips the test with the reason (also listed as not tested in the results: never a pass); a probe fault in x's
     dtype fails it."""
     caps = discover(kernel)
@@ -442,6 +450,9 @@ def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype
         name, x_dtype = mix_name(*mix), dtype_name(mix[0])
         why = caps.not_tested.get(name) or f"not tested in {x_dtype}: {caps.not_tested.get(x_dtype, '')}"
         pytest.skip(f"{kernel.name} not checked with {name}: {why}")
+    if examples is None and kernel.record.has_bias and not options.get("upstream"):  # 1 forward draw in 4: no weight
+        return st.integers(1, 4).flatmap(lambda pick: norm_examples(
+            kernel, dtypes=mix[:1], every_input=pick < 4, bias_only=pick == 4, parameter_dtype=mix[1], **options))
     return (examples or norm_examples)(kernel, dtypes=mix[:1], every_input=True, parameter_dtype=mix[1], **options)
 
 

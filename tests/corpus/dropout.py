@@ -226,6 +226,14 @@ def _column_offsets_when_wide(x: torch.Tensor, p: float, generator: torch.Genera
     return _keep_mask(x, p, generator)
 
 
+def _column_offsets_above_4096(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Rows wider than 4096 elements (a kernel's path of several blocks a row) draw their random numbers at the column
+    index only: every row gets one mask. Must fail dropout.independence."""
+    if x.dim() >= 2 and x.shape[-1] > 4096:
+        return (torch.rand(x.shape[-1], generator=generator, device=x.device) >= p).expand(x.shape)
+    return _keep_mask(x, p, generator)
+
+
 def _mask_of_the_next_seed(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
     """The backward draws its mask again, from seed + 1 (a recomputing backward with an off-by-one seed): the
     gradient is not the forward's mask. Must fail dropout.gradient."""
@@ -274,6 +282,8 @@ DROPOUT_ROWS_SEEDED_BY_INDEX = _kernel("dropout_rows_seeded_by_index", _rows_see
                                        keep_mask=_rows_seeded_by_index)
 DROPOUT_COLUMN_OFFSETS_WHEN_WIDE = _kernel("dropout_column_offsets_when_wide", _column_offsets_when_wide.__doc__,
                                            keep_mask=_column_offsets_when_wide)
+DROPOUT_COLUMN_OFFSETS_ABOVE_4096 = _kernel("dropout_column_offsets_above_4096", _column_offsets_above_4096.__doc__,
+                                            keep_mask=_column_offsets_above_4096)
 DROPOUT_BACKWARD_OTHER_MASK = _kernel("dropout_backward_other_mask", _mask_of_the_next_seed.__doc__,
                                       backward_mask=_mask_of_the_next_seed)
 DROPOUT_BACKWARD_UNSCALED = _kernel("dropout_backward_unscaled", _unscaled_backward.__doc__,

@@ -3,6 +3,9 @@
 
     DROP_ADD_NO_RESCALE           kept values not divided by 1 - p                -> drop_add_ln.values
     DROP_ADD_ONE_MASK_FOR_ROWS    every row gets the same mask (a per-column mask) -> drop_add_ln.independence
+    DROP_ADD_ONE_MASK_ABOVE_4096  the same, for rows wider than 4096               -> drop_add_ln.independence
+    DROP_ADD_MASK_EVERY_64_ROWS   row r gets row r mod 64's mask (64-row programs offset by the row in the block)
+                                                                                   -> drop_add_ln.independence
     DROP_ADD_BLOCKS_OF_2          neighbour pairs share one draw                   -> drop_add_ln.variance_bias,
                                                                                      drop_add_ln.independence
     DROP_ADD_NORM_WITHOUT_DROPOUT y = LN(residual + x): the dropout skipped for y   -> drop_add_ln.forward
@@ -35,8 +38,12 @@ def _mask(shape, p: float, seed: int, bug: str) -> torch.Tensor:
     if bug == "unseeded":
         return torch.rand(shape) >= p
     generator = torch.Generator().manual_seed(FIXED_SEED if bug == "fixed_seed" else seed)
-    if bug == "rows":
+    if bug == "rows" or (bug == "rows_above_4096" and shape[-1] > 4096):
         return (torch.rand(shape[-1], generator=generator) >= p).expand(shape)
+    if bug == "every_64_rows":  # row r gets the mask of row r mod 64
+        rows = shape[0] if len(shape) > 1 else 1
+        first = torch.rand(min(rows, 64), shape[-1], generator=generator) >= p
+        return first.repeat(-(-rows // 64), 1)[:rows].reshape(shape)
     if bug == "blocks":  # one draw for each pair of neighbours (an even width)
         return (torch.rand(*shape[:-1], shape[-1] // 2, generator=generator) >= p).repeat_interleave(2, -1)
     draws = torch.rand(shape, generator=generator)
@@ -82,6 +89,10 @@ DROP_ADD_NO_RESCALE = _kernel("DROP_ADD_NO_RESCALE", "rescale",
                               "kept values not rescaled by 1/(1-p): drop_add_ln.values")
 DROP_ADD_ONE_MASK_FOR_ROWS = _kernel("DROP_ADD_ONE_MASK_FOR_ROWS", "rows",
                                      "the same mask in every row: drop_add_ln.independence")
+DROP_ADD_ONE_MASK_ABOVE_4096 = _kernel("DROP_ADD_ONE_MASK_ABOVE_4096", "rows_above_4096",
+                                       "the same mask in every row wider than 4096: drop_add_ln.independence")
+DROP_ADD_MASK_EVERY_64_ROWS = _kernel("DROP_ADD_MASK_EVERY_64_ROWS", "every_64_rows",
+                                      "row r gets row r mod 64's mask: drop_add_ln.independence")
 DROP_ADD_BLOCKS_OF_2 = _kernel("DROP_ADD_BLOCKS_OF_2", "blocks", "one draw for each pair of neighbours: "
                                "drop_add_ln.variance_bias, drop_add_ln.independence")
 DROP_ADD_NORM_WITHOUT_DROPOUT = _kernel("DROP_ADD_NORM_WITHOUT_DROPOUT", "skipped",

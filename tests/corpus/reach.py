@@ -20,6 +20,19 @@ its bug; each docstring names the claim that must catch it.
     ADD_LN_DH_DROPPED_FROM_8_ROWS       8 to 4095 rows: the backward leaves dh out       -> add_ln.jacobian
     LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK  rows wider than 16384: the blocks' statistics merged pairwise, a
                                         round's unpaired block dropped (3 blocks and more)  -> ln.forward
+
+And escapes of that session found in the draws after it (a second backward of one graph on 5 to 65 rows, the
+in-place update test in inference mode with parameters in another dtype, weightless mixed-dtype examples, a large
+batch's gradients in 16 bits):
+
+    LN_DX_INTO_SAVED_XHAT_FROM_8_ROWS   8 rows or more: the backward writes dx into its saved x_hat (scratch)
+                                                                                            -> ln.jacobian
+    LN_STALE_CAST_CACHE_IN_INFERENCE    grad mode off: float32 copies of weight and bias in another dtype cached by
+                                        address, stale after an in-place update             -> ln.forward
+    LN_WEIGHTLESS_BIAS_PROMOTES         no weight: y in promote(x, bias)'s dtype (float32 for 16-bit x)
+                                                                                            -> ln.forward
+    LN_DWEIGHT_HALF_BLOCK_SUMS          over 256 rows: dweight/dbias summed by 32-row blocks into 16-bit buffers
+                                                                                            -> ln.jacobian (at scale)
 """
 
 from __future__ import annotations
@@ -55,15 +68,18 @@ def _rmsnorm(x: torch.Tensor, weight, eps: float) -> torch.Tensor:
 class _Norm(torch.autograd.Function):
     """A norm whose forward ``forward(x, weight, bias)`` may be wrong and whose backward is the exact one, from the
     float32 statistics (forward and backward are separate kernels, as in Triton and Apex): a bug of the forward
-    alone. ``rows_of_dy(dy)`` is what the backward reads dy through (the identity unless broken)."""
+    alone. ``rows_of_dy(dy)`` is what the backward reads dy through (the identity unless broken); ``sum_rows(t,
+    dtype)`` sums the float32 per-row terms of dweight and dbias over the rows into ``dtype`` (unless broken: in
+    float32, rounded once)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps, rms, forward, rows_of_dy):
+    def forward(ctx, x, weight, bias, eps, rms, forward, rows_of_dy, sum_rows):
         h = x.float()
         mean = torch.zeros_like(h[..., :1]) if rms else h.mean(-1, keepdim=True)
         rstd = torch.rsqrt((h - mean).square().mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.rms, ctx.rows_of_dy, ctx.bias_dtype = rms, rows_of_dy, None if bias is None else bias.dtype
+        ctx.rms, ctx.rows_of_dy, ctx.sum_rows = rms, rows_of_dy, sum_rows
+        ctx.bias_dtype = None if bias is None else bias.dtype
         return forward(x, weight, bias)
 
     @staticmethod
@@ -75,13 +91,17 @@ class _Norm(torch.autograd.Function):
         centred = g - xhat * (g * xhat).mean(-1, keepdim=True)
         dx = rstd * (centred if ctx.rms else centred - g.mean(-1, keepdim=True))
         d = x.shape[-1]
-        dweight = None if weight is None else (dy * xhat).reshape(-1, d).sum(0).to(weight.dtype)
-        dbias = None if ctx.bias_dtype is None else dy.reshape(-1, d).sum(0).to(ctx.bias_dtype)
-        return dx.to(x.dtype), dweight, dbias, None, None, None, None
+        dweight = None if weight is None else ctx.sum_rows((dy * xhat).reshape(-1, d), weight.dtype)
+        dbias = None if ctx.bias_dtype is None else ctx.sum_rows(dy.reshape(-1, d), ctx.bias_dtype)
+        return dx.to(x.dtype), dweight, dbias, None, None, None, None, None
 
 
 def _same(t: torch.Tensor) -> torch.Tensor:
     return t
+
+
+def _sum_rows(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t.sum(0).to(dtype)
 
 
 def _rows_from_the_last_strides(t: torch.Tensor) -> torch.Tensor:
@@ -107,7 +127,7 @@ def layernorm_even_rows_storage_affine(x, weight, bias, eps):
         y = y if weight is None else y * weight.to(x.dtype)
         return y if bias is None else y + bias.to(x.dtype)
 
-    return _Norm.apply(x, weight, bias, eps, False, forward, _same)
+    return _Norm.apply(x, weight, bias, eps, False, forward, _same, _sum_rows)
 
 
 def rmsnorm_decode_batch_fixed_eps(x, weight, eps):
@@ -116,7 +136,7 @@ def rmsnorm_decode_batch_fixed_eps(x, weight, eps):
     def forward(x, weight, _):
         return _rmsnorm(x, weight, 1e-6 if 5 <= _rows(x) <= 64 else eps)
 
-    return _Norm.apply(x, weight, None, eps, True, forward, _same)
+    return _Norm.apply(x, weight, None, eps, True, forward, _same, _sum_rows)
 
 
 def layernorm_pair_loop_tail(x, weight, bias, eps):
@@ -153,7 +173,7 @@ def rmsnorm_batched_input_double_rounding(x, weight, eps):
         y = (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
         return y if weight is None else y * weight.to(x.dtype)
 
-    return _Norm.apply(x, weight, None, eps, True, forward, _same)
+    return _Norm.apply(x, weight, None, eps, True, forward, _same, _sum_rows)
 
 
 def layernorm_rows_from_the_last_strides(x, weight, bias, eps):
@@ -166,7 +186,7 @@ def rmsnorm_dy_rows_from_the_last_strides(x, weight, eps):
     """RMSNorm whose backward reads dy's rows as the forward above reads x's (dy of a sliced or permuted y); the
     forward is right. Must fail rms.layout_invariance."""
     return _Norm.apply(x, weight, None, eps, True, lambda x, weight, _: _rmsnorm(x, weight, eps),
-                       _rows_from_the_last_strides)
+                       _rows_from_the_last_strides, _sum_rows)
 
 
 class _GradientDropped(torch.autograd.Function):
@@ -212,6 +232,81 @@ def layernorm_wide_pairwise_merge_drops_the_odd_block(x, weight, bias, eps):
     return _affine((h - mean) * torch.rsqrt(m2 / n + eps), weight, bias).to(x.dtype)
 
 
+class _DxIntoSavedXhat(torch.autograd.Function):
+    """LayerNorm saving x_hat (float32) for its backward, which from 8 rows on writes dx into that saved buffer through
+    its storage (the pointer a kernel is given: no version-counter bump) and returns it."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        h = x.float()
+        mean = h.mean(-1, keepdim=True)
+        rstd = torch.rsqrt((h - mean).square().mean(-1, keepdim=True) + eps)
+        xhat = (h - mean) * rstd
+        ctx.save_for_backward(xhat, weight, rstd)
+        ctx.x_dtype, ctx.bias_dtype = x.dtype, None if bias is None else bias.dtype
+        return _affine(xhat, weight, bias).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, weight, rstd = ctx.saved_tensors
+        dy, d = dy.float(), xhat.shape[-1]
+        g = dy if weight is None else dy * weight.float()
+        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        dweight = None if weight is None else (dy * xhat).reshape(-1, d).sum(0).to(weight.dtype)
+        dbias = None if ctx.bias_dtype is None else dy.reshape(-1, d).sum(0).to(ctx.bias_dtype)
+        if _rows(xhat) >= 8:
+            dx = xhat.data.copy_(dx)
+        return dx.to(ctx.x_dtype), dweight, dbias, None
+
+
+def layernorm_dx_into_saved_xhat_from_8_rows(x, weight, bias, eps):
+    """LayerNorm whose multi-row backward (8 rows and more) writes dx into the x_hat it saved, as scratch: a second
+    backward of the same graph (retain_graph=True) reads the first one's dx as x_hat. Must fail ln.jacobian."""
+    return _DxIntoSavedXhat.apply(x, weight, bias, eps)
+
+
+_CAST_CACHE: dict[tuple, torch.Tensor] = {}
+
+
+def layernorm_stale_cast_cache_in_inference(x, weight, bias, eps):
+    """LayerNorm whose inference path (grad mode off) keeps the float32 copies of a weight and bias in another dtype
+    than x, keyed by their address, dtype and size: after an in-place update (an optimizer step, a weight reload)
+    it uses the old values. Must fail ln.forward."""
+    def cast(t):
+        if t is None or t.dtype == x.dtype or torch.is_grad_enabled():
+            return t
+        return _CAST_CACHE.setdefault((t.data_ptr(), t.dtype, t.shape[0]), t.float().clone())
+
+    return _layernorm(x, cast(weight), cast(bias), eps)
+
+
+def layernorm_weightless_bias_promotes(x, weight, bias, eps):
+    """LayerNorm whose branch without a weight adds the bias in torch's promotion of x's and the bias's dtypes and
+    returns that: float32 for 16-bit x with a float32 bias (the output-dtype rule: x's). Must fail ln.forward."""
+    if weight is not None or bias is None:
+        return _layernorm(x, weight, bias, eps)
+    return _layernorm(x, None, None, eps).float().add(bias.float()).to(torch.promote_types(x.dtype, bias.dtype))
+
+
+def _half_block_sums(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Over 256 rows: float32 sums of 32-row blocks, added one after another into a buffer of ``dtype`` (an atomic
+    add on a 16-bit buffer: one rounding per block)."""
+    if t.shape[0] <= 256:
+        return _sum_rows(t, dtype)
+    total = torch.zeros(t.shape[1], dtype=dtype, device=t.device)
+    for start in range(0, t.shape[0], 32):
+        total = (total.float() + t[start:start + 32].sum(0)).to(dtype)
+    return total
+
+
+def layernorm_dweight_half_block_sums(x, weight, bias, eps):
+    """LayerNorm whose backward over more than 256 rows sums dweight and dbias by blocks of 32 rows into buffers of
+    their own dtype (float16: one rounding per block); the forward and dx are right. Must fail ln.jacobian (a large
+    batch in 16 bits)."""
+    return _Norm.apply(x, weight, bias, eps, False, lambda x, weight, bias: _layernorm(x, weight, bias, eps), _same,
+                       _half_block_sums)
+
+
 def _kernel(attr: str, kind: str, fn) -> Kernel:
     return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, dtypes=(torch.float32, torch.float16),
                   description=" ".join(fn.__doc__.split()))
@@ -231,3 +326,9 @@ ADD_LN_DH_DROPPED_FROM_8_ROWS = _kernel("ADD_LN_DH_DROPPED_FROM_8_ROWS", "add_la
                                         add_layernorm_dh_dropped_from_8_rows)
 LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK = _kernel("LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK", "layernorm",
                                                      layernorm_wide_pairwise_merge_drops_the_odd_block)
+LN_DX_INTO_SAVED_XHAT_FROM_8_ROWS = _kernel("LN_DX_INTO_SAVED_XHAT_FROM_8_ROWS", "layernorm",
+                                            layernorm_dx_into_saved_xhat_from_8_rows)
+LN_STALE_CAST_CACHE_IN_INFERENCE = _kernel("LN_STALE_CAST_CACHE_IN_INFERENCE", "layernorm",
+                                           layernorm_stale_cast_cache_in_inference)
+LN_WEIGHTLESS_BIAS_PROMOTES = _kernel("LN_WEIGHTLESS_BIAS_PROMOTES", "layernorm", layernorm_weightless_bias_promotes)
+LN_DWEIGHT_HALF_BLOCK_SUMS = _kernel("LN_DWEIGHT_HALF_BLOCK_SUMS", "layernorm", layernorm_dweight_half_block_sums)
