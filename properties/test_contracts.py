@@ -108,6 +108,21 @@ def test_inputs_unmodified(norm_kernel, data):
     evidence.check(check_inputs_unmodified, norm_kernel, example)
 
 
+# Above 65 536 elements, where a kernel may take a large-input path of its own (one that works in place)
+LARGE_INPUT_SHAPE = (32, 4096)
+
+
+@pytest.mark.claim("ln.inputs_unmodified", "rms.inputs_unmodified")
+@profiles.share(1 / 20)
+@given(data=st.data())
+def test_inputs_unmodified_above_65536_elements(norm_kernel, data):
+    """32 float32 rows of 4096 (a large-input path of its own, e.g. one writing y over x)."""
+    rows, d = LARGE_INPUT_SHAPE
+    example = norm_examples(norm_kernel, d=d, n=st.just(rows), dtypes=(torch.float32,), upstream=True,
+                            every_input=True, mixed=True)
+    evidence.check(check_inputs_unmodified, norm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("ln.layout_invariance", "rms.layout_invariance")
 @profiles.share(0.5)
 @given(data=st.data())

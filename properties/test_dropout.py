@@ -150,6 +150,20 @@ def test_gradient_is_the_forward_mask_over_one_minus_p(dropout_kernel, data):
 
 
 @pytest.mark.claim("dropout.gradient")
+@profiles.share(ONE_EXAMPLE)
+@given(data=st.data())
+def test_gradient_is_the_forward_mask_at_scale(dropout_kernel, data):
+    """At the at-scale size (2^20 elements, beyond 2^24 on a GPU): a backward that draws its mask again in chunks
+    (a program per 2^18 elements, reseeded) where the forward drew one stream gets another mask there."""
+    norms.require_backward(dropout_kernel)
+    _require_native_speed(dropout_kernel)
+    example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,)), "example")
+    dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    example["dy"] = rounded(dy, example["x"].dtype, str(example["x"].device))
+    evidence.check(check_gradient, dropout_kernel, example)
+
+
+@pytest.mark.claim("dropout.gradient")
 @profiles.share(0.1)
 @given(data=st.data())
 def test_backward_of_the_recorded_graph(dropout_kernel, data):

@@ -9,6 +9,7 @@ whose checks take any batch shape draw [B, S, d] inputs too (fused_strategies.BA
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -239,6 +240,16 @@ def test_inputs_unmodified(add_norm_kernel, data):
     example = add_norm_examples(add_norm_kernel, upstream=True, every_input=True, mixed=True, ndims=BATCHES)
     example = data.draw(example, "example")
     evidence.check(check_inputs_unmodified, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.inputs_unmodified", "add_rms.inputs_unmodified")
+@profiles.share(1 / 20)
+@given(data=st.data())
+def test_inputs_unmodified_above_65536_elements(add_norm_kernel, data):
+    """32 float32 rows of 4096 (a large-input path of its own, e.g. one updating the residual in place)."""
+    example = add_norm_examples(add_norm_kernel, d=4096, n=32, dtypes=(torch.float32,), upstream=True,
+                                every_input=True, mixed=True)
+    evidence.check(check_inputs_unmodified, add_norm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("add_ln.row_independence", "add_rms.row_independence")

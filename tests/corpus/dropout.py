@@ -234,6 +234,21 @@ def _column_offsets_above_4096(x: torch.Tensor, p: float, generator: torch.Gener
     return _keep_mask(x, p, generator)
 
 
+REGENERATED_CHUNK = 2**18
+
+
+def _regenerated_in_reseeded_chunks(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
+    """The backward draws its mask again (nothing stored), one program per 2^18 elements, each seeded with seed +
+    its index, where the forward drew one stream: the same mask up to 2^18 elements, another beyond. Must fail
+    dropout.gradient (at scale)."""
+    if x.numel() <= REGENERATED_CHUNK:
+        return mask
+    flat = [torch.rand(min(REGENERATED_CHUNK, x.numel() - start), device=x.device,
+                       generator=_seeded_generator(x, seed + start // REGENERATED_CHUNK)) >= p
+            for start in range(0, x.numel(), REGENERATED_CHUNK)]
+    return torch.cat(flat).reshape(x.shape)
+
+
 def _mask_of_the_next_seed(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
     """The backward draws its mask again, from seed + 1 (a recomputing backward with an off-by-one seed): the
     gradient is not the forward's mask. Must fail dropout.gradient."""
@@ -286,5 +301,8 @@ DROPOUT_COLUMN_OFFSETS_ABOVE_4096 = _kernel("dropout_column_offsets_above_4096",
                                             keep_mask=_column_offsets_above_4096)
 DROPOUT_BACKWARD_OTHER_MASK = _kernel("dropout_backward_other_mask", _mask_of_the_next_seed.__doc__,
                                       backward_mask=_mask_of_the_next_seed)
+DROPOUT_BACKWARD_REGENERATED_IN_CHUNKS = _kernel("dropout_backward_regenerated_in_chunks",
+                                                 _regenerated_in_reseeded_chunks.__doc__,
+                                                 backward_mask=_regenerated_in_reseeded_chunks)
 DROPOUT_BACKWARD_UNSCALED = _kernel("dropout_backward_unscaled", _unscaled_backward.__doc__,
                                     backward_scale=_unscaled_backward)

@@ -15,6 +15,8 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
                               (corpus.wide)                                                -> gn.forward
     GN_GROUP_BY_SHIFT         16 channels or more: channel c's group c >> log2(C/G), right only when C/G is a power
                               of two (C = 24, 48 in groups of 3 or 6)                      -> gn.forward
+    GN_ONE_PASS_FROM_4_SAMPLES  4 to 1024 samples: the one-pass variance E[x^2] - E[x]^2 (a batched path)
+                                                                                           -> gn.forward
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
     axes = (0, -1) if bug == "batch" else (-1,)  # the batch axis reduced too: BatchNorm's axis, per group
     if bug == "wide_blocks":
         mean, variance = unweighted_block_moments(grouped, axes)
+    elif bug == "one_pass_from_4_samples" and 4 <= n <= 1024:
+        mean = grouped.mean(axes, keepdim=True)
+        variance = (grouped.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
     else:
         mean = grouped.mean(axes, keepdim=True)
         variance = grouped.var(axes, keepdim=True, unbiased=bug == "unbiased")
@@ -100,4 +105,7 @@ GN_TRAINING_STEP_WITHOUT_BIAS = _kernel("GN_TRAINING_STEP_WITHOUT_BIAS", "record
                                         "with x requiring grad (a training step) the bias is left out: gn.forward")
 GN_GROUP_BY_SHIFT = _kernel("GN_GROUP_BY_SHIFT", "shift", "16 channels or more: channel c's group is c >> "
                             "log2(C/G), wrong where C/G is not a power of two (an NHWC kernel's index): gn.forward")
+GN_ONE_PASS_FROM_4_SAMPLES = _kernel("GN_ONE_PASS_FROM_4_SAMPLES", "one_pass_from_4_samples",
+                                     "4 to 1024 samples (a batched path): the variance E[x^2] - E[x]^2 in float32, "
+                                     "cancelling for groups far from zero: gn.forward")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")

@@ -12,6 +12,8 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                     (the ROCm format's constant on the OCP format)                    -> *.scales
     {LN,RMS,ADD_RMS}_QUANT_NO_SCALE_FLOOR  no floor on the dynamic scale: an all-zero row gets scale 0 and q = Q(0/0)
                                                                                                       -> *.scales
+    {LN,RMS,ADD_RMS}_QUANT_PAIR_AMAX_FROM_8_TOKENS  8 tokens or more (two a warp): each dynamic scale from the larger
+                                    amax of its pair of tokens                                        -> *.scales
     {LN,RMS,ADD_RMS}_QUANT_SCALE_INVERTED  a static scale multiplied, not divided by (the scale and its inverse
                                     confused)                                            -> *.values, *.dequantized
     {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
@@ -85,6 +87,20 @@ def _no_scale_floor(y32, x, scale, quant_dtype):
     y = y32.to(x.dtype).float()
     if scale is None:
         scale = y.abs().amax(-1, keepdim=True) / _fmax(quant_dtype)  # the bug: no floor, an all-zero row's is 0
+    return quantize(y, scale, quant_dtype)
+
+
+def _pair_amax_from_8_tokens(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    rows = y.reshape(-1, y.shape[-1])
+    if scale is not None or rows.shape[0] < 8:
+        return quantize(y, scale, quant_dtype)
+    # the bug: two tokens a warp from 8 tokens on, the amax reduction spanning both (an odd last token alone)
+    amax = rows.abs().amax(-1)
+    paired = amax.clone()
+    even = amax.shape[0] // 2 * 2
+    paired[:even] = amax[:even].reshape(-1, 2).amax(-1).repeat_interleave(2)
+    scale = torch.clamp(paired / _fmax(quant_dtype), min=MINIMUM_SCALE).reshape(*y.shape[:-1], 1)
     return quantize(y, scale, quant_dtype)
 
 
@@ -178,6 +194,10 @@ LN_QUANT_FNUZ_FMAX, RMS_QUANT_FNUZ_FMAX, ADD_RMS_QUANT_FNUZ_FMAX = _every_kind(
 LN_QUANT_NO_SCALE_FLOOR, RMS_QUANT_NO_SCALE_FLOOR, ADD_RMS_QUANT_NO_SCALE_FLOOR = _every_kind(
     "NO_SCALE_FLOOR", _no_scale_floor, "no floor on the dynamic scale: an all-zero row's scale is 0, its q 0/0",
     "scales")
+(LN_QUANT_PAIR_AMAX_FROM_8_TOKENS, RMS_QUANT_PAIR_AMAX_FROM_8_TOKENS,
+ ADD_RMS_QUANT_PAIR_AMAX_FROM_8_TOKENS) = _every_kind(
+    "PAIR_AMAX_FROM_8_TOKENS", _pair_amax_from_8_tokens, "8 tokens or more: each dynamic scale from the larger amax "
+    "of its pair of tokens (two a warp)", "scales")
 LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED = _every_kind(
     "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
 LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(

@@ -14,6 +14,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     EMPTY_BATCH_AMAX_RAISES    a whole-call max(|h|) that raises on an empty batch        -> forward
     RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
+    RESIDUAL_WRITTEN_ABOVE_65536  the same above 65 536 elements only (a large-input path) -> inputs_unmodified
     RESIDUAL_CAST_TO_X_DTYPE   adds in x's dtype: a float32 residual cast down first -> residual_out, jacobian
     RESIDUAL_OUT_IN_X_DTYPE    returns residual_out in x's dtype beside a float32 residual -> residual_out
     RESIDUAL_GRADIENT_IN_X_DTYPE  dL/dresidual rounded through x's dtype (right forward) -> jacobian
@@ -103,7 +104,7 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
             h = _GradientThroughXDtype.apply(h, x)
         if bug == "amax":  # the largest |h| of the call scales h before squaring (float16 squares stay finite)
             h = h / h.detach().abs().max().clamp_min(1.0) * h.detach().abs().max().clamp_min(1.0)
-        if bug in ("written", "declared"):
+        if bug in ("written", "declared") or (bug == "written_above_65536" and x.numel() > 65536):
             residual.data.copy_(h.detach().to(residual.dtype))
         training = torch.is_grad_enabled() and x.requires_grad
         branch = bug == "branch" or (bug == "training_branch" and training)
@@ -143,6 +144,9 @@ BUGS = {
                                               "frozen (a first layer over frozen embeddings) none: {p}.jacobian"),
     "RESIDUAL_WRITTEN": ("written", "writes residual_out into the residual argument without declaring it: "
                                     "{p}.inputs_unmodified"),
+    "RESIDUAL_WRITTEN_ABOVE_65536": ("written_above_65536", "above 65 536 elements (a large-input path) writes "
+                                                            "residual_out into the residual argument without "
+                                                            "declaring it: {p}.inputs_unmodified"),
     "RESIDUAL_CAST_TO_X_DTYPE": ("cast_down", "adds x and the residual in x's dtype: a float32 residual stream beside "
                                               "16-bit x is cast down first (residual_out and the residual's gradient "
                                               "lose its precision): {p}.residual_out, {p}.jacobian"),
