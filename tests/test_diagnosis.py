@@ -146,6 +146,20 @@ def test_a_failure_no_mechanism_explains_says_so():
     assert found == []
 
 
+def test_an_example_beyond_the_diagnosed_size_says_it_is_not_diagnosed():
+    """A failure on more than DIAGNOSED_ELEMENTS elements gets no mechanism, and its message says so and why; the
+    same bug on a row of the example is diagnosed."""
+    row = torch.tensor([[10.0 + 0.01 * (i % 7) for i in range(64)]], dtype=torch.float16)
+    (kernel,) = resolve("tests/corpus/statistics.py:LN_ONE_PASS_VARIANCE")
+    large = row.repeat(diagnosis.DIAGNOSED_ELEMENTS // 64 + 1, 1)
+    message, found = _message(kernel, {"x": large, "weight": None, "eps": 1e-5})
+    assert message.splitlines()[0].startswith(f"not diagnosed: the example has {large.numel()} elements, more than "
+                                              f"the {diagnosis.DIAGNOSED_ELEMENTS}")
+    assert found == []
+    message, found = _message(kernel, {"x": row, "weight": None, "eps": 1e-5})
+    assert "one_pass_variance" in {m["mechanism"] for m in found if m["leading"]}
+
+
 def test_the_diagnosis_runs_only_on_the_reported_example():
     """Inside Hypothesis only its final (reported) run of an example is diagnosed; outside (replay) always."""
     assert diagnosis.final_example()

@@ -14,7 +14,8 @@ the value, and nothing explains the failure, the sentence says so. The matches a
 ratio) first, then the looser interval models, tightest first. The diagnosis names the best tight model and those
 fitting as well or predicting the same on this example (eps = 0 and max(sigma^2, eps) agree on rows with sigma^2 >
 eps); where no tight model fits, every loose one that does. It is evaluated once per failing test, on the example
-Hypothesis reports (:func:`final_example`), not on every example tried while shrinking.
+Hypothesis reports (:func:`final_example`), not on every example tried while shrinking, and on examples of at most
+DIAGNOSED_ELEMENTS elements (a larger one's failure says it is not diagnosed).
 
 Declared conventions (``Kernel.conventions``) are part of a kernel's model (properties.bounds.models), so they are not
 candidates here.
@@ -39,6 +40,9 @@ TIE = 0.1  # two tight models predict the same where their centers differ by at 
 RATIO_TIE = 0.1  # two tight models fit equally well where their worst ratios are within this fraction
 PROBE_SHIFT = 30.0  # the shift of the rows in the probes, in units of their largest standard deviation
 PROBE_EPS = (1e-2, 1e-5)  # the probe's eps: the first, or the second when the example's eps is the first
+# The largest example diagnosed: each mechanism's model and the probes cost seconds a call beyond (a large batch's
+# 4099 x 256 backward ~10 s); larger failing examples (wide rows, large batches) say they are not diagnosed
+DIAGNOSED_ELEMENTS = 2**16
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,8 @@ def of_forward(kernel: Kernel, x, weight, bias, eps: float, got: torch.Tensor):
     def diagnose(ratio: float) -> tuple[list[dict], str] | None:
         if not final_example() or parameters_in_another_dtype(x, weight):
             return None
+        if x.numel() > DIAGNOSED_ELEMENTS:
+            return too_large(x)
         case, values = case_of(kernel, x, weight, bias, eps), {"y": norms.as_float64(got)}
         matches = explaining(kernel, case, values, "forward", probes(kernel, x, weight, bias, eps))
         unresolved = () if matches else tuple(unidentified(kernel, case, values, "forward"))
@@ -219,6 +225,8 @@ def of_backward(kernel: Kernel, claim: str, x, weight, eps: float, dy, got: dict
     def diagnose(ratio: float) -> tuple[list[dict], str] | None:
         if not final_example() or parameters_in_another_dtype(x, weight):
             return None
+        if x.numel() > DIAGNOSED_ELEMENTS:
+            return too_large(x)
         values = {name: norms.as_float64(g) for name, g in got.items()}
         case = case_of(kernel, x, weight, None, eps, dy)
         matches = explaining(kernel, case, values, "backward", probes(kernel, x, weight, None, eps, dy))
@@ -226,6 +234,13 @@ def of_backward(kernel: Kernel, claim: str, x, weight, eps: float, dy, got: dict
         return reported(f"{kernel.prefix}.{claim}", ratio, matches, kernel, unresolved)
 
     return diagnose
+
+
+def too_large(x: torch.Tensor) -> tuple[list[dict], str]:
+    """The diagnosis of a failed example of more than DIAGNOSED_ELEMENTS elements: none, saying why."""
+    return [], (f"not diagnosed: the example has {x.numel()} elements, more than the {DIAGNOSED_ELEMENTS} the "
+                "diagnosis evaluates every mechanism's model on (with its probes); its failures on smaller examples "
+                "are diagnosed")
 
 
 def parameters_in_another_dtype(x: torch.Tensor, weight) -> bool:

@@ -37,9 +37,8 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, record
                      **models.declared_point(declared))
 
 
-def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, new_weight: torch.Tensor,
-                                           bias=None, new_bias: torch.Tensor | None = None,
-                                           inference: bool = False) -> None:
+def forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, new_weight: torch.Tensor,
+                                     bias=None, new_bias: torch.Tensor | None = None, inference: bool = False) -> None:
     """The kernel called once, its weight (and bias) then overwritten in place with ``new_weight`` (``new_bias``), as
     an optimizer step does (the same tensors, new values), and called again: the second output is the oracle's at the
     new values (:func:`check_forward`); a kernel caching a converted weight across calls keeps the old one.
@@ -100,3 +99,5 @@ def output_dtype_rule(check: Callable[..., None], name: str) -> Callable[..., No
 
 
 check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_forward_with_parameter_dtypes")
+check_forward_after_an_in_place_update = output_dtype_rule(forward_after_an_in_place_update,
+                                                           "check_forward_after_an_in_place_update")

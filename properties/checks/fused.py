@@ -198,15 +198,19 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor
                               d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
-                                           new_weight: torch.Tensor, bias=None, new_bias=None, p=None,
-                                           seed=None, inference: bool = False) -> None:
+def forward_after_an_in_place_update(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                     new_weight: torch.Tensor, bias=None, new_bias=None, p=None, seed=None,
+                                     inference: bool = False) -> None:
     """A second call after weight and bias were overwritten in place (properties.checks.forward.updated_in_place)
     gives the norm of its residual_out at the new values (:func:`check_forward`); ``inference``: both calls under
     torch.inference_mode()."""
     updated = updated_in_place(kernel, example_of(x, residual, weight, bias, eps, p, seed),
                                {"weight": new_weight, "bias": new_bias}, inference=inference)
     check_forward(kernel, x, fresh(residual), updated["weight"], eps, updated["bias"], p, seed, inference=inference)
+
+
+check_forward_after_an_in_place_update = output_dtype_rule(forward_after_an_in_place_update,
+                                                           "check_forward_after_an_in_place_update")
 
 
 def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,

@@ -84,6 +84,7 @@ class Entry:
     status: str = "failed"  # what the claims of ``expect`` must end in: "failed", or "error" for a kernel fault
     missed_by: frozenset[str] = frozenset()  # claims whose inputs must not catch it (they must pass the kernel)
     at_scale: bool = False  # its bug shows only beyond 65 535 rows: the only broken kernels given those tests
+    wide: bool = False  # its bug shows only in rows wider than 8192: the only broken kernels given those tests
     # mechanisms its failures may also fit on some examples (the same error there): naming one of them is not wrong
     indistinct_from: frozenset[str] = frozenset()
 
@@ -93,10 +94,10 @@ class Entry:
 
 
 def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str | None = None,
-            status: str = "failed", missed_by: tuple[str, ...] = (), at_scale: bool = False,
+            status: str = "failed", missed_by: tuple[str, ...] = (), at_scale: bool = False, wide: bool = False,
             indistinct_from: tuple[str, ...] = ()) -> Entry:
     return Entry(f"tests/corpus/{spec}", frozenset(claims), margin, mechanism, status, frozenset(missed_by), at_scale,
-                 frozenset(indistinct_from))
+                 wide, frozenset(indistinct_from))
 
 
 def _correct(spec: str) -> Entry:
@@ -236,9 +237,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:ADD_LN_ROWS_BEYOND_THE_GRID", "add_ln.forward", at_scale=True),
     _broken("contract.py:GN_SAMPLES_BEYOND_THE_GRID", "gn.forward", at_scale=True),
     # wide.py: wrong only on rows wider than one block of 8192 columns
-    _broken("wide.py:LN_WIDE_TAIL_MASK", "ln.forward"),
-    _broken("wide.py:RMS_WIDE_UNWEIGHTED_MERGE", "rms.forward"),
-    _broken("wide.py:LN_WIDE_BACKWARD_FIRST_BLOCK", "ln.jacobian"),
+    _broken("wide.py:LN_WIDE_TAIL_MASK", "ln.forward", wide=True),
+    _broken("wide.py:RMS_WIDE_UNWEIGHTED_MERGE", "rms.forward", wide=True),
+    _broken("wide.py:LN_WIDE_BACKWARD_FIRST_BLOCK", "ln.jacobian", wide=True),
     _broken("groupnorm.py:GN_WIDE_BLOCKS", "gn.forward"),
     _broken("batchnorm.py:BN_WIDE_BLOCKS", "bn.forward"),
     _broken("batchnorm.py:BN_TRAINING_STEP_WITHOUT_BIAS", "bn.forward"),
@@ -265,7 +266,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("paths.py:ADD_RMS_INFERENCE_PATH_STORAGE_SUM", "add_rms.forward"),
     _broken("paths.py:GN_BATCH_ONE_UNBIASED", "gn.forward"),
     _broken("paths.py:RMS_TAIL_BLOCK_OVERREAD", "rms.forward"),
-    _broken("paths.py:RMS_WIDE_CHUNKS_UNWEIGHTED", "rms.forward"),
+    _broken("paths.py:RMS_WIDE_CHUNKS_UNWEIGHTED", "rms.forward", wide=True),
     # reach.py: rows, widths, dimensions and views drawn since a red-team session (strategies.MORE_ROWS, NDIMS,
     # even_tail_widths, contracts.SEQUENCE_LAYOUTS)
     _broken("reach.py:LN_EVEN_ROWS_STORAGE_AFFINE", "ln.forward"),
@@ -276,7 +277,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reach.py:LN_ROWS_FROM_THE_LAST_STRIDES", "ln.layout_invariance"),
     _broken("reach.py:RMS_DY_ROWS_FROM_THE_LAST_STRIDES", "rms.layout_invariance"),
     _broken("reach.py:ADD_LN_DH_DROPPED_FROM_8_ROWS", "add_ln.jacobian"),
-    _broken("reach.py:LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK", "ln.forward"),
+    _broken("reach.py:LN_WIDE_PAIRWISE_MERGE_DROPS_THE_ODD_BLOCK", "ln.forward", wide=True),
     _broken("reach.py:LN_DX_INTO_SAVED_XHAT_FROM_8_ROWS", "ln.jacobian"),
     _broken("reach.py:LN_STALE_CAST_CACHE_IN_INFERENCE", "ln.forward"),
     _broken("reach.py:LN_WEIGHTLESS_BIAS_PROMOTES", "ln.forward"),

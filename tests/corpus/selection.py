@@ -4,7 +4,9 @@ and no shrinking.
 A broken kernel runs only the tests of the claims in its ``expect`` set (it must fail those) and of its
 ``missed_by`` set (it must pass those): what else it fails is not the corpus's business (and running every claim
 on 35 broken kernels would take many minutes); of properties/test_many_rows.py (65 539 rows, a third of the run's
-time) only those whose bug shows at that scale (``Entry.at_scale``); a correct kernel, and any kernel not in the
+time) only those whose bug shows at that scale (``Entry.at_scale``), of the tests of rows wider than 8192
+(WIDE_TESTS, up to 65 536 columns) only those whose bug shows there (``Entry.wide``); a correct kernel, and any
+kernel not in the
 manifest, runs every test but, for a correct kernel of the corpus files, the large-batch ones (LARGE_BATCH_TESTS).
 
 The loaded Hypothesis profile (ci) is kept except for its shrink (and explain) phases: the derandomized
@@ -24,6 +26,8 @@ from corpus import CORPUS
 SELECTED_CLAIMS = {entry.spec: entry.expect | entry.missed_by for entry in CORPUS if not entry.correct}
 AT_SCALE = {entry.spec for entry in CORPUS if entry.at_scale}
 SCALE_TESTS = "test_many_rows.py"
+WIDE = {entry.spec for entry in CORPUS if entry.wide}
+WIDE_TESTS = "_beyond_8192_columns"
 # The correct kernels of the corpus files (plain-torch compositions, 36 of them) skip the large-batch tests (4 099 rows
 # in every dtype, 1-3 s each: two thirds of the corpus run); the correct built-ins of the manifest (torch,
 # torch-fused-fp32) run them, as every kernel outside the corpus run does.
@@ -44,13 +48,16 @@ def _claims(item: pytest.Item) -> set[str]:
 
 def selected(item: pytest.Item) -> bool:
     """False for a broken corpus kernel's test of a claim it is neither expected to fail nor to pass, for its
-    tests beyond 65 535 rows unless its bug shows there, and for a correct corpus file kernel's large-batch tests."""
+    tests beyond 65 535 rows or 8192 columns unless its bug shows there, and for a correct corpus file kernel's
+    large-batch tests."""
     kernel = _kernel(item)
     if kernel is None:
         return True
     if kernel.spec not in SELECTED_CLAIMS:
         return not (kernel.spec.startswith(CORPUS_FILES) and LARGE_BATCH_TESTS in item.name)
     if item.path.name == SCALE_TESTS and kernel.spec not in AT_SCALE:
+        return False
+    if WIDE_TESTS in item.name and kernel.spec not in WIDE:
         return False
     return bool(_claims(item) & SELECTED_CLAIMS[kernel.spec])
 
