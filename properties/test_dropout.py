@@ -21,7 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from core import guard
-from core.capabilities import discover
+from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence, norms
 from properties.bounds import dropout_statistics as statistics
 from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
@@ -40,12 +40,15 @@ from properties.checks.dropout import (
     check_variance_bias,
 )
 from properties.draws.dropout_strategies import (
+    EXTREME_FRACTION,
+    EXTREME_PROBABILITIES,
     INDEPENDENCE_ELEMENTS,
     INDEPENDENCE_FRACTION,
     INDEPENDENCE_WIDTHS,
     KEEP_RATE_ELEMENTS,
     KEEP_RATE_FRACTION,
     KEEP_RATE_PROBABILITIES,
+    KEEP_RATE_SHARES,
     KEEP_RATE_WIDTHS,
     LARGE_PATH_ELEMENTS,
     LAYOUT_ELEMENTS,
@@ -197,7 +200,8 @@ def test_gradient_with_an_upstream_gradient_in_any_layout(dropout_kernel, data):
 def test_keep_rate(dropout_kernel, data):
     example = data.draw(mask_inputs(dropout_kernel, KEEP_RATE_ELEMENTS, KEEP_RATE_WIDTHS, KEEP_RATE_PROBABILITIES),
                         "example")
-    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", KEEP_RATE_FRACTION, share=0.5)
+    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", KEEP_RATE_FRACTION,
+                 share=KEEP_RATE_SHARES["drawn"])
 
 
 @pytest.mark.claim("dropout.keep_rate")
@@ -207,7 +211,20 @@ def test_keep_rate_at_scale(dropout_kernel, data):
     _require_native_speed(dropout_kernel)
     example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,),
                                     KEEP_RATE_PROBABILITIES), "example")
-    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", ONE_EXAMPLE, share=0.5)
+    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", ONE_EXAMPLE,
+                 share=KEEP_RATE_SHARES["at scale"])
+
+
+@pytest.mark.claim("dropout.keep_rate")
+@pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
+@profiles.share(EXTREME_FRACTION)
+@given(data=st.data())
+def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_kernel, dtype, data):
+    """p = 0.001 and 0.999 in each dtype (dropout_strategies.EXTREME_PROBABILITIES: a uniform drawn in bfloat16)."""
+    example = data.draw(mask_inputs(dropout_kernel, KEEP_RATE_ELEMENTS, KEEP_RATE_WIDTHS, EXTREME_PROBABILITIES,
+                                    dtypes=(dtype,)), "example")
+    _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", EXTREME_FRACTION,
+                 share=KEEP_RATE_SHARES["extreme"] / len(PROBED_DTYPES))
 
 
 @pytest.mark.claim("dropout.mask_distribution")

@@ -21,6 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from core.boundary import HOST, host_generator
+from core.capabilities import PROBED_DTYPES, dtype_name
 from properties import evidence
 from properties.bounds import dropout_statistics as statistics
 from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
@@ -47,10 +48,16 @@ from properties.checks.fused import (
     check_inputs_unmodified,
     check_noncontiguous,
 )
-from properties.draws.dropout_strategies import KEEP_RATE_PROBABILITIES, variance_bias_inputs
+from properties.draws.dropout_strategies import (
+    EXTREME_FRACTION,
+    EXTREME_PROBABILITIES,
+    KEEP_RATE_PROBABILITIES,
+    variance_bias_inputs,
+)
 from properties.draws.fused_strategies import (
     INDEPENDENCE_FRACTION,
     KEEP_RATE_FRACTION,
+    KEEP_RATE_SHARES,
     LARGE_PATH_SHAPE,
     MASK_SHAPES,
     SEED_FRACTION,
@@ -77,9 +84,10 @@ def dropout_add_examples(draw, kernel, d=None, **options) -> dict:
 PROFILE_EXAMPLES = settings.default.max_examples
 
 
-def _alpha(claim: str, fraction: float) -> float:
-    """The false alarm of one example of a test running ``fraction`` of the profile's examples."""
-    return statistics.per_example(claim, max(1, round(PROFILE_EXAMPLES * fraction)))
+def _alpha(claim: str, fraction: float, share: float = 1.0) -> float:
+    """The false alarm of one example of a test running ``fraction`` of the profile's examples and ``share`` of the
+    claim's budget."""
+    return statistics.per_example(claim, max(1, round(PROFILE_EXAMPLES * fraction)), share)
 
 
 @pytest.mark.claim("drop_add_ln.forward")
@@ -148,8 +156,19 @@ def test_variance_bias_of_the_norms_input(dropout_add_kernel, data):
 @given(data=st.data())
 def test_keep_rate(dropout_add_kernel, data):
     example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES, KEEP_RATE_PROBABILITIES), "example")
-    evidence.check(check_keep_rate, dropout_add_kernel,
-                   {**example, "alpha": _alpha("drop_add_ln.keep_rate", KEEP_RATE_FRACTION)})
+    alpha = _alpha("drop_add_ln.keep_rate", KEEP_RATE_FRACTION, KEEP_RATE_SHARES["drawn"])
+    evidence.check(check_keep_rate, dropout_add_kernel, {**example, "alpha": alpha})
+
+
+@pytest.mark.claim("drop_add_ln.keep_rate")
+@pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
+@profiles.share(EXTREME_FRACTION)
+@given(data=st.data())
+def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_add_kernel, dtype, data):
+    """p = 0.001 and 0.999 in each dtype (dropout_strategies.EXTREME_PROBABILITIES: a uniform drawn in bfloat16)."""
+    example = masked_examples(dropout_add_kernel, MASK_SHAPES, EXTREME_PROBABILITIES, dtypes=(dtype,))
+    alpha = _alpha("drop_add_ln.keep_rate", EXTREME_FRACTION, KEEP_RATE_SHARES["extreme"] / len(PROBED_DTYPES))
+    evidence.check(check_keep_rate, dropout_add_kernel, {**data.draw(example, "example"), "alpha": alpha})
 
 
 @pytest.mark.claim("drop_add_ln.independence")

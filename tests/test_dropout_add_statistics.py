@@ -11,10 +11,17 @@ import torch
 from corpus.dropout_add import DROP_ADD_CORRECT, _mask
 from hypothesis import settings
 
+from core.capabilities import PROBED_DTYPES
 from properties.bounds import dropout_statistics as ds
 from properties.checks.dropout_add import LAYOUT_FRACTION, LAYOUTS, kept_mask
 from properties.draws import fused_strategies as sizes
-from properties.draws.dropout_strategies import KEEP_RATE_PROBABILITIES, TESTED_PROBABILITIES, nonzero_values
+from properties.draws.dropout_strategies import (
+    EXTREME_FRACTION,
+    EXTREME_PROBABILITIES,
+    KEEP_RATE_PROBABILITIES,
+    TESTED_PROBABILITIES,
+    nonzero_values,
+)
 
 CI_EXAMPLES = settings.get_profile("ci").max_examples
 
@@ -38,7 +45,7 @@ def power_table() -> list[tuple[str, float, str, float]]:
     """(test, p, alternative, derived power) of the fused kind's statistical tests at their ci sizes."""
     rows = []
     n = sizes.MASK_SHAPES[0][0] * sizes.MASK_SHAPES[0][1]
-    alpha = ci_alpha("drop_add_ln.keep_rate", sizes.KEEP_RATE_FRACTION)
+    alpha = ci_alpha("drop_add_ln.keep_rate", sizes.KEEP_RATE_FRACTION) * sizes.KEEP_RATE_SHARES["drawn"]
     for p in KEEP_RATE_PROBABILITIES:
         acceptance = ds.binomial_acceptance(n, 1 - p, alpha)
         if p != 0.5:
@@ -46,6 +53,12 @@ def power_table() -> list[tuple[str, float, str, float]]:
                                                                                                           n, p)))
         if p < 0.1:
             rows.append(("keep_rate", p, "no dropout for p < 0.1", ds.binomial_power(acceptance, n, 1.0)))
+    # in each dtype, p = 0.001 and 0.999: a uniform on bfloat16's grid k/256 keeps 255/256 of the elements, or none
+    alpha = ci_alpha("drop_add_ln.keep_rate", EXTREME_FRACTION) * sizes.KEEP_RATE_SHARES["extreme"] / len(PROBED_DTYPES)
+    for p in EXTREME_PROBABILITIES:
+        acceptance = ds.binomial_acceptance(n, 1 - p, alpha)
+        kept = sum(k / 256 >= p for k in range(256)) / 256
+        rows.append(("keep_rate", p, "a uniform drawn in bfloat16", ds.binomial_power(acceptance, n, kept)))
     alpha = ci_alpha("drop_add_ln.independence", sizes.INDEPENDENCE_FRACTION) / 4
     for rows_, d in sizes.MASK_SHAPES:
         neighbours, column_pairs = rows_ * (d // 2), (rows_ // 2) * d

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 from scipy import stats
 
+from core.capabilities import PROBED_DTYPES
 from proofs import oracles
 from properties.bounds import dropout_statistics as ds
 from properties.draws import dropout_strategies as sizes
@@ -156,13 +157,22 @@ def ci_alpha(claim: str, fraction: float, share: float = 1.0) -> float:
 def power_table() -> list[tuple[str, float, int, str, float]]:
     """(test, p, d, alternative, derived power) of every statistical test at its ci size and false alarm."""
     rows = []
-    alpha = ci_alpha("dropout.keep_rate", sizes.KEEP_RATE_FRACTION, share=0.5)
+    alpha = ci_alpha("dropout.keep_rate", sizes.KEEP_RATE_FRACTION, share=sizes.KEEP_RATE_SHARES["drawn"])
     n = sizes.KEEP_RATE_ELEMENTS
     for p in sizes.KEEP_RATE_PROBABILITIES:
         acceptance = ds.binomial_acceptance(n, 1 - p, alpha)
         if p < 0.1:
             rows.append(("keep_rate", p, n, "identity for p < 0.1", ds.binomial_power(acceptance, n, 1.0)))
         rows.append(("keep_rate", p, n, "keep probability p", ds.binomial_power(acceptance, n, p)))
+    # in each dtype: a uniform on bfloat16's grid k/256 keeps u >= p, 255/256 of the elements at p = 0.001, none at
+    # p = 0.999 (smallest: the elements of the widest width's rows)
+    alpha = ci_alpha("dropout.keep_rate", sizes.EXTREME_FRACTION,
+                     share=sizes.KEEP_RATE_SHARES["extreme"] / len(PROBED_DTYPES))
+    n = min(sizes.KEEP_RATE_ELEMENTS // d * d for d in sizes.KEEP_RATE_WIDTHS)
+    for p in sizes.EXTREME_PROBABILITIES:
+        acceptance = ds.binomial_acceptance(n, 1 - p, alpha)
+        kept = sum(k / 256 >= p for k in range(256)) / 256
+        rows.append(("keep_rate", p, n, "a uniform drawn in bfloat16", ds.binomial_power(acceptance, n, kept)))
     alpha = ci_alpha("dropout.mask_distribution", sizes.MASK_FRACTION)
     for p in sizes.TESTED_PROBABILITIES:
         for width in sizes.MASK_WIDTHS:

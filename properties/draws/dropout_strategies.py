@@ -19,6 +19,9 @@ EDGE_PROBABILITIES = (0.0, 1e-3, 0.01, 0.05, 0.1, 1 / 3, 0.3, 0.5, 0.7, 0.9, 0.9
 LARGEST_P = 0.999  # below 1: x / (1 - p) stays finite in float16 for |x| <= 65
 TESTED_PROBABILITIES = (0.05, 0.1, 0.3, 0.5, 0.7, 0.9)
 KEEP_RATE_PROBABILITIES = (1e-3, 0.01, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99)
+# Drawn in each dtype: a uniform drawn in x's 16-bit dtype (torch.rand_like(x)) lies on a grid of 2^-8 in bfloat16,
+# so p = 0.001 drops 1/256 of the elements and p = 0.999 keeps none
+EXTREME_PROBABILITIES = (1e-3, 0.999)
 VARIANCE_BIAS_WIDTH = 8
 VARIANCE_BIAS_PROBABILITIES = tuple(j / VARIANCE_BIAS_WIDTH for j in range(1, 7))  # p d an integer
 SCALES = (1.0, 3.0, 0.01)
@@ -26,6 +29,10 @@ SCALES = (1.0, 3.0, 0.01)
 # The sizes of the statistical tests (elements per example, row widths) and their share of the profile's examples
 # (profiles.share): tests/test_dropout_statistics.py derives each test's power at these sizes.
 KEEP_RATE_ELEMENTS, KEEP_RATE_WIDTHS, KEEP_RATE_FRACTION = 2**16, (16, 256, 1024, 4096), 0.25
+EXTREME_FRACTION = 0.1  # the keep rate at EXTREME_PROBABILITIES, in each dtype
+# dropout.keep_rate's false-alarm budget (dropout_statistics.BUDGET) among its tests: the drawn probabilities, at
+# scale, and the extreme probabilities (split among the dtypes they are drawn in)
+KEEP_RATE_SHARES = {"drawn": 0.4, "at scale": 0.4, "extreme": 0.2}
 MASK_ELEMENTS, MASK_WIDTHS, MASK_FRACTION = 2**17, (1, 2, 3, 5, 8, 16, 64, 128), 0.25
 INDEPENDENCE_ELEMENTS, INDEPENDENCE_WIDTHS, INDEPENDENCE_FRACTION = 2**18, (2, 3, 8, 64, 256, 1024), 0.15
 WIDE_INDEPENDENCE_ELEMENTS = 2**16  # 8 rows of 8192: rows that share one mask above some width
@@ -58,9 +65,11 @@ def nonzero_values(shape: tuple[int, ...], seed: int, offset: float, scale: floa
 
 
 @st.composite
-def dropout_inputs(draw, kernel: Kernel, shape: tuple[int, ...], p: st.SearchStrategy[float] | None = None) -> dict:
-    """{"x", "p", "seed"}: x of ``shape`` with no zero, rounded to a storage dtype the kernel computes in."""
-    dtype = draw(storage_dtypes(kernel))
+def dropout_inputs(draw, kernel: Kernel, shape: tuple[int, ...], p: st.SearchStrategy[float] | None = None,
+                   dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
+    """{"x", "p", "seed"}: x of ``shape`` with no zero, rounded to a storage dtype the kernel computes in (among
+    ``dtypes`` when given)."""
+    dtype = draw(storage_dtypes(kernel, dtypes))
     values = nonzero_values(shape, draw(seeds()), draw(st.sampled_from([0.0, 1.0, 3.0])), draw(st.sampled_from(SCALES)))
     probability = draw(p if p is not None else drop_probabilities())
     return {"x": rounded(values, dtype, discover(kernel).device), "p": probability, "seed": draw(seeds())}
@@ -73,10 +82,12 @@ def widths_and_rows(elements: int, widths: tuple[int, ...]) -> st.SearchStrategy
 
 @st.composite
 def mask_inputs(draw, kernel: Kernel, elements: int, widths: tuple[int, ...],
-                probabilities: tuple[float, ...] = TESTED_PROBABILITIES) -> dict:
-    """An input of about ``elements`` elements, [rows, d] with d from ``widths``, p from ``probabilities``."""
+                probabilities: tuple[float, ...] = TESTED_PROBABILITIES,
+                dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
+    """An input of about ``elements`` elements, [rows, d] with d from ``widths``, p from ``probabilities``, in one of
+    ``dtypes`` (default: any the kernel computes in)."""
     shape = draw(widths_and_rows(elements, widths))
-    return draw(dropout_inputs(kernel, shape, st.sampled_from(probabilities)))
+    return draw(dropout_inputs(kernel, shape, st.sampled_from(probabilities), dtypes))
 
 
 @st.composite

@@ -56,6 +56,9 @@ MASK_RESIDUALS = ("zeros", "within x")
 # The mask tests' shapes: rows wider than 4096 (a kernel's wide path), and 128 rows (a mask repeating every 64 rows
 # or fewer: the independence test compares rows r and r + 64)
 MASK_SHAPES, KEEP_RATE_FRACTION, INDEPENDENCE_FRACTION = ((8, 8192), (128, 512)), 0.25, 0.15
+# drop_add_ln.keep_rate's false-alarm budget between its tests: the drawn probabilities and the extreme ones in each
+# dtype (dropout_strategies.EXTREME_PROBABILITIES, EXTREME_FRACTION; split among the dtypes)
+KEEP_RATE_SHARES = {"drawn": 0.8, "extreme": 0.2}
 SEED_SHAPES, SEED_FRACTION = ((4, 4096), (16, 1024)), 0.15
 LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel may switch to another code path
 BATCHES = st.sampled_from((2, 3))  # add_norm_examples' ndims for the claims whose checks take any batch shape

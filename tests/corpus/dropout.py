@@ -226,6 +226,13 @@ def _column_offsets_when_wide(x: torch.Tensor, p: float, generator: torch.Genera
     return _keep_mask(x, p, generator)
 
 
+def _uniform_in_storage_dtype(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """The uniforms drawn in x's dtype (``torch.rand_like(x)``): in bfloat16 they lie on a grid of 2^-8, so p = 0.001
+    drops 1/256 of the elements and p = 0.999 keeps none (float16's grid of 2^-11 is off by less). Must fail
+    dropout.keep_rate."""
+    return torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
+
+
 def _column_offsets_above_4096(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
     """Rows wider than 4096 elements (a kernel's path of several blocks a row) draw their random numbers at the column
     index only: every row gets one mask. Must fail dropout.independence."""
@@ -297,6 +304,8 @@ DROPOUT_ROWS_SEEDED_BY_INDEX = _kernel("dropout_rows_seeded_by_index", _rows_see
                                        keep_mask=_rows_seeded_by_index)
 DROPOUT_COLUMN_OFFSETS_WHEN_WIDE = _kernel("dropout_column_offsets_when_wide", _column_offsets_when_wide.__doc__,
                                            keep_mask=_column_offsets_when_wide)
+DROPOUT_UNIFORM_IN_STORAGE_DTYPE = _kernel("dropout_uniform_in_storage_dtype", _uniform_in_storage_dtype.__doc__,
+                                           keep_mask=_uniform_in_storage_dtype)
 DROPOUT_COLUMN_OFFSETS_ABOVE_4096 = _kernel("dropout_column_offsets_above_4096", _column_offsets_above_4096.__doc__,
                                             keep_mask=_column_offsets_above_4096)
 DROPOUT_BACKWARD_OTHER_MASK = _kernel("dropout_backward_other_mask", _mask_of_the_next_seed.__doc__,

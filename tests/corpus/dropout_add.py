@@ -10,6 +10,7 @@
                                                                                      drop_add_ln.independence
     DROP_ADD_NORM_WITHOUT_DROPOUT y = LN(residual + x): the dropout skipped for y   -> drop_add_ln.forward
     DROP_ADD_KEEP_DROP_SWAPPED    keeps an element with probability p, not 1 - p  -> drop_add_ln.keep_rate
+    DROP_ADD_UNIFORM_IN_STORAGE_DTYPE  uniforms drawn in x's dtype (bfloat16: a grid of 2^-8) -> drop_add_ln.keep_rate
     DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
     DROP_ADD_BACKWARD_OTHER_MASK  the backward drops with another mask            -> drop_add_ln.gradient
@@ -34,7 +35,7 @@ SPEC = "tests/corpus/dropout_add.py:"
 FIXED_SEED = 1234
 
 
-def _mask(shape, p: float, seed: int, bug: str) -> torch.Tensor:
+def _mask(shape, p: float, seed: int, bug: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     if bug == "unseeded":
         return torch.rand(shape) >= p
     generator = torch.Generator().manual_seed(FIXED_SEED if bug == "fixed_seed" else seed)
@@ -46,7 +47,7 @@ def _mask(shape, p: float, seed: int, bug: str) -> torch.Tensor:
         return first.repeat(-(-rows // 64), 1)[:rows].reshape(shape)
     if bug == "blocks":  # one draw for each pair of neighbours (an even width)
         return (torch.rand(*shape[:-1], shape[-1] // 2, generator=generator) >= p).repeat_interleave(2, -1)
-    draws = torch.rand(shape, generator=generator)
+    draws = torch.rand(shape, generator=generator, dtype=dtype if bug == "storage_uniform" else torch.float32)
     return draws < p if bug == "swapped" else draws >= p
 
 
@@ -59,7 +60,7 @@ def _make(bug: str):
     def fn(x, residual, weight, bias, eps, p, seed):
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
-        kept = _mask(x.shape, p, seed, bug).to(x.device)
+        kept = _mask(x.shape, p, seed, bug, x.dtype).to(x.device)
         scale = 1.0 if bug == "rescale" else 1.0 / (1.0 - p)
         branch = torch.where(kept, x.float() * scale, 0.0)
         if bug == "other_mask":
@@ -99,6 +100,9 @@ DROP_ADD_NORM_WITHOUT_DROPOUT = _kernel("DROP_ADD_NORM_WITHOUT_DROPOUT", "skippe
                                         "y normalizes residual + x, not residual_out: drop_add_ln.forward")
 DROP_ADD_KEEP_DROP_SWAPPED = _kernel("DROP_ADD_KEEP_DROP_SWAPPED", "swapped",
                                      "keeps with probability p instead of 1 - p: drop_add_ln.keep_rate")
+DROP_ADD_UNIFORM_IN_STORAGE_DTYPE = _kernel("DROP_ADD_UNIFORM_IN_STORAGE_DTYPE", "storage_uniform",
+                                            "the uniforms drawn in x's dtype (torch.rand_like(x)): in bfloat16 p = "
+                                            "0.001 drops 1/256, p = 0.999 keeps none: drop_add_ln.keep_rate")
 DROP_ADD_FIXED_INTERNAL_SEED = _kernel("DROP_ADD_FIXED_INTERNAL_SEED", "fixed_seed",
                                        "ignores the seed argument (one fixed generator seed): drop_add_ln.seeds")
 DROP_ADD_UNSEEDED = _kernel("DROP_ADD_UNSEEDED", "unseeded",
