@@ -13,7 +13,8 @@ module's stored values play no part. The kind is ``layernorm`` when the module h
 parameter, ``rmsnorm`` otherwise, unless ``--kind`` says.
 
 A test's ``weight=None`` means "scale 1": the module's scale parameter gets ``1 - weight_offset``
-(so a Gemma-style ``(1 + w)`` module gets ``w = 0``); ``bias=None`` means shift 0.
+(so a Gemma-style ``(1 + w)`` module gets ``w = 0``); ``bias=None`` means shift 0; either made in the dtype
+of the other one given (x's without either).
 """
 
 from __future__ import annotations
@@ -82,11 +83,15 @@ class ModuleKernel:
     def __call__(self, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                  eps: float) -> torch.Tensor:
         d = x.shape[-1]
+        # a missing parameter is made in the given one's dtype (x's without either): a module takes one parameter
+        # dtype, possibly other than x's (torch's mixed-dtype LayerNorm), never two
+        given = weight if weight is not None else bias
+        dtype = x.dtype if given is None else given.dtype
         if weight is None:
-            weight = torch.full((d,), 1.0 - self.weight_offset, dtype=x.dtype, device=x.device)
+            weight = torch.full((d,), 1.0 - self.weight_offset, dtype=dtype, device=x.device)
         params = {self.weight_param: weight}
         if self.bias_param is not None:
-            params[self.bias_param] = torch.zeros(d, dtype=x.dtype, device=x.device) if bias is None else bias
+            params[self.bias_param] = torch.zeros(d, dtype=dtype, device=x.device) if bias is None else bias
         elif bias is not None:
             raise ValueError(f"{self.label} has no shift parameter ({', '.join(BIAS_NAMES)}) to take a bias")
         runner = self._runner(d, eps)
