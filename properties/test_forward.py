@@ -60,6 +60,20 @@ def test_forward_while_recording_a_graph(norm_kernel, data):
     evidence.check(check_forward, norm_kernel, {**example, "recording": True})
 
 
+# Batches past the token counts at which inference stacks switch kernels (256, 1024, 2048 rows), below the large
+# batch of properties/test_many_rows.py (4099 rows)
+MID_BATCH_ROWS = (257, 1025, 2049)
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_of_a_mid_batch(norm_kernel, data):
+    """257, 1025 or 2049 rows of a width up to 64, weight and bias given: a path taken by a batch of that size."""
+    example = norm_examples(norm_kernel, d=widths(max_width=64), n=st.sampled_from(MID_BATCH_ROWS), every_input=True)
+    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+
+
 @pytest.mark.claim("ln.forward", "rms.forward")
 @profiles.share(0.5)
 @given(data=st.data())

@@ -61,7 +61,7 @@ STRUCTURED_REACH = math.sqrt(1.5) - 1
 DISTRIBUTIONS = ("normal", "uniform", "sparse", "integers", "spike")
 # norm_examples' ndims for the claims whose checks take any batch shape: x [n, d], [B, S, d] or [B, H, S, d], the
 # rows spread over the leading dimensions (a kernel taking another path for 3-D or 4-D x)
-NDIMS = st.sampled_from([2, 3, 4])
+NDIMS = st.sampled_from([2, 3, 4, 1])  # 1: one row, x of shape [d] (a decode call without a batch dimension)
 # The widths drawn for a kernel that declares ``compiles_per_width`` (core.kernel.Kernel: every new d costs it a JIT
 # specialization, an autotuning or an Inductor recompile) in the ci and dev profiles: 20 of the candidates, the
 # edges each kind of candidate stands for (d = 1 to 3, small odd, 2^k and 2^k +- 1, 2^k +- 8, 2^k + 2 and + 4,
@@ -375,7 +375,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     no weight, a random bias (a kernel's weightless branch, e.g. with the bias in another dtype than x).
     ``n``: the number of rows (default :func:`row_counts`, at most 4, one draw in ``more_rows_every`` more).
     ``ndims``: the dimensions of x (default 2); the rows are then spread over the leading dimensions
-    (:func:`leading_shapes`), e.g. [B, S, d], [A, B, C, d].
+    (:func:`leading_shapes`), e.g. [B, S, d], [A, B, C, d]; 1: one row, x of shape [d] (unless ``n`` asks for more).
     With ``upstream``, examples whose exact gradients overflow the storage dtype are left out
     (:func:`properties.norms.representable`), and x is drawn inside the domain of the backward bound as well
     (finite on every row: :func:`backward_width_limit`, then |mean|/std 0 if the drawn one leaves it): an
@@ -391,8 +391,9 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     d = draw(widths(max_width=limit)) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
     ratio = draw(offset_ratio if offset_ratio is not None else offset_ratios(dtype))
     epsilon = draw(eps if eps is not None else epsilons())
-    count = draw(n if n is not None else row_counts(d, more_every=more_rows_every))
-    shape = draw(leading_shapes(count, draw(ndims) if ndims is not None else 2))
+    ndim = draw(ndims) if ndims is not None else 2
+    count = 1 if ndim == 1 and n is None else draw(n if n is not None else row_counts(d, more_every=more_rows_every))
+    shape = draw(leading_shapes(count, ndim))
     # rows whose sums fall back to the worst case (structured, proofs.probabilistic.independent or .aligned) are
     # drawn again a tenth as far from 0 (residues modulo the partial sums' ulps spread again), then within the worst
     # case's range, then centred: an example whose bound is not finite is never checked (it would pass unseen)
@@ -459,7 +460,10 @@ def mixed_parameter_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype
 @st.composite
 def leading_shapes(draw, rows: int, ndims: int) -> tuple[int, ...]:
     """The leading dimensions of an ``ndims``-dimensional x holding ``rows`` rows: their product is ``rows``
-    (a random factorization, so [B, S] with S > 1 is drawn whenever rows allows it)."""
+    (a random factorization, so [B, S] with S > 1 is drawn whenever rows allows it); none for ``ndims`` 1 (x is one
+    row [d]), [rows] where one dimension cannot hold them."""
+    if ndims == 1:
+        return () if rows == 1 else (rows,)
     shape = []
     left = rows
     for _ in range(ndims - 2):

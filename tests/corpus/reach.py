@@ -33,6 +33,12 @@ batch's gradients in 16 bits):
                                                                                             -> ln.forward
     LN_DWEIGHT_HALF_BLOCK_SUMS          over 256 rows: dweight/dbias summed by 32-row blocks into 16-bit buffers
                                                                                             -> ln.jacobian (at scale)
+
+And of a second red-team session (x of one dimension, NDIMS; batches of 257 to 2049 rows, test_forward_of_a_mid_batch):
+
+    LN_RANK_1_UNSQUEEZED_LAST           x of shape [d]: unsqueezed last, each element normalized alone
+                                                                                            -> ln.forward
+    LN_MID_BATCH_BIAS_FROM_WEIGHT       257 to 4096 rows: gamma read where beta goes      -> ln.forward
 """
 
 from __future__ import annotations
@@ -307,6 +313,25 @@ def layernorm_dweight_half_block_sums(x, weight, bias, eps):
                        _half_block_sums)
 
 
+def layernorm_rank_1_unsqueezed_last(x, weight, bias, eps):
+    """LayerNorm whose path for x of one dimension (one token, [d]) adds the row dimension last (x.unsqueeze(-1):
+    d rows of one element), so every element is normalized alone and y is beta. Must fail ln.forward."""
+    if x.dim() != 1:
+        return _layernorm(x, weight, bias, eps)
+    h = x.float().unsqueeze(-1)
+    mean = h.mean(-1, keepdim=True)
+    xhat = (h - mean) * torch.rsqrt((h - mean).square().mean(-1, keepdim=True) + eps)
+    return _affine(xhat.reshape(x.shape), weight, bias).to(x.dtype)
+
+
+def layernorm_mid_batch_bias_from_weight(x, weight, bias, eps):
+    """LayerNorm whose mid-batch path (257 to 4096 rows, weight and bias given) reads gamma where beta goes: y =
+    gamma x_hat + gamma. Must fail ln.forward."""
+    if 256 < _rows(x) <= 4096 and weight is not None and bias is not None:
+        return _layernorm(x, weight, weight, eps)
+    return _layernorm(x, weight, bias, eps)
+
+
 def _kernel(attr: str, kind: str, fn) -> Kernel:
     return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, dtypes=(torch.float32, torch.float16),
                   description=" ".join(fn.__doc__.split()))
@@ -332,3 +357,6 @@ LN_STALE_CAST_CACHE_IN_INFERENCE = _kernel("LN_STALE_CAST_CACHE_IN_INFERENCE", "
                                            layernorm_stale_cast_cache_in_inference)
 LN_WEIGHTLESS_BIAS_PROMOTES = _kernel("LN_WEIGHTLESS_BIAS_PROMOTES", "layernorm", layernorm_weightless_bias_promotes)
 LN_DWEIGHT_HALF_BLOCK_SUMS = _kernel("LN_DWEIGHT_HALF_BLOCK_SUMS", "layernorm", layernorm_dweight_half_block_sums)
+LN_RANK_1_UNSQUEEZED_LAST = _kernel("LN_RANK_1_UNSQUEEZED_LAST", "layernorm", layernorm_rank_1_unsqueezed_last)
+LN_MID_BATCH_BIAS_FROM_WEIGHT = _kernel("LN_MID_BATCH_BIAS_FROM_WEIGHT", "layernorm",
+                                        layernorm_mid_batch_bias_from_weight)
