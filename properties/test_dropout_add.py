@@ -42,6 +42,7 @@ from properties.checks.fused import (
     check_backward_of_the_recorded_graph,
     check_changing_one_row,
     check_dropout_values,
+    check_edge_probabilities,
     check_forward,
     check_forward_after_an_in_place_update,
     check_forward_with_parameter_dtypes,
@@ -133,6 +134,14 @@ def test_y_is_the_norm_of_residual_out_with_parameters_in_another_dtype(dropout_
 def test_each_element_is_dropped_or_rescaled(dropout_add_kernel, data):
     example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
     evidence.check(check_dropout_values, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.values")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_p_zero_keeps_every_element_and_p_one_drops_every_one(dropout_add_kernel, data):
+    example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
+    evidence.check(check_edge_probabilities, dropout_add_kernel, {k: v for k, v in example.items() if k != "p"})
 
 
 @pytest.mark.claim("drop_add_ln.variance_bias")

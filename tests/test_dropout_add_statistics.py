@@ -13,6 +13,7 @@ from hypothesis import settings
 
 from core.capabilities import PROBED_DTYPES
 from properties.bounds import dropout_statistics as ds
+from properties.checks.dropout import SEED_PAIRS
 from properties.checks.dropout_add import LAYOUT_FRACTION, LAYOUTS, kept_mask
 from properties.draws import fused_strategies as sizes
 from properties.draws.dropout_strategies import (
@@ -73,7 +74,7 @@ def power_table() -> list[tuple[str, float, str, float]]:
                          ds.binomial_power(acceptance, column_pairs, 1.0)))
             rows.append(("independence", p, f"a mask repeating every k rows, k | {rows_ // 2} (rows r, r+"
                          f"{rows_ // 2} agree)", ds.binomial_power(acceptance, column_pairs, 1.0)))
-    alpha = ci_alpha("drop_add_ln.seeds", sizes.SEED_FRACTION) / 3
+    alpha = ci_alpha("drop_add_ln.seeds", sizes.SEED_FRACTION) / len(SEED_PAIRS)
     for rows_, d in sizes.SEED_SHAPES:
         for p in TESTED_PROBABILITIES:
             acceptance = ds.binomial_acceptance(rows_ * d, ds.agreement_rate(p), alpha)

@@ -14,6 +14,7 @@ from scipy import stats
 from core.capabilities import PROBED_DTYPES
 from proofs import oracles
 from properties.bounds import dropout_statistics as ds
+from properties.checks.dropout import SEED_PAIRS
 from properties.draws import dropout_strategies as sizes
 
 
@@ -190,7 +191,7 @@ def power_table() -> list[tuple[str, float, int, str, float]]:
             rows.append(("independence", p, 0, f"neighbour correlation {rho}",
                          ds.binomial_power(acceptance, pairs, ds.agreement_rate(p, rho))))
         rows.append(("independence", p, 0, "blocks of 2 or 4 (pairs agree)", ds.binomial_power(acceptance, pairs, 1.0)))
-    alpha = ci_alpha("dropout.seeds", sizes.MASK_FRACTION) / 3
+    alpha = ci_alpha("dropout.seeds", sizes.MASK_FRACTION) / len(SEED_PAIRS)
     n = sizes.SEED_ELEMENTS
     for p in sizes.TESTED_PROBABILITIES:
         acceptance = ds.binomial_acceptance(n, ds.agreement_rate(p), alpha)

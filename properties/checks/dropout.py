@@ -49,15 +49,20 @@ def keep_rate_finding(masks: np.ndarray, p: float, alpha: float) -> Finding:
     return Finding(acceptance, int(masks.sum()))
 
 
+# The partners of seed s that seed_findings compares s with (the last one where the mask has two rows or more)
+SEED_PAIRS = ("s + 1", "s XOR 1", "s + 2", "s + 2^16", "s + 2^31", "s + 1, one element on", "s + 1, one row on")
+
+
 def seed_findings(mask_of: Callable[[int], np.ndarray], seed: int, p: float, alpha: float) -> list[Finding]:
     """The masks of seed s and of another (``mask_of(seed)``) agree on Binomial(n,
     p^2 + (1-p)^2) elements, alpha split evenly: s + 1, s XOR 1 and s + 2 (a seed ignored, or its low bit); s + 2^16
-    (a seed truncated to 16 bits; not 2^32: torch's CPU generator, mt19937, keeps a seed's low 32 bits, so seeds
-    are told apart within 32 bits); and s + 1 against s one row on, and one element on (a row or an element seeded
-    with s plus its index, so that row r of s + 1 is row r + 1 of s)."""
+    and s + 2^31 (a seed truncated to 16 or 31 bits: an int32 seed's sign bit dropped; not 2^32: torch's CPU
+    generator, mt19937, keeps a seed's low 32 bits, so seeds are told apart within 32 bits; s < 2^31 as drawn); and
+    s + 1 against s one row on, and one element on (a row or an element seeded with s plus its index, so that row r
+    of s + 1 is row r + 1 of s)."""
     first, following = mask_of(seed), mask_of(seed + 1)
     pairs = {"s + 1": (first, following), "s XOR 1": (first, mask_of(seed ^ 1)), "s + 2": (first, mask_of(seed + 2)),
-             "s + 2^16": (first, mask_of(seed + 2**16)),
+             "s + 2^16": (first, mask_of(seed + 2**16)), "s + 2^31": (first, mask_of(seed + 2**31)),
              "s + 1, one element on": (first.reshape(-1)[1:], following.reshape(-1)[:-1])}
     if first.ndim >= 2 and first.shape[0] >= 2:
         pairs["s + 1, one row on"] = (first[1:], following[:-1])

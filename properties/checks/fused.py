@@ -325,6 +325,28 @@ def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+def check_edge_probabilities(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, seed: int,
+                             bias=None) -> None:
+    """p = 0 keeps every element: residual_out is residual + x within its rounding (a kernel reading p = 0 as
+    "unset" and dropping with a default p fails); p = 1 drops every element: residual_out is the residual exactly,
+    or the call is refused with an error (x/(1-p) is x/0: never NaN, never a value)."""
+    _, h = outputs(kernel, x, fresh(residual), weight, bias, eps, 0.0, seed)
+    comparisons = [outcome.compare(norms.as_float64(h), norms.as_float64(residual) + norms.as_float64(x),
+                                   tolerance.dropout_residual_out(x, residual, 0.0, h.dtype),
+                                   "residual_out at p = 0 vs residual + x")]
+    try:
+        _, dropped = outputs(kernel, x, fresh(residual), weight, bias, eps, 1.0, seed)
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+    else:
+        r64 = norms.as_float64(residual)
+        comparisons.append(outcome.compare(norms.as_float64(dropped), r64, np.zeros_like(r64),
+                                           "residual_out at p = 1 vs the residual (exactly)"))
+    outcome.conclude(comparisons, "p = 0 must keep every element and p = 1 drop every one", d=x.shape[-1],
+                     dtype=dtype_name(x.dtype))
+
+
 def dropout_values_comparison(h: torch.Tensor, x: torch.Tensor, residual: torch.Tensor, p: float,
                               what: str = "residual_out") -> outcome.Comparison:
     """residual_out h, element by element, vs the nearer of the residual and residual + x/(1-p), within its

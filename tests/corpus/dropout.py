@@ -204,6 +204,12 @@ def _seed_low_16_bits(x: torch.Tensor, seed: int) -> torch.Generator:
     return torch.Generator(device=x.device).manual_seed(seed & 0xFFFF)
 
 
+def _seed_low_31_bits(x: torch.Tensor, seed: int) -> torch.Generator:
+    """Seeds its generator with the seed's low 31 bits (an int32 launch argument's sign bit masked off): seeds 2^31
+    apart give the same mask. Must fail dropout.seeds."""
+    return torch.Generator(device=x.device).manual_seed(seed & 0x7FFFFFFF)
+
+
 def _rows_seeded_by_index(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
     """Row r draws from a generator seeded with seed + r (a per-row or per-device seed offset, tt-metal issue 16823):
     each row's mask is i.i.d., but row r of seed s + 1 is row r + 1 of seed s. The seed is the generator's initial
@@ -300,6 +306,7 @@ DROPOUT_BLOCKS_OF_4 = _kernel("dropout_blocks_of_4", _shared_by_blocks(4).__doc_
 DROPOUT_NEIGHBOUR_COPIES = _kernel("dropout_neighbour_copies", _neighbour_copies.__doc__, keep_mask=_neighbour_copies)
 DROPOUT_STRIDED_COUNTERS = _kernel("dropout_strided_counters", _strided_counters.__doc__, keep_mask=_strided_counters)
 DROPOUT_SEED_LOW_16_BITS = _kernel("dropout_seed_low_16_bits", _seed_low_16_bits.__doc__, generator=_seed_low_16_bits)
+DROPOUT_SEED_LOW_31_BITS = _kernel("dropout_seed_low_31_bits", _seed_low_31_bits.__doc__, generator=_seed_low_31_bits)
 DROPOUT_ROWS_SEEDED_BY_INDEX = _kernel("dropout_rows_seeded_by_index", _rows_seeded_by_index.__doc__,
                                        keep_mask=_rows_seeded_by_index)
 DROPOUT_COLUMN_OFFSETS_WHEN_WIDE = _kernel("dropout_column_offsets_when_wide", _column_offsets_when_wide.__doc__,

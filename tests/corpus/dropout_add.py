@@ -10,6 +10,9 @@
                                                                                      drop_add_ln.independence
     DROP_ADD_NORM_WITHOUT_DROPOUT y = LN(residual + x): the dropout skipped for y   -> drop_add_ln.forward
     DROP_ADD_KEEP_DROP_SWAPPED    keeps an element with probability p, not 1 - p  -> drop_add_ln.keep_rate
+    DROP_ADD_SEED_LOW_31_BITS     the seed's low 31 bits only: seeds 2^31 apart share a mask -> drop_add_ln.seeds
+    DROP_ADD_P_ZERO_UNSET         p = 0 read as unset (p or 0.1): drops at p = 0      -> drop_add_ln.values
+    DROP_ADD_P_ONE_NAN            p = 1: the dropped elements scaled by 1/0, NaN     -> drop_add_ln.values (an error)
     DROP_ADD_UNIFORM_IN_STORAGE_DTYPE  uniforms drawn in x's dtype (bfloat16: a grid of 2^-8) -> drop_add_ln.keep_rate
     DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
@@ -38,7 +41,8 @@ FIXED_SEED = 1234
 def _mask(shape, p: float, seed: int, bug: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     if bug == "unseeded":
         return torch.rand(shape) >= p
-    generator = torch.Generator().manual_seed(FIXED_SEED if bug == "fixed_seed" else seed)
+    generator = torch.Generator().manual_seed(FIXED_SEED if bug == "fixed_seed" else
+                                              seed & 0x7FFFFFFF if bug == "seed_31_bits" else seed)
     if bug == "rows" or (bug == "rows_above_4096" and shape[-1] > 4096):
         return (torch.rand(shape[-1], generator=generator) >= p).expand(shape)
     if bug == "every_64_rows":  # row r gets the mask of row r mod 64
@@ -58,6 +62,12 @@ def _value_of_first_gradient_of_second(first: torch.Tensor, second: torch.Tensor
 
 def _make(bug: str):
     def fn(x, residual, weight, bias, eps, p, seed):
+        if bug == "p_zero_unset":
+            p = p or 0.1  # the bug: p = 0 read as "unset", the default dropped with
+        if bug == "p_one_nan" and p == 1.0:
+            # the bug: every element dropped (x m = 0), then scaled by 1/(1-p) = inf: 0 * inf = NaN
+            h = (residual.float() + (x.float() * 0.0) * float("inf")).to(residual.dtype)
+            return torch.nn.functional.layer_norm(h.float(), x.shape[-1:], None, None, eps).to(x.dtype), h
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         kept = _mask(x.shape, p, seed, bug, x.dtype).to(x.device)
@@ -100,6 +110,12 @@ DROP_ADD_NORM_WITHOUT_DROPOUT = _kernel("DROP_ADD_NORM_WITHOUT_DROPOUT", "skippe
                                         "y normalizes residual + x, not residual_out: drop_add_ln.forward")
 DROP_ADD_KEEP_DROP_SWAPPED = _kernel("DROP_ADD_KEEP_DROP_SWAPPED", "swapped",
                                      "keeps with probability p instead of 1 - p: drop_add_ln.keep_rate")
+DROP_ADD_SEED_LOW_31_BITS = _kernel("DROP_ADD_SEED_LOW_31_BITS", "seed_31_bits",
+                                    "the generator seeded with the seed's low 31 bits: drop_add_ln.seeds")
+DROP_ADD_P_ZERO_UNSET = _kernel("DROP_ADD_P_ZERO_UNSET", "p_zero_unset",
+                                "p = 0 read as unset (p or 0.1): elements dropped at p = 0: drop_add_ln.values")
+DROP_ADD_P_ONE_NAN = _kernel("DROP_ADD_P_ONE_NAN", "p_one_nan",
+                             "p = 1: the dropped elements scaled by 1/(1-p) = inf, NaN: drop_add_ln.values")
 DROP_ADD_UNIFORM_IN_STORAGE_DTYPE = _kernel("DROP_ADD_UNIFORM_IN_STORAGE_DTYPE", "storage_uniform",
                                             "the uniforms drawn in x's dtype (torch.rand_like(x)): in bfloat16 p = "
                                             "0.001 drops 1/256, p = 0.999 keeps none: drop_add_ln.keep_rate")
