@@ -50,7 +50,7 @@ from properties.run import profiles
 
 # 24 and 48: 16 channels or more in groups of a size not a power of two (3 or 6 a group, as Stable Diffusion's 960
 # in 32 groups of 30), where a kernel indexing groups by a shift goes wrong
-CHANNELS = (1, 2, 3, 4, 6, 8, 12, 24, 32, 48)
+CHANNELS = (1, 2, 3, 4, 6, 8, 12, 24, 32, 48, 96)  # 96: 32 groups of 3, past a block of 64 channels
 # x of rank 2 to 5, as torch's GroupNorm takes; (16, 16): 256 spatial elements, a multiple of 8 (vectorized paths)
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3), (16, 16))
 MORE_SAMPLES = (5, 8)  # one draw in eight: batched paths past the 1 to 3 samples otherwise drawn

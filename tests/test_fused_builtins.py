@@ -140,10 +140,10 @@ def test_the_cuda_group_norm_forward_passes_as_declared():
     check_forward(kernel.for_device("cuda"), **offset_group_norm_example("cuda"))
 
 
-def test_the_cuda_group_norm_float16_overflow_is_declared_for_cuda_examples_only():
-    """[R7] on the H100: gn.degenerate's float16 [2, 1] x with one group and eps = 1e-12 gave NaN (rstd = 1/sqrt(eps)
-    overflows float16). The declared deviation names such examples on CUDA only; eps = 1e-5 is not one, and the CPU
-    path, which keeps float32 statistics for the forward, is judged as before."""
+def test_the_group_norm_float16_rstd_overflow_is_declared_and_shows_on_the_cpu():
+    """[R7]: gn.degenerate's float16 [2, 1] x with one group and eps = 1e-12 gave NaN on the H100 (rstd = 1/sqrt(eps)
+    overflows float16); the CPU keeps float16 statistics for the backward, so its dx is NaN there (y is 0, right).
+    The declared deviation names such examples, on either device; eps = 1e-5 or float32 x is not one."""
     from properties.run.expectations import BUILTIN_DEVIATIONS, float16_group_rstd_overflows
 
     example = {"x": torch.tensor([[1.541016], [-0.293457]], dtype=torch.float16), "num_groups": 1, "eps": 1e-12}
@@ -151,4 +151,8 @@ def test_the_cuda_group_norm_float16_overflow_is_declared_for_cuda_examples_only
     assert not float16_group_rstd_overflows({**example, "eps": 1e-5})
     assert not float16_group_rstd_overflows({**example, "x": example["x"].float()})
     (deviation,) = [d for d in BUILTIN_DEVIATIONS if d.kernels == ("torch-groupnorm",) and d.fault == "nonfinite"]
-    assert not deviation.applies(example)
+    assert deviation.applies(example)
+    x = example["x"].clone().requires_grad_(True)
+    y = torch.nn.functional.group_norm(x, 1, None, None, 1e-12)
+    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch.equal(y, torch.zeros_like(y)) and torch.isnan(dx).all()

@@ -659,7 +659,8 @@ CLAIMS = (
           r"calls with one statistic $b$: $(1-m)^t\mu_R + (1-(1-m)^t)b$. Momentum None: $m = 1/t$ at call $t$, the "
           r"plain average of the $t$ batch statistics. Keras' $m_K$ is $1 - m$; the inverted convention misses by "
           r"$(2m'-1)(b - \mu_R)$, a biased running variance by $m\sigma_c^2/(n-1)$.",
-          (r"$n \ge 2$ (the unbiased factor $\frac{n}{n-1}$)", r"$0 < m \le 1$, or momentum None"), "holds",
+          (r"$n \ge 2$ (the unbiased factor $\frac{n}{n-1}$)",
+           r"$0 \le m \le 1$ ($m = 0$ leaves the running statistics as they are), or momentum None"), "holds",
           r"torch's update, exactly as derived (tests/test\_proofs\_batchnorm.py checks the oracle against "
           r"\texttt{F.batch\_norm} and \texttt{nn.BatchNorm} for both conventions and momentum None).",
           _running_statistics),

@@ -227,9 +227,10 @@ BUILTIN_DEVIATIONS = (
     Deviation(("torch-groupnorm",), "gn.jacobian", "raised", bias_without_weight,
               "torch's F.group_norm backward raises 'tensor does not have a device' for weight=None with a bias that "
               "needs a gradient (docs/findings.md [R3])", storage=False),
-    Deviation(("torch-groupnorm",), "gn.*", "nonfinite", on_cuda(float16_group_rstd_overflows),
-              "torch's CUDA group_norm keeps mean and rstd in float16 for float16 x ([R7]); where 1/sqrt(var + eps) > "
-              "65504 (a one-element group with eps = 1e-12) rstd is inf and y = (x - mean) rstd is 0 * inf = NaN "
+    Deviation(("torch-groupnorm",), "gn.*", "nonfinite", float16_group_rstd_overflows,
+              "torch's group_norm keeps mean and rstd in float16 for float16 x (CUDA for the forward, [R7]; the CPU "
+              "the statistics it saves for the backward); where 1/sqrt(var + eps) > 65504 (a one-element group with "
+              "eps = 1e-12) rstd is inf: y = (x - mean) rstd = 0 * inf = NaN on CUDA, dx NaN on both "
               "(docs/findings.md [R7])", storage=False),
     Deviation(("torch-batchnorm", "torch-instancenorm"), "*", "raised", on_cuda(bias_without_weight),
               "torch's CUDA batch_norm backward (instance_norm's too) raises 'tensor does not have a device' for "

@@ -288,6 +288,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reach.py:LN_MID_BATCH_BIAS_FROM_WEIGHT", "ln.forward"),
     _broken("groupnorm.py:GN_GROUP_BY_SHIFT", "gn.forward"),
     _broken("groupnorm.py:GN_ONE_PASS_FROM_4_SAMPLES", "gn.forward"),
+    _broken("groupnorm.py:GN_CHANNEL_BLOCK_TAIL", "gn.forward"),
+    _broken("batchnorm.py:BN_MOMENTUM_ZERO_UNSET", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_CHANNELS_LAST_TAIL", "bn.layout_invariance"),
     _broken("batchnorm.py:BN_LARGE_BATCH_MERGE", "bn.forward"),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),

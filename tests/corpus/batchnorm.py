@@ -26,6 +26,9 @@ lists the claims that must catch each.
     BN_WIDE_BLOCKS               a channel's statistics over more than 4096 elements merged from blocks of equal
                                  weight (corpus.wide)                                             -> bn.forward
     BN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> bn.forward
+    BN_MOMENTUM_ZERO_UNSET       momentum 0 read as unset (momentum or 0.1)              -> bn.running_statistics
+    BN_CHANNELS_LAST_TAIL        channels-last, C not a multiple of 8: the last partial vector of channels one
+                                 channel off                                             -> bn.layout_invariance
     BN_LARGE_BATCH_MERGE         more than 8 samples: each sample's statistics merged without the spread between the
                                  samples' means (Chan's n_a n_b / n delta^2 term dropped)          -> bn.forward
     BN_CORRECT                   the control: the same implementation, nothing broken
@@ -74,6 +77,10 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
     values = x.float()
+    if bug == "channels_last_tail" and x.dim() > 2 and x.shape[1] % 8 and x.stride(1) == 1 < x.shape[1]:
+        # the channels-last path's last partial vector of 8 channels reads its lanes one channel off
+        tail = x.shape[1] // 8 * 8
+        values = torch.cat([values[:, :tail], values[:, tail:].roll(1, dims=1)], dim=1)
     if bug == "one_sample" and training and x.shape[0] == 1:
         return _affine(values, weight, bias).to(x.dtype)
     use_batch = training or bug == "eval_batch" or running_mean is None
@@ -125,7 +132,7 @@ def running_update(values: torch.Tensor, running_mean: torch.Tensor, running_var
     variance = values.var(axes, unbiased=bug != "biased_running" and count > 1)
     if instance:
         mean, variance = mean.mean(0), variance.mean(0)
-    m = 1.0 - momentum if bug == "keras" else momentum
+    m = 1.0 - momentum if bug == "keras" else (momentum or 0.1) if bug == "momentum_zero_unset" else momentum
     running_mean.copy_(((1 - m) * running_mean.float() + m * mean).to(running_mean.dtype))
     running_var.copy_(((1 - m) * running_var.float() + m * variance).to(running_var.dtype))
 
@@ -170,6 +177,12 @@ BN_TRAINING_STEP_WITHOUT_BIAS = _kernel("BN_TRAINING_STEP_WITHOUT_BIAS", "record
 BN_LARGE_BATCH_MERGE = _kernel("BN_LARGE_BATCH_MERGE", "large_batch_merge",
                                "more than 8 samples: the samples' statistics merged without the spread between their "
                                "means: bn.forward")
+BN_MOMENTUM_ZERO_UNSET = _kernel("BN_MOMENTUM_ZERO_UNSET", "momentum_zero_unset",
+                                 "momentum 0 read as unset (momentum or 0.1): the running statistics move when they "
+                                 "must stay: bn.running_statistics")
+BN_CHANNELS_LAST_TAIL = _kernel("BN_CHANNELS_LAST_TAIL", "channels_last_tail",
+                                "channels-last x with C not a multiple of 8: the last partial vector of channels read "
+                                "one channel off: bn.layout_invariance")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",

@@ -15,6 +15,8 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
                               (corpus.wide)                                                -> gn.forward
     GN_GROUP_BY_SHIFT         16 channels or more: channel c's group c >> log2(C/G), right only when C/G is a power
                               of two (C = 24, 48 in groups of 3 or 6)                      -> gn.forward
+    GN_CHANNEL_BLOCK_TAIL     C > 64, not a multiple of 64: the last block's groups share its first group's
+                              statistics                                                   -> gn.forward
     GN_ONE_PASS_FROM_4_SAMPLES  4 to 1024 samples: the one-pass variance E[x^2] - E[x]^2 (a batched path)
                                                                                            -> gn.forward
 """
@@ -59,6 +61,13 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
     axes = (0, -1) if bug == "batch" else (-1,)  # the batch axis reduced too: BatchNorm's axis, per group
     if bug == "wide_blocks":
         mean, variance = unweighted_block_moments(grouped, axes)
+    elif bug == "channel_block_tail" and channels > 64 and channels % 64:
+        # channels in blocks of 64: the last partial block's statistics taken over its first group only
+        mean = grouped.mean(axes, keepdim=True)
+        variance = grouped.var(axes, keepdim=True, unbiased=False)
+        tail = (channels // 64 * 64) // per_group
+        mean = torch.cat([mean[:, :tail], mean[:, tail:tail + 1].expand(-1, num_groups - tail, -1)], dim=1)
+        variance = torch.cat([variance[:, :tail], variance[:, tail:tail + 1].expand(-1, num_groups - tail, -1)], dim=1)
     elif bug == "one_pass_from_4_samples" and 4 <= n <= 1024:
         mean = grouped.mean(axes, keepdim=True)
         variance = (grouped.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
@@ -108,4 +117,7 @@ GN_GROUP_BY_SHIFT = _kernel("GN_GROUP_BY_SHIFT", "shift", "16 channels or more: 
 GN_ONE_PASS_FROM_4_SAMPLES = _kernel("GN_ONE_PASS_FROM_4_SAMPLES", "one_pass_from_4_samples",
                                      "4 to 1024 samples (a batched path): the variance E[x^2] - E[x]^2 in float32, "
                                      "cancelling for groups far from zero: gn.forward")
+GN_CHANNEL_BLOCK_TAIL = _kernel("GN_CHANNEL_BLOCK_TAIL", "channel_block_tail",
+                                "more than 64 channels, not a multiple of 64: the groups of the last partial block "
+                                "of 64 channels all take its first group's statistics: gn.forward")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")
