@@ -52,6 +52,19 @@ def test_the_dynamic_scale_in_each_format(quant_norm_kernel, quant_format, data)
     evidence.check(check_scales, quant_norm_kernel, example)
 
 
+# Rows wider than a kernel's one block of 1024 columns (a per-token amax taken over the first block alone): the
+# largest |y| of a row lies beyond the first 1024 columns with probability 3/4 or 7/8
+WIDE_QUANT_WIDTHS = (4096, 8192)
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_the_dynamic_scale_of_rows_wider_than_1024(quant_norm_kernel, data):
+    example = quant_examples(quant_norm_kernel, scales=("dynamic",), d=st.sampled_from(WIDE_QUANT_WIDTHS))
+    evidence.check(check_scales, quant_norm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("ln_quant.saturation", "rms_quant.saturation", "add_rms_quant.saturation")
 @profiles.share(0.5)
 @given(data=st.data())

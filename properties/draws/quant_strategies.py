@@ -55,11 +55,12 @@ def _with_zero_row(example: dict) -> dict:
 
 @st.composite
 def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "dynamic"),
-                   saturating: bool = False, formats: tuple[str, ...] | None = None) -> dict:
+                   saturating: bool = False, formats: tuple[str, ...] | None = None,
+                   d: st.SearchStrategy[int] | None = None) -> dict:
     """One example: the norm's arguments and ``scale``, ``quant_dtype`` (module docstring). ``scales``: the kinds of
     scale the test draws, among those the kernel declares; ``formats``: the formats it draws, among the declared
     ones (default: all of them); none of either declared: the test is skipped, saying so. ``saturating``: static
-    scales that push the largest |v| beyond the format's range."""
+    scales that push the largest |v| beyond the format's range. ``d``: the widths (default up to MAX_WIDTH)."""
     declared = kernel.quantization
     taken = [kind for kind in scales if kind in declared.scales]
     if not taken:
@@ -68,7 +69,7 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
     if not chosen:
         pytest.skip(f"{kernel.name} declares no {' or '.join(formats)} output (it writes "
                     f"{', '.join(declared.formats)})")
-    d = widths(max_width=MAX_WIDTH)
+    d = widths(max_width=MAX_WIDTH) if d is None else d
     if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
         example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=DIMS,
                                          more_rows_every=MORE_ROWS_EVERY))

@@ -133,6 +133,7 @@ QUANTIZED_BUGS = {
     "FNUZ_FMAX": ("scales",),
     "NO_SCALE_FLOOR": ("scales",),
     "PAIR_AMAX_FROM_8_TOKENS": ("scales",),
+    "AMAX_OF_THE_FIRST_1024": ("scales",),
     "SCALE_INVERTED": ("values", "dequantized"),
     "NO_SATURATION": ("saturation",),
 }

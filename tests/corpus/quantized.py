@@ -14,6 +14,8 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                                                                                       -> *.scales
     {LN,RMS,ADD_RMS}_QUANT_PAIR_AMAX_FROM_8_TOKENS  8 tokens or more (two a warp): each dynamic scale from the larger
                                     amax of its pair of tokens                                        -> *.scales
+    {LN,RMS,ADD_RMS}_QUANT_AMAX_OF_THE_FIRST_1024  rows wider than 1024: the amax of the first 1024 columns only
+                                                                                                      -> *.scales
     {LN,RMS,ADD_RMS}_QUANT_SCALE_INVERTED  a static scale multiplied, not divided by (the scale and its inverse
                                     confused)                                            -> *.values, *.dequantized
     {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
@@ -101,6 +103,14 @@ def _pair_amax_from_8_tokens(y32, x, scale, quant_dtype):
     even = amax.shape[0] // 2 * 2
     paired[:even] = amax[:even].reshape(-1, 2).amax(-1).repeat_interleave(2)
     scale = torch.clamp(paired / _fmax(quant_dtype), min=MINIMUM_SCALE).reshape(*y.shape[:-1], 1)
+    return quantize(y, scale, quant_dtype)
+
+
+def _amax_of_the_first_1024(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None and y.shape[-1] > 1024:
+        # the bug: the per-token amax over the first block of 1024 columns only
+        scale = torch.clamp(y[..., :1024].abs().amax(-1, keepdim=True) / _fmax(quant_dtype), min=MINIMUM_SCALE)
     return quantize(y, scale, quant_dtype)
 
 
@@ -198,6 +208,10 @@ LN_QUANT_NO_SCALE_FLOOR, RMS_QUANT_NO_SCALE_FLOOR, ADD_RMS_QUANT_NO_SCALE_FLOOR 
  ADD_RMS_QUANT_PAIR_AMAX_FROM_8_TOKENS) = _every_kind(
     "PAIR_AMAX_FROM_8_TOKENS", _pair_amax_from_8_tokens, "8 tokens or more: each dynamic scale from the larger amax "
     "of its pair of tokens (two a warp)", "scales")
+(LN_QUANT_AMAX_OF_THE_FIRST_1024, RMS_QUANT_AMAX_OF_THE_FIRST_1024,
+ ADD_RMS_QUANT_AMAX_OF_THE_FIRST_1024) = _every_kind(
+    "AMAX_OF_THE_FIRST_1024", _amax_of_the_first_1024, "rows wider than 1024: the dynamic scale from the amax of the "
+    "first 1024 columns only", "scales")
 LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED = _every_kind(
     "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
 LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(
