@@ -47,6 +47,14 @@ def fresh(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.clone()
 
 
+def fresh_view(t: torch.Tensor | None) -> torch.Tensor | None:
+    """:func:`fresh` in t's own layout: for a view (every other column of a wider buffer, a transpose), the same view
+    of a copy of its base, so that a kernel writing into it writes through its strides."""
+    if t is None or t._base is None:
+        return fresh(t)
+    return t._base.clone().as_strided(t.size(), t.stride(), t.storage_offset())
+
+
 def outputs(kernel, x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None,
             allow_nonfinite: bool = False, any_dtype: bool = False, recording: bool = False,
             inference: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,8 +310,13 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
     """Strided x and residual (and possibly weight and bias) give the contiguous call's residual_out and y within
     twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity): y's bound in
     the output-dtype rule's dtype (weight and bias may be in another dtype than x), y's dtype itself not judged (the
-    forward claim's business), as in properties.checks.contracts."""
-    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
+    forward claim's business), as in properties.checks.contracts. A kernel declaring an in-place residual update
+    must leave residual_out in the strided residual it was given."""
+    passed = fresh_view(residual)
+    y, h = outputs(kernel, x, passed, weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
+    if "residual" in kernel.in_place and passed is not None:
+        outcome.exact(torch.equal(passed.to(h.dtype), h), "the strided residual tensor does not hold residual_out "
+                      "after the call", "the kernel declares an in-place residual update, through any strides")
     weight, bias = (t if t is None else t.contiguous() for t in (weight, bias))
     contiguous = None if residual is None else residual.contiguous()
     y0, h0 = outputs(kernel, x.contiguous(), contiguous, weight, bias, eps, p, seed,

@@ -19,6 +19,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     RESIDUAL_OUT_IN_X_DTYPE    returns residual_out in x's dtype beside a float32 residual -> residual_out
     RESIDUAL_GRADIENT_IN_X_DTYPE  dL/dresidual rounded through x's dtype (right forward) -> jacobian
     IN_PLACE_DECLARED          the same write, declared (in_place=("residual",)): correct
+    IN_PLACE_STRIDES_IGNORED   the declared write addressed as if the residual were contiguous -> layout_invariance
     FIRST_LAYER                takes residual=None (a first layer): residual_out = x: correct
     FIRST_LAYER_UNWRITTEN      takes residual=None but leaves residual_out as allocated -> residual_out, forward
 
@@ -106,6 +107,11 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
             h = h / h.detach().abs().max().clamp_min(1.0) * h.detach().abs().max().clamp_min(1.0)
         if bug in ("written", "declared") or (bug == "written_above_65536" and x.numel() > 65536):
             residual.data.copy_(h.detach().to(residual.dtype))
+        if bug == "declared_contiguous_write":  # the write addressed as if the residual were contiguous
+            end = residual.storage_offset() + residual.numel()
+            if end <= residual.untyped_storage().nbytes() // residual.element_size():
+                contiguous = torch.empty(residual.shape, device="meta").stride()
+                torch.as_strided(residual.data, residual.shape, contiguous).copy_(h.detach().to(residual.dtype))
         training = torch.is_grad_enabled() and x.requires_grad
         branch = bug == "branch" or (bug == "training_branch" and training)
         y = _norm(x if branch else h, weight, bias, eps, rms, whole_tensor=bug == "whole").to(x.dtype)
@@ -170,6 +176,12 @@ def _kernels(kind: str) -> dict[str, Kernel]:
                                        spec=f"{SPEC}{kind.upper()}_IN_PLACE_DECLARED", in_place=in_place,
                                        dtypes=(torch.float32, torch.float16),
                                        description="writes residual_out into residual, declared: correct")
+    fn, _, in_place = _make("declared_contiguous_write", kind, in_place=("residual",))
+    made["IN_PLACE_STRIDES_IGNORED"] = Kernel(
+        f"add_{kind}_in_place_strides_ignored", KIND[kind], fn, spec=f"{SPEC}{kind.upper()}_IN_PLACE_STRIDES_IGNORED",
+        in_place=in_place, dtypes=(torch.float32, torch.float16),
+        description=f"the declared in-place write of residual_out into residual addressed as if the residual were "
+                    f"contiguous: add_{kind}.layout_invariance")
     for name, bug, description in (
             ("FIRST_LAYER", "none", "takes residual=None (a first layer's call): residual_out = x, correct"),
             ("FIRST_LAYER_UNWRITTEN", "unwritten", "takes residual=None but leaves residual_out as allocated (zeros): "
