@@ -104,12 +104,26 @@ def test_batch_and_sequence_axes_swapped(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(norm_kernel, data):
-    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, mixed=True), "example")
-    evidence.check(check_inputs_unmodified, norm_kernel, example)
+    """Every other draw has 5 to 65 rows, and half are a forward in inference mode (a serving path of its own)."""
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, mixed=True, more_rows_every=2),
+                        "example")
+    evidence.check(check_inputs_unmodified, norm_kernel, {**example, "inference": data.draw(st.booleans())})
 
 
 # Above 65 536 elements, where a kernel may take a large-input path of its own (one that works in place)
 LARGE_INPUT_SHAPE = (32, 4096)
+PREFILL_ROWS = (65, 257)  # past the 64 and 256 tokens at which serving stacks switch to a prefill path
+
+
+@pytest.mark.claim("ln.inputs_unmodified", "rms.inputs_unmodified")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_inputs_unmodified_by_a_prefill_in_inference_mode(norm_kernel, data):
+    """65 or 257 rows of a width up to 64, the forward in inference mode: a path of its own that may use an input as
+    scratch."""
+    example = norm_examples(norm_kernel, d=widths(max_width=64), n=st.sampled_from(PREFILL_ROWS), upstream=True,
+                            every_input=True)
+    evidence.check(check_inputs_unmodified, norm_kernel, {**data.draw(example, "example"), "inference": True})
 
 
 @pytest.mark.claim("ln.inputs_unmodified", "rms.inputs_unmodified")

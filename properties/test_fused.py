@@ -178,6 +178,8 @@ def test_backward_of_the_recorded_graph(add_norm_kernel, data):
     evidence.check(check_backward_of_the_recorded_graph, add_norm_kernel, example)
 
 
+PREFILL_ROWS = (65, 257)  # past 64 and 256 tokens
+
 # The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.
 FROZEN = (("x",), ("residual",), ("x", "residual"), ("weight",), ("bias",), ("weight", "bias"))
 
@@ -237,9 +239,22 @@ def test_both_gradients_flow_back_beside_a_float32_residual(add_norm_kernel, mix
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(add_norm_kernel, data):
-    example = add_norm_examples(add_norm_kernel, upstream=True, every_input=True, mixed=True, ndims=BATCHES)
+    """Every other draw has 5 to 65 rows, and half are a forward in inference mode (a serving path of its own)."""
+    example = add_norm_examples(add_norm_kernel, upstream=True, every_input=True, mixed=True, ndims=BATCHES,
+                                more_rows_every=2)
     example = data.draw(example, "example")
-    evidence.check(check_inputs_unmodified, add_norm_kernel, example)
+    evidence.check(check_inputs_unmodified, add_norm_kernel, {**example, "inference": data.draw(st.booleans())})
+
+
+@pytest.mark.claim("add_ln.inputs_unmodified", "add_rms.inputs_unmodified")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_inputs_unmodified_by_a_prefill_in_inference_mode(add_norm_kernel, data):
+    """65 or 257 rows (past the 64 and 256 tokens at which serving stacks switch to a prefill path) of a width up to
+    64, the forward in inference mode: a path of its own that may use an input as scratch."""
+    example = add_norm_examples(add_norm_kernel, d=widths(max_width=64), n=data.draw(st.sampled_from(PREFILL_ROWS)),
+                                upstream=True, every_input=True)
+    evidence.check(check_inputs_unmodified, add_norm_kernel, {**data.draw(example, "example"), "inference": True})
 
 
 @pytest.mark.claim("add_ln.inputs_unmodified", "add_rms.inputs_unmodified")

@@ -150,14 +150,17 @@ def check_dx_written_into_dy(kernel, dy: torch.Tensor, dx: torch.Tensor, x: torc
                       d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None,
+                            inference: bool = False) -> None:
     """x, weight, bias and dy are the same, bit for bit, after the forward and (when there is one) the backward;
-    a kernel that declares ``in_place=("dy",)`` must instead leave dx in dy."""
+    a kernel that declares ``in_place=("dy",)`` must instead leave dx in dy. ``inference``: the forward alone, under
+    torch.inference_mode() (a serving stack's path, which may work in place of its own)."""
     inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy}
     before = read_only(kernel, inputs)
-    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
+    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True, inference=inference)
     written_by_forward = any(not torch.equal(copy, inputs[name]) for name, copy in before.items())
-    if discover(kernel).backward and not written_by_forward:  # autograd refuses a backward through a written input
+    if discover(kernel).backward and not written_by_forward and not inference:  # autograd refuses a backward
+        # through a written input
         grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True, any_dtype=True)
         check_dx_written_into_dy(kernel, dy, grads["x"], x)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]

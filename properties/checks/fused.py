@@ -274,20 +274,21 @@ def _declared_backward(kernel, h: torch.Tensor, x: torch.Tensor, weight, eps: fl
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
-                            dh: torch.Tensor, bias=None, p=None, seed=None) -> None:
+                            dh: torch.Tensor, bias=None, p=None, seed=None, inference: bool = False) -> None:
     """x, residual (unless declared in place), weight, bias, dy (unless declared in place: then it holds dx) and dh
-    are bit for bit the same after the call (p and seed: the dropout + add kind's)."""
+    are bit for bit the same after the call (p and seed: the dropout + add kind's); ``inference``: the forward alone,
+    under torch.inference_mode() (a serving stack's path)."""
     inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy, "upstream gradient of residual_out": dh}
     if "residual" not in kernel.in_place:
         inputs["residual"] = residual
     before = read_only(kernel, inputs)
     example = example_of(x, residual, weight, bias, eps, p, seed)
-    if discover(kernel).backward:
+    if discover(kernel).backward and not inference:
         _, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, same_tensors=True,
                                    allow_nonfinite=True, any_dtype=True)
         check_dx_written_into_dy(kernel, dy, grads["x"], x)
     else:
-        norms.call(kernel, example, allow_nonfinite=True, any_dtype=True)
+        norms.call(kernel, example, allow_nonfinite=True, any_dtype=True, inference=inference)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}",
                   "inputs must be read-only unless declared", d=x.shape[-1], dtype=dtype_name(x.dtype))

@@ -119,6 +119,7 @@ RESIDUAL_BUGS = {
     "EMPTY_BATCH_AMAX_RAISES": ("forward",),
     "RESIDUAL_WRITTEN": ("inputs_unmodified",),
     "RESIDUAL_WRITTEN_ABOVE_65536": ("inputs_unmodified",),
+    "X_WRITTEN_IN_INFERENCE_FROM_65_ROWS": ("inputs_unmodified",),
     "RESIDUAL_CAST_TO_X_DTYPE": ("residual_out", "jacobian"),
     "RESIDUAL_OUT_IN_X_DTYPE": ("residual_out",),
     "RESIDUAL_GRADIENT_IN_X_DTYPE": ("jacobian",),

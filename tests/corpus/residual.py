@@ -15,6 +15,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
     RESIDUAL_WRITTEN_ABOVE_65536  the same above 65 536 elements only (a large-input path) -> inputs_unmodified
+    X_WRITTEN_IN_INFERENCE_FROM_65_ROWS  grad mode off, more than 64 rows: the sum written into x -> inputs_unmodified
     RESIDUAL_CAST_TO_X_DTYPE   adds in x's dtype: a float32 residual cast down first -> residual_out, jacobian
     RESIDUAL_OUT_IN_X_DTYPE    returns residual_out in x's dtype beside a float32 residual -> residual_out
     RESIDUAL_GRADIENT_IN_X_DTYPE  dL/dresidual rounded through x's dtype (right forward) -> jacobian
@@ -107,6 +108,8 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
             h = h / h.detach().abs().max().clamp_min(1.0) * h.detach().abs().max().clamp_min(1.0)
         if bug in ("written", "declared") or (bug == "written_above_65536" and x.numel() > 65536):
             residual.data.copy_(h.detach().to(residual.dtype))
+        if bug == "x_scratch_in_inference" and not torch.is_grad_enabled() and x.numel() // x.shape[-1] > 64:
+            x.data.copy_(h.detach().to(x.dtype))  # the prefill path's scratch: x's buffer holds the sum
         if bug == "declared_contiguous_write":  # the write addressed as if the residual were contiguous
             end = residual.storage_offset() + residual.numel()
             if end <= residual.untyped_storage().nbytes() // residual.element_size():
@@ -153,6 +156,9 @@ BUGS = {
     "RESIDUAL_WRITTEN_ABOVE_65536": ("written_above_65536", "above 65 536 elements (a large-input path) writes "
                                                             "residual_out into the residual argument without "
                                                             "declaring it: {p}.inputs_unmodified"),
+    "X_WRITTEN_IN_INFERENCE_FROM_65_ROWS": ("x_scratch_in_inference", "grad mode off and more than 64 rows (a "
+                                                                      "prefill path): x's buffer used as scratch for "
+                                                                      "the sum: {p}.inputs_unmodified"),
     "RESIDUAL_CAST_TO_X_DTYPE": ("cast_down", "adds x and the residual in x's dtype: a float32 residual stream beside "
                                               "16-bit x is cast down first (residual_out and the residual's gradient "
                                               "lose its precision): {p}.residual_out, {p}.jacobian"),
