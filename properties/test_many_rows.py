@@ -69,10 +69,25 @@ def many_rows_example(kernel, upstream: bool, rows: int = ROWS, width: int = WID
     if record.has_bias:
         example["bias"] = values((parameters,), 2)
     if upstream:
-        example["dy"] = values(shape, 3)
+        example["dy"] = _beyond_the_grid_weighted(values(shape, 3), dtype, caps.device)
         if record.has_residual:
-            example["dh"] = values(shape, 5)
+            example["dh"] = _beyond_the_grid_weighted(values(shape, 5), dtype, caps.device)
     return example
+
+
+GRID_ROWS = 65_535  # rows a CUDA grid's y or z dimension holds
+BEYOND_THE_GRID_WEIGHT = 1000.0
+
+
+def _beyond_the_grid_weighted(dy: torch.Tensor, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """``dy`` with its rows (samples) from GRID_ROWS on scaled by BEYOND_THE_GRID_WEIGHT: their terms of dweight and
+    dbias then outweigh the bound of the sum over all the rows (which grows with their count), so a kernel that
+    leaves those rows out of the parameter gradients (a grid that stops at 65 535) fails by a wide margin."""
+    if dy.shape[0] <= GRID_ROWS:
+        return dy
+    scaled = dy.double()
+    scaled[GRID_ROWS:] *= BEYOND_THE_GRID_WEIGHT
+    return rounded(scaled, dtype, device)
 
 
 def too_slow_reason(name: str, took: Callable[[int], float], rows_wanted: int = ROWS,

@@ -39,6 +39,8 @@ And of a second red-team session (x of one dimension, NDIMS; batches of 257 to 2
     LN_RANK_1_UNSQUEEZED_LAST           x of shape [d]: unsqueezed last, each element normalized alone
                                                                                             -> ln.forward
     LN_MID_BATCH_BIAS_FROM_WEIGHT       257 to 4096 rows: gamma read where beta goes      -> ln.forward
+    RMS_DWEIGHT_ROWS_BEYOND_THE_GRID    dweight over the first 65 535 rows only (the rows beyond weigh 1000 in dy
+                                        since: test_many_rows._beyond_the_grid_weighted) -> rms.jacobian (at scale)
 """
 
 from __future__ import annotations
@@ -332,6 +334,18 @@ def layernorm_mid_batch_bias_from_weight(x, weight, bias, eps):
     return _layernorm(x, weight, bias, eps)
 
 
+def _sum_within_the_grid(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The sum over the rows a grid of 65 535 programs reaches: the rows beyond are left out."""
+    return _sum_rows(t[:65_535], dtype)
+
+
+def rmsnorm_dweight_rows_beyond_the_grid(x, weight, eps):
+    """RMSNorm whose dweight kernel runs one program per row on a grid axis of at most 65 535: the rows beyond are
+    left out of dweight; the forward and dx are right. Must fail rms.jacobian (beyond 65 535 rows)."""
+    return _Norm.apply(x, weight, None, eps, True, lambda x, weight, _: _rmsnorm(x, weight, eps), _same,
+                       _sum_within_the_grid)
+
+
 def _kernel(attr: str, kind: str, fn) -> Kernel:
     return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, dtypes=(torch.float32, torch.float16),
                   description=" ".join(fn.__doc__.split()))
@@ -360,3 +374,5 @@ LN_DWEIGHT_HALF_BLOCK_SUMS = _kernel("LN_DWEIGHT_HALF_BLOCK_SUMS", "layernorm", 
 LN_RANK_1_UNSQUEEZED_LAST = _kernel("LN_RANK_1_UNSQUEEZED_LAST", "layernorm", layernorm_rank_1_unsqueezed_last)
 LN_MID_BATCH_BIAS_FROM_WEIGHT = _kernel("LN_MID_BATCH_BIAS_FROM_WEIGHT", "layernorm",
                                         layernorm_mid_batch_bias_from_weight)
+RMS_DWEIGHT_ROWS_BEYOND_THE_GRID = _kernel("RMS_DWEIGHT_ROWS_BEYOND_THE_GRID", "rmsnorm",
+                                           rmsnorm_dweight_rows_beyond_the_grid)
