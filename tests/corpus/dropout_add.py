@@ -12,7 +12,7 @@
     DROP_ADD_KEEP_DROP_SWAPPED    keeps an element with probability p, not 1 - p  -> drop_add_ln.keep_rate
     DROP_ADD_SEED_LOW_31_BITS     the seed's low 31 bits only: seeds 2^31 apart share a mask -> drop_add_ln.seeds
     DROP_ADD_P_ZERO_UNSET         p = 0 read as unset (p or 0.1): drops at p = 0      -> drop_add_ln.values
-    DROP_ADD_P_ONE_NAN            p = 1: the dropped elements scaled by 1/0, NaN     -> drop_add_ln.values (an error)
+    DROP_ADD_P_ONE_NAN            p = 1: the dropped elements scaled by 1/0, NaN     -> drop_add_ln.values
     DROP_ADD_UNIFORM_IN_STORAGE_DTYPE  uniforms drawn in x's dtype (bfloat16: a grid of 2^-8) -> drop_add_ln.keep_rate
     DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
