@@ -159,8 +159,8 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: tor
     before = read_only(kernel, inputs)
     norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True, inference=inference)
     written_by_forward = any(not torch.equal(copy, inputs[name]) for name, copy in before.items())
-    if discover(kernel).backward and not written_by_forward and not inference:  # autograd refuses a backward
-        # through a written input
+    # no backward after a written input (autograd refuses it) or for an inference-mode call
+    if discover(kernel).backward and not written_by_forward and not inference:
         grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True, any_dtype=True)
         check_dx_written_into_dy(kernel, dy, grads["x"], x)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
