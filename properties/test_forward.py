@@ -138,6 +138,17 @@ def test_forward_at_model_widths(norm_kernel, d, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_of_16_bit_rows_wider_than_8192_at_scale_30(norm_kernel, dtype, data):
+    """Rows of 8193 or 16384 at scale 30 (the largest of strategies.scales for 16-bit rows): a block's sum of squares,
+    8192 x 900 = 7.4e6, overflows float16 (bfloat16 keeps 8 bits of it) in a kernel that keeps it in x's dtype."""
+    example = norm_examples(norm_kernel, d=st.sampled_from((8193, 16384)), dtypes=(dtype,), scale=30.0)
+    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
 @pytest.mark.parametrize("d", WIDE_ROWS)
 @profiles.share(0.05)
 @given(data=st.data())

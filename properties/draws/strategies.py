@@ -270,11 +270,12 @@ def one_ulp_apart_widths(dtype: torch.dtype, max_width: int = 512) -> st.SearchS
 
 
 @st.composite
-def stored_rows(draw, d: int, n: int, offset: float, dtype: torch.dtype, one_ulp_apart: bool) -> torch.Tensor:
-    """float64 rows [n, d] for storage in ``dtype`` at |mean|/std about ``offset``, of a scale of :func:`scales`:
-    :func:`rows_one_ulp_apart` where ``one_ulp_apart`` and ``offset`` is beyond :func:`resolved_offset_ratio` (16-bit
-    storage only), :func:`rows` otherwise."""
-    scale = draw(scales(dtype))
+def stored_rows(draw, d: int, n: int, offset: float, dtype: torch.dtype, one_ulp_apart: bool,
+                scale: float | None = None) -> torch.Tensor:
+    """float64 rows [n, d] for storage in ``dtype`` at |mean|/std about ``offset``, of a scale of :func:`scales` (or
+    ``scale``): :func:`rows_one_ulp_apart` where ``one_ulp_apart`` and ``offset`` is beyond
+    :func:`resolved_offset_ratio` (16-bit storage only), :func:`rows` otherwise."""
+    scale = draw(scales(dtype)) if scale is None else scale
     if one_ulp_apart and abs(offset) > resolved_offset_ratio(dtype):
         return draw(rows_one_ulp_apart(d, n, offset, scale, dtype))
     return draw(rows(d, n, offset=offset, scale=scale))
@@ -367,7 +368,7 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
                   n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None,
                   parameter_dtype: torch.dtype | None = None, mixed: bool = False, one_ulp_apart: bool = False,
-                  bias_only: bool = False, more_rows_every: int = 8) -> dict:
+                  bias_only: bool = False, more_rows_every: int = 8, scale: float | None = None) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
@@ -383,7 +384,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     of x's dtype (:func:`mixed_parameter_examples`); ``mixed``: their dtype drawn among x's and those the kernel takes
     beside x's (core.capabilities: Capabilities.mixes); dy is in the output's dtype (properties.norms.output_dtype).
     ``one_ulp_apart``: a 16-bit |mean|/std beyond :func:`resolved_offset_ratio` is drawn as rows one ulp apart, up to
-    their own range (:func:`valid_offset_ratio`), instead of continuous rows within theirs.
+    their own range (:func:`valid_offset_ratio`), instead of continuous rows within theirs. ``scale``: the rows'
+    scale (default drawn from :func:`scales`).
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
@@ -400,7 +402,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     for model, target in ((None, ratio), (None, ratio / 10), ("worst-case", ratio), (None, 0.0)):
         structured = one_ulp_apart and abs(target) > resolved_offset_ratio(dtype)
         cap = valid_offset_ratio(d, dtype, model, one_ulp_apart=structured)
-        x = rounded(draw(stored_rows(d, count, max(-cap, min(target, cap)), dtype, structured)), dtype, caps.device)
+        x = rounded(draw(stored_rows(d, count, max(-cap, min(target, cap)), dtype, structured, scale)), dtype,
+                    caps.device)
         if tolerance.covered(kernel, x, epsilon) and (not upstream or tolerance.backward_covered(kernel, x, epsilon)):
             break
     else:

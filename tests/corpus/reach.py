@@ -39,6 +39,8 @@ And of a second red-team session (x of one dimension, NDIMS; batches of 257 to 2
     LN_RANK_1_UNSQUEEZED_LAST           x of shape [d]: unsqueezed last, each element normalized alone
                                                                                             -> ln.forward
     LN_MID_BATCH_BIAS_FROM_WEIGHT       257 to 4096 rows: gamma read where beta goes      -> ln.forward
+    RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE  rows wider than 8192: a block's sum of squares in x's 16-bit dtype
+                                        (inf in float16 at scale 30)                      -> rms.forward
     RMS_DWEIGHT_ROWS_BEYOND_THE_GRID    dweight over the first 65 535 rows only (the rows beyond weigh 1000 in dy
                                         since: test_many_rows._beyond_the_grid_weighted) -> rms.jacobian (at scale)
 """
@@ -346,6 +348,18 @@ def rmsnorm_dweight_rows_beyond_the_grid(x, weight, eps):
                        _sum_within_the_grid)
 
 
+def rmsnorm_wide_block_squares_in_storage_dtype(x, weight, eps):
+    """RMSNorm of rows wider than one block of 8192: each block's sum of squares kept in x's dtype (float16: inf
+    beyond 65504, e.g. 8192 values of 30), the blocks' sums added in float32. Must fail rms.forward."""
+    d, block = x.shape[-1], 8192
+    if d <= block or x.dtype == torch.float32:
+        return _rmsnorm(x, weight, eps)
+    h = x.float()
+    total = sum(h[..., start:start + block].square().sum(-1, keepdim=True).to(x.dtype).float()
+                for start in range(0, d, block))
+    return _affine(h * torch.rsqrt(total / d + eps), weight, None).to(x.dtype)
+
+
 def _kernel(attr: str, kind: str, fn) -> Kernel:
     return Kernel(attr.lower(), kind, fn, spec=SPEC + attr, dtypes=(torch.float32, torch.float16),
                   description=" ".join(fn.__doc__.split()))
@@ -376,3 +390,5 @@ LN_MID_BATCH_BIAS_FROM_WEIGHT = _kernel("LN_MID_BATCH_BIAS_FROM_WEIGHT", "layern
                                         layernorm_mid_batch_bias_from_weight)
 RMS_DWEIGHT_ROWS_BEYOND_THE_GRID = _kernel("RMS_DWEIGHT_ROWS_BEYOND_THE_GRID", "rmsnorm",
                                            rmsnorm_dweight_rows_beyond_the_grid)
+RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE = _kernel("RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE", "rmsnorm",
+                                                  rmsnorm_wide_block_squares_in_storage_dtype)
