@@ -100,6 +100,17 @@ def test_one_training_call_updates_the_running_statistics_once(running_norm_kern
     evidence.check(checks.check_running_statistics, running_norm_kernel, data.draw(example, "example"))
 
 
+@pytest.mark.claim("bn.running_statistics", "in.running_statistics")
+@profiles.share(1 / 20)
+@given(data=st.data())
+def test_the_running_statistics_of_more_than_65536_elements_a_statistic(running_norm_kernel, data):
+    """65 539 elements a channel (an instance for InstanceNorm; 3 past 2^16): a count n kept in 16 bits wraps to 3,
+    and the unbiased factor n / (n - 1) of the running variance with it."""
+    example = batchnorm_examples(running_norm_kernel, training=True, buffers=True, samples=(1,), channels=(2,),
+                                 spatial=((65_539,),))
+    evidence.check(checks.check_running_statistics, running_norm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("bn.eval", "in.eval")
 @profiles.share(0.75)
 @given(data=st.data())

@@ -27,6 +27,8 @@ lists the claims that must catch each.
                                  weight (corpus.wide)                                             -> bn.forward
     BN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> bn.forward
     BN_MOMENTUM_ZERO_UNSET       momentum 0 read as unset (momentum or 0.1)              -> bn.running_statistics
+    BN_COUNT_IN_16_BITS          a channel's count kept in 16 bits: the unbiased factor of n mod 2^16 beyond 65 536
+                                                                                    -> bn.running_statistics
     BN_CHANNELS_LAST_TAIL        channels-last, C not a multiple of 8: the last partial vector of channels one
                                  channel off                                             -> bn.layout_invariance
     BN_LARGE_BATCH_MERGE         more than 8 samples: each sample's statistics merged without the spread between the
@@ -130,6 +132,9 @@ def running_update(values: torch.Tensor, running_mean: torch.Tensor, running_var
     count = values[:1].numel() // values.shape[1] if instance else values.numel() // values.shape[1]
     mean = values.mean(axes)
     variance = values.var(axes, unbiased=bug != "biased_running" and count > 1)
+    if bug == "count_in_16_bits" and count > 65_536:  # n / (n - 1) with n kept in 16 bits: n mod 2^16
+        kept = count % 65_536
+        variance = values.var(axes, unbiased=False) * (kept / (kept - 1) if kept > 1 else 1.0)
     if instance:
         mean, variance = mean.mean(0), variance.mean(0)
     m = 1.0 - momentum if bug == "keras" else (momentum or 0.1) if bug == "momentum_zero_unset" else momentum
@@ -183,6 +188,9 @@ BN_MOMENTUM_ZERO_UNSET = _kernel("BN_MOMENTUM_ZERO_UNSET", "momentum_zero_unset"
 BN_CHANNELS_LAST_TAIL = _kernel("BN_CHANNELS_LAST_TAIL", "channels_last_tail",
                                 "channels-last x with C not a multiple of 8: the last partial vector of channels read "
                                 "one channel off: bn.layout_invariance")
+BN_COUNT_IN_16_BITS = _kernel("BN_COUNT_IN_16_BITS", "count_in_16_bits",
+                              "the count of a channel's elements kept in 16 bits: beyond 65 536 the running variance's "
+                              "unbiased factor n / (n - 1) of n mod 2^16: bn.running_statistics")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
