@@ -27,7 +27,14 @@ from properties.checks.contracts import (
     inside_a_larger_buffer,
     strided,
 )
-from properties.draws.strategies import norm_examples, rounded, standard_values, widths
+from properties.draws.strategies import (
+    LARGE_INPUT_SHAPE,
+    PREFILL_ROWS,
+    norm_examples,
+    rounded,
+    standard_values,
+    widths,
+)
 from properties.run import profiles
 
 
@@ -108,11 +115,6 @@ def test_inputs_unmodified(norm_kernel, data):
     example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, mixed=True, more_rows_every=2),
                         "example")
     evidence.check(check_inputs_unmodified, norm_kernel, {**example, "inference": data.draw(st.booleans())})
-
-
-# Above 65 536 elements, where a kernel may take a large-input path of its own (one that works in place)
-LARGE_INPUT_SHAPE = (32, 4096)
-PREFILL_ROWS = (65, 257)  # past the 64 and 256 tokens at which serving stacks switch to a prefill path
 
 
 @pytest.mark.claim("ln.inputs_unmodified", "rms.inputs_unmodified")

@@ -39,6 +39,8 @@ from properties.draws.fused_strategies import (
     row_zero_changed,
 )
 from properties.draws.strategies import (
+    LARGE_INPUT_SHAPE,
+    PREFILL_ROWS,
     WIDE_ROWS,
     mixed_parameter_examples,
     over_parameter_mixes,
@@ -178,8 +180,6 @@ def test_backward_of_the_recorded_graph(add_norm_kernel, data):
     evidence.check(check_backward_of_the_recorded_graph, add_norm_kernel, example)
 
 
-PREFILL_ROWS = (65, 257)  # past 64 and 256 tokens
-
 # The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.
 FROZEN = (("x",), ("residual",), ("x", "residual"), ("weight",), ("bias",), ("weight", "bias"))
 
@@ -262,7 +262,8 @@ def test_inputs_unmodified_by_a_prefill_in_inference_mode(add_norm_kernel, data)
 @given(data=st.data())
 def test_inputs_unmodified_above_65536_elements(add_norm_kernel, data):
     """32 float32 rows of 4096 (a large-input path of its own, e.g. one updating the residual in place)."""
-    example = add_norm_examples(add_norm_kernel, d=4096, n=32, dtypes=(torch.float32,), upstream=True,
+    rows, d = LARGE_INPUT_SHAPE
+    example = add_norm_examples(add_norm_kernel, d=d, n=rows, dtypes=(torch.float32,), upstream=True,
                                 every_input=True, mixed=True)
     evidence.check(check_inputs_unmodified, add_norm_kernel, data.draw(example, "example"))
 

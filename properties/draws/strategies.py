@@ -49,6 +49,10 @@ MAX_ELEMENTS = 16384
 # Row counts past the usual 1 to 4, drawn one time in eight where rows x d allows (row_counts): a count of 5, 8 and
 # 16 (multiples of 8: a vectorized or unmasked path chosen by the count), 24 and 65 (past a block of 64 rows).
 MORE_ROWS = (5, 8, 16, 24, 65)
+# The inputs_unmodified draws of the paths a call of many rows takes: past the 64 and 256 tokens at which serving
+# stacks switch to a prefill path, and [rows, d] above 65 536 elements (a large-input path, one that may work in place)
+PREFILL_ROWS = (65, 257)
+LARGE_INPUT_SHAPE = (32, 4096)
 # |mean| / std of generated rows drawn from DISTRIBUTIONS: up to 1e4 where storage is float32, 1e3 for 16-bit storage
 # (continuous 16-bit rows collapse to a few values beyond about 2^t, resolved_offset_ratio).
 CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}  # x [N, C, *]'s channels-last format by rank
