@@ -37,6 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path("/tmp/site")
+#: this interpreter by an absolute path: the steps run with cwd="/" or ROOT, where a relative sys.executable (python
+#: found through a relative PATH entry) would name nothing
+PYTHON = os.path.abspath(sys.executable)
 WORKERS = 13  # pytest-xdist workers of the conformance run: 13 + the cuda tests' 2 on 16 cores
 POLL_S = 0.5
 BENCH_S = 90  # kept for the benchmark after the conformance runs (default of --bench-seconds)
@@ -73,7 +76,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def has_cuda() -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+    probe = subprocess.run([PYTHON, "-c", "import torch; print(torch.cuda.is_available())"],
                            capture_output=True, text=True, timeout=120, env=environment())
     return probe.stdout.strip() == "True"
 
@@ -90,12 +93,12 @@ def plugin_importable() -> bool:
     code = ("import importlib.metadata as m, verify, properties; "
             "raise SystemExit(0 if any(e.value.startswith('properties') for e in m.entry_points(group='pytest11')) "
             "else 1)")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=environment(), cwd="/").returncode == 0
+    return subprocess.run([PYTHON, "-c", code], capture_output=True, env=environment(), cwd="/").returncode == 0
 
 
 def set_up(log: Path) -> None:
     """Wheels from .whl/ and, where needed, the project itself into /tmp/site (no network: --no-index)."""
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(SITE)]
+    pip = [PYTHON, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(SITE)]
     with log.open("a") as out:
         wheels = sorted(str(w) for w in (ROOT / ".whl").glob("*.whl"))
         if wheels:
@@ -108,7 +111,7 @@ def set_up(log: Path) -> None:
 def available_builtins() -> list[str]:
     code = ("from core.registry import builtins; "
             "print('\\n'.join(n for n, b in builtins().items() if not b.unavailable()))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=environment())
     return proc.stdout.split()
 
@@ -121,7 +124,7 @@ def matches(kernel: str, globs: str) -> bool:
 def correct_corpus() -> list[str]:
     """The specs of the corpus's correct kernels that are not built-ins (tests/corpus/__init__.py)."""
     code = "from corpus import CORPUS; print('\\n'.join(e.spec for e in CORPUS if not e.expect and ':' in e.spec))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=environment())
     return proc.stdout.split()
 
@@ -165,7 +168,7 @@ def run_steps(steps: dict[str, tuple[list[str], Path]], until: float) -> dict[st
 
 
 def conformance_command(kernels: list[str], results: Path, dry_run: bool) -> list[str]:
-    command = [sys.executable, "-m", "verify", "run", "--profile", "ci", "--quiet", "--json", str(results),
+    command = [PYTHON, "-m", "verify", "run", "--profile", "ci", "--quiet", "--json", str(results),
                "-n", "1" if dry_run else str(WORKERS)]
     command += [argument for kernel in kernels for argument in ("--kernel", kernel)]
     return command + (["--claims", DRY_RUN_CLAIMS] if dry_run else [])
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.corpus and not args.dry_run:
         candidates += correct_corpus()
     kernels = selected(candidates, args.only, args.skip)
-    tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
+    tests = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda", "tests",
              "-n", "1" if args.dry_run else "2", "--junitxml", str(work / "cuda-tests.xml")]
     until = end - args.bench_seconds - PACK_S
     runs = conformance_runs(kernels, args.last)
@@ -281,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         beside_first = {}
     if beside_first:  # no built-in selected: the cuda tests alone
         steps.update(run_steps(beside_first, until))
-    bench = [sys.executable, "-m", "verify", "bench", "--csv", str(work / "bench.csv")]
+    bench = [PYTHON, "-m", "verify", "bench", "--csv", str(work / "bench.csv")]
     if args.dry_run:
         bench += ["--kind", "layernorm", "--dtype", "float16", "--width", "64", "--rows", "64"]
     bench += args.bench_args.split()
