@@ -28,6 +28,22 @@ def test_the_same_row_gives_the_same_bits_in_any_batch(any_norm_kernel, data):
     evidence.check(check_batch_invariance, any_norm_kernel, example)
 
 
+@pytest.mark.claim("ln.batch_invariance", "rms.batch_invariance", "add_ln.batch_invariance",
+                   "add_rms.batch_invariance", "drop_add_ln.batch_invariance", "gn.batch_invariance",
+                   "cln.batch_invariance", "in.batch_invariance", "bn.batch_invariance",
+                   "ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_the_same_long_row_gives_the_same_bits_in_any_batch(any_norm_kernel, data):
+    """Rows of 320 and 1024 (samples of 8 x 128) in batches of 255 to 257 rows on the CPU (up to 4097 on a GPU) and
+    again on their own, then the window's first row alone (one request, where a kernel that splits a row's reduction
+    when the batch is small differs): a kernel whose block of threads per row follows the batch size sums a row in
+    another order only in rows longer than its smaller block (bitwise_strategies.WIDE_ROWS)."""
+    example = data.draw(bitwise_examples(any_norm_kernel, window=True, wide=True), label="example")
+    evidence.check(check_batch_invariance, any_norm_kernel, example)
+    evidence.check(check_batch_invariance, any_norm_kernel, {**example, "window": (example["window"][0], 1)})
+
+
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
                    "gn.determinism", "cln.determinism", "in.determinism", "bn.determinism",
                    "ln_quant.determinism", "rms_quant.determinism", "add_rms_quant.determinism")

@@ -55,6 +55,7 @@ def test_the_dynamic_scale_in_each_format(quant_norm_kernel, quant_format, data)
 # Rows wider than a kernel's one block of 1024 columns (a per-token amax taken over the first block alone): the
 # largest |y| of a row lies beyond the first 1024 columns with probability 3/4 or 7/8
 WIDE_QUANT_WIDTHS = (4096, 8192)
+MANY_TOKENS = (129, 257)
 
 
 @pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
@@ -62,6 +63,26 @@ WIDE_QUANT_WIDTHS = (4096, 8192)
 @given(data=st.data())
 def test_the_dynamic_scale_of_rows_wider_than_1024(quant_norm_kernel, data):
     example = quant_examples(quant_norm_kernel, scales=("dynamic",), d=st.sampled_from(WIDE_QUANT_WIDTHS))
+    evidence.check(check_scales, quant_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_q_of_rows_wider_than_1024(quant_norm_kernel, data):
+    """q of rows past a kernel's one block of 1024 columns, static and dynamic scales (a wide-row path that reads the
+    weight or y of its later blocks wrongly while its scale is right: the scale tests above cannot see it)."""
+    example = quant_examples(quant_norm_kernel, d=st.sampled_from(WIDE_QUANT_WIDTHS))
+    evidence.check(check_values, quant_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_the_scales_of_more_than_128_tokens(quant_norm_kernel, data):
+    """Per-token scales of 129 and 257 tokens (past a grid of 128 programs that strides over the tokens: a scale
+    written at the program's index instead of the token's leaves the later tokens' unwritten)."""
+    example = quant_examples(quant_norm_kernel, scales=("dynamic",), rows=st.sampled_from(MANY_TOKENS))
     evidence.check(check_scales, quant_norm_kernel, data.draw(example, "example"))
 
 

@@ -148,7 +148,8 @@ def conclude_residual_out(kernel, h: torch.Tensor, x: torch.Tensor, given: torch
                           residual: torch.Tensor | None, **point) -> None:
     """The kernel's residual_out h (from x and the residual ``given``, a copy taken before the call; ``residual`` the
     tensor passed) in the declared dtype, x + residual within its rounding, and held by the residual tensor where the
-    kernel declares an in-place update (every kind with a residual)."""
+    kernel declares an in-place update, the residual tensor unchanged where it does not (every kind with a residual).
+    """
     declared = norms.residual_dtype(kernel, given, x)
     outcome.exact(h.dtype == declared and h.shape == x.shape,
                   f"residual_out is {dtype_name(h.dtype)} {tuple(h.shape)}, declared {dtype_name(declared)} "
@@ -156,6 +157,9 @@ def conclude_residual_out(kernel, h: torch.Tensor, x: torch.Tensor, given: torch
     if "residual" in kernel.in_place and residual is not None:
         outcome.exact(torch.equal(residual.to(h.dtype), h), "the residual tensor does not hold residual_out after "
                       "the call", "the kernel declares an in-place residual update")
+    elif residual is not None and given is not None:
+        outcome.exact(torch.equal(residual, given), "the residual tensor was written by the call",
+                      "a kernel that declares no in-place residual update leaves the residual as given")
     expected, bound = tolerance.residual_out(x, given, declared)
     outcome.conclude(outcome.compare(h, expected, bound, "residual_out"),
                      "residual_out is not x + residual rounded once to its declared dtype", **point)

@@ -51,26 +51,40 @@ SM_COUNTS = (114, 132)  # H100 PCIe and SXM: a kernel that sizes its grid by the
 CUDA_ROWS, CPU_ROWS = 4097, 257
 CUDA_ELEMENTS, CPU_ELEMENTS = 4097 * 64, 257 * 64
 MAX_WIDTH = 64
-DETERMINISM_ROWS = 17  # the most rows of a determinism example on the CPU (on a GPU: the batch sizes above)
+# the most rows of a determinism example on the CPU (on a GPU: the batch sizes above): past 32 (a kernel that sums
+# its dweight partials with atomics from a batch of 32 on)
+DETERMINISM_ROWS = 65
 GROUP_CHANNELS, GROUP_SPATIAL = (2, 4, 6, 8), (1, 2, 4)  # a sample [C, S] of the kinds over x [N, C, *]
+# Long rows: a kernel that partitions a row over a block of threads whose size it picks by the batch size (vLLM's
+# fused RMSNorm, 1024 threads below 256 tokens and 256 from there) sums a row in another order only where a thread
+# holds more than one element, in rows longer than 256; a sample [C, S] of 8 x 128 for the kinds over x [N, C, *]
+WIDE_ROWS = ((1024,), (320,))
+WIDE_SAMPLES = ((8, 128),)
+WIDE_LEAST_ROWS = 255  # their batches on both sides of 256 rows
+CUDA_WIDE_ELEMENTS, CPU_WIDE_ELEMENTS = 4097 * 1024, 257 * 1024  # the most elements of such a call
 VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
 
 
-def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS) -> tuple[int, ...]:
+def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS, wide: bool = False) -> tuple[int, ...]:
     """The row counts drawn on ``device`` for rows of ``row_elements`` elements, largest first: the switch points
     (powers of two and their neighbours, the SM counts and theirs) up to the device's rows (``cpu_rows`` on the CPU)
-    and elements."""
+    and elements (the long rows' with ``wide``)."""
     on_gpu = str(device).startswith("cuda")
-    limit = min(CUDA_ROWS if on_gpu else cpu_rows, (CUDA_ELEMENTS if on_gpu else CPU_ELEMENTS) // row_elements)
+    most = (CUDA_WIDE_ELEMENTS if on_gpu else CPU_WIDE_ELEMENTS) if wide else (
+        CUDA_ELEMENTS if on_gpu else CPU_ELEMENTS)
+    limit = min(CUDA_ROWS if on_gpu else cpu_rows, most // row_elements)
     limit = max(1, limit)
     sizes = set(powers_of_two_and_neighbours(limit)) | {s + k for s in SM_COUNTS for k in (-1, 0, 1)} | {1}
     return tuple(sorted((s for s in sizes if s <= limit), reverse=True))
 
 
 @st.composite
-def row_shapes(draw, kernel: Kernel, least: int = 1) -> tuple[int, ...]:
+def row_shapes(draw, kernel: Kernel, least: int = 1, wide: bool = False) -> tuple[int, ...]:
     """The shape of one row: (d,) with d <= :data:`MAX_WIDTH`, or a sample's (C, S) of a kind over x [N, C, *], with
-    S >= ``least``; the widest first (the first example Hypothesis tries has the longest reductions)."""
+    S >= ``least``; the widest first (the first example Hypothesis tries has the longest reductions). ``wide``: one
+    of :data:`WIDE_ROWS` or :data:`WIDE_SAMPLES`."""
+    if wide:
+        return draw(st.sampled_from(WIDE_ROWS if kernel.record.scope == "row" else WIDE_SAMPLES))
     if kernel.record.scope != "row":
         return (draw(st.sampled_from(GROUP_CHANNELS[::-1])),
                 draw(st.sampled_from([s for s in GROUP_SPATIAL[::-1] if s >= least])))
@@ -78,10 +92,11 @@ def row_shapes(draw, kernel: Kernel, least: int = 1) -> tuple[int, ...]:
 
 
 @st.composite
-def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False) -> dict:
+def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False,
+                     wide: bool = False) -> dict:
     """One call's inputs for a norm kernel of any kind, keyed by role, with its upstream gradients ``dy`` (and ``dh``
     for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
-    on the CPU).
+    on the CPU). ``wide``: long rows (:func:`row_shapes`), at least :data:`WIDE_LEAST_ROWS` of them.
     ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
     their own: k among the batch sizes up to n / 4 (1 for n < 4), the largest first, and the window at the end of the
     call first (its rows at other positions there than on their own), else anywhere."""
@@ -91,8 +106,9 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     # the mode: training first; eval only for batch invariance where the statistics couple the samples
     training = record.running_statistics and not (window and record.batch_statistics) and draw(
         st.sampled_from((True, False)), label="training")
-    row_shape = draw(row_shapes(kernel, least=2 if training else 1))
-    n = draw(st.sampled_from(batch_sizes(caps.device, math.prod(row_shape), cpu_rows)), label="rows")
+    row_shape = draw(row_shapes(kernel, least=2 if training else 1, wide=wide))
+    sizes = batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide)
+    n = draw(st.sampled_from([s for s in sizes if s >= WIDE_LEAST_ROWS] if wide else sizes), label="rows")
     shape = (n, *row_shape)
 
     def values() -> torch.Tensor:
@@ -141,7 +157,7 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
         if record.has_residual:
             example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
     if window:
-        k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows)
+        k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide)
                                   if 4 * size <= n] or [1]), label="rows called again on their own")
         example["window"] = (n - k - draw(st.integers(0, n - k), label="window offset from the end"), k)
     return example

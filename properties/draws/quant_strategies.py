@@ -56,11 +56,12 @@ def _with_zero_row(example: dict) -> dict:
 @st.composite
 def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "dynamic"),
                    saturating: bool = False, formats: tuple[str, ...] | None = None,
-                   d: st.SearchStrategy[int] | None = None) -> dict:
+                   d: st.SearchStrategy[int] | None = None, rows: st.SearchStrategy[int] | None = None) -> dict:
     """One example: the norm's arguments and ``scale``, ``quant_dtype`` (module docstring). ``scales``: the kinds of
     scale the test draws, among those the kernel declares; ``formats``: the formats it draws, among the declared
     ones (default: all of them); none of either declared: the test is skipped, saying so. ``saturating``: static
-    scales that push the largest |v| beyond the format's range. ``d``: the widths (default up to MAX_WIDTH)."""
+    scales that push the largest |v| beyond the format's range. ``d``: the widths (default up to MAX_WIDTH); ``rows``:
+    the tokens of x [rows, d] (default: x of 2 or 3 dimensions, strategies.row_counts' rows)."""
     declared = kernel.quantization
     taken = [kind for kind in scales if kind in declared.scales]
     if not taken:
@@ -70,11 +71,14 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
         pytest.skip(f"{kernel.name} declares no {' or '.join(formats)} output (it writes "
                     f"{', '.join(declared.formats)})")
     d = widths(max_width=MAX_WIDTH) if d is None else d
+    n = None if rows is None else draw(rows, label="tokens")
+    ndims = DIMS if n is None else st.just(2)
     if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
-        example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=DIMS,
-                                         more_rows_every=MORE_ROWS_EVERY))
+        example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=ndims,
+                                         n=n, more_rows_every=MORE_ROWS_EVERY))
     else:
-        example = draw(norm_examples(kernel, d=d, ndims=DIMS, more_rows_every=MORE_ROWS_EVERY))
+        example = draw(norm_examples(kernel, d=d, ndims=ndims, n=None if n is None else st.just(n),
+                                     more_rows_every=MORE_ROWS_EVERY))
     quant_dtype = getattr(torch, draw(st.sampled_from(chosen)))
     if draw(st.sampled_from(taken)) == "dynamic":
         if draw(st.sampled_from((False, False, True))):
