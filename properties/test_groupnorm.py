@@ -54,6 +54,12 @@ CHANNELS = (1, 2, 3, 4, 6, 8, 12, 24, 32, 48, 96)  # 96: 32 groups of 3, past a 
 # x of rank 2 to 5, as torch's GroupNorm takes; (16, 16): 256 spatial elements, a multiple of 8 (vectorized paths)
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3), (16, 16))
 MORE_SAMPLES = (5, 8)  # one draw in eight: batched paths past the 1 to 3 samples otherwise drawn
+# past a block of 128 channels, in groups that straddle it (Stable Diffusion's 320 and 960 channels in 32 groups of 10
+# and 30): a kernel that takes each block's statistics for its part of a group
+MANY_CHANNELS = (320, 960)
+MANY_CHANNELS_SPATIAL = ((), (1,), (2, 2))
+# channels-last x up to 81 positions (8 x 8 and 9 x 9: a vectorized NHWC path's spatial tiles of 64 and their tail)
+CHANNELS_LAST_SPATIAL = ((2, 3), (4, 4), (7, 9), (2, 2, 3), (8, 8), (9, 9))
 MAX_GROUP_ELEMENTS = 16384  # N C S of one example at most (cheap under Triton's interpreter)
 
 
@@ -189,6 +195,19 @@ def test_forward_of_groups_beyond_4096_elements(groupnorm_kernel, spatial, data)
     evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
 
 
+@pytest.mark.claim("gn.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_of_many_channels(groupnorm_kernel, data):
+    """320 and 960 channels (MANY_CHANNELS), in groups that cross a block of 128 channels, x contiguous or
+    channels-last."""
+    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=MANY_CHANNELS_SPATIAL, channels=MANY_CHANNELS),
+                        "example")
+    if example["x"].dim() >= 4 and data.draw(st.booleans(), "channels-last"):
+        example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(check_forward, groupnorm_kernel, example)
+
+
 @pytest.mark.claim("gn.jacobian")
 @pytest.mark.parametrize("spatial", WIDE_SPATIAL, ids=str)
 @profiles.share(0.05)
@@ -237,8 +256,7 @@ def test_instance_norm_at_spatial_size_one_gives_beta(groupnorm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_channels_last_input(groupnorm_kernel, data):
-    spatial = ((2, 3), (4, 4), (7, 9), (2, 2, 3))
-    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=spatial, mixed=True), "example")
+    example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=CHANNELS_LAST_SPATIAL, mixed=True), "example")
     if example["x"].shape[1] == 1:
         example["x"] = torch.cat([example["x"], -example["x"]], dim=1)
         example["weight"] = None if example["weight"] is None else example["weight"].repeat(2)
