@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import PROBED_DTYPES
+from core.capabilities import PROBED_DTYPES, dtype_name
 from properties import evidence
 from properties.checks import batchnorm as checks
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
@@ -30,6 +30,12 @@ from properties.norms import require_backward
 from properties.run import profiles
 
 SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which have a channels-last layout
+# channels-last x of 12 to 64 channels (an NHWC path vectorized over 8 or 16 channels, and its tail at 12 and 24) and
+# of 4608 elements a channel with 2 samples (48 x 48: past one block of 4096 of a channel's N S, not a whole number
+# of them), in each mode
+WIDE_LAYOUT_CHANNELS = (12, 16, 24, 64)
+WIDE_LAYOUT_SPATIAL = ((4, 4), (48, 48))
+MAX_LAYOUT_ELEMENTS = 2 * 24 * 48 * 48
 
 
 @pytest.mark.claim("bn.forward", "in.forward")
@@ -194,6 +200,23 @@ def test_one_sample_is_instance_norm(batchnorm_kernel, data):
 def test_channels_last_input(running_norm_kernel, data):
     # one channel is contiguous in channels-last memory too: two or more
     example = batchnorm_examples(running_norm_kernel, spatial=SPATIAL_LAYOUTS, channels=(2, 3, 4, 8), mixed=True)
+    example = data.draw(example, "example")
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
+@pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
+@profiles.share(0.1)
+@given(data=st.data())
+def test_channels_last_input_of_many_channels(running_norm_kernel, dtype, training, data):
+    """Channels-last x of 12 to 64 channels or of 4608 elements a channel (WIDE_LAYOUT_CHANNELS, WIDE_LAYOUT_SPATIAL),
+    each dtype and mode."""
+    spatial = data.draw(st.sampled_from(WIDE_LAYOUT_SPATIAL), "spatial")
+    channels = [c for c in WIDE_LAYOUT_CHANNELS if 2 * c * spatial[0] * spatial[1] <= MAX_LAYOUT_ELEMENTS]
+    example = batchnorm_examples(running_norm_kernel, training=training, samples=(2,), channels=tuple(channels),
+                                 spatial=(spatial,), dtypes=(dtype,))
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(checks.check_channels_last, running_norm_kernel, example)

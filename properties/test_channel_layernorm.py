@@ -46,6 +46,8 @@ from properties.norms import output_dtype, require_backward
 from properties.run import profiles
 
 CHANNELS = (1, 2, 3, 4, 8)
+MORE_SAMPLES = (5, 8)  # one draw in eight: a path that takes several samples a program (from 4 on)
+LARGE_BATCH, LARGE_BATCH_SAMPLE = 4099, (2, 32)  # samples of 64 elements past 4096 samples
 SPATIAL = ((), (1,), (5,), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5
 MAX_OFFSET_RATIO = 10.0
 
@@ -53,14 +55,18 @@ MAX_OFFSET_RATIO = 10.0
 @st.composite
 def channel_layernorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL,
                                channels: tuple[int, ...] = CHANNELS, upstream: bool = False,
-                               every_input: bool = False, mixed: bool = False, least_samples: int = 1) -> dict:
-    """x [N, C, *spatial] (N from ``least_samples`` to 3, batch-1 inference included; offset and scale), weight and
+                               every_input: bool = False, mixed: bool = False, least_samples: int = 1,
+                               samples: int | None = None) -> dict:
+    """x [N, C, *spatial] (N ``samples``, else from ``least_samples`` to 3, batch-1 inference included, one draw in
+    eight 5 or 8; offset and scale), weight and
     bias [C, *spatial] (element-wise, in x's dtype or with ``mixed`` another the kernel takes), eps; dy with
     ``upstream``. ``num_groups`` is 1: each sample is one group of the GroupNorm checks."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel))
     parameters = draw(parameter_dtypes(kernel, dtype, mixed))
-    samples = draw(st.integers(least_samples, 3))
+    if samples is None:
+        samples = draw(st.sampled_from(MORE_SAMPLES) if draw(st.integers(1, 8)) == 8 else
+                       st.integers(least_samples, 3))
     shape = (samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(spatial)))
     ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
@@ -93,6 +99,16 @@ def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
     require_backward(channel_layernorm_kernel)
     example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True)
     evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.forward")
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_of_a_large_batch(channel_layernorm_kernel, data):
+    """4099 samples of 2 x 32 (LARGE_BATCH): a path taken past some number of samples."""
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=(LARGE_BATCH_SAMPLE[1:],),
+                                         channels=LARGE_BATCH_SAMPLE[:1], samples=LARGE_BATCH)
+    evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
 
 
 @pytest.mark.claim("cln.jacobian")

@@ -36,7 +36,7 @@ from properties.draws.strategies import (
 from properties.norms import output_dtype
 
 SAMPLES = (1, 2, 3, 4, 8, 16)  # 16: past a batched path's 8 samples
-CHANNELS = (1, 2, 3, 4, 8, 12)  # 12: not a multiple of 8 (a vectorized channels-last path's tail)
+CHANNELS = (1, 2, 3, 4, 8, 12, 16)  # 12: not a multiple of 8 (a vectorized channels-last path's tail); 16: two of 8
 SPATIAL = ((), (1,), (5,), (1, 1), (2, 3), (4, 4), (7, 9), (2, 2, 3))  # x of rank 2 to 5, as nn.BatchNorm1d/2d/3d
 # 0 <= m <= 1 (claim bn.running_statistics); 1: the batch's own statistics; 0: the running statistics unchanged
 MOMENTA = (0.1, 0.01, 0.5, 0.9, 1.0, 0.0)
