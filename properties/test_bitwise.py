@@ -47,8 +47,14 @@ def test_the_same_long_row_gives_the_same_bits_in_any_batch(any_norm_kernel, dat
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
                    "gn.determinism", "cln.determinism", "in.determinism", "bn.determinism",
                    "ln_quant.determinism", "rms_quant.determinism", "add_rms_quant.determinism")
+@pytest.mark.parametrize("layout", ("contiguous", "channels-last"))
 @profiles.share(0.1)
 @given(data=st.data())
-def test_repeated_calls_give_the_same_bits(unseeded_norm_kernel, data):
-    example = data.draw(bitwise_examples(unseeded_norm_kernel, cpu_rows=DETERMINISM_ROWS), label="example")
-    evidence.check(check_determinism, unseeded_norm_kernel, example)
+def test_repeated_calls_give_the_same_bits(unseeded_norm_kernel, layout, data):
+    """x contiguous, and channels-last for the kinds with per-channel parameters over x [N, C, *] (an NHWC path
+    whose parameter gradients are summed over the samples with atomics)."""
+    channels_last = layout == "channels-last"
+    if channels_last and not unseeded_norm_kernel.record.per_channel:
+        pytest.skip(f"{unseeded_norm_kernel.name}: its kind has no parameters per channel of x [N, C, *]")
+    example = bitwise_examples(unseeded_norm_kernel, cpu_rows=DETERMINISM_ROWS, channels_last=channels_last)
+    evidence.check(check_determinism, unseeded_norm_kernel, data.draw(example, label="example"))

@@ -91,12 +91,22 @@ def row_shapes(draw, kernel: Kernel, least: int = 1, wide: bool = False) -> tupl
     return (draw(st.sampled_from(width_candidates(MAX_WIDTH)[::-1])),)
 
 
+def as_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """x [N, C, S] as x [N, C, S / a, a] (a the largest divisor of S up to its square root) in channels-last memory:
+    the same values, each channel's elements C apart."""
+    n, c, spatial = x.shape
+    a = max(f for f in range(1, math.isqrt(spatial) + 1) if spatial % f == 0)
+    return x.reshape(n, c, spatial // a, a).contiguous(memory_format=torch.channels_last)
+
+
 @st.composite
 def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False,
-                     wide: bool = False) -> dict:
+                     wide: bool = False, channels_last: bool | None = None) -> dict:
     """One call's inputs for a norm kernel of any kind, keyed by role, with its upstream gradients ``dy`` (and ``dh``
     for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
     on the CPU). ``wide``: long rows (:func:`row_shapes`), at least :data:`WIDE_LEAST_ROWS` of them.
+    ``channels_last``: x [N, C, S] as a channels-last [N, C, S / a, a] (:func:`as_channels_last`; the kinds with
+    per-channel parameters, S >= 2 drawn then); None: drawn for those kinds.
     ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
     their own: k among the batch sizes up to n / 4 (1 for n < 4), the largest first, and the window at the end of the
     call first (its rows at other positions there than on their own), else anywhere."""
@@ -106,7 +116,7 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     # the mode: training first; eval only for batch invariance where the statistics couple the samples
     training = record.running_statistics and not (window and record.batch_statistics) and draw(
         st.sampled_from((True, False)), label="training")
-    row_shape = draw(row_shapes(kernel, least=2 if training else 1, wide=wide))
+    row_shape = draw(row_shapes(kernel, least=2 if training or channels_last else 1, wide=wide))
     sizes = batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide)
     n = draw(st.sampled_from([s for s in sizes if s >= WIDE_LEAST_ROWS] if wide else sizes), label="rows")
     shape = (n, *row_shape)
@@ -115,6 +125,10 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
         return standard_values(shape, draw(st.sampled_from(VALUE_DISTRIBUTIONS)), draw(seeds()))
 
     x = rounded(values(), dtype, caps.device)
+    if channels_last is None:
+        channels_last = record.per_channel and row_shape[1] > 1 and draw(st.booleans(), label="channels-last")
+    if channels_last:
+        x = as_channels_last(x)  # an NHWC path of its own (its dweight reduction too)
     example: dict = {"x": x}
     if record.has_residual:
         example["residual"] = rounded(values(), dtype, caps.device)
@@ -153,7 +167,8 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
         example["scale"] = None if scale == "dynamic" else static_scale(kernel, example["quant_dtype"],
                                                              reference_amax(kernel, example), 1.0)
     if record.differentiable:  # the upstream gradients of a kind with a backward
-        example["dy"] = rounded(values(), norms.output_dtype(kernel, x, example["weight"]), caps.device)
+        example["dy"] = rounded(values(), norms.output_dtype(kernel, x, example["weight"]), caps.device
+                                ).reshape(x.shape)
         if record.has_residual:
             example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
     if window:
