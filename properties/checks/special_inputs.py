@@ -25,12 +25,25 @@ from properties.checks.contracts import check_empty_batch_of, rows_that_differ
 
 def check_nonfinite_stays_in_its_row(kernel, x: torch.Tensor, poisoned: torch.Tensor, weight, eps: float,
                                      bias=None) -> None:
-    """``poisoned`` is x with a NaN/inf in row 0: rows 1.. of the output are exactly those of kernel(x)."""
+    """``poisoned`` is x with a NaN/inf in row 0: rows 1.. of the output are exactly those of kernel(x), and row 0
+    carries it: the output at the non-finite element is non-finite (inf - mean or inf / rms(inf) = inf 0 is NaN), and
+    with a NaN every output of the row is NaN (the row's statistics are NaN), as IEEE arithmetic propagates them; a
+    kernel that leaves non-finite lanes out of its statistics (masked loads, a NaN-ignoring max) returns the row
+    finite."""
     clean = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
     dirty = norms.forward(kernel, poisoned, weight, bias, eps, allow_nonfinite=True)
     moved = rows_that_differ(clean[1:], dirty[1:]) + 1
+    point = {"d": x.shape[-1], "dtype": dtype_name(x.dtype)}
     outcome.exact(moved.numel() == 0, f"a non-finite value in row 0 changed output rows {moved.tolist()[:8]}",
-                  "NaN/inf must stay within their row", d=x.shape[-1], dtype=dtype_name(x.dtype))
+                  "NaN/inf must stay within their row", **point)
+    where = ~torch.isfinite(poisoned[0])
+    carried = ~torch.isfinite(dirty[0])
+    outcome.exact(bool(carried[where].all()), f"row 0 of x holds {poisoned[0][where].tolist()[:1]} but its output "
+                  f"there is {dirty[0][where].tolist()[:1]}", "a non-finite input gives a non-finite output", **point)
+    if bool(torch.isnan(poisoned[0]).any()):
+        finite = int(torch.isfinite(dirty[0]).sum())
+        outcome.exact(finite == 0, f"row 0 of x holds a NaN but {finite} of its {dirty.shape[-1]} outputs are finite",
+                      "a NaN in a row makes its statistics, hence every output of the row, NaN", **point)
 
 
 def check_exact_statistics(kernel, x: torch.Tensor, centred: torch.Tensor, weight, eps: float, bias=None) -> None:
