@@ -40,8 +40,11 @@ from properties.draws.fused_strategies import (
 )
 from properties.draws.strategies import (
     LARGE_INPUT_SHAPE,
+    MAX_ELEMENTS,
+    MORE_ROWS,
     PREFILL_ROWS,
     WIDE_ROWS,
+    leading_rows,
     mixed_parameter_examples,
     over_parameter_mixes,
     storage_backward_width,
@@ -57,6 +60,18 @@ from properties.run import profiles
 def test_y_is_the_norm_of_residual_out(add_norm_kernel, data):
     example = data.draw(add_norm_examples(add_norm_kernel, ndims=BATCHES), "example")
     evidence.check(check_forward, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_for_more_rows(add_norm_kernel, data):
+    """The first 5 to 65 rows of one example of 65 (strategies.MORE_ROWS), each count checked: a path by the row
+    count."""
+    example = data.draw(add_norm_examples(add_norm_kernel, d=widths(MAX_ELEMENTS // max(MORE_ROWS)),
+                                          n=max(MORE_ROWS), every_input=True), "example")
+    for n in MORE_ROWS:
+        evidence.check(check_forward, add_norm_kernel, leading_rows(example, n))
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")

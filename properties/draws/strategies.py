@@ -47,8 +47,18 @@ WIDE_SPATIAL = ((4097,), (96, 128), (16, 16, 33))
 # Rows x width of one generated input stays below this many elements (cheap under Triton's interpreter).
 MAX_ELEMENTS = 16384
 # Row counts past the usual 1 to 4, drawn one time in eight where rows x d allows (row_counts): a count of 5, 8 and
-# 16 (multiples of 8: a vectorized or unmasked path chosen by the count), 24 and 65 (past a block of 64 rows).
-MORE_ROWS = (5, 8, 16, 24, 65)
+# 16 (multiples of 8: a vectorized or unmasked path chosen by the count), 24, 32 and 64 (multiples of a block of 32
+# rows, the decode batches a serving stack captures: an EVEN_M path without masks), 48 (a second block of 32) and 65
+# (past a block of 64 rows).
+MORE_ROWS = (5, 8, 16, 24, 32, 48, 64, 65)
+ROW_INPUTS = ("x", "residual", "dy", "dh")  # an example's tensors of x's rows [rows, d]
+
+
+def leading_rows(example: dict, n: int) -> dict:
+    """The example on its first ``n`` rows (x [rows, d], and the residual and upstream gradients with it)."""
+    return {name: value[:n] if name in ROW_INPUTS and value is not None else value for name, value in example.items()}
+
+
 # The inputs_unmodified draws of the paths a call of many rows takes: past the 64 and 256 tokens at which serving
 # stacks switch to a prefill path, and [rows, d] above 65 536 elements (a large-input path, one that may work in place)
 PREFILL_ROWS = (65, 257)
