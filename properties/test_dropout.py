@@ -24,7 +24,7 @@ from core import guard
 from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence, norms
 from properties.bounds import dropout_statistics as statistics
-from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import UPSTREAM_LAYOUTS, check_outputs_of_a_call_fresh, strided
 from properties.checks.dropout import (
     check_backward_of_the_recorded_graph,
     check_determinism,
@@ -121,7 +121,10 @@ def _small_inputs(draw, kernel) -> dict:
 @profiles.share(0.5)
 @given(data=st.data())
 def test_values_are_zero_or_rescaled(dropout_kernel, data):
-    evidence.check(check_values, dropout_kernel, data.draw(_small_inputs(dropout_kernel), "example"))
+    """Half the draws under torch.inference_mode(): p is the caller's there too (a functional dropout infers no eval
+    mode from grad mode)."""
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    evidence.check(check_values, dropout_kernel, {**example, "inference": data.draw(st.booleans(), "inference")})
 
 
 @pytest.mark.claim("dropout.edge_probabilities")
@@ -317,4 +320,16 @@ def test_same_seed_same_output_at_scale(dropout_kernel, data):
 @profiles.share(0.25)
 @given(data=st.data())
 def test_input_unmodified(dropout_kernel, data):
-    evidence.check(check_inputs_unmodified, dropout_kernel, data.draw(_small_inputs(dropout_kernel), "example"))
+    """Half the draws under torch.inference_mode() (an in-place path when no gradient is needed)."""
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    evidence.check(check_inputs_unmodified, dropout_kernel, {**example, "inference": data.draw(st.booleans())})
+
+
+@pytest.mark.claim("dropout.inputs_unmodified")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_outputs_are_fresh_tensors(dropout_kernel, data):
+    """A second call (on -x) leaves the first call's output as it was, half the draws under torch.inference_mode()."""
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    evidence.check(check_outputs_of_a_call_fresh, dropout_kernel,
+                   {**example, "other": -example["x"], "inference": data.draw(st.booleans(), "inference")})

@@ -24,7 +24,7 @@ from core.boundary import HOST, host_generator
 from core.capabilities import PROBED_DTYPES, dtype_name
 from properties import evidence
 from properties.bounds import dropout_statistics as statistics
-from properties.checks.contracts import UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import UPSTREAM_LAYOUTS, check_outputs_of_a_call_fresh, strided
 from properties.checks.dropout_add import (
     LAYOUT_FRACTION,
     LAYOUTS,
@@ -132,8 +132,10 @@ def test_y_is_the_norm_of_residual_out_with_parameters_in_another_dtype(dropout_
 @profiles.share(0.5)
 @given(data=st.data())
 def test_each_element_is_dropped_or_rescaled(dropout_add_kernel, data):
+    """Half the draws under torch.inference_mode(): p is the caller's there too."""
     example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
-    evidence.check(check_dropout_values, dropout_add_kernel, example)
+    evidence.check(check_dropout_values, dropout_add_kernel,
+                   {**example, "inference": data.draw(st.booleans(), "inference")})
 
 
 @pytest.mark.claim("drop_add_ln.values")
@@ -261,9 +263,21 @@ def test_gradient_with_upstream_gradients_in_any_layout(dropout_add_kernel, data
 @profiles.share(0.5)
 @given(data=st.data())
 def test_inputs_unmodified(dropout_add_kernel, data):
+    """Half the draws a forward under torch.inference_mode() (an in-place path when no gradient is needed)."""
     example = data.draw(dropout_add_examples(dropout_add_kernel, upstream=True, every_input=True, mixed=True),
                         "example")
-    evidence.check(check_inputs_unmodified, dropout_add_kernel, example)
+    evidence.check(check_inputs_unmodified, dropout_add_kernel, {**example, "inference": data.draw(st.booleans())})
+
+
+@pytest.mark.claim("drop_add_ln.inputs_unmodified")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_outputs_are_fresh_tensors(dropout_add_kernel, data):
+    """A second call (on -x) leaves y and residual_out of the first as they were, half the draws under
+    torch.inference_mode()."""
+    example = data.draw(dropout_add_examples(dropout_add_kernel), "example")
+    evidence.check(check_outputs_of_a_call_fresh, dropout_add_kernel,
+                   {**example, "other": -example["x"], "inference": data.draw(st.booleans(), "inference")})
 
 
 @pytest.mark.claim("drop_add_ln.row_independence")

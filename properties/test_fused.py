@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES, discover
 from properties import evidence
-from properties.checks.contracts import LAYOUTS, SEQUENCE_LAYOUTS, UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import (
+    LAYOUTS,
+    SEQUENCE_LAYOUTS,
+    UPSTREAM_LAYOUTS,
+    check_outputs_of_a_call_fresh,
+    strided,
+)
 from properties.checks.forward import new_parameter_values
 from properties.checks.fused import (
     check_backward_of_the_recorded_graph,
@@ -259,6 +265,17 @@ def test_inputs_unmodified(add_norm_kernel, data):
                                 more_rows_every=2)
     example = data.draw(example, "example")
     evidence.check(check_inputs_unmodified, add_norm_kernel, {**example, "inference": data.draw(st.booleans())})
+
+
+@pytest.mark.claim("add_ln.inputs_unmodified", "add_rms.inputs_unmodified")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_outputs_are_fresh_tensors(add_norm_kernel, data):
+    """A second call (on -x) leaves y and residual_out of the first as they were, half the draws under
+    torch.inference_mode() (a serving path that returns a static buffer)."""
+    example = data.draw(add_norm_examples(add_norm_kernel), "example")
+    evidence.check(check_outputs_of_a_call_fresh, add_norm_kernel,
+                   {**example, "other": -example["x"], "inference": data.draw(st.booleans(), "inference")})
 
 
 @pytest.mark.claim("add_ln.inputs_unmodified", "add_rms.inputs_unmodified")

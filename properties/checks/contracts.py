@@ -249,6 +249,26 @@ def check_views_into_larger_buffers(kernel, x: torch.Tensor, weight, eps: float,
                                   "around the view)", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+def check_outputs_of_a_call_fresh(kernel, other: torch.Tensor, inference: bool = False, **example) -> None:
+    """Any kind: a second call with x replaced by ``other`` leaves every output of the first call as it was (no
+    output buffer or workspace reused across calls); ``inference``: both calls under torch.inference_mode(), where a
+    serving path may return a static buffer. Each call gets its own copy of a residual (a declared in-place update
+    writes it)."""
+    def call(x: torch.Tensor) -> dict[str, torch.Tensor]:
+        fresh = {name: example[name].clone() for name in ("residual",) if example.get(name) is not None}
+        return norms.call(kernel, {**example, **fresh, "x": x}, allow_nonfinite=True, any_dtype=True,
+                          inference=inference)
+
+    first = call(example["x"])
+    kept = {name: (value, value.clone()) for name, value in first.items()}
+    call(other)
+    changed = [name for name, (value, copy) in kept.items() if not torch.equal(value.nan_to_num(), copy.nan_to_num())]
+    mode = "under inference_mode" if inference else "with grad mode on"
+    outcome.exact(not changed, f"a second call {mode} changed the first call's {', '.join(changed)}",
+                  "outputs must be fresh tensors (a reused output buffer or workspace is overwritten by the next call)",
+                  d=example["x"].shape[-1], dtype=dtype_name(example["x"].dtype))
+
+
 def check_outputs_fresh(kernel, x: torch.Tensor, other: torch.Tensor, weight, eps: float, dy: torch.Tensor,
                         bias=None) -> None:
     """A second call on ``other`` leaves the output (and gradients) of the first call on x as they were: no output

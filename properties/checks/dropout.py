@@ -27,7 +27,12 @@ from properties.checks.contracts import strided
 from properties.checks.graph import check_recorded_graph
 
 
-def _dropout(kernel, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+def _dropout(kernel, x: torch.Tensor, p: float, seed: int, inference: bool = False) -> torch.Tensor:
+    """The kernel's output (``inference``: called under torch.inference_mode(), grad mode off, as a serving stack or
+    an evaluation calls it: a kernel's path of its own there)."""
+    if inference:
+        with torch.inference_mode():
+            return guard.call(kernel, x, p, seed, like=x)
     return guard.call(kernel, x, p, seed, like=x)
 
 
@@ -70,9 +75,10 @@ def seed_findings(mask_of: Callable[[int], np.ndarray], seed: int, p: float, alp
                                          f"seeds s and {name}") for name, (a, b) in pairs.items()]
 
 
-def check_values(kernel, x: torch.Tensor, p: float, seed: int) -> None:
-    """Every output is exactly 0 or x/(1-p) within the rounding of the scaling (tolerance.dropout_scaling)."""
-    y = norms.as_float64(_dropout(kernel, x, p, seed))
+def check_values(kernel, x: torch.Tensor, p: float, seed: int, inference: bool = False) -> None:
+    """Every output is exactly 0 or x/(1-p) within the rounding of the scaling (tolerance.dropout_scaling);
+    ``inference``: grad mode off (:func:`_dropout`), where p is still the caller's."""
+    y = norms.as_float64(_dropout(kernel, x, p, seed, inference))
     scaled = norms.as_float64(x) / (1.0 - p)
     kept = y != 0
     comparison = outcome.compare(np.where(kept, y, scaled), scaled, tolerance.dropout_scaling(x, p),
@@ -188,9 +194,9 @@ def check_determinism(kernel, x: torch.Tensor, p: float, seed: int) -> None:
                   "dropout must be a function of (x, p, seed)", p=p, d=x.shape[-1], n=x.numel())
 
 
-def check_inputs_unmodified(kernel, x: torch.Tensor, p: float, seed: int) -> None:
-    """x is not written by the call."""
+def check_inputs_unmodified(kernel, x: torch.Tensor, p: float, seed: int, inference: bool = False) -> None:
+    """x is not written by the call (``inference``: grad mode off, where an in-place path is tempting)."""
     before = x.clone()
-    _dropout(kernel, x, p, seed)
+    _dropout(kernel, x, p, seed, inference)
     outcome.exact(torch.equal(before, x), f"x changed in {int((before != x).sum())} elements",
                   "the kernel wrote into its input", d=x.shape[-1])

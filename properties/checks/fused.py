@@ -335,9 +335,10 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
 
 
 def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
-                         bias=None) -> None:
-    """Every residual_out element is the residual (dropped) or residual + x/(1-p) (kept), within its rounding."""
-    _, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed)
+                         bias=None, inference: bool = False) -> None:
+    """Every residual_out element is the residual (dropped) or residual + x/(1-p) (kept), within its rounding;
+    ``inference``: called under torch.inference_mode() (p is the caller's there too: no eval mode is implied)."""
+    _, h = outputs(kernel, x, fresh(residual), weight, bias, eps, p, seed, inference=inference)
     outcome.conclude(dropout_values_comparison(h, x, residual, p),
                      "an element of residual_out is neither the residual nor residual + x/(1-p)",
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
