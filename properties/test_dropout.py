@@ -67,7 +67,7 @@ from properties.draws.dropout_strategies import (
     nonzero_values,
     variance_bias_inputs,
 )
-from properties.draws.strategies import rounded, row_counts, seeds, widths
+from properties.draws.strategies import as_a_batch_of_two, rounded, row_counts, seeds, widths
 from properties.run import profiles
 
 PROBE_ELEMENTS = 2**16
@@ -242,7 +242,11 @@ def test_per_row_kept_counts_are_binomial(dropout_kernel, data):
 @profiles.share(INDEPENDENCE_FRACTION)
 @given(data=st.data())
 def test_bits_are_independent(dropout_kernel, data):
+    """Half the draws x of 3 dimensions, [2, R / 2, d] (strategies.as_a_batch_of_two): rows r and r + R / 2, which
+    the test compares, are then one position of two batch elements."""
     example = data.draw(mask_inputs(dropout_kernel, INDEPENDENCE_ELEMENTS, INDEPENDENCE_WIDTHS), "example")
+    if data.draw(st.booleans(), "a batch of two"):
+        example = as_a_batch_of_two(example)
     _statistical(check_independence, dropout_kernel, example, "dropout.independence", INDEPENDENCE_FRACTION,
                  share=0.5)
 

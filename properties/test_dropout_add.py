@@ -67,7 +67,14 @@ from properties.draws.fused_strategies import (
     masked_examples,
     row_zero_changed,
 )
-from properties.draws.strategies import mixed_parameter_examples, over_parameter_mixes, rounded, seeds, widths
+from properties.draws.strategies import (
+    as_a_batch_of_two,
+    mixed_parameter_examples,
+    over_parameter_mixes,
+    rounded,
+    seeds,
+    widths,
+)
 from properties.norms import as_float64, require_backward
 from properties.run import profiles
 
@@ -186,7 +193,11 @@ def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_add_kernel, dt
 @profiles.share(INDEPENDENCE_FRACTION)
 @given(data=st.data())
 def test_mask_bits_are_independent(dropout_add_kernel, data):
+    """Half the draws x and residual [2, R / 2, d] (strategies.as_a_batch_of_two: rows r and r + R / 2 one position
+    of two batch elements)."""
     example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES), "example")
+    if data.draw(st.booleans(), "a batch of two"):
+        example = as_a_batch_of_two(example)
     evidence.check(check_independence, dropout_add_kernel,
                    {**example, "alpha": _alpha("drop_add_ln.independence", INDEPENDENCE_FRACTION)})
 

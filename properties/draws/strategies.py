@@ -59,6 +59,18 @@ def leading_rows(example: dict, n: int) -> dict:
     return {name: value[:n] if name in ROW_INPUTS and value is not None else value for name, value in example.items()}
 
 
+def as_a_batch_of_two(example: dict) -> dict:
+    """The example with x (and the residual) [R, d] as [2, R / 2, d] (R even; else unchanged): the same logical rows,
+    row r and row r + R / 2 now the same position of two batch elements (a random-number offset that leaves out the
+    batch index gives them one mask)."""
+    x = example["x"]
+    if x.dim() != 2 or x.shape[0] % 2:
+        return example
+    shape = (2, x.shape[0] // 2, x.shape[1])
+    return {name: value.reshape(shape) if name in ("x", "residual") and value is not None else value
+            for name, value in example.items()}
+
+
 # The inputs_unmodified draws of the paths a call of many rows takes: past the 64 and 256 tokens at which serving
 # stacks switch to a prefill path, and [rows, d] above 65 536 elements (a large-input path, one that may work in place)
 PREFILL_ROWS = (65, 257)
