@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from properties import evidence
@@ -52,6 +52,23 @@ def test_forward_of_more_rows(norm_kernel, data):
     example = data.draw(example, label="example")
     for n in MORE_ROWS:
         evidence.check(check_forward, norm_kernel, leading_rows(example, n))
+
+
+EPS_ZERO_SCALE = 2.0**-10
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_at_eps_zero(norm_kernel, data):
+    """eps = 0, which a caller may pass (no stabilizer) and a kernel writing ``eps or default`` reads as unset: rows
+    of d >= 2 that are not constant (LayerNorm) or not zero (RMSNorm), where the norm is defined, at scale 2^-10
+    (a spread of order 1e-3: a default eps of 1e-5 or 1e-6 put in for 0 moves y by a large fraction)."""
+    example = data.draw(norm_examples(norm_kernel, eps=st.just(0.0), scale=EPS_ZERO_SCALE), label="example")
+    rows = example["x"].reshape(-1, example["x"].shape[-1])
+    spread = rows.amax(-1) - rows.amin(-1) if norm_kernel.record.norm == "ln" else rows.abs().amax(-1)
+    assume(rows.shape[-1] >= 2 and bool((spread > 0).all()))
+    evidence.check(check_forward, norm_kernel, example)
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
