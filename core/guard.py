@@ -22,8 +22,8 @@ Time limit: the call runs in a daemon thread that the caller waits for at most `
 seconds (on CUDA the wait includes a device synchronize, so asynchronous work counts). A thread
 cannot be killed, so a kernel that timed out is remembered as hung and every later call to it
 fails at once with the same fault instead of hanging again (Hypothesis's shrinking would
-otherwise replay the hang for every candidate). Autograd's grad mode is thread-local and is
-carried into the thread. The default limit is ``NORMVERIFY_CALL_TIMEOUT`` seconds (120).
+otherwise replay the hang for every candidate). Autograd's grad mode, inference mode and autocast regions are
+thread-local and are carried into the thread. The default limit is ``NORMVERIFY_CALL_TIMEOUT`` seconds (120).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import contextvars
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import torch
 
@@ -46,6 +46,7 @@ WRONG_ANSWER_REASONS = frozenset({"nonfinite"})
 
 # guard.call(dtype=ANY_DTYPE): the output's dtype is not judged (a check about something else, e.g. its inputs)
 ANY_DTYPE = "any"
+AUTOCAST_DEVICES = ("cpu", "cuda")  # the device types whose autocast regions a call carries into its thread
 
 # id(fn) -> (fn, message) of kernels with a call still running past its time limit. The function
 # is kept so that its id cannot be reused by another object.
@@ -119,19 +120,24 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
     """``thunk()`` within ``timeout`` seconds; any exception it raises becomes a KernelFault ``raised``.
 
     A timeout marks ``kernel_fn`` as hung (see the module docstring). The thread runs in a copy of the caller's
-    context, with the caller's grad mode and inference mode: what the caller set for the kernel holds in it (torch's
-    configuration overrides, such as torch-compile's ``donated_buffer = False``, are context variables of the thread
-    that set them).
+    context, with the caller's grad mode, inference mode and autocast regions: what the caller set for the kernel
+    holds in it (torch's configuration overrides, such as torch-compile's ``donated_buffer = False``, are context
+    variables of the thread that set them).
     """
     _refuse_if_hung(kernel_fn, name)
     box: dict = {}
     grad_enabled, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    autocast = [(device, torch.get_autocast_dtype(device)) for device in AUTOCAST_DEVICES
+                if torch.is_autocast_enabled(device)]
     context = contextvars.copy_context()
 
     def target() -> None:
         try:
             # inference_mode(False) would turn grad mode on: entered only when the caller is in inference mode
-            with torch.inference_mode() if inference else nullcontext(), torch.set_grad_enabled(grad_enabled):
+            with torch.inference_mode() if inference else nullcontext(), torch.set_grad_enabled(grad_enabled), \
+                    ExitStack() as autocasts:
+                for device, dtype in autocast:  # thread-local as grad mode: the caller's autocast regions
+                    autocasts.enter_context(torch.autocast(device, dtype=dtype))
                 box["value"] = thunk()
                 _synchronize(box["value"])
         except BaseException as error:  # reported in the caller's thread

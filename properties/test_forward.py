@@ -15,6 +15,7 @@ from properties import evidence
 from properties.checks.forward import (
     check_forward,
     check_forward_after_an_in_place_update,
+    check_forward_under_autocast,
     check_forward_with_parameter_dtypes,
     new_parameter_values,
 )
@@ -52,6 +53,16 @@ def test_forward_of_more_rows(norm_kernel, data):
     example = data.draw(example, label="example")
     for n in MORE_ROWS:
         evidence.check(check_forward, norm_kernel, leading_rows(example, n))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_under_autocast(norm_kernel, data):
+    """float32 x, weight and bias under torch.autocast to bfloat16 (a mixed-precision training step): y the norm in
+    float32, or of the inputs cast to bfloat16 where the kernel casts them (forward.check_forward_under_autocast)."""
+    example = norm_examples(norm_kernel, dtypes=(torch.float32,), parameter_dtype=torch.float32, every_input=True)
+    evidence.check(check_forward_under_autocast, norm_kernel, data.draw(example, label="example"))
 
 
 EPS_ZERO_SCALE = 2.0**-10

@@ -135,6 +135,21 @@ def test_inference_mode_of_the_caller_reaches_the_kernel(x):
     assert seen == [True, False]
 
 
+def test_autocast_of_the_caller_reaches_the_kernel(x):
+    """An autocast region is thread-local as grad mode: the kernel runs in the caller's (properties.checks.forward's
+    check under autocast relies on it)."""
+    seen = []
+
+    def records_autocast(t):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return t.clone()
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        guard.call(records_autocast, x, like=x)
+    guard.call(records_autocast, x, like=x)
+    assert seen[0] == (True, torch.bfloat16) and seen[1][0] is False
+
+
 def test_the_callers_context_reaches_the_kernel_and_its_backward(x):
     """torch's configuration overrides are per-thread context variables: the one torch-compile sets at load
     (donated_buffer = False) must hold in the guard's thread, for the forward and for a backward run through

@@ -37,6 +37,30 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, record
                      **models.declared_point(declared))
 
 
+AUTOCAST_DTYPE = torch.bfloat16  # the dtype autocast runs its listed ops in here (CPU and CUDA alike)
+
+
+def check_forward_under_autocast(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """float32 x (weight, bias) under torch.autocast(x's device type, bfloat16), as a mixed-precision training step
+    calls a norm: a float32 y is the norm of the float32 inputs within their bound (:func:`check_forward`'s; a kernel
+    whose statistics go through an op autocast lists, a matmul, computes them in bfloat16 there and fails); a
+    bfloat16 y (a kernel that casts its inputs, as custom_fwd(cast_inputs=...) does) the norm of the inputs rounded
+    to bfloat16, within that dtype's bound; any other dtype fails."""
+    with torch.autocast(x.device.type, dtype=AUTOCAST_DTYPE):
+        got = norms.forward(kernel, x, weight, bias, eps, any_dtype=True)
+    outcome.exact(got.dtype in (x.dtype, AUTOCAST_DTYPE), f"y is {dtype_name(got.dtype)} under autocast to "
+                  f"{dtype_name(AUTOCAST_DTYPE)} with {dtype_name(x.dtype)} x",
+                  "y must be in x's dtype or autocast's", d=x.shape[-1], dtype=dtype_name(x.dtype))
+    if got.dtype != x.dtype:
+        x, weight, bias = (None if t is None else to_kernel(t.double(), AUTOCAST_DTYPE, t.device)
+                           for t in (x, weight, bias))
+    expected, bound, declared = models.expected_forward(kernel, x, weight, bias, eps)
+    outcome.conclude(outcome.compare(got, expected, bound, "output"),
+                     f"under autocast the output is farther from the norm of the {dtype_name(got.dtype)} inputs than "
+                     "rounding explains (a step computed in autocast's lower precision)",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+
+
 def forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, new_weight: torch.Tensor,
                                      bias=None, new_bias: torch.Tensor | None = None, inference: bool = False) -> None:
     """The kernel called once, its weight (and bias) then overwritten in place with ``new_weight`` (``new_bias``), as
