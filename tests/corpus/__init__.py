@@ -64,6 +64,13 @@ The files, by where the bug is:
     quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
                      inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded + declared
                      multiply / symmetric INT8 controls
+    reported.py      modelled on real bug reports (GroupNorm, BatchNorm, InstanceNorm, LayerNorm over (C, *), RMSNorm
+                     and its quantized kinds), each on the path a shape, layout or batch size takes: groups straddling
+                     a block of 128 channels, channels-last merges and Welford blocks, 16-bit channels-last eval,
+                     reductions split when programs are few, atomics from 32 samples or channels-last, 4 samples a
+                     program, vLLM's block size by token count, wide-row weight index, grid-stride scales, sequence
+                     amax, INT8 truncation, residual/x written undeclared + declared-bitwise controls (BN, IN, CLN,
+                     rms_quant)
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -405,6 +412,27 @@ CORPUS: tuple[Entry, ...] = (
       for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
     _broken("quantized.py:ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", "add_rms_quant.scales"),
     _broken("quantized.py:ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED", "add_rms_quant.residual_out"),
+    # reported.py: modelled on real bug reports (a red-team session's escapes, each caught since its draws)
+    _broken("reported.py:GN_BLOCK_STRADDLE_128", "gn.forward"),
+    _broken("reported.py:GN_CHANNELS_LAST_MERGE_NO_SPREAD", "gn.layout_invariance"),
+    _broken("reported.py:GN_SPLIT_WHEN_FEW_GROUPS", "gn.batch_invariance"),
+    _broken("reported.py:GN_ATOMIC_DWEIGHT_FROM_32", "gn.determinism"),
+    _broken("reported.py:GN_EPS_IN_X_DTYPE", "gn.forward", "gn.jacobian"),
+    _broken("reported.py:BN_CHANNELS_LAST_WELFORD_NONPOW2", "bn.layout_invariance"),
+    _broken("reported.py:BN_EVAL_CHANNELS_LAST_HALF_C16", "bn.layout_invariance"),
+    _broken("reported.py:BN_ATOMIC_DWEIGHT_CHANNELS_LAST", "bn.determinism"),
+    _broken("reported.py:IN_SPLIT_WHEN_FEW_INSTANCES", "in.batch_invariance"),
+    _broken("reported.py:CLN_ROWS_PER_CTA_4", "cln.forward", "cln.jacobian", "cln.independence"),
+    _broken("reported.py:CLN_SPLIT_WHEN_FEW_SAMPLES", "cln.batch_invariance"),
+    _broken("reported.py:RMS_BLOCK_SIZE_BY_TOKENS", "rms.batch_invariance"),
+    _broken("reported.py:RMS_QUANT_BLOCK_SIZE_BY_TOKENS", "rms_quant.batch_invariance"),
+    _broken("reported.py:RMS_QUANT_WIDE_WEIGHT_INDEX", "rms_quant.values"),
+    _broken("reported.py:RMS_QUANT_GRID_STRIDE_SCALES", "rms_quant.scales"),
+    _broken("reported.py:RMS_QUANT_SEQUENCE_AMAX", "rms_quant.scales"),
+    _broken("reported.py:RMS_QUANT_INT8_TRUNCATED", "rms_quant.values", "rms_quant.dequantized"),
+    _broken("reported.py:ADD_RMS_QUANT_RESIDUAL_IN_PLACE", "add_rms_quant.residual_out"),
+    _broken("reported.py:ADD_RMS_QUANT_WRITES_X", "add_rms_quant.values", "add_rms_quant.dequantized",
+            "add_rms_quant.residual_out"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),
@@ -438,6 +466,7 @@ CORPUS: tuple[Entry, ...] = (
     _correct("quantized.py:RMS_QUANT_INVERSE_DECLARED"),
     _correct("quantized.py:ADD_RMS_QUANT_SYMMETRIC_INT8"),
     *(_correct(f"quantized.py:{prefix}_QUANT_RECIPROCAL_SCALE") for prefix in ("LN", "RMS", "ADD_RMS")),
+    *(_correct(f"reported.py:{prefix}_CONTROL_DECLARED_BITWISE") for prefix in ("BN", "IN", "CLN", "RMS_QUANT")),
     _correct("torch-quant"),
     _correct("torch-quant-fp32"),
 )
