@@ -68,7 +68,8 @@ def _claims(kind: str) -> tuple[Claim, ...]:
               "eps is a small positive constant added to prevent division by zero, ensuring numerical stability.",
               r"$d = 1, 2, 3$, constant rows (LN: output $\beta$), zero rows, $\epsilon = 10^{-12}$ with float16, "
               r"$|\mu|/\sigma$ up to $10^4$, huge and tiny magnitudes give finite outputs within the error model; NaN "
-              r"and inf stay in their row; an empty batch (no rows) gives empty outputs and $d\gamma = d\beta = 0$, "
+              r"and inf stay in their row and show there (a non-finite output at the element; a NaN makes the row "
+              r"NaN); an empty batch (no rows) gives empty outputs and $d\gamma = d\beta = 0$, "
               r"no error.", (r"$\epsilon > 0$",), "contract",
               r"The exact values at the special points are derived below.", lambda: _special_inputs(kind)),
     )
