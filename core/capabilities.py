@@ -186,6 +186,21 @@ def unsupported_dtype(fault: guard.KernelFault) -> bool:
                                                                         or bool(_UNSUPPORTED.search(text))))
 
 
+_SIZE_LIMIT = re.compile(r"exceed|too (large|wide|big|long)|larger than|greater than|more than|maximum|max_|"
+                         r"limit|at most|not supported|unsupported|n[o']t support|block ?size", re.IGNORECASE)
+
+
+def refused_width(fault: guard.KernelFault) -> bool:
+    """Whether a call's fault is a clear refusal of the row's width: the kernel raised an error whose message says a
+    size exceeds a limit (Liger-Kernel's "n = 65537 exceeds the recommended Triton blocksize = 65536", Triton
+    tutorial 05's "This layer norm doesn't support feature dim >= 64KB"), or NotImplementedError. Any other fault
+    (an index error, a wrong answer) is the kernel's."""
+    cause = fault.__cause__
+    if fault.reason != "raised" or cause is None:
+        return False
+    return isinstance(cause, NotImplementedError) or bool(_SIZE_LIMIT.search(str(cause)))
+
+
 def _forward_fault(kernel: Kernel, dtype: torch.dtype, device: str,
                    timeout: float = _PROBE_TIMEOUT_S) -> guard.KernelFault | None:
     """The fault of the kernel's forward in ``dtype`` on ``device`` (None when it computes there)."""

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from core import boundary, guard
-from core.capabilities import discover
+from core.capabilities import discover, refused_width
+from core.errors import one_line
 from core.registry import Kernel
 from proofs import batchnorm_oracles, fused_oracles, oracles
 
@@ -194,6 +195,24 @@ def representable(values: np.ndarray, dtype: torch.dtype) -> bool:
     in that dtype: the strategies leave such examples out rather than call the kernel wrong.
     """
     return bool(np.all(np.abs(values) <= torch.finfo(dtype).max))
+
+
+_width_refusals: dict[tuple[str, int], str] = {}  # (kernel name, d) -> the refusal's text, '' when it takes d
+
+
+def require_width(kernel: Kernel, example: Mapping) -> None:
+    """Skip the calling test, with the kernel's own error, when the kernel refuses the width of the example's rows
+    with a clear error naming a limit (core.capabilities.refused_width: rows too wide for its one block); any other
+    fault is left to the test's check (an error or a failure). Probed once per kernel and width, on the example."""
+    key = (kernel.name, int(example["x"].shape[-1]))
+    if key not in _width_refusals:
+        try:
+            call(kernel, example, allow_nonfinite=True, any_dtype=True)
+            _width_refusals[key] = ""
+        except guard.KernelFault as fault:
+            _width_refusals[key] = one_line(fault.__cause__) if refused_width(fault) else ""
+    if _width_refusals[key]:
+        pytest.skip(f"{kernel.name} refuses rows of {key[1]} columns: {_width_refusals[key]}")
 
 
 def require_backward(kernel: Kernel) -> None:

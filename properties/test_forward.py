@@ -20,17 +20,21 @@ from properties.checks.forward import (
     new_parameter_values,
 )
 from properties.draws.strategies import (
+    BEYOND_THE_WIDEST_BLOCK,
     MAX_ELEMENTS,
     MORE_ROWS,
     NDIMS,
     WIDE_ROWS,
+    WIDEST_BLOCK,
     leading_rows,
     mixed_parameter_examples,
     norm_examples,
     one_ulp_apart_widths,
     over_parameter_mixes,
     widths,
+    with_a_larger_tail,
 )
+from properties.norms import require_width
 from properties.run import profiles
 
 
@@ -188,6 +192,20 @@ def test_forward_beyond_8192_columns(norm_kernel, d, data):
     """Two rows (a tail read past the end of a row reads the next one) of d = 8193 to 65536 (strategies.WIDE_ROWS)."""
     example = norm_examples(norm_kernel, d=d, n=st.just(2))
     evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_beyond_65536_columns(norm_kernel, data):
+    """One row of 98304 (strategies.BEYOND_THE_WIDEST_BLOCK) whose columns past 65536 are 8 times larger (statistics
+    that leave them out are far off), or the kernel's own error refusing it (skipped with that reason:
+    norms.require_width)."""
+    example = data.draw(norm_examples(norm_kernel, d=BEYOND_THE_WIDEST_BLOCK, n=st.just(1), scale=1.0),
+                        label="example")
+    example = {**example, "x": with_a_larger_tail(example["x"], WIDEST_BLOCK)}
+    require_width(norm_kernel, example)
+    evidence.check(check_forward, norm_kernel, example)
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")

@@ -45,18 +45,21 @@ from properties.draws.fused_strategies import (
     row_zero_changed,
 )
 from properties.draws.strategies import (
+    BEYOND_THE_WIDEST_BLOCK,
     LARGE_INPUT_SHAPE,
     MAX_ELEMENTS,
     MORE_ROWS,
     PREFILL_ROWS,
     WIDE_ROWS,
+    WIDEST_BLOCK,
     leading_rows,
     mixed_parameter_examples,
     over_parameter_mixes,
     storage_backward_width,
     widths,
+    with_a_larger_tail,
 )
-from properties.norms import require_backward, skip_unless_a_strict_subset
+from properties.norms import require_backward, require_width, skip_unless_a_strict_subset
 from properties.run import profiles
 
 
@@ -78,6 +81,18 @@ def test_y_is_the_norm_of_residual_out_for_more_rows(add_norm_kernel, data):
                                           n=max(MORE_ROWS), every_input=True), "example")
     for n in MORE_ROWS:
         evidence.check(check_forward, add_norm_kernel, leading_rows(example, n))
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.05)
+@given(data=st.data())
+def test_y_is_the_norm_of_residual_out_beyond_65536_columns(add_norm_kernel, data):
+    """One row of 98304 whose x columns past 65536 are 8 times larger (strategies.with_a_larger_tail), or the
+    kernel's own error refusing it (skipped with that reason: norms.require_width)."""
+    example = data.draw(add_norm_examples(add_norm_kernel, d=BEYOND_THE_WIDEST_BLOCK, n=1), "example")
+    example = {**example, "x": with_a_larger_tail(example["x"], WIDEST_BLOCK)}
+    require_width(add_norm_kernel, example)
+    evidence.check(check_forward, add_norm_kernel, example)
 
 
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")

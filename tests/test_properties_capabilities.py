@@ -206,3 +206,23 @@ def test_parameter_dtype_mixes_are_probed_for_the_fused_kinds_and_groupnorm():
                for p in (torch.float16, torch.bfloat16))
     (add_rms,) = [k for k in resolve("torch-fused") if k.kind == "add_rmsnorm"]
     assert capabilities.discover(add_rms).mixes == capabilities.PARAMETER_MIXES
+
+
+def _raised(error: BaseException) -> KernelFault:
+    fault = KernelFault("k", "raised", f"raised {error!r}")
+    fault.__cause__ = error
+    return fault
+
+
+@pytest.mark.parametrize("error, refused", [
+    (RuntimeError("Cannot launch Triton kernel since n = 98304 exceeds the recommended Triton blocksize = 65536."),
+     True),  # Liger-Kernel's
+    (RuntimeError("This layer norm doesn't support feature dim >= 64KB."), True),  # Triton tutorial 05's
+    (NotImplementedError("rows wider than 65536"), True),
+    (IndexError("index 65536 is out of bounds for dimension 0 with size 65536"), False),  # the kernel's own bug
+    (ValueError("shapes mismatch"), False),
+])
+def test_a_clear_refusal_of_a_rows_width_is_told_from_a_fault(error, refused):
+    """properties.norms.require_width skips a test, with the kernel's error, only for a refusal naming a limit."""
+    assert capabilities.refused_width(_raised(error)) is refused
+    assert capabilities.refused_width(KernelFault("k", "nonfinite", "returned NaN")) is False

@@ -40,6 +40,19 @@ CI_MAX_WIDTH = 8192
 # of 16384 (a merge that weighs a partial chunk as a whole one), an odd count of blocks of 4096 and of 16384 (a
 # pairwise merge that drops the unpaired one); and 65536, the widest the kernels of issue 30 and Liger-Kernel take.
 WIDE_ROWS = (8193, 45056, 65536)
+# Past 65536 columns, the widest Liger-Kernel's and Triton tutorial 05's kernels take (a row in one block): a kernel
+# that refuses wider rows says so with an error naming its limit (not tested, with that reason: norms.require_width);
+# one that normalizes over its first 65536 columns only, or leaves the others unwritten, is wrong. 3 x 2^15: a third
+# of the row past the limit.
+WIDEST_BLOCK, BEYOND_THE_WIDEST_BLOCK = 65536, 98304
+TAIL_FACTOR = 8.0
+
+
+def with_a_larger_tail(x: torch.Tensor, start: int, factor: float = TAIL_FACTOR) -> torch.Tensor:
+    """x with its columns from ``start`` on multiplied by ``factor`` (a power of two: exact in x's dtype)."""
+    scaled = x.clone()
+    scaled[..., start:] *= factor
+    return scaled
 # The same beyond one block for the kinds over x [N, C, *]: spatial shapes whose rows of statistics (an InstanceNorm
 # row's S elements, a BatchNorm channel's N S, a GroupNorm group's (C/G) S, a sample's C S) exceed 4096 (our
 # BatchNorm's tile) and 8192: 1-D, 2-D and 3-D, whole tiles and not.
