@@ -16,6 +16,7 @@ from proofs.quantization import FORMATS
 from properties import evidence
 from properties.checks.quantized import (
     check_dequantized,
+    check_inputs_unmodified,
     check_residual_out,
     check_saturation,
     check_scales,
@@ -108,3 +109,12 @@ def test_the_dequantized_output_is_within_half_a_quantum_of_the_norm(quant_norm_
 def test_residual_out_is_the_sum_in_its_declared_dtype(add_quant_norm_kernel, data):
     example = data.draw(quant_examples(add_quant_norm_kernel), "example")
     evidence.check(check_residual_out, add_quant_norm_kernel, example)
+
+
+@pytest.mark.claim("ln_quant.inputs_unmodified", "rms_quant.inputs_unmodified", "add_rms_quant.inputs_unmodified")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_inputs_unmodified(quant_norm_kernel, data):
+    """Half the draws under torch.inference_mode() (a serving path that uses x as scratch)."""
+    example = data.draw(quant_examples(quant_norm_kernel), "example")
+    evidence.check(check_inputs_unmodified, quant_norm_kernel, {**example, "inference": data.draw(st.booleans())})

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from proofs.claims.base import Claim
+from proofs.claims.base import Claim, no_derivation
 from proofs.derivation import AtMost, Derivation, Equal, Fact
 from proofs.quantization import FORMATS, Format, quantize
 
@@ -190,6 +190,9 @@ def _claims(prefix: str, name: str) -> tuple[Claim, ...]:
               r"$|q s - y| \le B_y + s\,q_v/2 + 2u_{32}|y|$ ($q_v$ the format's spacing at $v = y/s$, $B_y$ the "
               r"norm's error bound at $h$ for the declared $y$) where $|v| \le f_{\max}$.", CONDITIONS,
               "contract", "", _dequantized),
+        Claim(f"{prefix}.inputs_unmodified", f"{name} quantized: leaves its inputs alone", "", "(contract)",
+              r"$x$, the residual (unless declared updated in place), the weight, the bias and a static scale are "
+              r"never written.", (), "contract", "", no_derivation),
     )
     if prefix.startswith("add_"):
         claims += (Claim(f"{prefix}.residual_out", f"{name} quantized: residual_out", "", "(contract)",

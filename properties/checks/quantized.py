@@ -7,7 +7,8 @@ proofs/claims/quantization.py), against the intervals of properties.bounds.quant
   y's interval (its inverse for "multiply"); static, the given scale returned bit for bit;
 - .saturation: every element whose v lies beyond the format's range is its largest (lowest) value;
 - .dequantized: |q s - y*| within properties.bounds.quantized.dequantized_bound;
-- add_rms_quant.residual_out: as add_rms.residual_out (properties.bounds.tolerance.residual_out).
+- add_rms_quant.residual_out: as add_rms.residual_out (properties.bounds.tolerance.residual_out);
+- .inputs_unmodified: x, the residual (unless declared in place), weight, bias and a static scale are not written.
 """
 
 from __future__ import annotations
@@ -132,3 +133,19 @@ def check_residual_out(kernel, x: torch.Tensor, weight, eps: float, scale, quant
     given = None if residual is None else residual.clone()
     got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias))
     conclude_residual_out(kernel, got["residual_out"], x, given, residual, **_point(x, quant_dtype, scale))
+
+
+def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
+                            residual=None, bias=None, inference: bool = False) -> None:
+    """x, the residual (unless the kernel declares an in-place residual update), weight, bias and a static scale are
+    bit for bit the same after the call (``inference``: under torch.inference_mode(), a serving stack's call, where
+    a kernel writing its normalized output into x as scratch is tempting)."""
+    inputs = {"x": x, "weight": weight, "bias": bias, "scale": scale}
+    if "residual" not in kernel.in_place:
+        inputs["residual"] = residual
+    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias), allow_nonfinite=True,
+               any_dtype=True, inference=inference)
+    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only unless "
+                  "declared", **_point(x, quant_dtype, scale))

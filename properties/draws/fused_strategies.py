@@ -27,6 +27,7 @@ from properties.draws.dropout_strategies import SCALES, TESTED_PROBABILITIES, no
 from properties.draws.strategies import (
     BIAS_FORMS,
     CI_MAX_WIDTH,
+    MAX_ELEMENTS,
     PRESENT_BIAS_FORMS,
     PRESENT_WEIGHT_FORMS,
     WEIGHT_FORMS,
@@ -61,7 +62,10 @@ MASK_SHAPES, KEEP_RATE_FRACTION, INDEPENDENCE_FRACTION = ((8, 8192), (128, 512))
 KEEP_RATE_SHARES = {"drawn": 0.8, "extreme": 0.2}
 SEED_SHAPES, SEED_FRACTION = ((4, 4096), (16, 1024)), 0.15
 LARGE_PATH_SHAPE = (32, 4096)  # 131 072 elements: above 65 536, where a kernel may switch to another code path
-BATCHES = st.sampled_from((2, 3))  # add_norm_examples' ndims for the claims whose checks take any batch shape
+# add_norm_examples' ndims for the claims whose checks take any batch shape: x [rows, d], [B, S, d], [A, B, C, d]
+# and, for one row, [d] (one token: a kernel that unsqueezes the wrong end of a 1-D x normalizes each element alone)
+BATCHES = st.sampled_from((2, 3, 4, 1))
+FOUR_D_ROWS = (4, 8, 12)  # the rows of a 4-D x (when rows x d allow): its third dimension more than one often
 
 
 def _parameters(draw, kernel: Kernel, d: int, dtype: torch.dtype, device: str, every_input: bool = False) -> dict:
@@ -107,6 +111,11 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     def ratio() -> float:
         return max(-limit, min(draw(offset_ratios(dtype)), limit))
 
+    ndim = draw(ndims) if ndims is not None else 2
+    if n is None and ndim == 1:
+        n = 1  # x [d]: one token
+    elif n is None and ndim == 4 and max(FOUR_D_ROWS) * d <= MAX_ELEMENTS:
+        n = draw(st.sampled_from(FOUR_D_ROWS))  # rows enough for [A, B, C, d] with C > 1
     x = draw(rows(d, n=n, offset=ratio(), scale=scales(dtype), more_rows_every=more_rows_every))
     none = ("none",) if caps.residual_none and residual_dtype is None else ()
     form = residual or draw(st.sampled_from(RESIDUAL_FORMS + none))
@@ -116,7 +125,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
         r = None
     else:
         r = draw(rows(d, n=x.shape[0], offset=ratio(), scale=scales(dtype))) * draw(st.sampled_from([1.0, 4.0]))
-    shape = (*draw(leading_shapes(x.shape[0], draw(ndims) if ndims is not None else 2)), d)
+    shape = (*draw(leading_shapes(x.shape[0], ndim)), d)
     example = {"x": rounded(x.reshape(shape), dtype, caps.device),
                "residual": None if r is None else rounded(r.reshape(shape), residual_dtype or dtype, caps.device),
                **_parameters(draw, kernel, d, parameters, caps.device, every_input),

@@ -71,6 +71,12 @@ The files, by where the bug is:
                      program, vLLM's block size by token count, wide-row weight index, grid-stride scales, sequence
                      amax, INT8 truncation, residual/x written undeclared + declared-bitwise controls (BN, IN, CLN,
                      rms_quant)
+    reported_rows.py modelled on real bug reports (LayerNorm, RMSNorm, the fused add + norms, dropout, dropout + add +
+                     LayerNorm), each on the path a row count, grad mode, eps or rank takes: a multiple of 32 rows
+                     (EVEN_M: one-pass variance, eps fixed), 33 to 64 rows reading the first block's rstd, NaN rows
+                     normalized over their finite elements, eps = 0 read as unset, eps cached per width, statistics by
+                     a matmul under autocast, squares in 16 bits, workspaces and x written when grad mode is off,
+                     dropout skipped without grad, one mask for the batch
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -144,6 +150,7 @@ QUANTIZED_BUGS = {
     "AMAX_OF_THE_FIRST_1024": ("scales",),
     "SCALE_INVERTED": ("values", "dequantized"),
     "NO_SATURATION": ("saturation",),
+    "Y_WRITTEN_INTO_X": ("inputs_unmodified",),
 }
 
 CORPUS: tuple[Entry, ...] = (
@@ -433,6 +440,31 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reported.py:ADD_RMS_QUANT_RESIDUAL_IN_PLACE", "add_rms_quant.residual_out"),
     _broken("reported.py:ADD_RMS_QUANT_WRITES_X", "add_rms_quant.values", "add_rms_quant.dequantized",
             "add_rms_quant.residual_out"),
+    # reported_rows.py: modelled on real bug reports against the row kinds (a red-team session's, caught since)
+    _broken("reported_rows.py:LN_EVEN_M_32_ONE_PASS", "ln.forward", "ln.layout_invariance",
+            "ln.gradient_identities"),
+    _broken("reported_rows.py:RMS_EVEN_M_32_EPS", "rms.forward", "rms.affine", "rms.jacobian"),
+    _broken("reported_rows.py:ADD_RMS_EVEN_M_32_FIXED_EPS", "add_rms.forward"),
+    _broken("reported_rows.py:RMS_SECOND_BLOCK_STALE_RSTD", "rms.forward", "rms.special_inputs"),
+    _broken("reported_rows.py:ADD_RMS_SECOND_BLOCK_STALE_RSTD", "add_rms.forward"),
+    _broken("reported_rows.py:LN_NONFINITE_MASKED", "ln.special_inputs"),
+    _broken("reported_rows.py:LN_EPS_ZERO_UNSET", "ln.forward", "ln.seed_example"),
+    _broken("reported_rows.py:RMS_EPS_ZERO_UNSET", "rms.forward"),
+    _broken("reported_rows.py:LN_EPS_CACHED_PER_WIDTH", "ln.forward", "ln.affine", "ln.variance_insensitivity"),
+    _broken("reported_rows.py:RMS_MATMUL_STATISTICS", "rms.forward"),
+    _broken("reported_rows.py:RMS_SQUARE_IN_STORAGE", "rms.forward", "rms.jacobian", "rms.gradient_identities",
+            "rms.special_inputs", "rms.spectral_norm"),
+    _broken("reported_rows.py:ADD_RMS_STATIC_RESIDUAL_BUFFER", "add_rms.inputs_unmodified"),
+    _broken("reported_rows.py:DROPOUT_REUSED_OUTPUT_BUFFER", "dropout.inputs_unmodified"),
+    _broken("reported_rows.py:DROP_ADD_REUSED_BUFFERS", "drop_add_ln.inputs_unmodified"),
+    _broken("reported_rows.py:DROPOUT_IN_PLACE_WITHOUT_GRAD", "dropout.inputs_unmodified"),
+    _broken("reported_rows.py:DROP_ADD_NO_DROPOUT_WITHOUT_GRAD", "drop_add_ln.values"),
+    _broken("reported_rows.py:DROPOUT_BATCH_SHARED_MASK", "dropout.independence"),
+    _broken("reported_rows.py:DROP_ADD_BATCH_SHARED_MASK", "drop_add_ln.independence"),
+    _broken("reported_rows.py:RMS_FIRST_65536_COLUMNS", "rms.forward", wide=True),
+    _broken("reported_rows.py:ADD_LN_ROWS_ASSUME_3D", "add_ln.forward"),
+    _broken("reported_rows.py:ADD_RMS_ROWS_ASSUME_3D", "add_rms.forward"),
+    _broken("reported_rows.py:ADD_RMS_RANK_1_LAST", "add_rms.forward"),
     # correct
     _correct("torch"),
     _correct("statistics.py:LN_TEXTBOOK"),

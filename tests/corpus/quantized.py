@@ -20,6 +20,9 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                     confused)                                            -> *.values, *.dequantized
     {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
                                     (CPU e4m3fn conversion happens to saturate)                    -> *.saturation
+    {LN,RMS,ADD_RMS}_QUANT_Y_WRITTEN_INTO_X  the normalized y also written into x's buffer (vLLM's in-place rms_norm
+                                    and fused_add_rms_norm semantics behind a functional signature)
+                                                                                    -> *.inputs_unmodified
     ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED  declares a float32 residual_out but rounds it to the residual's dtype
                                                                                       -> add_rms_quant.residual_out
     RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
@@ -116,6 +119,12 @@ def _amax_of_the_first_1024(y32, x, scale, quant_dtype):
 
 def _correct(y32, x, scale, quant_dtype):
     return quantize(y32.to(x.dtype).float(), scale, quant_dtype)
+
+
+def _y_written_into_x(y32, x, scale, quant_dtype):
+    q, s = _correct(y32, x, scale, quant_dtype)
+    x.copy_(y32.to(x.dtype))  # the bug: the normalized output kept in the input's buffer
+    return q, s
 
 
 def _inverse_declared(y32, x, scale, quant_dtype):
@@ -216,6 +225,8 @@ LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED 
     "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
 LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(
     "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
+LN_QUANT_Y_WRITTEN_INTO_X, RMS_QUANT_Y_WRITTEN_INTO_X, ADD_RMS_QUANT_Y_WRITTEN_INTO_X = _every_kind(
+    "Y_WRITTEN_INTO_X", _y_written_into_x, "the normalized y also written into x's buffer", "inputs_unmodified")
 ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED = _kernel(
     "TOKEN_SCALE_UNROUNDED", "ADD_RMS", _token_scale_unrounded,
     "per-token scale from the norm of the unrounded x + residual -> add_rms_quant.scales")

@@ -1,0 +1,296 @@
+"""Broken kernels modelled on real bug reports against the row kinds (LayerNorm, RMSNorm, fused add + LayerNorm/RMSNorm,
+dropout, fused dropout + add + LayerNorm), a red-team session's (2026-11-27), each escaping the draws of its day or
+caught there without an equivalent in this corpus: one torch implementation per kind (statistics in float32, rounded
+once, autograd backward; residual_out = x + residual in the residual's dtype; the dropout mask from a generator seeded
+with the seed) with exactly one thing broken, on the path the real kernel takes by row count, grad mode, eps or rank;
+the manifest (tests/corpus/__init__.py) lists the claims that must catch each. Left out: the same session's bugs the
+draws catch only by chance (one-pass variance of add + LayerNorm on a multiple of 32 rows, a CUDA-graph input replayed
+without its copy) and those this corpus holds already (tests/corpus/reach.py's LN_STALE_CAST_CACHE_IN_INFERENCE,
+parameters.py, fused.py's parameter gradients in 16 bits, residual.py's IN_PLACE_STRIDES_IGNORED, dropout.py's
+uniforms in 16 bits and seed truncations).
+
+    LN_EVEN_M_32_ONE_PASS     a row count that is a multiple of 32 (an EVEN_M heuristic's unmasked fast path,
+                              M % BLOCK_M == 0): the variance in one pass, E[x^2] - E[x]^2 (flash-attention's Triton
+                              EVEN_M path, quoted in MAGICS-LAB/DNABERT_2#89; shape-keyed paths as
+                              triton-lang/triton#630)
+                                                   -> ln.forward, ln.layout_invariance, ln.gradient_identities
+    RMS_EVEN_M_32_EPS         a multiple of 32 rows: eps fixed at 1e-6    -> rms.forward, rms.affine, rms.jacobian
+    ADD_RMS_EVEN_M_32_FIXED_EPS  the same, fused add + RMSNorm                              -> add_rms.forward
+    RMS_SECOND_BLOCK_STALE_RSTD  33 to 64 rows, 32 a program: rows 32.. scaled by the rstd of rows 0.. (a second
+                              block reading the first block's statistics, tenstorrent/tt-metal#14222)
+                                                                      -> rms.forward, rms.special_inputs
+    ADD_RMS_SECOND_BLOCK_STALE_RSTD  the same, fused add + RMSNorm                           -> add_rms.forward
+    LN_NONFINITE_MASKED       a row's statistics over its finite elements only (masked loads with other=0, a
+                              NaN-ignoring max): a row holding NaN or inf comes back finite  -> ln.special_inputs
+    LN_EPS_ZERO_UNSET         eps = 0 read as unset (``eps or 1e-5``)       -> ln.forward, ln.seed_example
+    RMS_EPS_ZERO_UNSET        the same (``eps or 1e-6``)                                     -> rms.forward
+    LN_EPS_CACHED_PER_WIDTH   eps baked into a compiled kernel cached by (d, dtype): a later call of that width with
+                              another eps runs with the first one (a JIT cache key without a constexpr argument)
+                                               -> ln.forward, ln.affine, ln.variance_insensitivity
+    RMS_MATMUL_STATISTICS     the mean square as (x * x) @ (1/d): exact in float32, in bfloat16 under torch.autocast
+                              (an autocast-listed op; huggingface/transformers#33133's mixed-precision RMSNorm)
+                                                                                            -> rms.forward
+    RMS_SQUARE_IN_STORAGE     x * x in x's 16-bit dtype, then summed in float32: float16 squares overflow from
+                              |x| = 256 (skyzh/tiny-llm#18; T5's float16 overflow)
+                                 -> rms.forward, rms.jacobian, rms.gradient_identities, rms.special_inputs,
+                                    rms.spectral_norm
+    ADD_RMS_STATIC_RESIDUAL_BUFFER  grad mode off: residual_out written into a workspace per shape and dtype and
+                              returned, overwritten by the next call (CUDA graphs' static outputs,
+                              pytorch/pytorch#104435, #148439; vllm-project/vllm#9724)     -> add_rms.inputs_unmodified
+    DROPOUT_REUSED_OUTPUT_BUFFER  the same for dropout's output                         -> dropout.inputs_unmodified
+    DROP_ADD_REUSED_BUFFERS   the same for y and residual_out                         -> drop_add_ln.inputs_unmodified
+    DROPOUT_IN_PLACE_WITHOUT_GRAD  grad mode off: y written into x and x returned (``F.dropout(x, inplace=True)``, the
+                              in-place bias-dropout-add of inference paths)                -> dropout.inputs_unmodified
+    DROP_ADD_NO_DROPOUT_WITHOUT_GRAD  grad mode off taken for evaluation: p set to 0 although p is an argument (a
+                              functional kernel's training flag from torch.is_grad_enabled())
+                                                                                            -> drop_add_ln.values
+    DROPOUT_BATCH_SHARED_MASK  x of 3 dimensions or more: the mask of the last two indices only, every batch element
+                              the same mask (the batch index left out of the Philox offset,
+                              flagos-ai/FlagAttention#23; csarofeen/pytorch#1888)        -> dropout.independence
+    DROP_ADD_BATCH_SHARED_MASK  the same, fused dropout + add + LayerNorm               -> drop_add_ln.independence
+    RMS_FIRST_65536_COLUMNS   rows wider than 65536: the mean square of the first 65536 columns only (Triton's
+                              MAX_FUSED_SIZE cap with its raise removed, xlite-dev/LeetCUDA#390)    -> rms.forward
+    ADD_LN_ROWS_ASSUME_3D, ADD_RMS_ROWS_ASSUME_3D  4-D x [A, B, C, d]: normalized over rows of C d (a launcher that
+                              flattens the first two dimensions only, as for [B, S, d])  -> add_ln/add_rms.forward
+    ADD_RMS_RANK_1_LAST       1-D x [d] (one token) unsqueezed to [d, 1]: each element normalized alone
+                              (flagos-ai/FlagGems#5392)                                        -> add_rms.forward
+
+Each kernel is correct in every other respect (the corpus runs a broken kernel on the claims of its entry).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.kernel import Kernel
+
+SPEC = "tests/corpus/reported_rows.py:"
+EVEN_M = 32  # BLOCK_M of an EVEN_M heuristic: row counts that are a multiple of it take the unmasked path
+EVEN_M_EPS = 1e-6  # the eps that path hard-codes
+ROWS_PER_PROGRAM = 32  # a multi-row program's block of rows
+WIDEST_BLOCK = 65536  # the widest row a one-block kernel takes (Triton tutorial 05's MAX_FUSED_SIZE)
+DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}  # the defaults ``eps or default`` falls back to
+_BAKED_EPS: dict[tuple, float] = {}  # LN_EPS_CACHED_PER_WIDTH's compiled kernels: (d, dtype, device) -> eps
+
+
+# --- helpers shared by the kinds ---------------------------------------------------------------------------------
+
+
+def _serving() -> bool:
+    """Grad mode off (torch.no_grad, torch.inference_mode): the path of a serving stack, no gradient to keep."""
+    return not torch.is_grad_enabled()
+
+
+def _static(buffers: dict, t: torch.Tensor, tag: str) -> torch.Tensor:
+    """t copied into a kernel's workspace of ``tag``, one per shape, dtype, device (and inference mode, whose tensors
+    are its own), and that workspace returned: the next call of that shape overwrites it."""
+    key = (tag, tuple(t.shape), t.dtype, t.device, torch.is_inference_mode_enabled())
+    if key not in buffers:
+        buffers[key] = torch.empty_like(t, requires_grad=False)
+    return buffers[key].copy_(t.detach())
+
+
+def _even_m(h: torch.Tensor) -> bool:
+    """A positive row count that is a multiple of :data:`EVEN_M`."""
+    rows = _rows(h)
+    return rows > 0 and rows % EVEN_M == 0
+
+
+def _rows(h: torch.Tensor) -> int:
+    return h.numel() // h.shape[-1] if h.dim() and h.shape[-1] else 0
+
+
+def _centred_and_variance(h: torch.Tensor, rms: bool, bug: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """h - mean (h for RMSNorm) in float32 and the variance (the mean square), [..., 1], with the bug."""
+    values = h.float()
+    if bug == "nonfinite_masked":  # the non-finite elements neither counted nor normalized
+        finite = torch.isfinite(values)
+        count = finite.sum(-1, keepdim=True).clamp_min(1)
+        mean = 0.0 if rms else torch.where(finite, values, 0.0).sum(-1, keepdim=True) / count
+        centred = torch.where(finite, values - mean, 0.0)
+        return centred, centred.square().sum(-1, keepdim=True) / count
+    if bug == "first_65536_columns" and h.shape[-1] > WIDEST_BLOCK:  # statistics of the first block only
+        block = values[..., :WIDEST_BLOCK]
+        mean = 0.0 if rms else block.mean(-1, keepdim=True)
+        return values - mean, (block - mean).square().mean(-1, keepdim=True)
+    mean = 0.0 if rms else values.mean(-1, keepdim=True)
+    centred = values - mean
+    if bug == "one_pass" and _even_m(h):
+        return centred, (values.square().mean(-1, keepdim=True) - mean * mean).clamp_min(0.0)
+    if bug == "matmul_statistics":
+        column = torch.full((h.shape[-1], 1), 1.0 / h.shape[-1], device=h.device)
+        return centred, ((centred * centred) @ column).float()
+    squares = (h * h).float() if bug == "square_in_storage" else centred.square()
+    return centred, squares.mean(-1, keepdim=True)
+
+
+def _normalize(h: torch.Tensor, weight, bias, eps: float, *, rms: bool, bug: str = "") -> torch.Tensor:
+    """N(h) * weight + bias in float32 (not yet rounded), with the bug."""
+    if bug == "eps_zero_unset":
+        eps = eps or DEFAULT_EPS["rmsnorm" if rms else "layernorm"]
+    if bug == "eps_cached_per_width":
+        eps = _BAKED_EPS.setdefault((h.shape[-1], h.dtype, h.device), eps)
+    if bug == "fixed_eps" and _even_m(h):
+        eps = EVEN_M_EPS
+    centred, variance = _centred_and_variance(h, rms, bug)
+    rstd = torch.rsqrt(variance + eps)
+    rows = _rows(h)
+    if bug == "stale_rstd" and ROWS_PER_PROGRAM < rows <= 2 * ROWS_PER_PROGRAM:
+        per_row = rstd.reshape(rows, 1)
+        rstd = torch.cat([per_row[:ROWS_PER_PROGRAM], per_row[:rows - ROWS_PER_PROGRAM]]).reshape(rstd.shape)
+    y = centred * rstd
+    y = y if weight is None else y * weight.float()
+    return y if bias is None else y + bias.float()
+
+
+def _normalized_as_rows(h: torch.Tensor, weight, bias, eps: float, rms: bool, bug: str) -> torch.Tensor:
+    """N(h) * weight + bias in float32 over the rows the kernel takes: h's own; with ``rows_assume_3d`` a 4-D h's
+    [A B, C d] (a launcher flattening the first two dimensions, as for [B, S, d]; the parameters repeated along);
+    with ``rank_1_last`` a 1-D h's [d, 1] (one token unsqueezed at the wrong end: each element normalized alone)."""
+    if bug == "rows_assume_3d" and h.dim() >= 4:
+        repeats = h[0, 0].numel() // h.shape[-1]
+        weight, bias = (None if t is None else t.repeat(repeats) for t in (weight, bias))
+        return _normalize(h.reshape(h.shape[0] * h.shape[1], -1), weight, bias, eps, rms=rms).reshape(h.shape)
+    if bug == "rank_1_last" and h.dim() == 1:
+        y = _normalize(h.unsqueeze(-1), None, None, eps, rms=rms).reshape(h.shape)
+        y = y if weight is None else y * weight.float()
+        return y if bias is None else y + bias.float()
+    return _normalize(h, weight, bias, eps, rms=rms, bug=bug)
+
+
+def _residual_out(branch: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """residual + branch in float32, rounded once to the residual's dtype."""
+    return (residual.float() + branch.float()).to(residual.dtype)
+
+
+def _dropped(x: torch.Tensor, p: float, seed: int, bug: str) -> torch.Tensor:
+    """x * m / (1 - p) in float32, m_i ~ Bernoulli(1 - p) from a generator seeded with ``seed``; with
+    ``batch_shared`` and 3-D x or more, m drawn over the last two dimensions only and repeated over the batch."""
+    if p >= 1.0:
+        return x.float() * 0.0
+    generator = torch.Generator(device=x.device).manual_seed(seed)
+    shape = x.shape[-2:] if bug == "batch_shared" and x.dim() >= 3 else x.shape
+    keep = (torch.rand(shape, generator=generator, device=x.device) >= p).expand(x.shape)
+    return torch.where(keep, x.float() / (1.0 - p), 0.0)
+
+
+# --- the kinds ----------------------------------------------------------------------------------------------------
+
+
+def _function(kind: str, bug: str):
+    """The kind's function (core.kinds' signature) with the bug; its static buffers its own."""
+    buffers: dict[tuple, torch.Tensor] = {}
+
+    def layernorm(x, weight, bias, eps):
+        return _normalize(x, weight, bias, eps, rms=False, bug=bug).to(x.dtype)
+
+    def rmsnorm(x, weight, eps):
+        return _normalize(x, weight, None, eps, rms=True, bug=bug).to(x.dtype)
+
+    def add_norm(x, residual, weight, bias, eps, rms):
+        h = _residual_out(x, residual)
+        y = _normalized_as_rows(h, weight, bias, eps, rms, bug).to(x.dtype)
+        return y, (_static(buffers, h, "residual_out") if bug == "static_buffers" and _serving() else h)
+
+    def add_layernorm(x, residual, weight, bias, eps):
+        return add_norm(x, residual, weight, bias, eps, rms=False)
+
+    def add_rmsnorm(x, residual, weight, eps):
+        return add_norm(x, residual, weight, None, eps, rms=True)
+
+    def dropout(x, p, seed):
+        y = _dropped(x, p, seed, bug).to(x.dtype)
+        if bug == "in_place" and _serving():
+            return x.copy_(y)
+        return _static(buffers, y, "y") if bug == "static_buffers" and _serving() else y
+
+    def dropout_add_layernorm(x, residual, weight, bias, eps, p, seed):
+        if bug == "no_dropout_without_grad" and _serving():
+            p = 0.0
+        h = _residual_out(_dropped(x, p, seed, bug), residual)
+        y = _normalize(h, weight, bias, eps, rms=False).to(x.dtype)
+        if bug == "static_buffers" and _serving():
+            return _static(buffers, y, "y"), _static(buffers, h, "residual_out")
+        return y, h
+
+    return locals()[kind]
+
+
+def _kernel(name: str, kind: str, bug: str, description: str) -> Kernel:
+    return Kernel(name.lower(), kind, _function(kind, bug), spec=f"{SPEC}{name}", description=description)
+
+
+LN_EVEN_M_32_ONE_PASS = _kernel(
+    "LN_EVEN_M_32_ONE_PASS", "layernorm", "one_pass",
+    "a multiple of 32 rows (an EVEN_M fast path, MAGICS-LAB/DNABERT_2#89): the variance in one pass: "
+    "ln.forward, ln.layout_invariance, ln.gradient_identities")
+RMS_EVEN_M_32_EPS = _kernel(
+    "RMS_EVEN_M_32_EPS", "rmsnorm", "fixed_eps",
+    "a multiple of 32 rows (an EVEN_M fast path): eps fixed at 1e-6: rms.forward, rms.affine, rms.jacobian")
+ADD_RMS_EVEN_M_32_FIXED_EPS = _kernel(
+    "ADD_RMS_EVEN_M_32_FIXED_EPS", "add_rmsnorm", "fixed_eps",
+    "a multiple of 32 rows (an EVEN_M fast path): eps fixed at 1e-6: add_rms.forward")
+RMS_SECOND_BLOCK_STALE_RSTD = _kernel(
+    "RMS_SECOND_BLOCK_STALE_RSTD", "rmsnorm", "stale_rstd",
+    "33 to 64 rows, 32 a program: rows 32.. scaled by the rstd of rows 0.. (tenstorrent/tt-metal#14222): "
+    "rms.forward, rms.special_inputs")
+ADD_RMS_SECOND_BLOCK_STALE_RSTD = _kernel(
+    "ADD_RMS_SECOND_BLOCK_STALE_RSTD", "add_rmsnorm", "stale_rstd",
+    "33 to 64 rows, 32 a program: rows 32.. scaled by the rstd of rows 0..: add_rms.forward")
+LN_NONFINITE_MASKED = _kernel(
+    "LN_NONFINITE_MASKED", "layernorm", "nonfinite_masked",
+    "statistics over a row's finite elements only: a row holding NaN or inf comes back finite: ln.special_inputs")
+LN_EPS_ZERO_UNSET = _kernel(
+    "LN_EPS_ZERO_UNSET", "layernorm", "eps_zero_unset", "eps = 0 read as unset (eps or 1e-5): ln.forward, "
+    "ln.seed_example")
+RMS_EPS_ZERO_UNSET = _kernel(
+    "RMS_EPS_ZERO_UNSET", "rmsnorm", "eps_zero_unset", "eps = 0 read as unset (eps or 1e-6): rms.forward")
+LN_EPS_CACHED_PER_WIDTH = _kernel(
+    "LN_EPS_CACHED_PER_WIDTH", "layernorm", "eps_cached_per_width",
+    "eps baked into a kernel compiled once per width and dtype: a later eps of that width ignored: "
+    "ln.forward, ln.affine, ln.variance_insensitivity")
+RMS_MATMUL_STATISTICS = _kernel(
+    "RMS_MATMUL_STATISTICS", "rmsnorm", "matmul_statistics",
+    "the mean square as a matmul with 1/d, bfloat16 under torch.autocast (huggingface/transformers#33133): "
+    "rms.forward")
+RMS_SQUARE_IN_STORAGE = _kernel(
+    "RMS_SQUARE_IN_STORAGE", "rmsnorm", "square_in_storage",
+    "x * x in x's 16-bit dtype, then summed in float32 (float16 overflow, skyzh/tiny-llm#18): "
+    "rms.forward, rms.jacobian, rms.gradient_identities, rms.special_inputs, rms.spectral_norm")
+ADD_RMS_STATIC_RESIDUAL_BUFFER = _kernel(
+    "ADD_RMS_STATIC_RESIDUAL_BUFFER", "add_rmsnorm", "static_buffers",
+    "grad mode off: residual_out returned in a workspace the next call overwrites (pytorch/pytorch#104435): "
+    "add_rms.inputs_unmodified")
+DROPOUT_REUSED_OUTPUT_BUFFER = _kernel(
+    "DROPOUT_REUSED_OUTPUT_BUFFER", "dropout", "static_buffers",
+    "grad mode off: the output returned in a workspace the next call overwrites: dropout.inputs_unmodified")
+DROP_ADD_REUSED_BUFFERS = _kernel(
+    "DROP_ADD_REUSED_BUFFERS", "dropout_add_layernorm", "static_buffers",
+    "grad mode off: y and residual_out returned in workspaces the next call overwrites: drop_add_ln.inputs_unmodified")
+DROPOUT_IN_PLACE_WITHOUT_GRAD = _kernel(
+    "DROPOUT_IN_PLACE_WITHOUT_GRAD", "dropout", "in_place",
+    "grad mode off: y written into x and x returned (F.dropout(x, inplace=True)): dropout.inputs_unmodified")
+DROP_ADD_NO_DROPOUT_WITHOUT_GRAD = _kernel(
+    "DROP_ADD_NO_DROPOUT_WITHOUT_GRAD", "dropout_add_layernorm", "no_dropout_without_grad",
+    "grad mode off taken for evaluation: nothing dropped whatever p: drop_add_ln.values")
+DROPOUT_BATCH_SHARED_MASK = _kernel(
+    "DROPOUT_BATCH_SHARED_MASK", "dropout", "batch_shared",
+    "3-D x or more: one mask of the last two dimensions for every batch element (flagos-ai/FlagAttention#23): "
+    "dropout.independence")
+DROP_ADD_BATCH_SHARED_MASK = _kernel(
+    "DROP_ADD_BATCH_SHARED_MASK", "dropout_add_layernorm", "batch_shared",
+    "3-D x or more: one mask of the last two dimensions for every batch element: drop_add_ln.independence")
+RMS_FIRST_65536_COLUMNS = _kernel(
+    "RMS_FIRST_65536_COLUMNS", "rmsnorm", "first_65536_columns",
+    "rows wider than 65536: the mean square of the first 65536 columns only (Triton's MAX_FUSED_SIZE without its "
+    "raise, xlite-dev/LeetCUDA#390): rms.forward")
+ADD_LN_ROWS_ASSUME_3D = _kernel(
+    "ADD_LN_ROWS_ASSUME_3D", "add_layernorm", "rows_assume_3d",
+    "4-D x [A, B, C, d]: rows of C d (a launcher flattening the first two dimensions only): add_ln.forward")
+ADD_RMS_ROWS_ASSUME_3D = _kernel(
+    "ADD_RMS_ROWS_ASSUME_3D", "add_rmsnorm", "rows_assume_3d",
+    "4-D x [A, B, C, d]: rows of C d (a launcher flattening the first two dimensions only): add_rms.forward")
+ADD_RMS_RANK_1_LAST = _kernel(
+    "ADD_RMS_RANK_1_LAST", "add_rmsnorm", "rank_1_last",
+    "1-D x [d] (one token) unsqueezed to [d, 1]: each element normalized alone (flagos-ai/FlagGems#5392): "
+    "add_rms.forward")
