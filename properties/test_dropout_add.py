@@ -281,7 +281,7 @@ def test_inputs_unmodified(dropout_add_kernel, data):
 
 
 @pytest.mark.claim("drop_add_ln.inputs_unmodified")
-@profiles.share(0.25)
+@profiles.share(0.1)
 @given(data=st.data())
 def test_outputs_are_fresh_tensors(dropout_add_kernel, data):
     """A second call (on -x) leaves y and residual_out of the first as they were, half the draws under

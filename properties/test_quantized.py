@@ -68,7 +68,7 @@ def test_the_dynamic_scale_of_rows_wider_than_1024(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
-@profiles.share(0.25)
+@profiles.share(0.1)
 @given(data=st.data())
 def test_q_of_rows_wider_than_1024(quant_norm_kernel, data):
     """q of rows past a kernel's one block of 1024 columns, static and dynamic scales (a wide-row path that reads the
@@ -112,7 +112,7 @@ def test_residual_out_is_the_sum_in_its_declared_dtype(add_quant_norm_kernel, da
 
 
 @pytest.mark.claim("ln_quant.inputs_unmodified", "rms_quant.inputs_unmodified", "add_rms_quant.inputs_unmodified")
-@profiles.share(0.25)
+@profiles.share(0.1)
 @given(data=st.data())
 def test_inputs_unmodified(quant_norm_kernel, data):
     """Half the draws under torch.inference_mode() (a serving path that uses x as scratch)."""

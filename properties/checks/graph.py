@@ -19,13 +19,19 @@ A training step does not leave a recorded graph alone between its forward and it
    backward gives the gradient for its own upstream gradient; a backward that writes into what it saved (dx into
    the saved x's storage, rstd scaled in place) gives the second one wrong. A kernel that refuses a retained
    graph with an error (torch.compile's donated buffers) is not compared: loud, not silently wrong.
+3. **Another forward before the backward** (pipeline parallelism runs several micro-batches' forwards before their
+   backwards; activation checkpointing recomputes a forward inside another's backward): the first forward's backward
+   gives the first's gradients. A kernel keeping its statistics, mask or seed in module or global state (the latest
+   call's) instead of its autograd context gives the other call's.
 
 So, per example: each differentiable input and each output in turn is written in place after the forward
 (:func:`write_in_place`, under ``torch.no_grad()`` as an optimizer step is: the graph itself is unchanged), then the
 backward either raises autograd's error or gives the fresh graph's gradients within twice their bound (two
 computations of one value, each within one bound of it); the graph is backpropagated twice, with upstream gradients
 g, then -2 g (exact in binary floating point: the second gradients are -2 times the first, each computation within
-its bound, so within 2 + 2 = 4 bounds of -2 times a fresh graph's).
+its bound, so within 2 + 2 = 4 bounds of -2 times a fresh graph's); and a forward on other values (x written as
+above; for a kind with a seed, the next seed) recorded between a forward and its backward leaves that backward's
+gradients within twice their bound of the fresh graph's.
 """
 
 from __future__ import annotations
@@ -82,13 +88,33 @@ def check_recorded_graph(kernel, examples: Callable[[], dict], upstream: Mapping
                                         f"d{name} after {written} was written in place following the forward")
                         for name, g in grads.items()]
     comparisons += _second_backward(kernel, examples(), upstream, fresh, bounds)
+    comparisons += _backward_after_another_forward(kernel, examples, upstream, fresh, bounds)
     if not comparisons:  # every write refused by autograd, and a retained graph refused: loud, nothing silently wrong
         outcome.exact(True, "", **point)
         return
     outcome.conclude(comparisons, "the backward does not differentiate the recorded forward: it reads a tensor "
                                   "written in place after the forward, kept without autograd's version check "
-                                  "(ctx.x = x, not ctx.save_for_backward), or a second backward of one graph "
-                                  "(retain_graph=True) is not the gradient for its upstream gradient", **point)
+                                  "(ctx.x = x, not ctx.save_for_backward), a second backward of one graph "
+                                  "(retain_graph=True) is not the gradient for its upstream gradient, or it reads "
+                                  "state a later forward replaced (the latest call's statistics, mask or seed)",
+                     **point)
+
+
+def _backward_after_another_forward(kernel, examples: Callable[[], dict], upstream: Mapping[str, torch.Tensor],
+                                    fresh: dict, bounds: Mapping) -> list:
+    """Comparisons of a forward's gradients, backpropagated after a second forward (its x written as
+    :func:`write_in_place` writes, its seed the next one) was recorded, with a fresh graph's."""
+    leaves, outputs = norms.record(kernel, examples(), allow_nonfinite=True)
+    other = examples()
+    other["x"] = other["x"].clone()
+    write_in_place(other["x"])
+    if other.get("seed") is not None:
+        other["seed"] = other["seed"] + 1
+    norms.record(kernel, other, allow_nonfinite=True)  # kept alive until the first backward ran
+    grads = norms.backward(kernel, leaves, outputs, upstream, allow_nonfinite=True)
+    return [outcome.compare(g, fresh[name], 2 * bounds[name],
+                            f"d{name} after another forward was recorded before this forward's backward")
+            for name, g in grads.items()]
 
 
 def _second_backward(kernel, example: dict, upstream: Mapping[str, torch.Tensor], fresh: dict, bounds: Mapping

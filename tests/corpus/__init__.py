@@ -46,7 +46,8 @@ The files, by where the bug is:
                      partial-sum buffer some programs never write, y rows a rounded-down grid never writes
     graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
                      output kept as ctx attributes (written in place after the forward), a saved buffer reused as
-                     scratch (a second backward, retain_graph=True) + a save_for_backward control
+                     scratch (a second backward, retain_graph=True), the latest call's arguments kept in the
+                     function's own state (another forward before the backward) + a save_for_backward control
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs, empty batches,
                      inputs that do not require grad, a training step's own forward, unevenly spaced rows,
@@ -322,6 +323,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("graph.py:ADD_LN_RESIDUAL_OUT_KEPT", "add_ln.jacobian"),
     _broken("graph.py:DROPOUT_MASK_FROM_KEPT_OUTPUT", "dropout.gradient"),
     _broken("graph.py:LN_BACKWARD_SCALES_SAVED_XHAT", "ln.jacobian"),
+    _broken("graph.py:LN_LATEST_CALL", "ln.jacobian"),
+    _broken("graph.py:DROPOUT_LATEST_CALL", "dropout.gradient"),
+    _broken("graph.py:DROP_ADD_LATEST_CALL", "drop_add_ln.gradient"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),

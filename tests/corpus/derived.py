@@ -27,12 +27,14 @@ def _one_pass_around_one_shift(x: torch.Tensor, eps: float, storage: torch.dtype
     """One-pass moments E[(x-K)^2] - E[x-K]^2 in float32 around ONE shift K for the whole tensor (its mean), the
     "shifted data" algorithm with the shift computed once per call instead of once per row. Where every row has
     about the same mean (all of ln.forward's draws) x - K is of the order of std and nothing cancels; a row whose
-    mean is c std away from K loses ~ u c^2 of its variance. Must fail ln.shift_invariance (rows shifted by
-    different amounts, up to the error model's |mean|/std limit); passes ln.forward."""
+    mean is c std away from K loses ~ u c^2 of its variance. The row's mean itself is its own (a kernel that also
+    rebuilt it as K + E[x - K] would err by u |K| rstd on a constant row, which ln.forward's rows of d = 1 show).
+    Must fail ln.shift_invariance (rows shifted by different amounts, up to the error model's |mean|/std limit);
+    passes ln.forward."""
     centred = x - x.mean()
     first = centred.mean(-1, keepdim=True)
     variance = (centred.square().mean(-1, keepdim=True) - first.square()).clamp_min(0.0)
-    return x.mean() + first, torch.rsqrt(variance + eps)
+    return x.mean(-1, keepdim=True), torch.rsqrt(variance + eps)
 
 
 def _flushed(t: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,8 @@ gradient bound allows (properties.bounds.tolerance), so it runs in every dtype.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from core.kernel import Kernel
@@ -46,7 +48,7 @@ def _mask(shape, p: float, seed: int, bug: str, dtype: torch.dtype = torch.float
     if bug == "rows" or (bug == "rows_above_4096" and shape[-1] > 4096):
         return (torch.rand(shape[-1], generator=generator) >= p).expand(shape)
     if bug == "every_64_rows":  # row r gets the mask of row r mod 64
-        rows = shape[0] if len(shape) > 1 else 1
+        rows = math.prod(shape[:-1])  # x's rows over every leading dimension
         first = torch.rand(min(rows, 64), shape[-1], generator=generator) >= p
         return first.repeat(-(-rows // 64), 1)[:rows].reshape(shape)
     if bug == "blocks":  # one draw for each pair of neighbours (an even width)

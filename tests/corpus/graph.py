@@ -21,6 +21,12 @@ such in-place gradient arithmetic to allow retain_graph).
                                                                                            -> dropout.gradient
     LN_BACKWARD_SCALES_SAVED_XHAT       LayerNorm whose backward scales its saved xhat in place (one allocation
                                         saved): right once, wrong on a second backward     -> ln.jacobian
+    {LN,DROPOUT,DROP_ADD}_LATEST_CALL   the recomputing backward on the latest call's arguments, kept in the
+                                        function's own state (a module attribute, an RNG tracker's latest seed),
+                                        not the call's context: a second forward before the first's backward (pipeline
+                                        micro-batches, a norm applied twice) gives the first the second's statistics
+                                        or mask (pytorch/pytorch#190758's class) -> ln.jacobian, dropout.gradient,
+                                        drop_add_ln.gradient
 """
 
 from __future__ import annotations
@@ -35,13 +41,15 @@ from corpus.correct import _affine, layernorm_two_pass_float64
 
 SPEC = "tests/corpus/graph.py:"
 _TENSOR = object()  # where a tensor argument stood in the call a Function keeps
+_LATEST: dict = {}  # keep="latest": each function's latest call's arguments (state outside the autograd context)
 
 
 class _Checkpointed(torch.autograd.Function):
     """``fn(*args)`` computed without a graph; the backward recomputes ``fn`` on the kept tensor arguments with grad
     enabled and differentiates that (activation checkpointing). ``keep``: "saved" (``ctx.save_for_backward``:
     autograd refuses a backward after one of them was written in place) or "attribute" (``ctx.tensors``: no version
-    check, the backward differentiates at the written values)."""
+    check, the backward differentiates at the written values) or "latest" (every argument in the function's own
+    state, :data:`_LATEST`: the backward differentiates the latest call's)."""
 
     @staticmethod
     def forward(ctx, fn, keep: str, *args):
@@ -50,13 +58,19 @@ class _Checkpointed(torch.autograd.Function):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if keep == "saved":
             ctx.save_for_backward(*tensors)
+        elif keep == "latest":
+            _LATEST[fn] = ([_TENSOR if isinstance(a, torch.Tensor) else a for a in args], tensors)
         else:
             ctx.tensors = tensors
         return fn(*args)
 
     @staticmethod
     def backward(ctx, *grads):
-        kept = iter(ctx.saved_tensors if ctx.keep == "saved" else ctx.tensors)
+        if ctx.keep == "latest":
+            ctx.args, tensors = _LATEST[ctx.fn]
+            kept = iter(tensors)
+        else:
+            kept = iter(ctx.saved_tensors if ctx.keep == "saved" else ctx.tensors)
         needs = ctx.needs_input_grad[2:]
         args = [next(kept).detach().requires_grad_(need) if a is _TENSOR else a
                 for a, need in zip(ctx.args, needs, strict=True)]
@@ -186,3 +200,10 @@ DROPOUT_MASK_FROM_KEPT_OUTPUT = _kernel("DROPOUT_MASK_FROM_KEPT_OUTPUT", "dropou
 LN_BACKWARD_SCALES_SAVED_XHAT = _kernel("LN_BACKWARD_SCALES_SAVED_XHAT", "layernorm", _layernorm_scaling_saved_xhat,
                                         "backward scales its saved xhat in place: a second backward is wrong: "
                                         "ln.jacobian")
+LN_LATEST_CALL = _kernel("LN_LATEST_CALL", "layernorm", _checkpointed(layernorm_two_pass_float64, "latest"),
+                         "recomputing backward on the latest call's arguments: ln.jacobian")
+DROPOUT_LATEST_CALL = _kernel("DROPOUT_LATEST_CALL", "dropout", _checkpointed(dropout.DROPOUT_BERNOULLI.fn, "latest"),
+                              "recomputing backward on the latest call's x and seed: dropout.gradient")
+DROP_ADD_LATEST_CALL = _kernel("DROP_ADD_LATEST_CALL", "dropout_add_layernorm",
+                               _checkpointed(dropout_add.DROP_ADD_CORRECT.fn, "latest"),
+                               "recomputing backward on the latest call's arguments: drop_add_ln.gradient")

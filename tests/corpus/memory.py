@@ -18,7 +18,10 @@ def read_as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
 def read_rows_by_the_last_row_stride(t: torch.Tensor) -> torch.Tensor:
     """t (at least 2-D) read as rows of its last axis stepped by ``t.stride(-2)``, as a kernel that flattens the
     leading axes into one with that stride does: right when the rows are evenly spaced (2-D, contiguous, every other
-    column), wrong for an [S, B, d] tensor viewed as [B, S, d]; zeros past the storage's end."""
+    column), wrong for an [S, B, d] tensor viewed as [B, S, d]; zeros past the storage's end. A 1-D t is one row,
+    read as it is."""
+    if t.dim() < 2:
+        return t.clone()
     *leading, d = t.shape
     rows = 1
     for size in leading:
