@@ -68,7 +68,7 @@ def test_the_dynamic_scale_of_rows_wider_than_1024(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
-@profiles.share(0.1)
+@profiles.share(0.25)
 @given(data=st.data())
 def test_q_of_rows_wider_than_1024(quant_norm_kernel, data):
     """q of rows past a kernel's one block of 1024 columns, static and dynamic scales (a wide-row path that reads the
