@@ -466,6 +466,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reported_rows.py:DROPOUT_BATCH_SHARED_MASK", "dropout.independence"),
     _broken("reported_rows.py:DROP_ADD_BATCH_SHARED_MASK", "drop_add_ln.independence"),
     _broken("reported_rows.py:RMS_FIRST_65536_COLUMNS", "rms.forward", wide=True),
+    _broken("reported_rows.py:ADD_RMS_FIRST_65536_COLUMNS", "add_rms.forward", wide=True),
     _broken("reported_rows.py:ADD_LN_ROWS_ASSUME_3D", "add_ln.forward"),
     _broken("reported_rows.py:ADD_RMS_ROWS_ASSUME_3D", "add_rms.forward"),
     _broken("reported_rows.py:ADD_RMS_RANK_1_LAST", "add_rms.forward"),

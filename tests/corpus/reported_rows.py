@@ -50,6 +50,7 @@ uniforms in 16 bits and seed truncations).
     DROP_ADD_BATCH_SHARED_MASK  the same, fused dropout + add + LayerNorm               -> drop_add_ln.independence
     RMS_FIRST_65536_COLUMNS   rows wider than 65536: the mean square of the first 65536 columns only (Triton's
                               MAX_FUSED_SIZE cap with its raise removed, xlite-dev/LeetCUDA#390)    -> rms.forward
+    ADD_RMS_FIRST_65536_COLUMNS  the same, fused add + RMSNorm                                -> add_rms.forward
     ADD_LN_ROWS_ASSUME_3D, ADD_RMS_ROWS_ASSUME_3D  4-D x [A, B, C, d]: normalized over rows of C d (a launcher that
                               flattens the first two dimensions only, as for [B, S, d])  -> add_ln/add_rms.forward
     ADD_RMS_RANK_1_LAST       1-D x [d] (one token) unsqueezed to [d, 1]: each element normalized alone
@@ -284,6 +285,9 @@ RMS_FIRST_65536_COLUMNS = _kernel(
     "RMS_FIRST_65536_COLUMNS", "rmsnorm", "first_65536_columns",
     "rows wider than 65536: the mean square of the first 65536 columns only (Triton's MAX_FUSED_SIZE without its "
     "raise, xlite-dev/LeetCUDA#390): rms.forward")
+ADD_RMS_FIRST_65536_COLUMNS = _kernel(
+    "ADD_RMS_FIRST_65536_COLUMNS", "add_rmsnorm", "first_65536_columns",
+    "rows wider than 65536: the mean square of the first 65536 columns of residual_out only: add_rms.forward")
 ADD_LN_ROWS_ASSUME_3D = _kernel(
     "ADD_LN_ROWS_ASSUME_3D", "add_layernorm", "rows_assume_3d",
     "4-D x [A, B, C, d]: rows of C d (a launcher flattening the first two dimensions only): add_ln.forward")
