@@ -12,6 +12,7 @@ every verdict is the same on every run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -30,10 +31,8 @@ from properties.checks.graph import check_recorded_graph
 def _dropout(kernel, x: torch.Tensor, p: float, seed: int, inference: bool = False) -> torch.Tensor:
     """The kernel's output (``inference``: called under torch.inference_mode(), grad mode off, as a serving stack or
     an evaluation calls it: a kernel's path of its own there)."""
-    if inference:
-        with torch.inference_mode():
-            return guard.call(kernel, x, p, seed, like=x)
-    return guard.call(kernel, x, p, seed, like=x)
+    with torch.inference_mode() if inference else nullcontext():
+        return guard.call(kernel, x, p, seed, like=x)
 
 
 def kept_mask(kernel, x: torch.Tensor, p: float, seed: int) -> np.ndarray:

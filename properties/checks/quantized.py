@@ -19,6 +19,7 @@ import torch
 from core.capabilities import dtype_name
 from properties import evidence, norms, outcome
 from properties.bounds import quantized as bounds
+from properties.checks.contracts import read_only
 from properties.checks.fused import conclude_residual_out
 
 
@@ -143,7 +144,7 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, scale, 
     inputs = {"x": x, "weight": weight, "bias": bias, "scale": scale}
     if "residual" not in kernel.in_place:
         inputs["residual"] = residual
-    before = {name: t.clone() for name, t in inputs.items() if t is not None}
+    before = read_only(kernel, inputs)
     norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias), allow_nonfinite=True,
                any_dtype=True, inference=inference)
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
