@@ -6,10 +6,10 @@ The suite runs ONCE, in one subprocess, over the whole corpus, exactly as a user
     NORMVERIFY_PROFILE=ci python -m pytest properties --kernel SPEC ... --json OUT -p no:cacheprovider -q -n 2
 
 plus ``--tb=line`` (the verdicts are read from the JSON, and formatting each failure's traceback with its source
-took a fifth of the run) and ``-p corpus.selection``, which runs each broken kernel on the claims of
-its ``expect`` set only (each correct kernel runs every claim of its kind) and skips Hypothesis' shrinking
-(same examples, same verdicts). The tests below read the Results JSON it writes. Under pytest-xdist the run
-is shared by the workers (a file lock in the session's base temp directory).
+took a fifth of the run), ``-p corpus.selection``, which runs each broken kernel on the claims of
+its ``expect`` set only (each correct kernel runs every claim of its kind), and ``-p without_shrinking``, which skips
+Hypothesis' shrinking (same examples, same verdicts). The tests below read the Results JSON it writes. Under
+pytest-xdist the run is shared by the workers (tests/session_once.py).
 
 The worst ratios of this run are not margins (without shrinking, a failing test stops soon after its first
 failure): tests/test_corpus_margins.py measures the margins on inputs chosen for each numerical bug.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from corpus import BROKEN, CORPUS, CORRECT, Entry
-from filelock import FileLock
+from session_once import once_per_session
 
 from core.results import worst
 
@@ -60,7 +60,7 @@ class CorpusRun:
 
 
 def corpus_command(json_path: Path) -> list[str]:
-    return [sys.executable, "-m", "pytest", "properties", "-p", "corpus.selection",
+    return [sys.executable, "-m", "pytest", "properties", "-p", "corpus.selection", "-p", "without_shrinking",
             *(f"--kernel={entry.spec}" for entry in CORPUS),
             "--json", str(json_path), "-p", "no:cacheprovider", "-q", "-n", "2",
             "--tb=line"]
@@ -73,7 +73,7 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-def run_corpus(directory: Path) -> CorpusRun:
+def run_corpus(directory: Path) -> None:
     json_path = directory / "corpus-results.json"
     command = corpus_command(json_path)
     start = time.monotonic()
@@ -81,10 +81,8 @@ def run_corpus(directory: Path) -> CorpusRun:
                           timeout=RUN_TIMEOUT_S)
     seconds = time.monotonic() - start
     output = proc.stdout[-20000:] + proc.stderr[-5000:]
-    document = json.loads(json_path.read_text()) if json_path.exists() else {}
     (directory / "corpus-run.json").write_text(json.dumps(
         {"command": command, "returncode": proc.returncode, "seconds": seconds, "output": output}))
-    return CorpusRun(command, proc.returncode, seconds, output, document)
 
 
 def load_corpus_run(directory: Path) -> CorpusRun:
@@ -97,14 +95,7 @@ def load_corpus_run(directory: Path) -> CorpusRun:
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> CorpusRun:
     """The suite's results over the whole corpus, computed once per session (shared by xdist workers)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    directory = shared / "normverify-corpus"
-    directory.mkdir(exist_ok=True)
-    with FileLock(str(directory / "run.lock")):
-        if (directory / "corpus-run.json").exists():
-            return load_corpus_run(directory)
-        return run_corpus(directory)
+    return load_corpus_run(once_per_session(tmp_path_factory, "normverify-corpus", run_corpus))
 
 
 def test_the_corpus_run_completes_and_writes_its_results(corpus: CorpusRun, record_property):

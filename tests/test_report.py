@@ -259,17 +259,20 @@ def layernorm(x, weight, bias, eps):
 
 @needs_pdf_tools
 def test_a_failing_run_reports_its_counterexample_and_the_replay_reproduces_it(tmp_path, capsys):
-    """End to end: a broken kernel file, `normverify run` of ln.forward writing the PDF report, then the replay."""
+    """End to end: a broken kernel file, `normverify run` of ln.mean_stability (one test, which the uncentered kernel
+    fails: ln.forward's two dozen tests would each shrink a counterexample here) writing the PDF report, then the
+    replay."""
     kernel = tmp_path / "uncentered_ln.py"
     kernel.write_text(UNCENTERED_LAYERNORM)
     report = tmp_path / "report"
     run = subprocess.run([sys.executable, "-m", "verify", "run", "--kernel", f"{kernel}:layernorm", "--claims",
-                          "ln.forward", "--profile", "ci", "-n", "0", "--quiet", "--report", str(report), "--pdf"],
+                          "ln.mean_stability", "--profile", "ci", "-n", "0", "--quiet", "--report", str(report),
+                          "--pdf"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     document = json.loads((report / "results.json").read_text())
     failed = [r for r in document["results"] if r["status"] == "failed"]
-    assert failed and {r["claim"] for r in failed} == {"ln.forward"}
+    assert failed and {r["claim"] for r in failed} == {"ln.mean_stability"}
     counterexample = failed[0]["counterexamples"][0]
     assert Path(counterexample["file"]).is_file()
     text = squeeze(subprocess.run(["pdftotext", report / "report.pdf", "-"], capture_output=True, text=True,

@@ -11,12 +11,14 @@ suite reports about real code: update docs/findings.md with it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from session_once import once_per_session
 
 from core.results import SummaryRow, parse
 
@@ -50,17 +52,28 @@ VERDICTS = {
 KERNELS = list(dict.fromkeys(kernel for kernel, _ in VERDICTS))
 
 
+def run_the_kernels(directory: Path) -> None:
+    """One conformance run over KERNELS and CLAIMS, without shrinking (tests/without_shrinking.py: the verdicts and
+    the ratios of the generated examples are read here, not minimal counterexamples), its JSON and output in
+    ``directory``."""
+    command = [sys.executable, "-m", "pytest", "properties", "-q", "-p", "no:cacheprovider", "-p", "without_shrinking",
+               "--hypothesis-profile", "ci", "--claims", CLAIMS, "--json", str(directory / "results.json"),
+               *(arg for kernel in KERNELS for arg in ("--kernel", kernel))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), str(ROOT),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    (directory / "output.txt").write_text(f"exit {run.returncode}\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[tuple[str, str], SummaryRow]:
-    """{(kernel, claim): its tests together (worst status, worst ratio)} of one conformance run over KERNELS, CLAIMS."""
-    json_path = tmp_path_factory.mktemp("thirdparty") / "results.json"
-    command = [sys.executable, "-m", "pytest", "properties", "-q", "-p", "no:cacheprovider",
-               "--hypothesis-profile", "ci", "--claims", CLAIMS, "--json", str(json_path),
-               *(arg for kernel in KERNELS for arg in ("--kernel", kernel))]
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert json_path.exists(), f"the run wrote no results (exit {run.returncode}):\n{run.stdout[-3000:]}{run.stderr}"
+    """{(kernel, claim): its tests together (worst status, worst ratio)} of the one run over KERNELS and CLAIMS
+    (shared by pytest-xdist's workers: tests/session_once.py)."""
+    directory = once_per_session(tmp_path_factory, "normverify-thirdparty", run_the_kernels)
+    json_path, output = directory / "results.json", (directory / "output.txt").read_text()
+    assert json_path.exists(), f"the run wrote no results: {output}"
     document = parse(json.loads(json_path.read_text()))
-    assert document.complete, run.stdout[-3000:]
+    assert document.complete, output
     rows: dict[tuple[str, str], SummaryRow] = {}
     for result in document.results:
         row = rows.setdefault((result.kernel, result.claim), SummaryRow(result.claim, result.kernel, []))

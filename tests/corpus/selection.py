@@ -1,5 +1,4 @@
-"""pytest plugin of the corpus run (tests/test_corpus.py): which conformance tests each corpus kernel runs,
-and no shrinking.
+"""pytest plugin of the corpus run (tests/test_corpus.py): which conformance tests each corpus kernel runs.
 
 A broken kernel runs only the tests of the claims in its ``expect`` set (it must fail those) and of its
 ``missed_by`` set (it must pass those): what else it fails is not the corpus's business (and running every claim
@@ -9,16 +8,13 @@ time) only those whose bug shows at that scale (``Entry.at_scale``), of the test
 kernel not in the
 manifest, runs every test but, for a correct kernel of the corpus files, the large-batch ones (LARGE_BATCH_TESTS).
 
-The loaded Hypothesis profile (ci) is kept except for its shrink (and explain) phases: the derandomized
-examples are generated exactly as under ci, so every verdict and the worst ratio over them are the same,
-but a failing test stops after generating instead of spending most of the run minimizing a
-counterexample nobody reads here. Loaded with ``-p corpus.selection`` and ``tests/`` on PYTHONPATH.
+Loaded with ``-p corpus.selection`` and ``tests/`` on PYTHONPATH; the corpus run loads ``-p without_shrinking``
+(tests/without_shrinking.py) beside it.
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import Phase, settings
 
 from core.registry import Kernel
 from corpus import CORPUS
@@ -34,7 +30,6 @@ WIDE_TESTS = ("_beyond_8192_columns", "_beyond_65536_columns")
 # every kernel outside the corpus run does (the GPU check runs the corpus files' correct kernels on all of them).
 LARGE_BATCH_TESTS = "_of_a_large_batch"
 CORPUS_FILES = "tests/corpus/"
-WITHOUT_SHRINKING = tuple(phase for phase in Phase if phase not in (Phase.shrink, Phase.explain))
 
 
 def _kernel(item: pytest.Item) -> Kernel | None:
@@ -63,12 +58,6 @@ def selected(item: pytest.Item) -> bool:
     if any(name in item.name for name in WIDE_TESTS) and kernel.spec not in WIDE:
         return False
     return bool(_claims(item) & SELECTED_CLAIMS[kernel.spec])
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """After the profile is loaded (pytest_configure), before the tests are collected (their settings made)."""
-    settings.register_profile("corpus", settings(settings.default, phases=WITHOUT_SHRINKING))
-    settings.load_profile("corpus")
 
 
 @pytest.hookimpl(trylast=True)
