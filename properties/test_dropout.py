@@ -30,6 +30,7 @@ from properties.checks.dropout import (
     check_determinism,
     check_edge_probabilities,
     check_gradient,
+    check_gradient_at_edge_probabilities,
     check_independence,
     check_inputs_unmodified,
     check_keep_rate,
@@ -142,6 +143,20 @@ def test_p_zero_is_identity_and_p_one_is_zeros_at_scale(dropout_kernel, data):
     _require_native_speed(dropout_kernel)
     example = data.draw(mask_inputs(dropout_kernel, at_scale_elements(dropout_kernel), (1024,)), "example")
     evidence.check(check_edge_probabilities, dropout_kernel, {"x": example["x"], "seed": example["seed"]})
+
+
+@pytest.mark.claim("dropout.edge_probabilities")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_gradient_at_p_zero_is_dy_and_at_p_one_zeros(dropout_kernel, data):
+    """The backward's own special cases: a forward that returns zeros at p = 1 and a backward that still scales by
+    1/(1-p) (pytorch/pytorch#75288's guard, needed in both directions) give 0 * inf = NaN."""
+    norms.require_backward(dropout_kernel)
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    dy = nonzero_values(tuple(example["x"].shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    evidence.check(check_gradient_at_edge_probabilities, dropout_kernel,
+                   {"x": example["x"], "seed": example["seed"],
+                    "dy": rounded(dy, example["x"].dtype, str(example["x"].device))})
 
 
 @pytest.mark.claim("dropout.gradient")

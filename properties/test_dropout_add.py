@@ -30,6 +30,7 @@ from properties.checks.dropout_add import (
     LAYOUTS,
     check_determinism,
     check_gradient,
+    check_gradient_at_edge_probabilities,
     check_independence,
     check_keep_rate,
     check_layout_invariance,
@@ -231,6 +232,17 @@ def test_gradient_uses_the_forward_mask(dropout_add_kernel, data):
     require_backward(dropout_add_kernel)
     example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
     evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_gradient_at_p_zero_and_one(dropout_add_kernel, data):
+    """p = 0: dx is J^T dy + dh; p = 1: dx is 0 exactly (or p = 1 refused), the residual's gradient J^T dy + dh."""
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
+    evidence.check(check_gradient_at_edge_probabilities, dropout_add_kernel,
+                   {name: value for name, value in example.items() if name != "p"})
 
 
 @pytest.mark.claim("drop_add_ln.gradient")

@@ -249,6 +249,11 @@ def _edge_probabilities() -> Derivation:
         Fact(r"0 \cdot \mathrm{fl}(1/(1-1)) = 0 \cdot \infty = \mathrm{NaN}",
              "a kernel scaling by the float 1/(1-p) at p = 1 returns NaN: the contract defines the output 0",
              _zero_times_infinity_is_nan),
+        Equal(sp.diff(z_k.subs({m[k]: 1}).subs(p, 0), x[k]), 1,
+              r"the backward of $p = 0$: $\partial z_k/\partial x_k = 1$, $\partial L/\partial x = g$ exactly"),
+        Equal(sp.diff(z_k.subs(m[k], 0), x[k]), 0,
+              r"the backward of $p = 1$: $\partial z_k/\partial x_k = 0$, $\partial L/\partial x = 0$ "
+              r"(the same $0 \cdot \infty$ where a backward scales by the float $1/(1-p)$)"),
     ))
 
 
@@ -292,8 +297,9 @@ CLAIMS = (
           r"Masks of seeds $s$ and $s'$ (here $s+1$, $s \oplus 1$, $s+2$) are independent: their agreeing count of "
           r"$n$ elements is Binomial$(n, p^2+(1-p)^2)$.", (r"$0 < p < 1$",), "contract", "", _seeds),
     Claim("dropout.edge_probabilities", "p = 0 and p = 1", "", "(contract)",
-          r"$p = 0$ returns $x$ exactly; $p = 1$ returns zeros (no NaN, no inf); $p$ outside $[0, 1]$ is not "
-          r"dropout.", (r"$p \in \{0, 1\}$",), "contract", "", _edge_probabilities),
+          r"$p = 0$ returns $x$ exactly and its backward $g$; $p = 1$ returns zeros and its backward zeros (no NaN, "
+          r"no inf); $p$ outside $[0, 1]$ is not dropout.", (r"$p \in \{0, 1\}$",), "contract", "",
+          _edge_probabilities),
     Claim("dropout.gradient", "The gradient uses the forward's mask", "", "(contract)",
           r"$\partial L/\partial x = g \odot m/(1-p)$ with the mask $m$ of the same forward call, element by element.",
           (r"$0 \le p < 1$",), "contract", "", _gradient),

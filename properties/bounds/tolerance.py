@@ -292,7 +292,7 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
             continue
         u_o, eta_o = unit_roundoffs(given.dtype)[1], _eta(kernel, given.dtype)
         if name == "x" and p is not None:
-            scale = 1.0 / (1.0 - p)
+            scale = 1.0 / (1.0 - p) if p < 1 else 0.0  # p = 1 drops every element: dL/dx is 0 exactly
             bounds[name] = (scale * before_rounding * (1 + u_o) ** 4 + ((1 + u_o) ** 4 - 1) * scale * magnitude
                             + U64 * scale * magnitude + 4 * (1 + u_o) ** 3 * eta_o)
         else:

@@ -96,6 +96,22 @@ def check_edge_probabilities(kernel, x: torch.Tensor, seed: int) -> None:
                   "p = 0 must return x exactly and p = 1 zeros", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+def check_gradient_at_edge_probabilities(kernel, x: torch.Tensor, seed: int, dy: torch.Tensor) -> None:
+    """The backward of p = 0 is the identity, dL/dx = dy bit for bit (dy * 1/(1 - 0) is exact), and of p = 1 zero,
+    dL/dx = 0 exactly: a backward that scales by 1/(1-p) where its forward special-cased p = 1 gives 0 * inf = NaN
+    (a NaN or inf is a KernelFault: failed)."""
+    norms.require_backward(kernel)
+    wrong = []
+    for p, expected in ((0.0, dy), (1.0, torch.zeros_like(dy))):
+        leaf = x.detach().clone().requires_grad_(True)
+        (dx,) = guard.grad(kernel, _dropout(kernel, leaf, p, seed), (leaf,), dy)
+        differ = int((dx != expected).sum())
+        if differ:
+            wrong.append(f"p = {p:g}: dL/dx differs from {'dy' if p == 0 else 0} in {differ} of {dx.numel()} elements")
+    outcome.exact(not wrong, "; ".join(wrong), "the backward of p = 0 must return dy exactly and of p = 1 zeros",
+                  d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
 def check_gradient(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tensor) -> None:
     """dL/dx = dy * m / (1-p) with the forward's own mask m = (y != 0): 0 exactly where the forward dropped, the
     rounding bound of the scaling where it kept (tolerance.dropout_scaling of dy)."""

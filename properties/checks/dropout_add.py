@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core import guard
 from core.capabilities import dtype_name
 from properties import norms, outcome
 from properties.bounds import dropout_statistics as statistics
@@ -93,7 +94,7 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
     h = got["residual_out"]
     kept = as_float64(h) != as_float64(residual)
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)
-    expected["x"] = np.where(kept, expected["x"] / (1.0 - p), 0.0)
+    expected["x"] = np.where(kept, expected["x"] * (1.0 / (1.0 - p) if p < 1 else 0.0), 0.0)
     bounds["x"] = np.where(kept, bounds["x"], 0.0)
     comparisons = []
     for name, g in grads.items():
@@ -101,6 +102,22 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
         comparisons.append(outcome.compare(g, expected[name], bound, f"d{name}"))
     outcome.conclude(comparisons, "the backward does not drop the forward's mask and rescale by 1/(1-p), or does not "
                                   "pass J^T dy + dh to the residual", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_gradient_at_edge_probabilities(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, seed: int,
+                                         dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
+    """:func:`check_gradient` at p = 0 (every element kept, dL/dx = J^T dy + dh) and at p = 1 (every element dropped,
+    dL/dx = 0 exactly: a backward scaling by 1/(1-p) where its forward special-cased p = 1 gives 0 * inf = NaN); a
+    kernel that refuses p = 1 with an error (as its forward may: the edge claim of drop_add_ln.values) is checked at
+    p = 0 only."""
+    check_gradient(kernel, x, residual, weight, eps, 0.0, seed, dy, dh, bias)
+    try:
+        outputs(kernel, x, residual.clone(), weight, bias, eps, 1.0, seed)
+    except guard.KernelFault as fault:
+        if fault.reason == "raised":
+            return
+        raise
+    check_gradient(kernel, x, residual, weight, eps, 1.0, seed, dy, dh, bias)
 
 
 LAYOUTS = (*dropout_checks.LAYOUTS, "offset")

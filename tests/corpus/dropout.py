@@ -132,6 +132,13 @@ def _float_scale(p: float) -> float:
     return 1.0 / (1.0 - p) if p < 1.0 else float("inf")
 
 
+def _backward_float_scale(p: float) -> float:
+    """The backward's 1/(1 - p) without the p = 1 case its forward has (pytorch/pytorch#75288: native_dropout's
+    ``p == 1 ? 0 : 1/(1-p)`` is needed in both directions): the forward returns zeros at p = 1, the backward
+    dy * mask * inf, 0 * inf = NaN. Must fail dropout.edge_probabilities."""
+    return _float_scale(p)
+
+
 def _fixed_internal_seed(x: torch.Tensor, seed: int) -> torch.Generator:
     """A fixed internal seed (1234): the seed argument is ignored, every seed gives the same mask (same seed,
     same output still holds). Must fail dropout.seeds."""
@@ -294,6 +301,8 @@ DROPOUT_INPUT_OVERWRITTEN = _kernel("dropout_input_overwritten", _result_written
 DROPOUT_IDENTITY_BELOW_A_TENTH = _kernel("dropout_identity_below_a_tenth", _identity_below_a_tenth.__doc__,
                                          keep_mask=_keep_all_below_a_tenth, scale=_identity_below_a_tenth)
 DROPOUT_NAN_AT_ONE = _kernel("dropout_nan_at_one", _float_scale.__doc__, scale=_float_scale)
+DROPOUT_BACKWARD_NAN_AT_ONE = _kernel("dropout_backward_nan_at_one", _backward_float_scale.__doc__,
+                                      backward_scale=_backward_float_scale)
 DROPOUT_FIXED_INTERNAL_SEED = _kernel("dropout_fixed_internal_seed", _fixed_internal_seed.__doc__,
                                       generator=_fixed_internal_seed)
 DROPOUT_SEED_PARITY = _kernel("dropout_seed_parity", _seed_parity.__doc__, generator=_seed_parity)

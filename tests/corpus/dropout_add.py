@@ -13,6 +13,7 @@
     DROP_ADD_SEED_LOW_31_BITS     the seed's low 31 bits only: seeds 2^31 apart share a mask -> drop_add_ln.seeds
     DROP_ADD_P_ZERO_UNSET         p = 0 read as unset (p or 0.1): drops at p = 0      -> drop_add_ln.values
     DROP_ADD_P_ONE_NAN            p = 1: the dropped elements scaled by 1/0, NaN     -> drop_add_ln.values
+    DROP_ADD_P_ONE_BACKWARD_NAN   p = 1: the forward right, dx scaled by 1/0, NaN    -> drop_add_ln.gradient
     DROP_ADD_UNIFORM_IN_STORAGE_DTYPE  uniforms drawn in x's dtype (bfloat16: a grid of 2^-8) -> drop_add_ln.keep_rate
     DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
@@ -70,6 +71,13 @@ def _make(bug: str):
             # the bug: every element dropped (x m = 0), then scaled by 1/(1-p) = inf: 0 * inf = NaN
             h = (residual.float() + (x.float() * 0.0) * float("inf")).to(residual.dtype)
             return torch.nn.functional.layer_norm(h.float(), x.shape[-1:], None, None, eps).to(x.dtype), h
+        if bug == "p_one_backward_nan" and p == 1.0:
+            # the bug: the forward's p = 1 case (every element dropped, h = residual) but a backward through x scaled
+            # by the float 1/(1-p) = inf: dL/dx = dh * 0 * inf = NaN
+            dropped = _value_of_first_gradient_of_second(torch.zeros_like(x, dtype=torch.float32),
+                                                         x.float() * 0.0 * float("inf"))
+            h = (residual.float() + dropped).to(residual.dtype)
+            return torch.nn.functional.layer_norm(h.float(), x.shape[-1:], None, None, eps).to(x.dtype), h
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         kept = _mask(x.shape, p, seed, bug, x.dtype).to(x.device)
@@ -118,6 +126,9 @@ DROP_ADD_P_ZERO_UNSET = _kernel("DROP_ADD_P_ZERO_UNSET", "p_zero_unset",
                                 "p = 0 read as unset (p or 0.1): elements dropped at p = 0: drop_add_ln.values")
 DROP_ADD_P_ONE_NAN = _kernel("DROP_ADD_P_ONE_NAN", "p_one_nan",
                              "p = 1: the dropped elements scaled by 1/(1-p) = inf, NaN: drop_add_ln.values")
+DROP_ADD_P_ONE_BACKWARD_NAN = _kernel("DROP_ADD_P_ONE_BACKWARD_NAN", "p_one_backward_nan",
+                                      "p = 1: the forward drops every element, its backward scales dx by 1/(1-p) = "
+                                      "inf, NaN (pytorch/pytorch#75288's guard missing there): drop_add_ln.gradient")
 DROP_ADD_UNIFORM_IN_STORAGE_DTYPE = _kernel("DROP_ADD_UNIFORM_IN_STORAGE_DTYPE", "storage_uniform",
                                             "the uniforms drawn in x's dtype (torch.rand_like(x)): in bfloat16 p = "
                                             "0.001 drops 1/256, p = 0.999 keeps none: drop_add_ln.keep_rate")
