@@ -68,16 +68,29 @@ def declared_y(kernel: Kernel, h: torch.Tensor, x: torch.Tensor, weight: torch.T
     return DeclaredY(exact, low, high, np.maximum(np.abs(high - exact), np.abs(exact - low)))
 
 
+def _exact_in_float32(v: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Where the float32 operation giving v is exact: s a power of two (so is its float32 reciprocal) and v a float32
+    number of the normal range (or 0): y / s, y fl(1/s) and y s are then v itself, whichever form the kernel uses."""
+    mantissa = np.frexp(scale)[0]
+    normal = (np.abs(v) >= np.finfo(np.float32).tiny) & (np.abs(v) <= np.finfo(np.float32).max)
+    with np.errstate(over="ignore", invalid="ignore"):
+        representable = v.astype(np.float32).astype(np.float64) == v
+    return (np.abs(mantissa) == 0.5) & ((v == 0) | (normal & representable))
+
+
 def scaled(kernel: Kernel, low: np.ndarray, high: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The interval of v = y / s (declared "divide") or y s ("multiply") for y in [low, high], s > 0, widened by
-    2 u_32 relative for the float32 operation; where s = 0 (an all-zero row with no floor declared) y is 0: v = 0."""
+    2 u_32 relative for the float32 operation, except where that operation is exact (:func:`_exact_in_float32`: a
+    power-of-two s, so that a y exactly on a tie of Q gives the tie itself); where s = 0 (an all-zero row with no
+    floor declared) y is 0: v = 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         if kernel.quantization.scale_convention == "multiply":
             ends = (low * scale, high * scale)
         else:
             ends = (np.where(scale > 0, low / scale, 0.0), np.where(scale > 0, high / scale, 0.0))
     v_low, v_high = np.minimum(*ends), np.maximum(*ends)
-    return v_low - 2 * U32 * np.abs(v_low), v_high + 2 * U32 * np.abs(v_high)
+    return (np.where(_exact_in_float32(v_low, scale), v_low, v_low - 2 * U32 * np.abs(v_low)),
+            np.where(_exact_in_float32(v_high, scale), v_high, v_high + 2 * U32 * np.abs(v_high)))
 
 
 def quantized(kernel: Kernel, fmt: Format, v_low: np.ndarray, v_high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

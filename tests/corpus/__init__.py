@@ -150,6 +150,7 @@ QUANTIZED_BUGS = {
     "PAIR_AMAX_FROM_8_TOKENS": ("scales",),
     "AMAX_OF_THE_FIRST_1024": ("scales",),
     "SCALE_INVERTED": ("values", "dequantized"),
+    "TIES_AWAY": ("values",),
     "NO_SATURATION": ("saturation",),
     "Y_WRITTEN_INTO_X": ("inputs_unmodified",),
 }

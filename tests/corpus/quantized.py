@@ -18,6 +18,9 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                                                                                       -> *.scales
     {LN,RMS,ADD_RMS}_QUANT_SCALE_INVERTED  a static scale multiplied, not divided by (the scale and its inverse
                                     confused)                                            -> *.values, *.dequantized
+    {LN,RMS,ADD_RMS}_QUANT_TIES_AWAY       exact ties rounded away from zero where ties to even is declared: INT8 as
+                                    floor(|v| + 1/2) (tenstorrent/tt-metal#56525), FP8 by a software downcast
+                                    (triton-lang/triton#11897's interpreter)                          -> *.values
     {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
                                     (CPU e4m3fn conversion happens to saturate)                    -> *.saturation
     {LN,RMS,ADD_RMS}_QUANT_Y_WRITTEN_INTO_X  the normalized y also written into x's buffer (vLLM's in-place rms_norm
@@ -115,6 +118,17 @@ def _amax_of_the_first_1024(y32, x, scale, quant_dtype):
         # the bug: the per-token amax over the first block of 1024 columns only
         scale = torch.clamp(y[..., :1024].abs().amax(-1, keepdim=True) / _fmax(quant_dtype), min=MINIMUM_SCALE)
     return quantize(y, scale, quant_dtype)
+
+
+def _ties_away_from_zero(y32, x, scale, quant_dtype):
+    v_and_scale = _correct(y32, x, scale, quant_dtype)[1]
+    v = (y32.to(x.dtype).float() / v_and_scale.float()).clamp(-_fmax(quant_dtype), _fmax(quant_dtype))
+    if not quant_dtype.is_floating_point:  # the bug: floor(|v| + 1/2) with v's sign
+        return (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(min=-128).to(quant_dtype), v_and_scale
+    # the bug: a tie (the two floats around v round apart) takes the neighbour away from zero
+    away = torch.nextafter(v, torch.full_like(v, float("inf")).copysign(v)).to(quant_dtype)
+    toward = torch.nextafter(v, torch.zeros_like(v)).to(quant_dtype)
+    return torch.where(away.float() != toward.float(), away, v.to(quant_dtype)), v_and_scale
 
 
 def _correct(y32, x, scale, quant_dtype):
@@ -223,6 +237,9 @@ LN_QUANT_NO_SCALE_FLOOR, RMS_QUANT_NO_SCALE_FLOOR, ADD_RMS_QUANT_NO_SCALE_FLOOR 
     "first 1024 columns only", "scales")
 LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED = _every_kind(
     "SCALE_INVERTED", _scale_inverted, "a static scale multiplied, not divided by", "values", "dequantized")
+LN_QUANT_TIES_AWAY, RMS_QUANT_TIES_AWAY, ADD_RMS_QUANT_TIES_AWAY = _every_kind(
+    "TIES_AWAY", _ties_away_from_zero, "exact ties rounded away from zero (INT8 as floor(|v| + 1/2), FP8 by a "
+    "downcast adding half an ulp), ties to even declared", "values")
 LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(
     "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
 LN_QUANT_Y_WRITTEN_INTO_X, RMS_QUANT_Y_WRITTEN_INTO_X, ADD_RMS_QUANT_Y_WRITTEN_INTO_X = _every_kind(
