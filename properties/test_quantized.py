@@ -9,18 +9,23 @@ and dynamic scales, all-zero rows, saturating static scales).
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.boundary import to_kernel
 from proofs.quantization import FORMATS
 from properties import evidence
+from properties.checks.forward import new_parameter_values
 from properties.checks.quantized import (
     check_dequantized,
+    check_empty_batch,
     check_inputs_unmodified,
     check_residual_out,
     check_saturation,
     check_scales,
     check_values,
+    check_values_after_an_in_place_update,
 )
 from properties.draws.quant_strategies import quant_examples, tie_examples
 from properties.run import profiles
@@ -43,6 +48,32 @@ def test_exact_ties_round_as_declared(quant_norm_kernel, data):
     rounding by floor(v + 0.5) or a conversion that rounds ties away, tenstorrent/tt-metal#56525,
     triton-lang/triton#11897). Random rows put a tie on y with probability 0: the draws above cannot tell them."""
     evidence.check(check_values, quant_norm_kernel, data.draw(tie_examples(quant_norm_kernel), "example"))
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_q_after_an_in_place_update_of_the_parameters_and_scale(quant_norm_kernel, data):
+    """weight, bias and a static scale overwritten in place between two calls (the same tensors, new values)."""
+    example = data.draw(quant_examples(quant_norm_kernel), "example")
+    new = new_parameter_values(example)
+    if example["scale"] is not None:
+        new["new_scale"] = to_kernel(1.5 * example["scale"].double(), torch.float32, example["scale"].device)
+    evidence.check(check_values_after_an_in_place_update, quant_norm_kernel, {**example, **new})
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@pytest.mark.parametrize("scale_kind", ("static", "dynamic"))
+@profiles.share(0.1)
+@given(data=st.data())
+def test_an_empty_batch(quant_norm_kernel, scale_kind, data):
+    """x (and the residual) [0, d] or [2, 0, d], in each format (a dynamic scale's amax over no element)."""
+    example = data.draw(quant_examples(quant_norm_kernel, scales=(scale_kind,), rows=st.just(1)), "example")
+    d = example["x"].shape[-1]
+    leading = data.draw(st.sampled_from([(0,), (2, 0)]), "leading shape")
+    empty = {name: example[name].reshape(-1, d)[:0].reshape(*leading, d) for name in ("x", "residual")
+             if example.get(name) is not None}
+    evidence.check(check_empty_batch, quant_norm_kernel, {**example, **empty})
 
 
 @pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")

@@ -16,10 +16,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core import guard
 from core.capabilities import dtype_name
 from properties import evidence, norms, outcome
 from properties.bounds import quantized as bounds
 from properties.checks.contracts import read_only
+from properties.checks.forward import updated_in_place
 from properties.checks.fused import conclude_residual_out
 
 
@@ -66,6 +68,35 @@ def check_values(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype
     outcome.conclude(_within(q.float(), q_low, q_high, np.isfinite(y.bound), "q"),
                      f"q is not the {fmt.name} rounding of y {'* s' if _multiplies(kernel) else '/ s'} (saturated) "
                      f"for any y within the norm's bound", **_point(x, quant_dtype, scale))
+
+
+def check_values_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
+                                          residual=None, bias=None, new_weight=None, new_bias=None,
+                                          new_scale=None) -> None:
+    """A second call after weight, bias and a static scale were overwritten in place (a weight reload; a delayed-
+    scaling recipe's scale update) quantizes with the new values (:func:`check_values`): a kernel caching a converted
+    copy or the reciprocal of the scale by the tensor keeps the old ones."""
+    updated = updated_in_place(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias),
+                               {"weight": new_weight, "bias": new_bias, "scale": new_scale})
+    check_values(kernel, **updated)
+
+
+def check_empty_batch(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype, residual=None,
+                      bias=None) -> None:
+    """x (and the residual) with no rows, [0, d] or [2, 0, d]: q and residual_out of x's shape, a dynamic scale of
+    [..., 0, 1] (checked by every claim's call), no error (a mixture-of-experts layer routing no token to an expert
+    quantizes its empty input so; a whole-tensor amax of nothing raises)."""
+    point = _point(x, quant_dtype, scale)
+    try:
+        q, _, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(False, f"on x of shape {tuple(x.shape)}: {fault}", "an empty batch is a legal input", **point)
+        return
+    wrong = [f"{name} has shape {tuple(t.shape)}, not x's {tuple(x.shape)}" for name, t in (("q", q), ("h", h))
+             if t.shape != x.shape]
+    outcome.exact(not wrong, "; ".join(wrong), "an empty batch must give empty outputs", **point)
 
 
 def _within(got, low: np.ndarray, high: np.ndarray, bounded: np.ndarray, what: str) -> outcome.Comparison:

@@ -151,6 +151,8 @@ QUANTIZED_BUGS = {
     "AMAX_OF_THE_FIRST_1024": ("scales",),
     "SCALE_INVERTED": ("values", "dequantized"),
     "TIES_AWAY": ("values",),
+    "EMPTY_BATCH_RAISES": ("values",),
+    "STALE_SCALE": ("values",),
     "NO_SATURATION": ("saturation",),
     "Y_WRITTEN_INTO_X": ("inputs_unmodified",),
 }

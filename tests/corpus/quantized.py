@@ -21,6 +21,11 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
     {LN,RMS,ADD_RMS}_QUANT_TIES_AWAY       exact ties rounded away from zero where ties to even is declared: INT8 as
                                     floor(|v| + 1/2) (tenstorrent/tt-metal#56525), FP8 by a software downcast
                                     (triton-lang/triton#11897's interpreter)                          -> *.values
+    {LN,RMS,ADD_RMS}_QUANT_EMPTY_BATCH_RAISES  a dynamic scale's all-zero guard by a whole-tensor max, which raises on
+                                    an empty batch (a mixture-of-experts expert given no token, pytorch/FBGEMM#3448)
+                                                                                                      -> *.values
+    {LN,RMS,ADD_RMS}_QUANT_STALE_SCALE     1 / a static scale cached by the tensor's address: a scale updated in place
+                                    (a delayed-scaling recipe's) keeps its old reciprocal             -> *.values
     {LN,RMS,ADD_RMS}_QUANT_NO_SATURATION   no clamp to the format's range: e5m2 overflows to inf, int8 wraps around
                                     (CPU e4m3fn conversion happens to saturate)                    -> *.saturation
     {LN,RMS,ADD_RMS}_QUANT_Y_WRITTEN_INTO_X  the normalized y also written into x's buffer (vLLM's in-place rms_norm
@@ -129,6 +134,24 @@ def _ties_away_from_zero(y32, x, scale, quant_dtype):
     away = torch.nextafter(v, torch.full_like(v, float("inf")).copysign(v)).to(quant_dtype)
     toward = torch.nextafter(v, torch.zeros_like(v)).to(quant_dtype)
     return torch.where(away.float() != toward.float(), away, v.to(quant_dtype)), v_and_scale
+
+
+def _whole_tensor_guard(y32, x, scale, quant_dtype):
+    if scale is None and float(y32.abs().max()) == 0:  # the bug: a whole-tensor max, which raises on no element
+        raise ValueError("all-zero input")
+    return _correct(y32, x, scale, quant_dtype)
+
+
+_RECIPROCALS: dict[int, torch.Tensor] = {}
+
+
+def _reciprocal_cached_by_pointer(y32, x, scale, quant_dtype):
+    if scale is None:
+        return _correct(y32, x, scale, quant_dtype)
+    inverse = _RECIPROCALS.setdefault(scale.data_ptr(), 1.0 / scale.float())  # the bug: cached by the tensor
+    v, fmax = y32.to(x.dtype).float() * inverse, _fmax(quant_dtype)
+    v = torch.round(v).clamp(-128, fmax) if not quant_dtype.is_floating_point else v.clamp(-fmax, fmax)
+    return v.to(quant_dtype), scale
 
 
 def _correct(y32, x, scale, quant_dtype):
@@ -240,6 +263,12 @@ LN_QUANT_SCALE_INVERTED, RMS_QUANT_SCALE_INVERTED, ADD_RMS_QUANT_SCALE_INVERTED 
 LN_QUANT_TIES_AWAY, RMS_QUANT_TIES_AWAY, ADD_RMS_QUANT_TIES_AWAY = _every_kind(
     "TIES_AWAY", _ties_away_from_zero, "exact ties rounded away from zero (INT8 as floor(|v| + 1/2), FP8 by a "
     "downcast adding half an ulp), ties to even declared", "values")
+LN_QUANT_EMPTY_BATCH_RAISES, RMS_QUANT_EMPTY_BATCH_RAISES, ADD_RMS_QUANT_EMPTY_BATCH_RAISES = _every_kind(
+    "EMPTY_BATCH_RAISES", _whole_tensor_guard, "an all-zero guard by a whole-tensor max: raises on an empty batch",
+    "values")
+LN_QUANT_STALE_SCALE, RMS_QUANT_STALE_SCALE, ADD_RMS_QUANT_STALE_SCALE = _every_kind(
+    "STALE_SCALE", _reciprocal_cached_by_pointer, "1 / a static scale cached by the tensor's address: a scale updated "
+    "in place keeps its old reciprocal", "values")
 LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _every_kind(
     "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
 LN_QUANT_Y_WRITTEN_INTO_X, RMS_QUANT_Y_WRITTEN_INTO_X, ADD_RMS_QUANT_Y_WRITTEN_INTO_X = _every_kind(
