@@ -680,7 +680,8 @@ CLAIMS = (
           "issue 28: one element per channel (variance 0, output beta); n = 1 makes the unbiased factor undefined.",
           r"With $n = NS = 1$ (or a constant channel, any $n$) $\sigma_c^2 = 0$ and every output is $\beta_c$; at "
           r"$n = 1$ the Jacobian is 0 and the running variance's $\frac{n}{n-1}$ is undefined, so torch refuses the "
-          r"training call; a constant channel's Jacobian is $\frac{\gamma_c}{\sqrt\epsilon}(I - \mathbf{1}"
+          r"training call (a kernel that accepts it leaves the running variance alone or updates it with 0, never "
+          r"with $0/0$); a constant channel's Jacobian is $\frac{\gamma_c}{\sqrt\epsilon}(I - \mathbf{1}"
           r"\mathbf{1}^T/n)$.",
           (r"$\epsilon > 0$ (at $\epsilon = 0$ both are 0/0, undefined)",), "holds only when",
           r"$\beta_c$ only for $\epsilon > 0$. torch 2.13 raises \texttt{ValueError: Expected more than 1 value per "

@@ -351,6 +351,23 @@ def running_statistics(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tens
     return bounds[0], bounds[1]
 
 
+def running_update_of_one_element(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor,
+                                  running_var: torch.Tensor, momentum: float
+                                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(expected mean, its bound, lowest var, highest var) per channel after a training call on one element per
+    channel (x [1, C] or [1, C, 1...]): the mean is the element, new = (1 - m) old + m x within the update's
+    roundings gamma_k(u_R) (|old| + m |x|); the variance's unbiased factor n / (n - 1) is undefined at n = 1, so
+    the buffer is either left alone or updated with the only variance there is, 0: new in [(1 - m) old, old], within
+    gamma_k(u_R) |old| (never NaN: torch/nn#1271's sum / (n - 1) = 0 / 0)."""
+    m = float(momentum) if kernel.momentum_convention == "torch" else 1.0 - float(momentum)
+    update = probabilistic.gamma(RUNNING_UPDATE_ROUNDINGS, unit_roundoffs(running_mean.dtype)[1]) + 2.0**-52
+    old_mean, old_var = as_float64(running_mean), as_float64(running_var)
+    element = as_float64(x).reshape(x.shape[1])
+    mean_bound = update * (np.abs(old_mean) + m * np.abs(element)) + _eta(kernel, running_mean.dtype)
+    var_slack = update * np.abs(old_var) + _eta(kernel, running_var.dtype)
+    return (1 - m) * old_mean + m * element, mean_bound, (1 - m) * old_var - var_slack, old_var + var_slack
+
+
 def running_eval(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                  weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> np.ndarray:
     """Per-element bound on |y - y_exact| of eval-mode BatchNorm or InstanceNorm, the per-channel affine map

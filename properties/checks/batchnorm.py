@@ -205,7 +205,9 @@ def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, running_mean, 
 def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
                                   momentum: float, eps: float) -> None:
     """n = N S = 1 in training mode: the variance is 0 and the unbiased factor undefined, so the kernel either
-    refuses the call with an error (torch's ValueError) or gives beta (the forward bound); anything else fails."""
+    refuses the call with an error (torch's ValueError) or gives beta (the forward bound) and leaves its running
+    buffers finite: the mean updated with the element, the variance left alone or updated with 0
+    (tolerance.running_update_of_one_element); anything else fails."""
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
     try:
         y = _call(kernel, example)
@@ -214,9 +216,16 @@ def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running
             raise
         outcome.exact(True, "", **_plot(x))  # refused, as torch does
         return
-    outcome.conclude(outcome.compare(y, norms.reference(kernel, x, weight, bias, eps),
-                                     tolerance.forward(kernel, x, weight, bias, eps), "y"),
-                     "one element per channel must give beta (or be refused)", **_plot(x))
+    comparisons = [outcome.compare(y, norms.reference(kernel, x, weight, bias, eps),
+                                   tolerance.forward(kernel, x, weight, bias, eps), "y")]
+    if training and running_mean is not None:
+        mean, mean_bound, var_low, var_high = tolerance.running_update_of_one_element(
+            kernel, x, running_mean, running_var, momentum)
+        comparisons += [outcome.compare(example["running_mean"], mean, mean_bound, "running_mean"),
+                        outcome.compare(example["running_var"], (var_low + var_high) / 2, (var_high - var_low) / 2,
+                                        "running_var (left alone or updated with 0)")]
+    outcome.conclude(comparisons, "one element per channel must give beta and finite running statistics (the "
+                                  "variance's n - 1 is 0), or be refused", **_plot(x))
 
 
 def check_channels_last(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,

@@ -392,6 +392,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("batchnorm.py:BN_STATISTICS_DETACHED", "bn.jacobian"),
     _broken("batchnorm.py:BN_PER_SAMPLE_STATISTICS", "bn.forward", "bn.coupling"),
     _broken("batchnorm.py:BN_EPS_MISSING", "bn.degenerate"),
+    _broken("batchnorm.py:BN_RUNNING_VAR_NAN_AT_ONE_ELEMENT", "bn.degenerate"),
     _broken("batchnorm.py:BN_ONE_SAMPLE_PASSED_THROUGH", "bn.single_sample"),
     _broken("batchnorm.py:BN_INPUT_OVERWRITTEN", "bn.inputs_unmodified"),
     _broken("batchnorm.py:SEED_002_MANUAL", "bn.forward", "bn.running_statistics"),

@@ -18,6 +18,8 @@ lists the claims that must catch each.
     BN_PER_SAMPLE_STATISTICS     statistics per (sample, channel): InstanceNorm, no coupling
                                                                                     -> bn.forward, bn.coupling
     BN_EPS_MISSING               rsqrt(var) without eps: 0 * inf = NaN on a constant channel      -> bn.degenerate
+    BN_RUNNING_VAR_NAN_AT_ONE_ELEMENT  one element a channel: y is beta, but the running variance is updated with
+                                 the unbiased 0 / 0 = NaN (torch/nn#1271)                         -> bn.degenerate
     BN_ONE_SAMPLE_PASSED_THROUGH at N = 1 (no batch to normalize over) y = gamma x + beta        -> bn.single_sample
     BN_INPUT_OVERWRITTEN         normalizes x in place                                     -> bn.inputs_unmodified
     SEED_002_MANUAL              seed 002's manual implementation: per-channel statistics with the population
@@ -131,7 +133,8 @@ def running_update(values: torch.Tensor, running_mean: torch.Tensor, running_var
     axes = _instances(values) if instance else _channels(values)
     count = values[:1].numel() // values.shape[1] if instance else values.numel() // values.shape[1]
     mean = values.mean(axes)
-    variance = values.var(axes, unbiased=bug != "biased_running" and count > 1)
+    # one element a channel: the unbiased variance is 0 / 0 (the bug "one_element_nan" stores that NaN, torch/nn#1271)
+    variance = values.var(axes, unbiased=bug != "biased_running" and (count > 1 or bug == "one_element_nan"))
     if bug == "count_in_16_bits" and count > 65_536:  # n / (n - 1) with n kept in 16 bits: n mod 2^16
         kept = count % 65_536
         variance = values.var(axes, unbiased=False) * (kept / (kept - 1) if kept > 1 else 1.0)
@@ -191,6 +194,9 @@ BN_CHANNELS_LAST_TAIL = _kernel("BN_CHANNELS_LAST_TAIL", "channels_last_tail",
 BN_COUNT_IN_16_BITS = _kernel("BN_COUNT_IN_16_BITS", "count_in_16_bits",
                               "the count of a channel's elements kept in 16 bits: beyond 65 536 the running variance's "
                               "unbiased factor n / (n - 1) of n mod 2^16: bn.running_statistics")
+BN_RUNNING_VAR_NAN_AT_ONE_ELEMENT = _kernel("BN_RUNNING_VAR_NAN_AT_ONE_ELEMENT", "one_element_nan",
+                                            "one element a channel: y is beta, the running variance updated with the "
+                                            "unbiased 0 / 0 = NaN (torch/nn#1271): bn.degenerate")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
