@@ -269,9 +269,9 @@ def _residual_mixes(kernel: Kernel, dtypes: tuple[torch.dtype, ...], device: str
     for x_dtype, residual_dtype in RESIDUAL_MIXES:
         if x_dtype not in dtypes:
             continue
-        if record.dropout or record.quantized:
+        if record.quantized:
             reasons[residual_mix_name(x_dtype, residual_dtype)] = (
-                "not drawn: the residual dtype mixes are drawn for add_layernorm and add_rmsnorm")
+                "not drawn: the residual dtype mixes are drawn for the add + norm and dropout + add + norm kinds")
             continue
         x = _probe_input(kernel, x_dtype, device)
         arguments = list(probe_arguments(kernel, x))

@@ -66,6 +66,8 @@ from properties.draws.fused_strategies import (
     SEED_SHAPES,
     add_norm_examples,
     masked_examples,
+    over_residual_mixes,
+    require_residual_mix,
     row_zero_changed,
 )
 from properties.draws.strategies import (
@@ -76,7 +78,7 @@ from properties.draws.strategies import (
     seeds,
     widths,
 )
-from properties.norms import as_float64, require_backward
+from properties.norms import as_float64, require_backward, skip_unless_a_strict_subset
 from properties.run import profiles
 
 DROP_PROBABILITIES = (0.1, 0.25, 0.5, 0.75)
@@ -232,6 +234,52 @@ def test_gradient_uses_the_forward_mask(dropout_add_kernel, data):
     require_backward(dropout_add_kernel)
     example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
     evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@over_residual_mixes
+@profiles.share(0.1)
+@given(data=st.data())
+def test_gradient_beside_a_float32_residual(dropout_add_kernel, mix, data):
+    """A float32 residual stream beside 16-bit x (flash-attention's residual_in_fp32): dx in x's dtype with the
+    forward's mask, dresidual in float32 (a dresidual rounded through x's dtype fails), y in x's or the residual's
+    dtype (torch's promotion)."""
+    require_backward(dropout_add_kernel)
+    require_residual_mix(dropout_add_kernel, mix)
+    example = masked_examples(dropout_add_kernel, upstream=True, dtypes=mix[:1], residual_dtype=mix[1])
+    evidence.check(check_gradient, dropout_add_kernel, data.draw(example, "example"))
+
+
+# Rows past one program per SM (108 on an A100, 132 on an H100): a persistent backward's rows per program
+GRID_ROWS_SHAPES = ((131, 64), (263, 32), (133, 1000))
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_gradient_of_more_rows_than_a_grid_of_programs(dropout_add_kernel, data):
+    """131 to 263 rows: a persistent backward's dweight/dbias partial sums over rows_per_program rows each (a rows
+    per program rounded down leaves the last rows out of dweight)."""
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, GRID_ROWS_SHAPES, upstream=True), "example")
+    evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+# The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.
+FROZEN = (("x",), ("residual",), ("x", "residual"), ("weight",), ("bias",), ("weight", "bias"))
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@pytest.mark.parametrize("frozen", FROZEN, ids="+".join)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_gradients_when_only_some_inputs_require_grad(dropout_add_kernel, frozen, data):
+    """``frozen`` not requiring grad (a frozen branch or residual stream, frozen norm weights): each input that
+    requires grad gets its gradient (a dresidual returned only when x requires grad fails)."""
+    require_backward(dropout_add_kernel)
+    skip_unless_a_strict_subset(dropout_add_kernel, frozen, ("x", "residual", "weight", "bias"))
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_gradient, dropout_add_kernel, {**example, "frozen": frozen})
 
 
 @pytest.mark.claim("drop_add_ln.gradient")

@@ -24,7 +24,7 @@ from properties import norms, outcome
 from properties.bounds import dropout_statistics as statistics
 from properties.bounds import tolerance
 from properties.bounds.dropout_statistics import Finding
-from properties.checks.contracts import strided
+from properties.checks.contracts import fail_on_missing_gradient, strided
 from properties.checks.graph import check_recorded_graph
 
 
@@ -104,7 +104,11 @@ def check_gradient_at_edge_probabilities(kernel, x: torch.Tensor, seed: int, dy:
     wrong = []
     for p, expected in ((0.0, dy), (1.0, torch.zeros_like(dy))):
         leaf = x.detach().clone().requires_grad_(True)
-        (dx,) = guard.grad(kernel, _dropout(kernel, leaf, p, seed), (leaf,), dy)
+        try:
+            (dx,) = guard.grad(kernel, _dropout(kernel, leaf, p, seed), (leaf,), dy)
+        except guard.KernelFault as fault:  # a constant output (zeros_like(x)): x gets no gradient at all
+            fail_on_missing_gradient(kernel, fault, p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+            return
         differ = int((dx != expected).sum())
         if differ:
             wrong.append(f"p = {p:g}: dL/dx differs from {'dy' if p == 0 else 0} in {differ} of {dx.numel()} elements")

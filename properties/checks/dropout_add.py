@@ -22,7 +22,7 @@ from properties import norms, outcome
 from properties.bounds import dropout_statistics as statistics
 from properties.bounds.dropout_statistics import Finding
 from properties.checks import dropout as dropout_checks
-from properties.checks.contracts import inside_a_larger_buffer, strided
+from properties.checks.contracts import fail_on_missing_gradient, inside_a_larger_buffer, strided
 from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
 from properties.checks.fused import (
     dropout_values_comparison,
@@ -84,13 +84,19 @@ def check_determinism(kernel, x: torch.Tensor, residual: torch.Tensor, weight, e
 
 
 def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
-                   dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
+                   dy: torch.Tensor, dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = ()) -> None:
     """dL/dx = m t/(1-p) with m the forward's mask (read from its residual_out) and t = J^T dy + dh at residual_out:
     0 exactly where it dropped; dL/dresidual = t; dweight, dbias LayerNorm's at residual_out
     (properties.bounds.tolerance.backward with the dropout scale). An element whose exact gradient is not
-    representable in its dtype has no finite bound: counted unchecked, never passed."""
+    representable in its dtype has no finite bound: counted unchecked, never passed. ``frozen``: the inputs that do
+    not require grad in the call; an input that requires grad and gets none fails."""
     example = example_of(x, residual, weight, bias, eps, p, seed)
-    got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
+    try:
+        got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, frozen=tuple(frozen),
+                                     any_dtype=residual.dtype != x.dtype)
+    except guard.KernelFault as fault:
+        fail_on_missing_gradient(kernel, fault, tuple(frozen), p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+        return
     h = got["residual_out"]
     kept = as_float64(h) != as_float64(residual)
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)

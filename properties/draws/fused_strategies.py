@@ -38,6 +38,7 @@ from properties.draws.strategies import (
     offset_ratios,
     parameter_dtypes,
     rounded,
+    row_counts,
     rows,
     scales,
     seeds,
@@ -157,34 +158,58 @@ def residual_mix_examples(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype], 
     (core.capabilities.RESIDUAL_MIXES: a float32 residual stream beside 16-bit x). A mix the kernel refuses skips
     the test with the reason (also listed as not tested in the results: never a pass); a probe fault in x's dtype
     fails it."""
-    caps = discover(kernel)
-    if mix not in caps.residual_mixes:
-        name, x_dtype = residual_mix_name(*mix), dtype_name(mix[0])
+    require_residual_mix(kernel, mix)
+    return add_norm_examples(kernel, dtypes=mix[:1], residual_dtype=mix[1], **options)
+
+
+def require_residual_mix(kernel: Kernel, mix: tuple[torch.dtype, torch.dtype]) -> None:
+    """Skip the calling test, with the reason, where the kernel does not take the residual dtype mix (probed: refused,
+    or x's dtype not computed)."""
+    if mix not in discover(kernel).residual_mixes:
+        caps, name, x_dtype = discover(kernel), residual_mix_name(*mix), dtype_name(mix[0])
         why = caps.not_tested.get(name) or f"not tested in {x_dtype}: {caps.not_tested.get(x_dtype, '')}"
         pytest.skip(f"{kernel.name} not checked with {name}: {why}")
-    return add_norm_examples(kernel, dtypes=mix[:1], residual_dtype=mix[1], **options)
+
+
+# masked_examples' default shapes: one draw in MASKED_WIDE_EVERY of rows wider than a backward's one block of 1024
+# columns (its per-block row sums), one in MASKED_BATCH_EVERY x of 3 dimensions [B, S, d] (dweight summed over the
+# first dimension only), and strategies.row_counts' rows (one draw in 8 of 5 to 65: a persistent grid's rows per
+# program, a block of rows)
+MASKED_WIDE_WIDTHS = (1025, 2048, 4096)
+MASKED_WIDE_EVERY = 8
+MASKED_BATCH_EVERY = 4
+
+
+@st.composite
+def _masked_shape(draw, widest: int | None) -> tuple[int, ...]:
+    """x's shape of :func:`masked_examples` by default (the module constants above)."""
+    wide = widest is None and draw(st.integers(1, MASKED_WIDE_EVERY), label="wide") == MASKED_WIDE_EVERY
+    d = draw(st.sampled_from(MASKED_WIDE_WIDTHS) if wide else
+             widths(max_width=1024 if widest is None else min(1024, widest)))
+    n = draw(row_counts(d))
+    ndims = 3 if draw(st.integers(1, MASKED_BATCH_EVERY), label="batch") == MASKED_BATCH_EVERY else 2
+    return (*draw(leading_shapes(n, ndims)), d)
 
 
 @st.composite
 def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | None = None,
                     probabilities: tuple[float, ...] = TESTED_PROBABILITIES, upstream: bool = False,
                     dtypes: tuple[torch.dtype, ...] | None = None, parameter_dtype: torch.dtype | None = None,
-                    every_input: bool = False, mixed: bool = False) -> dict:
+                    every_input: bool = False, mixed: bool = False, residual_dtype: torch.dtype | None = None
+                    ) -> dict:
     """An example of kind dropout_add_layernorm whose mask residual_out shows exactly (claim drop_add_ln.keep_rate):
     x with no zero (dropout_strategies.nonzero_values), the residual zeros or x times u, u uniform in [-1, 1]
-    element by element (so |residual_i| <= |x_i| after rounding), p from ``probabilities``, a seed; [rows, d] from
-    ``shapes`` (default: up to 4 rows of a width up to 1024). With ``upstream``, dy and dh (the residual is then
-    never zero: a row dropped entirely is the residual row, not a zero row of the norm), and for a kernel that
-    declares a 16-bit storage-precision backward centred rows no wider than strategies.backward_width_limit. Weight
-    and bias in ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes."""
+    element by element (so |residual_i| <= |x_i| after rounding), p from ``probabilities``, a seed; the shape from
+    ``shapes`` (default :func:`_masked_shape`: up to 4 rows of a width up to 1024, sometimes more rows, wider rows
+    or x [B, S, d]). With ``upstream``, dy and dh (the residual is then never zero: a row dropped entirely is the
+    residual row, not a zero row of the norm), and for a kernel that declares a 16-bit storage-precision backward
+    centred rows no wider than strategies.backward_width_limit. Weight and bias in ``parameter_dtype``, else x's
+    dtype or with ``mixed`` another the kernel takes; the residual in ``residual_dtype`` (a float32 residual stream
+    beside 16-bit x: core.capabilities.RESIDUAL_MIXES), else x's."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     widest = storage_backward_width(kernel, dtype) if upstream else None
-    if shapes is None:
-        d = draw(widths(max_width=1024 if widest is None else min(1024, widest)))
-        shape = (draw(st.integers(1, 4)), d)
-    else:
-        shape = draw(st.sampled_from(shapes))
+    shape = draw(_masked_shape(widest) if shapes is None else st.sampled_from(shapes))
     offset = draw(st.sampled_from([0.0, 1.0])) if widest is None else 0.0  # centred: the bound's domain
     x64 = nonzero_values(shape, draw(seeds()), offset, draw(st.sampled_from(SCALES)))
     x = rounded(x64, dtype, caps.device)
@@ -194,7 +219,7 @@ def masked_examples(draw, kernel: Kernel, shapes: tuple[tuple[int, int], ...] | 
     if form == "within x":
         generator = host_generator(draw(seeds()))
         fraction = torch.rand(shape, generator=generator, dtype=torch.float64, device=HOST) * 2 - 1
-    example = {"x": x, "residual": rounded(x.to(HOST, torch.float64) * fraction, dtype, caps.device),
+    example = {"x": x, "residual": rounded(x.to(HOST, torch.float64) * fraction, residual_dtype or dtype, caps.device),
                **_parameters(draw, kernel, shape[-1], parameters, caps.device, every_input),
                "eps": draw(epsilons()),
                "p": draw(st.sampled_from(probabilities)), "seed": draw(seeds())}

@@ -23,6 +23,9 @@ The files, by where the bug is:
                      range), missed by ``*.forward``: one-pass moments around one shift per call, flush-to-zero
     residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
     dropout_add.py   fused dropout + add + LayerNorm: rescale, row-shared mask, y without dropout, strides + control
+    explicit_backward.py  dropout + add + LayerNorm with an explicit backward: dweight over the first dimension or
+                     rows // 108 a program, dresidual gated on x or rounded through x's dtype, row means per 1024
+                     columns + control
     composed.py      correct fused add + norm kernels composed in plain torch (float64/float32 statistics, float32
                      residual_out, seeded dropout, Chan-merged chunks): autograd sums dL/dh over h's uses
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
@@ -497,6 +500,11 @@ CORPUS: tuple[Entry, ...] = (
     _correct("torch-fused-fp32"),
     _correct("graph.py:LN_CHECKPOINTED"),
     _correct("dropout_add.py:DROP_ADD_CORRECT"),
+    # explicit_backward.py: dropout + add + LayerNorm's backward on the draws of its claims (red-team round 5)
+    *(_broken(f"explicit_backward.py:DROP_ADD_{bug}", "drop_add_ln.gradient")
+      for bug in ("DWEIGHT_FIRST_DIMENSION", "RESIDUAL_GRAD_GATED_ON_X", "RESIDUAL_GRAD_IN_X_DTYPE",
+                  "DWEIGHT_FLOOR_ROWS_PER_PROGRAM", "BACKWARD_BLOCK_MEANS_ABOVE_1024")),
+    _correct("explicit_backward.py:DROP_ADD_CONTROL"),
     *(_correct(f"composed.py:{name}") for name in ("ADD_LN_FLOAT64", "ADD_RMS_FLOAT64", "ADD_LN_FLOAT32",
                                                    "ADD_RMS_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_RMS_RESIDUAL_FP32",
                                                    "ADD_LN_CHAN_CHUNKS", "DROP_ADD_LN_SEEDED")),
