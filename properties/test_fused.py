@@ -20,6 +20,7 @@ from properties.checks.contracts import (
     SEQUENCE_LAYOUTS,
     UPSTREAM_LAYOUTS,
     check_outputs_of_a_call_fresh,
+    inside_a_larger_buffer,
     strided,
 )
 from properties.checks.forward import new_parameter_values
@@ -323,14 +324,23 @@ def test_changing_one_row_changes_no_other(add_norm_kernel, data):
     evidence.check(check_changing_one_row, add_norm_kernel, data.draw(row_zero_changed(example), "changed"))
 
 
+PARAMETER_LAYOUTS = ("contiguous", "offset", "every other element")
+
+
 @pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_strided_inputs(add_norm_kernel, data):
-    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), mixed=True), "example")
+    """x and the residual strided; weight and bias as they are, or views into a larger buffer (offset, every other
+    element: a fused kernel reading its weight as ptr + column, vllm-project/vllm#17735)."""
+    example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), mixed=True,
+                                          every_input=True), "example")
     layout = data.draw(st.sampled_from(LAYOUTS), "layout")
+    parameters = data.draw(st.sampled_from(PARAMETER_LAYOUTS), "weight and bias layout")
+    views = {name: inside_a_larger_buffer(example[name], parameters) for name in ("weight", "bias")
+             if parameters != "contiguous" and example.get(name) is not None}
     residual = None if example["residual"] is None else strided(example["residual"], layout)
-    evidence.check(check_noncontiguous, add_norm_kernel, {**example, "x": strided(example["x"], layout),
+    evidence.check(check_noncontiguous, add_norm_kernel, {**example, **views, "x": strided(example["x"], layout),
                                                           "residual": residual})
 
 

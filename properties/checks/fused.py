@@ -330,8 +330,8 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
     _, h_bound = tolerance.residual_out(x, residual, h0.dtype)
     outcome.conclude([outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
                       outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")],
-                     "the kernel reads x or residual as if they were contiguous (strides ignored)",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+                     "the kernel reads x, the residual, weight or bias as if they were contiguous (strides or a "
+                     "storage offset ignored)", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,

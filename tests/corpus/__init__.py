@@ -133,6 +133,7 @@ RESIDUAL_BUGS = {
     "WHOLE_TENSOR_STATISTICS": ("row_independence",),
     "STRIDES_IGNORED": ("layout_invariance",),
     "ROWS_BY_THE_LAST_ROW_STRIDE": ("layout_invariance",),
+    "PARAMETER_STRIDES_IGNORED": ("layout_invariance",),
     "EMPTY_BATCH_AMAX_RAISES": ("forward",),
     "RESIDUAL_WRITTEN": ("inputs_unmodified",),
     "RESIDUAL_WRITTEN_ABOVE_65536": ("inputs_unmodified",),

@@ -11,6 +11,7 @@ catch it; the manifest (tests/corpus/__init__.py) lists the same ids.
     WHOLE_TENSOR_STATISTICS    mean/variance over the whole tensor, not per row       -> row_independence
     STRIDES_IGNORED            reads x and residual as if contiguous                 -> layout_invariance
     ROWS_BY_THE_LAST_ROW_STRIDE  steps rows by stride(-2) (unevenly spaced rows read wrongly) -> layout_invariance
+    PARAMETER_STRIDES_IGNORED    weight and bias read as ptr + column (a strided parameter view) -> layout_invariance
     EMPTY_BATCH_AMAX_RAISES    a whole-call max(|h|) that raises on an empty batch        -> forward
     RESIDUAL_GRADIENT_GATED_ON_X  the residual's gradient only when x requires grad   -> jacobian
     RESIDUAL_WRITTEN           writes residual_out into residual without declaring it -> inputs_unmodified
@@ -95,6 +96,9 @@ def _make(bug: str, kind: str, residual_dtype: str = "storage", in_place: tuple[
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         if bug == "row_stride":
             x, residual = read_rows_by_the_last_row_stride(x), read_rows_by_the_last_row_stride(residual)
+        if bug == "parameter_strides":  # weight and bias read as ptr + column, from their storage offset
+            weight, bias = (t if t is None else torch.as_strided(t, t.shape, (1,), t.storage_offset())
+                            for t in (weight, bias))
         if residual_dtype == "float32" and bug != "rounded":
             wide = torch.float32
         else:
@@ -162,6 +166,9 @@ BUGS = {
     "RESIDUAL_CAST_TO_X_DTYPE": ("cast_down", "adds x and the residual in x's dtype: a float32 residual stream beside "
                                               "16-bit x is cast down first (residual_out and the residual's gradient "
                                               "lose its precision): {p}.residual_out, {p}.jacobian"),
+    "PARAMETER_STRIDES_IGNORED": ("parameter_strides", "reads weight and bias as ptr + column (contiguous from their "
+                                                       "storage offset, vllm-project/vllm#17735): a strided parameter "
+                                                       "view is read wrongly: {p}.layout_invariance"),
     "RESIDUAL_OUT_IN_X_DTYPE": ("out_in_x_dtype", "returns residual_out in x's dtype beside a float32 residual (the "
                                                   "sum right, the stream's dtype lost): {p}.residual_out"),
     "RESIDUAL_GRADIENT_IN_X_DTYPE": ("gradient_in_x_dtype", "rounds dL/d(residual_out) through x's dtype before it "
