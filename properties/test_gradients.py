@@ -42,6 +42,22 @@ def test_vjp_matches_the_derived_jacobian(norm_kernel, data):
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
 @profiles.share(0.1)
 @given(data=st.data())
+def test_vjp_with_all_zero_rows_among_others(norm_kernel, data):
+    """Rows of zeros among ordinary rows (padding tokens): RMSNorm's rstd there is 1/sqrt(eps) and dx = rstd g, not 0
+    (a backward that zeroes the gradient of rows whose mean square is 0, taking them for padding, fails); LayerNorm's
+    is rstd (g - mean(g))."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(norm_examples(norm_kernel, upstream=True, n=st.integers(2, 6)), label="example")
+    rows = example["x"].shape[0]
+    zeroed = data.draw(st.lists(st.integers(0, rows - 1), min_size=1, max_size=rows - 1, unique=True), label="zeroed")
+    x = example["x"].clone()
+    x[zeroed] = 0
+    evidence.check(check_vjp, norm_kernel, {**example, "x": x})
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
 def test_vjp_at_widths_above_1024(norm_kernel, data):
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, d=WIDE, dtypes=wide_dtypes(norm_kernel), upstream=True, ndims=NDIMS)

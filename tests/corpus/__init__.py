@@ -216,6 +216,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("fused.py:RMS_INPUT_OVERWRITTEN", "rms.inputs_unmodified"),
     _broken("fused.py:RMS_BWD_NO_VARIANCE_TERM", "rms.jacobian", "rms.gradient_identities",
             mechanism="backward_no_variance_term"),
+    _broken("fused.py:RMS_BWD_ZERO_ON_PADDING_ROWS", "rms.jacobian"),
     # conventions.py: a convention followed without declaring it (declared, the same kernels are correct)
     _broken("conventions.py:RMS_LLAMA_CASTING", "rms.forward", mechanism="double_rounding"),
     _broken("conventions.py:LN_TORCH_UNDECLARED", "ln.jacobian", mechanism="storage_statistics_backward"),

@@ -166,6 +166,13 @@ def _input_grad_without_variance_term(g: torch.Tensor, xhat: torch.Tensor, rstd:
     return rstd * (g - g.mean(-1, keepdim=True)) if centred else rstd * g
 
 
+def _input_grad_zero_on_padding_rows(g: torch.Tensor, xhat: torch.Tensor, rstd: torch.Tensor,
+                                     centred: bool) -> torch.Tensor:
+    """Rows whose x_hat is all zeros taken for padding tokens: their dx set to 0, where RMSNorm's is rstd g with rstd
+    = 1/sqrt(eps) (a row of zeros among ordinary ones). Must fail rms.jacobian."""
+    return torch.where((xhat == 0).all(-1, keepdim=True), 0.0, _input_grad(g, xhat, rstd, centred))
+
+
 def _weight_grad_from_output(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """dgamma from the output: sum dy * y instead of dy * xhat (right only for gamma = 1, beta = 0). Must fail
     ln.jacobian and ln.gradient_identities."""
@@ -229,4 +236,6 @@ LN_PARAMETER_GRADS_IN_STORAGE_DTYPE = _layernorm("ln_parameter_grads_in_storage_
 
 RMS_STRIDES_IGNORED = _rmsnorm("rms_strides_ignored", Stages(read_input=_as_if_contiguous))
 RMS_INPUT_OVERWRITTEN = _rmsnorm("rms_input_overwritten", Stages(after_forward=_input_reused_as_scratch))
+RMS_BWD_ZERO_ON_PADDING_ROWS = _rmsnorm("rms_bwd_zero_on_padding_rows",
+                                        Stages(input_grad=_input_grad_zero_on_padding_rows))
 RMS_BWD_NO_VARIANCE_TERM = _rmsnorm("rms_bwd_no_variance_term", Stages(input_grad=_input_grad_without_variance_term))
