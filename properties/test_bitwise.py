@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from properties import evidence
 from properties.checks.bitwise import check_batch_invariance, check_determinism
-from properties.draws.bitwise_strategies import DETERMINISM_ROWS, bitwise_examples
+from properties.draws.bitwise_strategies import DETERMINISM_ROWS, MAX_WIDTH, QUANT_CPU_ROWS, bitwise_examples
 from properties.run import profiles
 
 
@@ -42,6 +42,22 @@ def test_the_same_long_row_gives_the_same_bits_in_any_batch(any_norm_kernel, dat
     example = data.draw(bitwise_examples(any_norm_kernel, window=True, wide=True), label="example")
     evidence.check(check_batch_invariance, any_norm_kernel, example)
     evidence.check(check_batch_invariance, any_norm_kernel, {**example, "window": (example["window"][0], 1)})
+
+
+SMALL_WINDOW = 64  # tokens of a decode batch, called on their own beside the window of the batch of thousands
+
+
+@pytest.mark.claim("ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
+@profiles.share(0.05)
+@given(data=st.data())
+def test_the_same_tokens_give_the_same_bits_in_batches_of_thousands(quant_norm_kernel, data):
+    """The quantized kinds, a forward only, in batches of up to 4097 tokens on the CPU as on a GPU (a block size or
+    reduction chosen by token count switches past 1024: vllm-project/vllm#48997's per-token quant kernels)."""
+    example = data.draw(bitwise_examples(quant_norm_kernel, cpu_rows=QUANT_CPU_ROWS, window=True,
+                                         cpu_elements=QUANT_CPU_ROWS * MAX_WIDTH), label="example")
+    offset, k = example["window"]
+    for rows in dict.fromkeys((k, min(k, SMALL_WINDOW), 1)):  # the window, then fewer of its rows than a block
+        evidence.check(check_batch_invariance, quant_norm_kernel, {**example, "window": (offset, rows)})
 
 
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",

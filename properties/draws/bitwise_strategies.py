@@ -50,6 +50,9 @@ from properties.draws.strategies import (
 SM_COUNTS = (114, 132)  # H100 PCIe and SXM: a kernel that sizes its grid by the SM count switches there
 CUDA_ROWS, CPU_ROWS = 4097, 257
 CUDA_ELEMENTS, CPU_ELEMENTS = 4097 * 64, 257 * 64
+# the quantized kinds (a forward only) draw a GPU's batches on the CPU too: token counts past 1024, where serving
+# kernels switch their block size by token count
+QUANT_CPU_ROWS = CUDA_ROWS
 MAX_WIDTH = 64
 # the most rows of a determinism example on the CPU (on a GPU: the batch sizes above): past 32 (a kernel that sums
 # its dweight partials with atomics from a batch of 32 on)
@@ -65,13 +68,14 @@ CUDA_WIDE_ELEMENTS, CPU_WIDE_ELEMENTS = 4097 * 1024, 257 * 1024  # the most elem
 VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
 
 
-def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS, wide: bool = False) -> tuple[int, ...]:
+def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS, wide: bool = False,
+                cpu_elements: int = CPU_ELEMENTS) -> tuple[int, ...]:
     """The row counts drawn on ``device`` for rows of ``row_elements`` elements, largest first: the switch points
     (powers of two and their neighbours, the SM counts and theirs) up to the device's rows (``cpu_rows`` on the CPU)
-    and elements (the long rows' with ``wide``)."""
+    and elements (``cpu_elements`` on the CPU; the long rows' with ``wide``)."""
     on_gpu = str(device).startswith("cuda")
     most = (CUDA_WIDE_ELEMENTS if on_gpu else CPU_WIDE_ELEMENTS) if wide else (
-        CUDA_ELEMENTS if on_gpu else CPU_ELEMENTS)
+        CUDA_ELEMENTS if on_gpu else cpu_elements)
     limit = min(CUDA_ROWS if on_gpu else cpu_rows, most // row_elements)
     limit = max(1, limit)
     sizes = set(powers_of_two_and_neighbours(limit)) | {s + k for s in SM_COUNTS for k in (-1, 0, 1)} | {1}
@@ -101,10 +105,11 @@ def as_channels_last(x: torch.Tensor) -> torch.Tensor:
 
 @st.composite
 def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False,
-                     wide: bool = False, channels_last: bool | None = None) -> dict:
+                     wide: bool = False, channels_last: bool | None = None, cpu_elements: int = CPU_ELEMENTS) -> dict:
     """One call's inputs for a norm kernel of any kind, keyed by role, with its upstream gradients ``dy`` (and ``dh``
     for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
-    on the CPU). ``wide``: long rows (:func:`row_shapes`), at least :data:`WIDE_LEAST_ROWS` of them.
+    rows and ``cpu_elements`` elements on the CPU). ``wide``: long rows (:func:`row_shapes`), at least
+    :data:`WIDE_LEAST_ROWS` of them.
     ``channels_last``: x [N, C, S] as a channels-last [N, C, S / a, a] (:func:`as_channels_last`; the kinds with
     per-channel parameters, S >= 2 drawn then); None: drawn for those kinds.
     ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
@@ -117,7 +122,7 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     training = record.running_statistics and not (window and record.batch_statistics) and draw(
         st.sampled_from((True, False)), label="training")
     row_shape = draw(row_shapes(kernel, least=2 if training or channels_last else 1, wide=wide))
-    sizes = batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide)
+    sizes = batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide, cpu_elements)
     n = draw(st.sampled_from([s for s in sizes if s >= WIDE_LEAST_ROWS] if wide else sizes), label="rows")
     shape = (n, *row_shape)
 
@@ -172,7 +177,8 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
         if record.has_residual:
             example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
     if window:
-        k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide)
-                                  if 4 * size <= n] or [1]), label="rows called again on their own")
+        k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide,
+                                                                 cpu_elements) if 4 * size <= n] or [1]),
+                 label="rows called again on their own")
         example["window"] = (n - k - draw(st.integers(0, n - k), label="window offset from the end"), k)
     return example

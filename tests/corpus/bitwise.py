@@ -21,6 +21,9 @@ statistics summed in float32, the weight and bias applied per row, autograd back
     {LN,RMS,ADD_RMS}_QUANT_RANDOM_ORDER  a quantized norm: each row's sums in an order of its columns drawn anew
                               each call (a split chosen at run time): y, hence the dynamic scales, change between
                               calls                                                          -> *_quant.determinism
+    {LN,RMS,ADD_RMS}_QUANT_TOKEN_COUNT_SWITCH  the same from 1024 tokens up (vllm-project/vllm#48997: the per-token
+                              quant norms' block size by token count), past the other kinds' CPU batches
+                                                                                         -> *_quant.batch_invariance
     {LN,RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  a quantized norm: from 256 rows up its row sums run left to right, so
                               y, hence the dynamic per-row scales reduced from it (and q where a rounding boundary
                               lies between), change bits with the batch size             -> *_quant.batch_invariance
@@ -48,6 +51,7 @@ from core.kernel import Kernel, Quantization
 
 SPEC = "tests/corpus/bitwise.py:"
 SWITCH_ROWS = 256  # vLLM's RMSNorm switched its block size at 256 tokens
+TOKEN_SWITCH_ROWS = 1024  # vLLM's per-token quant norms pick their block size by token count past 1024
 SECOND_WAVE = 128  # the first row of the second wave of a grid of 128 programs
 
 
@@ -128,6 +132,8 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: i
     samples = rows.shape[0] if grouped else rows[..., 0].numel()
     if bug == "batch_size_switch":
         sequential: torch.Tensor | bool | None = samples >= SWITCH_ROWS
+    elif bug == "token_count_switch":
+        sequential = samples >= TOKEN_SWITCH_ROWS
     elif bug == "random_order":
         sequential = None
     elif bug == "second_wave_order":
@@ -253,6 +259,11 @@ ADD_LN_BATCH_SIZE_SWITCH, ADD_RMS_BATCH_SIZE_SWITCH = _BATCH_SIZE["ADD_LN"], _BA
 DROP_ADD_LN_BATCH_SIZE_SWITCH, GN_BATCH_SIZE_SWITCH = _BATCH_SIZE["DROP_ADD_LN"], _BATCH_SIZE["GN"]
 CLN_BATCH_SIZE_SWITCH, LN_QUANT_BATCH_SIZE_SWITCH = _BATCH_SIZE["CLN"], _BATCH_SIZE["LN_QUANT"]
 RMS_QUANT_BATCH_SIZE_SWITCH, ADD_RMS_QUANT_BATCH_SIZE_SWITCH = _BATCH_SIZE["RMS_QUANT"], _BATCH_SIZE["ADD_RMS_QUANT"]
+_TOKEN_COUNT = _kernels("token_count_switch", "batch_invariant",
+                        f"from {TOKEN_SWITCH_ROWS} tokens up the float32 row sums run left to right: "
+                        "{claim}.batch_invariance", ("LN_QUANT", "RMS_QUANT", "ADD_RMS_QUANT"))
+LN_QUANT_TOKEN_COUNT_SWITCH, RMS_QUANT_TOKEN_COUNT_SWITCH = _TOKEN_COUNT["LN_QUANT"], _TOKEN_COUNT["RMS_QUANT"]
+ADD_RMS_QUANT_TOKEN_COUNT_SWITCH = _TOKEN_COUNT["ADD_RMS_QUANT"]
 _RUNNING_SWITCH = _kernels("batch_size_switch", "batch_invariant",
                            f"from {SWITCH_ROWS} samples up the instances' sums run right to left in training and eval "
                            "is folded into x a + b: {claim}.batch_invariance", ("IN", "BN"))
