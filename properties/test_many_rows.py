@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from core import guard
-from core.capabilities import PROBED_DTYPES, discover, dtype_name
+from core.capabilities import PROBED_DTYPES, discover, dtype_name, mix_name
 from core.errors import one_line
 from properties import evidence, norms, outcome
 from properties.bounds import models
@@ -164,6 +164,25 @@ def test_gradients_beyond_65535_rows(norm_kernel):
     evidence.check(check_vjp, norm_kernel, example)
 
 
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=dtype_name)
+def test_gradients_beyond_65535_rows_with_float32_parameters(norm_kernel, dtype):
+    """16-bit x, float32 weight and bias (mixed-precision training): a kernel that, from some batch size on (Liger's
+    block kernel for many rows of small d, linkedin/Liger-Kernel#950), sums dweight over blocks of rows in x's dtype
+    rounds once per block, which only float32 parameters beside 16-bit x expose (their bound is float32's)."""
+    norms.require_backward(norm_kernel)
+    if (dtype, torch.float32) not in discover(norm_kernel).mixes:
+        reason = discover(norm_kernel).not_tested.get(mix_name(dtype, torch.float32), "not among its mixes")
+        pytest.skip(f"{norm_kernel.name} not checked with {mix_name(dtype, torch.float32)}: {reason}")
+    example = many_rows_example(norm_kernel, upstream=True, dtype=dtype)
+    example.update({name: example[name].float() for name in ("weight", "bias") if example.get(name) is not None})
+    skip_when_too_slow(norm_kernel, example, upstream=True)
+    evidence.check(check_vjp, norm_kernel, example)
+
+
 @pytest.mark.claim("add_ln.forward", "add_rms.forward")
 def test_fused_forward_beyond_65535_rows(add_norm_kernel):
     example = many_rows_example(add_norm_kernel, upstream=False)
@@ -203,8 +222,8 @@ LARGE_BATCH = 4_099
 LARGE_BATCH_WIDTH = 256
 LARGE_BATCH_BUDGET_S = 2.0  # per call: an interpreted kernel (one program per row) is checked where it runs natively
 each_dtype = pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
-# the fused and GroupNorm gradients in float32 only (a large-batch path's structure; a gradient test costs 3-5
-# forward tests here); the plain norms' in every dtype
+# GroupNorm's gradients in float32 only (a large-batch path's structure; a gradient test costs 3-5 forward tests
+# here); the row kinds' in every dtype
 float32_only = pytest.mark.parametrize("dtype", [torch.float32], ids=dtype_name)
 
 
@@ -247,8 +266,9 @@ def test_fused_forward_of_a_large_batch(add_norm_kernel, dtype):
 
 
 @pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
-@float32_only
+@each_dtype
 def test_fused_gradients_of_a_large_batch(add_norm_kernel, dtype):
+    """In every dtype, as the plain norms' (dweight partial sums of blocks of rows stored in 16 bits)."""
     norms.require_backward(add_norm_kernel)
     evidence.check(fused.check_vjp, add_norm_kernel, large_batch_example(add_norm_kernel, dtype, upstream=True))
 

@@ -313,6 +313,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reach.py:LN_RANK_1_UNSQUEEZED_LAST", "ln.forward"),
     _broken("reach.py:LN_MID_BATCH_BIAS_FROM_WEIGHT", "ln.forward"),
     _broken("reach.py:RMS_DWEIGHT_ROWS_BEYOND_THE_GRID", "rms.jacobian", at_scale=True),
+    _broken("reach.py:RMS_DWEIGHT_BLOCKS_IN_X_DTYPE_FROM_32768_ROWS", "rms.jacobian", at_scale=True),
+    _broken("reach.py:ADD_RMS_DWEIGHT_HALF_BLOCK_SUMS", "add_rms.jacobian", at_scale=True),
     _broken("reach.py:RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE", "rms.forward"),
     _broken("groupnorm.py:GN_GROUP_BY_SHIFT", "gn.forward"),
     _broken("groupnorm.py:GN_ONE_PASS_FROM_4_SAMPLES", "gn.forward"),

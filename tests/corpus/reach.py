@@ -41,6 +41,11 @@ And of a second red-team session (x of one dimension, NDIMS; batches of 257 to 2
     LN_MID_BATCH_BIAS_FROM_WEIGHT       257 to 4096 rows: gamma read where beta goes      -> ln.forward
     RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE  rows wider than 8192: a block's sum of squares in x's 16-bit dtype
                                         (inf in float16 at scale 30)                      -> rms.forward
+    RMS_DWEIGHT_BLOCKS_IN_X_DTYPE_FROM_32768_ROWS  32 768 rows or more of at most 256 columns: dweight by blocks of
+                                        16 rows in x's 16-bit dtype (linkedin/Liger-Kernel#950; float32 weight)
+                                                                                      -> rms.jacobian (at scale)
+    ADD_RMS_DWEIGHT_HALF_BLOCK_SUMS     LN_DWEIGHT_HALF_BLOCK_SUMS of fused add + RMSNorm (its large-batch gradients
+                                        were drawn in float32 only)                   -> add_rms.jacobian (at scale)
     RMS_DWEIGHT_ROWS_BEYOND_THE_GRID    dweight over the first 65 535 rows only (the rows beyond weigh 1000 in dy
                                         since: test_many_rows._beyond_the_grid_weighted) -> rms.jacobian (at scale)
 """
@@ -317,6 +322,36 @@ def layernorm_dweight_half_block_sums(x, weight, bias, eps):
                        _half_block_sums)
 
 
+LIGER_BLOCK_ROWS, LIGER_BLOCK_FROM_ROWS, LIGER_BLOCK_WIDEST = 16, 4096 * 8, 256
+
+
+def rmsnorm_dweight_blocks_in_x_dtype_from_32768_rows(x, weight, eps):
+    """RMSNorm whose backward over 32 768 rows or more of at most 256 columns (Liger-Kernel's block kernel) sums
+    dweight by blocks of 16 rows in x's dtype before its float32 accumulator (linkedin/Liger-Kernel#950): one
+    16-bit rounding per block, which a float32 weight beside 16-bit x shows. Must fail rms.jacobian (at scale)."""
+    def block_sums(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if x.dtype == torch.float32 or t.shape[0] < LIGER_BLOCK_FROM_ROWS or t.shape[1] > LIGER_BLOCK_WIDEST:
+            return _sum_rows(t, dtype)
+        blocks = torch.cat([t, t.new_zeros(-t.shape[0] % LIGER_BLOCK_ROWS, t.shape[1])]).to(x.dtype)
+        blocks = blocks.reshape(-1, LIGER_BLOCK_ROWS, t.shape[1])
+        total = blocks[:, 0]
+        for row in range(1, LIGER_BLOCK_ROWS):  # the block's reduction in x's dtype
+            total = total + blocks[:, row]
+        return total.float().sum(0).to(dtype)
+
+    return _Norm.apply(x, weight, None, eps, True, lambda x, weight, bias: _rmsnorm(x, weight, eps), _same,
+                       block_sums)
+
+
+def add_rmsnorm_dweight_half_block_sums(x, residual, weight, eps):
+    """Fused add + RMSNorm whose backward over more than 256 rows sums dweight by blocks of 32 rows into a buffer of
+    x's dtype (the fused analogue of LN_DWEIGHT_HALF_BLOCK_SUMS). Must fail add_rms.jacobian (a large batch in 16
+    bits)."""
+    h = (x.float() + residual.float()).to(residual.dtype)
+    return _Norm.apply(h, weight, None, eps, True, lambda h, weight, bias: _rmsnorm(h, weight, eps).to(x.dtype),
+                       _same, lambda t, dtype: _half_block_sums(t, x.dtype).to(dtype)), h
+
+
 def layernorm_rank_1_unsqueezed_last(x, weight, bias, eps):
     """LayerNorm whose path for x of one dimension (one token, [d]) adds the row dimension last (x.unsqueeze(-1):
     d rows of one element), so every element is normalized alone and y is beta. Must fail ln.forward."""
@@ -385,6 +420,12 @@ LN_STALE_CAST_CACHE_IN_INFERENCE = _kernel("LN_STALE_CAST_CACHE_IN_INFERENCE", "
                                            layernorm_stale_cast_cache_in_inference)
 LN_WEIGHTLESS_BIAS_PROMOTES = _kernel("LN_WEIGHTLESS_BIAS_PROMOTES", "layernorm", layernorm_weightless_bias_promotes)
 LN_DWEIGHT_HALF_BLOCK_SUMS = _kernel("LN_DWEIGHT_HALF_BLOCK_SUMS", "layernorm", layernorm_dweight_half_block_sums)
+RMS_DWEIGHT_BLOCKS_IN_X_DTYPE_FROM_32768_ROWS = Kernel(
+    "rms_dweight_blocks_in_x_dtype_from_32768_rows", "rmsnorm", rmsnorm_dweight_blocks_in_x_dtype_from_32768_rows,
+    spec=SPEC + "RMS_DWEIGHT_BLOCKS_IN_X_DTYPE_FROM_32768_ROWS",
+    description=" ".join(rmsnorm_dweight_blocks_in_x_dtype_from_32768_rows.__doc__.split()))
+ADD_RMS_DWEIGHT_HALF_BLOCK_SUMS = _kernel("ADD_RMS_DWEIGHT_HALF_BLOCK_SUMS", "add_rmsnorm",
+                                          add_rmsnorm_dweight_half_block_sums)
 LN_RANK_1_UNSQUEEZED_LAST = _kernel("LN_RANK_1_UNSQUEEZED_LAST", "layernorm", layernorm_rank_1_unsqueezed_last)
 LN_MID_BATCH_BIAS_FROM_WEIGHT = _kernel("LN_MID_BATCH_BIAS_FROM_WEIGHT", "layernorm",
                                         layernorm_mid_batch_bias_from_weight)
