@@ -215,6 +215,27 @@ def require_width(kernel: Kernel, example: Mapping) -> None:
         pytest.skip(f"{kernel.name} refuses rows of {key[1]} columns: {_width_refusals[key]}")
 
 
+_float64_refusals: dict[str, str] = {}  # kernel name -> its error for float64 x, '' when it takes float64
+
+
+def require_float64(kernel: Kernel, example: Mapping) -> None:
+    """Skip the calling test, with the kernel's own error, when it refuses float64 x (an error; Triton kernels summing
+    in float32 refuse it), or with its declaration when it declares dtypes without float64: probed once per kernel,
+    on the example. A kernel that takes float64 and returns another dtype, NaN or garbage is left to the test's
+    check."""
+    if kernel.dtypes is not None and torch.float64 not in kernel.dtypes:
+        declared = ", ".join(str(dtype).removeprefix("torch.") for dtype in kernel.dtypes)
+        pytest.skip(f"{kernel.name} declares its dtypes ({declared}), not float64")
+    if kernel.name not in _float64_refusals:
+        try:
+            call(kernel, example, allow_nonfinite=True, any_dtype=True)
+            _float64_refusals[kernel.name] = ""
+        except guard.KernelFault as fault:
+            _float64_refusals[kernel.name] = one_line(fault.__cause__ or fault) if fault.reason == "raised" else ""
+    if _float64_refusals[kernel.name]:
+        pytest.skip(f"{kernel.name} refuses float64 x: {_float64_refusals[kernel.name]}")
+
+
 def require_backward(kernel: Kernel) -> None:
     """Skip the calling test, with the probed reason, when autograd gives no gradient through the kernel."""
     caps = discover(kernel)

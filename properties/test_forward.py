@@ -11,10 +11,11 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from properties import evidence
+from properties import evidence, norms
 from properties.checks.forward import (
     check_forward,
     check_forward_after_an_in_place_update,
+    check_forward_in_float64,
     check_forward_under_autocast,
     check_forward_with_parameter_dtypes,
     new_parameter_values,
@@ -26,6 +27,7 @@ from properties.draws.strategies import (
     NDIMS,
     WIDE_ROWS,
     WIDEST_BLOCK,
+    float64_examples,
     leading_rows,
     mixed_parameter_examples,
     norm_examples,
@@ -131,6 +133,18 @@ def test_forward_after_an_in_place_weight_update(norm_kernel, data):
     inference = data.draw(st.booleans(), label="inference")
     evidence.check(check_forward_after_an_in_place_update, norm_kernel,
                    {**example, **new_parameter_values(example), "inference": inference})
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_in_float64(norm_kernel, data):
+    """float64 x, weight and bias (scientific code, torch.autograd.gradcheck): the statistics and y in float64 (a
+    kernel that casts to float32 and back, as Hugging Face's RMSNorm does, patrick-kidger/equinox#723, is ~1e8 off
+    float64's bound); a kernel refusing float64 with an error skips, saying so."""
+    example = data.draw(float64_examples(norm_kernel), label="example")
+    norms.require_float64(norm_kernel, example)
+    evidence.check(check_forward_in_float64, norm_kernel, example)
 
 
 # Each storage dtype and each width a transformer uses is drawn in every run (derandomized ci: the same examples),

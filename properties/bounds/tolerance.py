@@ -123,6 +123,18 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: 
     return norms.ungrouped(kernel, np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape), tuple(h.shape))
 
 
+def oracle_forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   eps: float, model: str | None = None) -> np.ndarray:
+    """Per-element bound on the float64 oracle's own error |N64(x) - N(x)|: the error model's forward bound with every
+    operation in float64 (u_acc = u_out = 2^-53; any order, so it holds for the oracle's two-pass evaluation).
+    Negligible beside a 16-bit or float32 kernel's bound; as large as a float64 kernel's, so a float64 example's
+    tolerance is the sum of both (the kernel's and the oracle's distances to the exact N(x))."""
+    rows, gamma, beta = _norm_rows(kernel, x, weight, bias, None)
+    u64 = error_model.unit_roundoff("float64")
+    bound = error_model.forward_bound(rows, gamma, beta, eps, u64, u64, kernel.record.norm, model or bound_in_use())
+    return np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape)
+
+
 def _storage_affine(rows: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float,
                     u_x: float) -> np.ndarray:
     """What the per-channel affine map y = x a + b adds to y's error when it is applied in x's dtype (a kernel's

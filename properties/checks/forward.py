@@ -37,6 +37,16 @@ def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, record
                      **models.declared_point(declared))
 
 
+def check_forward_in_float64(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
+    """float64 x, weight and bias: y in float64 within the float64 forward bound plus the float64 oracle's own
+    (tolerance.oracle_forward): a kernel that computes in float32 and returns float64 misses it by ~1e8."""
+    got = norms.forward(kernel, x, weight, bias, eps)
+    bound = tolerance.forward(kernel, x, weight, bias, eps) + tolerance.oracle_forward(kernel, x, weight, bias, eps)
+    outcome.conclude(outcome.compare(got, norms.reference(kernel, x, weight, bias, eps), bound, "output"),
+                     "float64 inputs must be normalized in float64 (statistics and output), not in a lower precision",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
 AUTOCAST_DTYPE = torch.bfloat16  # the dtype autocast runs its listed ops in here (CPU and CUDA alike)
 
 

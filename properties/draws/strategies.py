@@ -467,6 +467,31 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     return example
 
 
+FLOAT64_OFFSETS = (0.0, 1.0, 1e3, -1e6)  # |mean|/std of float64 rows: centred to far beyond float32's resolution
+
+
+@st.composite
+def float64_examples(draw, kernel: Kernel) -> dict:
+    """x [n, d] (n <= 4), weight and bias in float64 with all 53 bits drawn (seeded standard values, a |mean|/std of
+    :data:`FLOAT64_OFFSETS`): float64 is not among the probed storage dtypes, so the kernel is first called once in
+    it (:func:`properties.norms.require_float64`: one that refuses float64 with an error skips, saying so)."""
+    device = discover(kernel).device
+    d = draw(widths())
+    n = draw(st.integers(1, 4), label="rows")
+    offset = draw(st.sampled_from(FLOAT64_OFFSETS), label="|mean|/std")
+    x = standard_values((n, d), draw(st.sampled_from(DISTRIBUTIONS)), draw(seeds())) + offset
+    gamma = draw(effective_weights(d))
+    if gamma is None and kernel.weight_offset != 0:
+        gamma = torch.ones(d, dtype=torch.float64, device=HOST)
+    example = {"x": rounded(x * draw(scales(torch.float32)), torch.float64, device),
+               "weight": None if gamma is None else rounded(gamma - kernel.weight_offset, torch.float64, device),
+               "eps": draw(epsilons())}
+    if kernel.record.has_bias:
+        beta = draw(biases(d))
+        example["bias"] = None if beta is None else rounded(beta, torch.float64, device)
+    return example
+
+
 def parameter_dtypes(kernel: Kernel, dtype: torch.dtype, mixed: bool = False) -> st.SearchStrategy[torch.dtype]:
     """The dtype of weight and bias beside x in ``dtype``: x's; with ``mixed``, x's or another the kernel's probe
     accepted beside it (core.capabilities: Capabilities.mixes; float32 with 16-bit x, 16-bit with float32 x). No

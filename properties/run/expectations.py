@@ -202,6 +202,12 @@ def float32_weight_with_16bit_x(example: dict) -> bool:
             and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == torch.float32)
 
 
+def float64_x(example: dict) -> bool:
+    """An example with float64 x (properties.draws.strategies.float64_examples)."""
+    x = example.get("x")
+    return isinstance(x, torch.Tensor) and x.dtype == torch.float64
+
+
 BUILTIN_DEVIATIONS = (
     Deviation(("torch:layernorm", "torch-module:layernorm", "torch-compile:layernorm"), "ln.*", "nonfinite",
               float16_rstd_overflows,
@@ -250,6 +256,16 @@ BUILTIN_DEVIATIONS = (
               "running_mean 1.3583984375 for the exact 1.35792539 on the CPU; on CUDA each instance's update is "
               "rounded, then their average (docs/findings.md [R10])", storage=False,
               quantities=("running_mean", "running_var")),
+    Deviation(("hf-llama-rmsnorm", "hf-gemma-rmsnorm", "hf-t5-layernorm", "liger-layernorm", "liger-rmsnorm-llama",
+               "liger-rmsnorm-gemma"), "*.forward", "value", float64_x,
+              "Hugging Face's RMSNorm/T5LayerNorm modules cast hidden_states to float32 (.to(torch.float32)) and "
+              "Liger-Kernel's LayerNorm and llama/gemma RMSNorm load rows as float32, whatever x's dtype: float64 x "
+              "is normalized in float32 and returned in float64, ~1e-8 off (docs/findings.md [F64])",
+              storage=False, quantities=("output",)),
+    Deviation(("liger-rmsnorm-none",), "rms.forward", "value", float64_x,
+              "Liger-Kernel's RMSNorm in casting mode 'none' computes float64 x in float64 but with eps as Triton "
+              "specializes a Python float, a float32 scalar: rstd = 1/sqrt(ms + fl32(eps)), ~1e-13 off for eps = 1e-5 "
+              "(docs/findings.md [F64])", storage=False, quantities=("output",)),
     Deviation(("flaggems-rmsnorm",), "rms.*", "value", float32_weight_with_16bit_x,
               "FlagGems' rms_norm backward sums dW in float32 and then rounds it to x's dtype (dw.to(x.dtype), "
               "flag_gems/ops/rms_norm.py, 5.0.2): a float32 weight beside 16-bit x gets a 16-bit accurate dW "

@@ -338,6 +338,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("graph.py:DROPOUT_LATEST_CALL", "dropout.gradient"),
     _broken("graph.py:DROP_ADD_LATEST_CALL", "drop_add_ln.gradient"),
     _broken("contract.py:LN_STORAGE_OFFSET_IGNORED", "ln.layout_invariance"),
+    _broken("contract.py:LN_FLOAT64_IN_FLOAT32", "ln.forward"),
+    _broken("contract.py:RMS_FLOAT64_IN_FLOAT32", "rms.forward"),
     _broken("contract.py:RMS_WEIGHT_ASSUMED_CONTIGUOUS", "rms.layout_invariance"),
     _broken("contract.py:RMS_REUSED_OUTPUT_BUFFER", "rms.inputs_unmodified"),
     _broken("contract.py:LN_AFFINE_RESIDUE", "ln.special_inputs"),

@@ -26,6 +26,18 @@ def _rmsnorm(x, weight, eps):
     return _normalize(x, weight, None, eps, _rmsnorm_statistics)
 
 
+def layernorm_float64_in_float32(x, weight, bias, eps):
+    """The float32 implementation, taking float64 x as well (``x.float()``, ``.to(x.dtype)``: Hugging Face's norm
+    modules, patrick-kidger/equinox#723): float64 x normalized in float32 and returned in float64, ~1e-8 off. Must
+    fail ln.forward (its float64 draw)."""
+    return _layernorm(x, weight, bias, eps)
+
+
+def rmsnorm_float64_in_float32(x, weight, eps):
+    """RMSNorm's float32 implementation, taking float64 x as well. Must fail rms.forward (its float64 draw)."""
+    return _rmsnorm(x, weight, eps)
+
+
 def rmsnorm_float32_output(x, weight, eps):
     """Returns float32 for float16/bfloat16 input (the cast back forgotten). The capability probe used to file this
     as "does not compute in float16/bfloat16", drop both dtypes and pass. Must be an error of rms.forward (the
@@ -341,6 +353,10 @@ def _kernel(name: str, kind: str, fn, attr: str, **declared) -> Kernel:
     return Kernel(name, kind, fn, spec=SPEC + attr, description=" ".join(fn.__doc__.split()), **declared)
 
 
+LN_FLOAT64_IN_FLOAT32 = _kernel("ln_float64_in_float32", "layernorm", layernorm_float64_in_float32,
+                                "LN_FLOAT64_IN_FLOAT32")
+RMS_FLOAT64_IN_FLOAT32 = _kernel("rms_float64_in_float32", "rmsnorm", rmsnorm_float64_in_float32,
+                                 "RMS_FLOAT64_IN_FLOAT32")
 RMS_FLOAT32_OUTPUT = _kernel("rms_float32_output", "rmsnorm", rmsnorm_float32_output, "RMS_FLOAT32_OUTPUT")
 LN_NAN_IN_FLOAT16 = _kernel("ln_nan_in_float16", "layernorm", layernorm_nan_in_float16, "LN_NAN_IN_FLOAT16")
 LN_BACKWARD_RAISES = _kernel("ln_backward_raises", "layernorm", layernorm_backward_raises, "LN_BACKWARD_RAISES")

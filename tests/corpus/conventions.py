@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from core.kernel import Kernel
+from corpus.statistics import FLOAT32_ARITHMETIC
 
 SPEC = "tests/corpus/conventions.py:"
 
@@ -55,7 +56,7 @@ RMS_LLAMA_CASTING = Kernel("rms_llama_casting", "rmsnorm", rmsnorm_llama_casting
                                                  "diagnosed as double_rounding."))
 RMS_LLAMA_CASTING_DECLARED = Kernel(
     "rms_llama_casting_declared", "rmsnorm", rmsnorm_llama_casting, spec=SPEC + "RMS_LLAMA_CASTING_DECLARED",
-    conventions=("double_rounding",), output_dtype="promoted",
+    conventions=("double_rounding",), output_dtype="promoted", dtypes=FLOAT32_ARITHMETIC,
     description=_describe(rmsnorm_llama_casting, "Declared (with transformers' output dtype, promoted: float32 for "
                                                  "float32 weights with 16-bit x): correct."))
 LN_TORCH_UNDECLARED = Kernel("ln_torch_undeclared", "layernorm", layernorm_torch, spec=SPEC + "LN_TORCH_UNDECLARED",

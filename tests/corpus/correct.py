@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from core.registry import Kernel
+from corpus.statistics import FLOAT32_ARITHMETIC
 
 SPEC = "tests/corpus/correct.py:"
 
@@ -102,7 +103,8 @@ LN_TWO_PASS_FLOAT64 = Kernel("ln_two_pass_float64", "layernorm", layernorm_two_p
 RMS_TWO_PASS_FLOAT64 = Kernel("rms_two_pass_float64", "rmsnorm", rmsnorm_two_pass_float64,
                               spec=SPEC + "RMS_TWO_PASS_FLOAT64", description=_describe(rmsnorm_two_pass_float64))
 LN_WELFORD = Kernel("ln_welford", "layernorm", layernorm_welford, spec=SPEC + "LN_WELFORD",
-                    description=_describe(layernorm_welford))
-RMS_LLAMA = Kernel("rms_llama", "rmsnorm", rmsnorm_llama, spec=SPEC + "RMS_LLAMA", description=_describe(rmsnorm_llama))
+                    description=_describe(layernorm_welford), dtypes=FLOAT32_ARITHMETIC)
+RMS_LLAMA = Kernel("rms_llama", "rmsnorm", rmsnorm_llama, spec=SPEC + "RMS_LLAMA", description=_describe(rmsnorm_llama),
+                   dtypes=FLOAT32_ARITHMETIC)
 RMS_GEMMA = Kernel("rms_gemma", "rmsnorm", rmsnorm_gemma, spec=SPEC + "RMS_GEMMA", weight_offset=1.0,
-                   description=_describe(rmsnorm_gemma))
+                   description=_describe(rmsnorm_gemma), dtypes=FLOAT32_ARITHMETIC)

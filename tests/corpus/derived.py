@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from core.registry import Kernel
-from corpus.statistics import Moments, Statistics, _normalize
+from corpus.statistics import FLOAT32_ARITHMETIC, Moments, Statistics, _normalize
 
 SPEC = "tests/corpus/derived.py:"
 
@@ -64,7 +64,8 @@ def _kernel(name: str, kind: str, statistics: Statistics, description: str) -> K
         def rmsnorm(x, weight, eps):
             return _normalize(x, weight, None, eps, statistics)
         function = rmsnorm
-    return Kernel(name, kind, function, spec=SPEC + name.upper(), description=" ".join(description.split()))
+    return Kernel(name, kind, function, spec=SPEC + name.upper(), description=" ".join(description.split()),
+                  dtypes=FLOAT32_ARITHMETIC)
 
 
 LN_ONE_PASS_AROUND_ONE_SHIFT = _kernel("ln_one_pass_around_one_shift", "layernorm", _one_pass_around_one_shift,

@@ -22,6 +22,7 @@ import torch
 
 from core.registry import Kernel
 from corpus.memory import read_as_if_contiguous
+from corpus.statistics import FLOAT32_ARITHMETIC
 
 SPEC = "tests/corpus/fused.py:"
 
@@ -207,14 +208,16 @@ def _layernorm(name: str, stages: Stages) -> Kernel:
                   eps: float) -> torch.Tensor:
         return _FusedNorm.apply(x, weight, bias, eps, True, stages)
 
-    return Kernel(name, "layernorm", layernorm, spec=SPEC + name.upper(), description=_description(stages))
+    return Kernel(name, "layernorm", layernorm, spec=SPEC + name.upper(), description=_description(stages),
+                  dtypes=FLOAT32_ARITHMETIC)
 
 
 def _rmsnorm(name: str, stages: Stages) -> Kernel:
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
         return _FusedNorm.apply(x, weight, None, eps, False, stages)
 
-    return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), description=_description(stages))
+    return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), description=_description(stages),
+                  dtypes=FLOAT32_ARITHMETIC)
 
 
 LN_FUSED = _layernorm("ln_fused", CORRECT)
