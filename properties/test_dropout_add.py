@@ -265,6 +265,19 @@ def test_gradient_of_more_rows_than_a_grid_of_programs(dropout_add_kernel, data)
     evidence.check(check_gradient, dropout_add_kernel, example)
 
 
+# Rows past a backward's one block of 1024 columns (its row means of g and g x_hat per block)
+WIDE_GRADIENT_SHAPES = ((2, 1025), (1, 2048), (2, 4096))
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_gradient_of_rows_wider_than_1024(dropout_add_kernel, data):
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, WIDE_GRADIENT_SHAPES, upstream=True), "example")
+    evidence.check(check_gradient, dropout_add_kernel, example)
+
+
 # The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.
 FROZEN = (("x",), ("residual",), ("x", "residual"), ("weight",), ("bias",), ("weight", "bias"))
 

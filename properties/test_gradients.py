@@ -6,8 +6,9 @@ The checks, and the derivation each rests on: :mod:`properties.checks.gradients`
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES
@@ -52,6 +53,9 @@ def test_vjp_with_all_zero_rows_among_others(norm_kernel, data):
     zeroed = data.draw(st.lists(st.integers(0, rows - 1), min_size=1, max_size=rows - 1, unique=True), label="zeroed")
     x = example["x"].clone()
     x[zeroed] = 0
+    # a zero row's rstd is 1/sqrt(eps): in a declared 16-bit backward it may overflow (no finite bound: unchecked)
+    assume(all(np.isfinite(bound).all() for bound in tolerance.backward(
+        norm_kernel, x, example["weight"], example["eps"], example["dy"], bias=example.get("bias")).values()))
     evidence.check(check_vjp, norm_kernel, {**example, "x": x})
 
 

@@ -183,7 +183,8 @@ def _add_rms(name: str, refuse_a_wider_residual: bool = False) -> Kernel:
 
 def test_residual_dtype_mixes_are_probed_for_the_add_norm_kinds():
     """A float32 residual beside 16-bit x (core.capabilities.RESIDUAL_MIXES): taken where the kernel computes with
-    it, refused with the kernel's error where it raises, listed as not drawn for the dropout + add kind; each mix not
+    it, refused with the kernel's error where it raises (the dropout + add kind's too: torch's CPU layer_norm refuses
+    a float32 residual_out beside float16 parameters), listed as not drawn for the quantized kinds; each mix not
     checked is in not_tested (never dropped silently)."""
     taken = capabilities.discover(_add_rms("add-rms-wide"))
     assert taken.residual_mixes == capabilities.RESIDUAL_MIXES
@@ -194,7 +195,10 @@ def test_residual_dtype_mixes_are_probed_for_the_add_norm_kinds():
     (dropout_add,) = [k for k in resolve("torch-fused") if k.kind == "dropout_add_layernorm"]
     caps = capabilities.discover(dropout_add)
     assert not caps.residual_mixes
-    assert "not drawn" in caps.not_tested[capabilities.residual_mix_name(torch.float16, torch.float32)]
+    assert "refused" in caps.not_tested[capabilities.residual_mix_name(torch.float16, torch.float32)]
+    (add_rms_quant,) = [k for k in resolve("torch-quant") if k.kind == "add_rmsnorm_quant"]
+    assert "not drawn" in capabilities.discover(add_rms_quant).not_tested[
+        capabilities.residual_mix_name(torch.float16, torch.float32)]
 
 
 def test_parameter_dtype_mixes_are_probed_for_the_fused_kinds_and_groupnorm():
