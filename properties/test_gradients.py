@@ -40,6 +40,10 @@ def test_vjp_matches_the_derived_jacobian(norm_kernel, data):
     evidence.check(check_vjp, norm_kernel, example)
 
 
+# eps of the zero-row test: a zero row's dx is g / sqrt(eps), within float16's range (1e-12 gives 1e6 g)
+ZERO_ROW_EPS = st.sampled_from([1e-5, 1e-6, 1e-2])
+
+
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
 @profiles.share(0.1)
 @given(data=st.data())
@@ -48,7 +52,8 @@ def test_vjp_with_all_zero_rows_among_others(norm_kernel, data):
     (a backward that zeroes the gradient of rows whose mean square is 0, taking them for padding, fails); LayerNorm's
     is rstd (g - mean(g))."""
     norms.require_backward(norm_kernel)
-    example = data.draw(norm_examples(norm_kernel, upstream=True, n=st.integers(2, 6)), label="example")
+    example = data.draw(norm_examples(norm_kernel, upstream=True, n=st.integers(2, 6), eps=ZERO_ROW_EPS),
+                        label="example")
     rows = example["x"].shape[0]
     zeroed = data.draw(st.lists(st.integers(0, rows - 1), min_size=1, max_size=rows - 1, unique=True), label="zeroed")
     x = example["x"].clone()

@@ -43,10 +43,12 @@ VERDICTS = {
     (SEED002_LN, "ln.inputs_unmodified"): ("passed", "pure torch ops"),
     (SEED002_RMS, "rms.forward"): ("failed", "mean of squares accumulated and kept in float16"),
     (SEED002_RMS, "rms.inputs_unmodified"): ("passed", "pure torch ops"),
-    ("liger-rmsnorm-llama", "rms.forward"): ("passed", "declared llama casting: x * rstd rounded to fp16, times w"),
+    ("liger-rmsnorm-llama", "rms.forward"): ("xfailed", "declared llama casting: x * rstd rounded to fp16, times w; "
+                                                        "float64 x loaded as float32, a declared deviation [F64]"),
     ("liger-rmsnorm-llama", "rms.inputs_unmodified"): ("xfailed", "in_place=True: backward writes dX into dy, "
                                                                   "a declared deviation [C]"),
-    ("hf-gemma-rmsnorm", "rms.forward"): ("passed", "everything in fp32, (1 + w) checked as weight offset 1"),
+    ("hf-gemma-rmsnorm", "rms.forward"): ("xfailed", "everything in fp32, (1 + w) checked as weight offset 1; "
+                                                     "float64 x too, a declared deviation [F64]"),
     ("hf-gemma-rmsnorm", "rms.inputs_unmodified"): ("passed", "pure torch ops"),
 }
 KERNELS = list(dict.fromkeys(kernel for kernel, _ in VERDICTS))
@@ -99,14 +101,16 @@ def test_a_wrong_formula_fails_by_a_wide_margin_and_rounding_deviations_by_a_sma
     mean of squares in float16 before the root: it fails, by one rounding too many (~1-4) where the squares stay in
     float16's range, by far more where a square overflows it (|x| > 256). Llama's
     double rounding, declared (conventions ``double_rounding``), is checked against that convention's model and
-    stays within it."""
+    stays within it (but on float64 x, which Liger loads as float32: a declared deviation, docs/findings.md [F64])."""
     assert results[(SEED001_LN, "ln.forward")].worst_ratio > 1e3
     ordinary_rows = [r for r in results[(SEED002_RMS, "rms.forward")].results
                      if r.test.startswith("properties/test_forward.py::test_forward_matches_the_oracle[")]
     assert len(ordinary_rows) == 1 and ordinary_rows[0].status == "failed", ordinary_rows
     assert ordinary_rows[0].worst_ratio > 1
-    llama = results[("liger-rmsnorm-llama", "rms.forward")]
-    assert llama.status == "passed" and llama.worst_ratio <= 1
+    llama = results[("liger-rmsnorm-llama", "rms.forward")].results
+    in_float64 = [r for r in llama if "test_forward_in_float64" in r.test]
+    assert [r.status for r in in_float64] == ["xfailed"]  # [F64], declared
+    assert all(r.status in ("passed", "skipped") and (r.worst_ratio or 0) <= 1 for r in llama if r not in in_float64)
 
 
 def test_the_in_place_finding_names_the_upstream_gradient(results):
