@@ -29,6 +29,7 @@ from properties.checks.dropout import (
     check_backward_of_the_recorded_graph,
     check_determinism,
     check_edge_probabilities,
+    check_empty_batch,
     check_gradient,
     check_gradient_at_edge_probabilities,
     check_independence,
@@ -126,6 +127,20 @@ def test_values_are_zero_or_rescaled(dropout_kernel, data):
     mode from grad mode)."""
     example = data.draw(_small_inputs(dropout_kernel), "example")
     evidence.check(check_values, dropout_kernel, {**example, "inference": data.draw(st.booleans(), "inference")})
+
+
+@pytest.mark.claim("dropout.values")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_an_empty_batch(dropout_kernel, data):
+    """x (and dy) [0, d] or [2, 0, d]: an empty y of x's shape and, with a backward, an empty dx (a mixture-of-experts
+    layer's dropout on an expert given no token; a launch of zero programs, or a mask drawn by a whole-tensor op)."""
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    d = example["x"].shape[-1]
+    leading = data.draw(st.sampled_from([(0,), (2, 0)]), "leading shape")
+    x = example["x"].reshape(-1, d)[:0].reshape(*leading, d)
+    evidence.check(check_empty_batch, dropout_kernel, {"x": x, "p": example["p"], "seed": example["seed"],
+                                                       "dy": torch.zeros_like(x)})
 
 
 @pytest.mark.claim("dropout.edge_probabilities")

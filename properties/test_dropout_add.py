@@ -29,6 +29,7 @@ from properties.checks.dropout_add import (
     LAYOUT_FRACTION,
     LAYOUTS,
     check_determinism,
+    check_empty_batch,
     check_gradient,
     check_gradient_at_edge_probabilities,
     check_independence,
@@ -293,6 +294,18 @@ def test_gradients_when_only_some_inputs_require_grad(dropout_add_kernel, frozen
     skip_unless_a_strict_subset(dropout_add_kernel, frozen, ("x", "residual", "weight", "bias"))
     example = data.draw(masked_examples(dropout_add_kernel, upstream=True, every_input=True), "example")
     evidence.check(check_gradient, dropout_add_kernel, {**example, "frozen": frozen})
+
+
+@pytest.mark.claim("drop_add_ln.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_an_empty_batch(dropout_add_kernel, data):
+    """x, the residual, dy and dh [0, d] or [2, 0, d]: empty y and residual_out, dweight = dbias = 0, no error."""
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True, every_input=True), "example")
+    d = example["x"].shape[-1]
+    leading = data.draw(st.sampled_from([(0,), (2, 0)]), "leading shape")
+    empty = {name: example[name].reshape(-1, d)[:0].reshape(*leading, d) for name in ("x", "residual", "dy", "dh")}
+    evidence.check(check_empty_batch, dropout_add_kernel, {**example, **empty})
 
 
 @pytest.mark.claim("drop_add_ln.gradient")

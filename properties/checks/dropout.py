@@ -24,7 +24,7 @@ from properties import norms, outcome
 from properties.bounds import dropout_statistics as statistics
 from properties.bounds import tolerance
 from properties.bounds.dropout_statistics import Finding
-from properties.checks.contracts import fail_on_missing_gradient, strided
+from properties.checks.contracts import check_empty_batch_of, fail_on_missing_gradient, strided
 from properties.checks.graph import check_recorded_graph
 
 
@@ -94,6 +94,12 @@ def check_edge_probabilities(kernel, x: torch.Tensor, seed: int) -> None:
     outcome.exact(changed == 0 and nonzero == 0,
                   f"p = 0 changed {changed} of {x.numel()} elements; p = 1 left {nonzero} nonzero",
                   "p = 0 must return x exactly and p = 1 zeros", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_empty_batch(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tensor) -> None:
+    """x (and dy) with no rows, [0, d] or [2, 0, d]: an empty y and dx of x's shape, no error
+    (properties.checks.contracts.check_empty_batch_of)."""
+    check_empty_batch_of(kernel, {"x": x, "p": p, "seed": seed}, {"y": dy})
 
 
 def check_gradient_at_edge_probabilities(kernel, x: torch.Tensor, seed: int, dy: torch.Tensor) -> None:

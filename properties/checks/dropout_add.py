@@ -22,7 +22,12 @@ from properties import norms, outcome
 from properties.bounds import dropout_statistics as statistics
 from properties.bounds.dropout_statistics import Finding
 from properties.checks import dropout as dropout_checks
-from properties.checks.contracts import fail_on_missing_gradient, inside_a_larger_buffer, strided
+from properties.checks.contracts import (
+    check_empty_batch_of,
+    fail_on_missing_gradient,
+    inside_a_larger_buffer,
+    strided,
+)
 from properties.checks.dropout import conclude, keep_rate_finding, seed_findings
 from properties.checks.fused import (
     dropout_values_comparison,
@@ -108,6 +113,13 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
         comparisons.append(outcome.compare(g, expected[name], bound, f"d{name}"))
     outcome.conclude(comparisons, "the backward does not drop the forward's mask and rescale by 1/(1-p), or does not "
                                   "pass J^T dy + dh to the residual", p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_empty_batch(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
+                      dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
+    """x, the residual, dy and dh with no rows (properties.checks.contracts.check_empty_batch_of): empty y and
+    residual_out, dweight = dbias = 0, no error."""
+    check_empty_batch_of(kernel, example_of(x, residual, weight, bias, eps, p, seed), {"y": dy, "residual_out": dh})
 
 
 def check_gradient_at_edge_probabilities(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, seed: int,

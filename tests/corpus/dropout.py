@@ -139,6 +139,18 @@ def _backward_float_scale(p: float) -> float:
     return _float_scale(p)
 
 
+ELEMENTS_A_PROGRAM = 4096
+
+
+def _elements_a_program_unguarded(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """The mask of ceil(n / 4096) programs with n / programs elements each, the division unguarded for an empty x
+    (pytorch/pytorch#20499: F.dropout's SIGFPE on an empty CUDA tensor): an empty batch raises. Must fail
+    dropout.values."""
+    programs = -(-x.numel() // ELEMENTS_A_PROGRAM)
+    x.numel() // programs  # the bug: ZeroDivisionError where x has no element
+    return _keep_mask(x, p, generator)
+
+
 def _fixed_internal_seed(x: torch.Tensor, seed: int) -> torch.Generator:
     """A fixed internal seed (1234): the seed argument is ignored, every seed gives the same mask (same seed,
     same output still holds). Must fail dropout.seeds."""
@@ -303,6 +315,8 @@ DROPOUT_IDENTITY_BELOW_A_TENTH = _kernel("dropout_identity_below_a_tenth", _iden
 DROPOUT_NAN_AT_ONE = _kernel("dropout_nan_at_one", _float_scale.__doc__, scale=_float_scale)
 DROPOUT_BACKWARD_NAN_AT_ONE = _kernel("dropout_backward_nan_at_one", _backward_float_scale.__doc__,
                                       backward_scale=_backward_float_scale)
+DROPOUT_EMPTY_BATCH_RAISES = _kernel("dropout_empty_batch_raises", _elements_a_program_unguarded.__doc__,
+                                     keep_mask=_elements_a_program_unguarded)
 DROPOUT_FIXED_INTERNAL_SEED = _kernel("dropout_fixed_internal_seed", _fixed_internal_seed.__doc__,
                                       generator=_fixed_internal_seed)
 DROPOUT_SEED_PARITY = _kernel("dropout_seed_parity", _seed_parity.__doc__, generator=_seed_parity)

@@ -14,6 +14,7 @@
     DROP_ADD_P_ZERO_UNSET         p = 0 read as unset (p or 0.1): drops at p = 0      -> drop_add_ln.values
     DROP_ADD_P_ONE_NAN            p = 1: the dropped elements scaled by 1/0, NaN     -> drop_add_ln.values
     DROP_ADD_P_ONE_BACKWARD_NAN   p = 1: the forward right, dx scaled by 1/0, NaN    -> drop_add_ln.gradient
+    DROP_ADD_EMPTY_BATCH_RAISES   an empty batch raises (n / programs unguarded)     -> drop_add_ln.forward
     DROP_ADD_UNIFORM_IN_STORAGE_DTYPE  uniforms drawn in x's dtype (bfloat16: a grid of 2^-8) -> drop_add_ln.keep_rate
     DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
@@ -78,6 +79,8 @@ def _make(bug: str):
                                                          x.float() * 0.0 * float("inf"))
             h = (residual.float() + dropped).to(residual.dtype)
             return torch.nn.functional.layer_norm(h.float(), x.shape[-1:], None, None, eps).to(x.dtype), h
+        if bug == "empty_raises":  # the bug: n / programs unguarded (pytorch/pytorch#20499's SIGFPE on no element)
+            x.numel() // -(-x.numel() // 4096)
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         kept = _mask(x.shape, p, seed, bug, x.dtype).to(x.device)
@@ -129,6 +132,9 @@ DROP_ADD_P_ONE_NAN = _kernel("DROP_ADD_P_ONE_NAN", "p_one_nan",
 DROP_ADD_P_ONE_BACKWARD_NAN = _kernel("DROP_ADD_P_ONE_BACKWARD_NAN", "p_one_backward_nan",
                                       "p = 1: the forward drops every element, its backward scales dx by 1/(1-p) = "
                                       "inf, NaN (pytorch/pytorch#75288's guard missing there): drop_add_ln.gradient")
+DROP_ADD_EMPTY_BATCH_RAISES = _kernel("DROP_ADD_EMPTY_BATCH_RAISES", "empty_raises",
+                                      "the elements a program, n / ceil(n / 4096), unguarded: an empty batch raises "
+                                      "(pytorch/pytorch#20499): drop_add_ln.forward")
 DROP_ADD_UNIFORM_IN_STORAGE_DTYPE = _kernel("DROP_ADD_UNIFORM_IN_STORAGE_DTYPE", "storage_uniform",
                                             "the uniforms drawn in x's dtype (torch.rand_like(x)): in bfloat16 p = "
                                             "0.001 drops 1/256, p = 0.999 keeps none: drop_add_ln.keep_rate")
