@@ -235,6 +235,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout.py:DROPOUT_NAN_AT_ONE", "dropout.edge_probabilities"),
     _broken("dropout.py:DROPOUT_BACKWARD_NAN_AT_ONE", "dropout.edge_probabilities"),
     _broken("dropout.py:DROPOUT_EMPTY_BATCH_RAISES", "dropout.values"),
+    _broken("dropout.py:DROPOUT_ROW_INDEX_IN_16_BITS", "dropout.independence"),
     _broken("dropout.py:DROPOUT_FIXED_INTERNAL_SEED", "dropout.seeds"),
     _broken("dropout.py:DROPOUT_SEED_PARITY", "dropout.seeds"),
     _broken("dropout.py:DROPOUT_UNSEEDED_WHEN_LARGE", "dropout.determinism"),

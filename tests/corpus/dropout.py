@@ -139,6 +139,15 @@ def _backward_float_scale(p: float) -> float:
     return _float_scale(p)
 
 
+def _row_index_in_16_bits(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Each row's uniforms drawn at its row index kept in 16 bits (a uint16 counter, a grid's y dimension wrapped):
+    row r gets the mask of row r mod 65 536, so rows past 65 535 repeat the first rows' masks. Must fail
+    dropout.independence (its rows r and r + 65 536 of narrow rows)."""
+    rows = x.reshape(-1, x.shape[-1]).shape[0] if x.dim() else 1
+    drawn = torch.rand((min(rows, 65_536), x.shape[-1] if x.dim() else 1), generator=generator, device=x.device) >= p
+    return drawn[torch.arange(rows, device=x.device) % 65_536].reshape(x.shape)
+
+
 ELEMENTS_A_PROGRAM = 4096
 
 
@@ -315,6 +324,8 @@ DROPOUT_IDENTITY_BELOW_A_TENTH = _kernel("dropout_identity_below_a_tenth", _iden
 DROPOUT_NAN_AT_ONE = _kernel("dropout_nan_at_one", _float_scale.__doc__, scale=_float_scale)
 DROPOUT_BACKWARD_NAN_AT_ONE = _kernel("dropout_backward_nan_at_one", _backward_float_scale.__doc__,
                                       backward_scale=_backward_float_scale)
+DROPOUT_ROW_INDEX_IN_16_BITS = _kernel("dropout_row_index_in_16_bits", _row_index_in_16_bits.__doc__,
+                                       keep_mask=_row_index_in_16_bits)
 DROPOUT_EMPTY_BATCH_RAISES = _kernel("dropout_empty_batch_raises", _elements_a_program_unguarded.__doc__,
                                      keep_mask=_elements_a_program_unguarded)
 DROPOUT_FIXED_INTERNAL_SEED = _kernel("dropout_fixed_internal_seed", _fixed_internal_seed.__doc__,
