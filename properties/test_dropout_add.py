@@ -198,9 +198,10 @@ def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_add_kernel, dt
 @given(data=st.data())
 def test_mask_bits_are_independent(dropout_add_kernel, data):
     """x and residual [R, d], then the same as [2, R / 2, d] (strategies.as_a_batch_of_two: rows r and r + R / 2 one
-    position of two batch elements), each at half the example's false-alarm share."""
+    position of two batch elements), each at 0.4 of the claim's false-alarm budget (the rest: rows beyond 65 535,
+    properties/test_many_rows.py)."""
     example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES), "example")
-    alpha = _alpha("drop_add_ln.independence", INDEPENDENCE_FRACTION, 0.5)
+    alpha = _alpha("drop_add_ln.independence", INDEPENDENCE_FRACTION, 0.4)
     for shaped in (example, as_a_batch_of_two(example)):
         evidence.check(check_independence, dropout_add_kernel, {**shaped, "alpha": alpha})
 

@@ -24,13 +24,15 @@ import pytest
 import torch
 
 from core import guard
+from core.boundary import HOST, host_generator
 from core.capabilities import PROBED_DTYPES, discover, dtype_name, mix_name
 from core.errors import one_line
 from properties import evidence, norms, outcome
-from properties.bounds import models
-from properties.checks import fused, groupnorm
+from properties.bounds import dropout_statistics, models
+from properties.checks import dropout_add, fused, groupnorm
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
+from properties.draws.dropout_strategies import nonzero_values
 from properties.draws.strategies import rounded, standard_values, storage_backward_width
 
 ROWS = 65_539  # beyond 65 535, and 3 rows past every power of two from 4 on: a last block of rows that is partial
@@ -199,6 +201,24 @@ def test_fused_gradients_beyond_65535_rows(add_norm_kernel):
     example = many_rows_example(add_norm_kernel, upstream=True)
     skip_when_too_slow(add_norm_kernel, example, upstream=True)
     evidence.check(fused.check_vjp, add_norm_kernel, example)
+
+
+# Dropout + add + LayerNorm's masks of 131 072 rows of 2: rows r and r + 65 536 compared (a row index kept in 16 bits
+# repeats the first rows' masks there), at 0.2 of drop_add_ln.independence's false-alarm budget
+MASKED_ROWS, MASKED_WIDTH, MASKED_SHARE = 2 * 65_536, 2, 0.2
+
+
+@pytest.mark.claim("drop_add_ln.independence")
+def test_dropout_add_masks_of_rows_beyond_65535(dropout_add_kernel):
+    caps = discover(dropout_add_kernel)
+    dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
+    x = nonzero_values((MASKED_ROWS, MASKED_WIDTH), 65535, 0.0, 1.0)
+    fraction = torch.rand(x.shape, generator=host_generator(4), dtype=torch.float64, device=HOST) * 2 - 1
+    example = {"x": rounded(x, dtype, caps.device), "residual": rounded(x * fraction, dtype, caps.device),
+               "weight": None, "bias": None, "eps": 1e-5, "p": 0.5, "seed": 12345}  # |residual| <= |x|: exact mask
+    skip_when_too_slow(dropout_add_kernel, example, upstream=False)
+    alpha = dropout_statistics.per_example("drop_add_ln.independence", 1, MASKED_SHARE)
+    evidence.check(dropout_add.check_independence, dropout_add_kernel, {**example, "alpha": alpha})
 
 
 @pytest.mark.claim("gn.forward")

@@ -378,6 +378,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout_add.py:DROP_ADD_P_ONE_NAN", "drop_add_ln.values"),
     _broken("dropout_add.py:DROP_ADD_P_ONE_BACKWARD_NAN", "drop_add_ln.gradient"),
     _broken("dropout_add.py:DROP_ADD_EMPTY_BATCH_RAISES", "drop_add_ln.forward"),
+    _broken("dropout_add.py:DROP_ADD_ROW_INDEX_IN_16_BITS", "drop_add_ln.independence", at_scale=True),
     _broken("dropout_add.py:DROP_ADD_BLOCKS_OF_2", "drop_add_ln.variance_bias", "drop_add_ln.independence"),
     _broken("dropout_add.py:DROP_ADD_NORM_WITHOUT_DROPOUT", "drop_add_ln.forward"),
     _broken("dropout_add.py:DROP_ADD_KEEP_DROP_SWAPPED", "drop_add_ln.keep_rate"),

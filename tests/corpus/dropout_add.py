@@ -15,6 +15,7 @@
     DROP_ADD_P_ONE_NAN            p = 1: the dropped elements scaled by 1/0, NaN     -> drop_add_ln.values
     DROP_ADD_P_ONE_BACKWARD_NAN   p = 1: the forward right, dx scaled by 1/0, NaN    -> drop_add_ln.gradient
     DROP_ADD_EMPTY_BATCH_RAISES   an empty batch raises (n / programs unguarded)     -> drop_add_ln.forward
+    DROP_ADD_ROW_INDEX_IN_16_BITS rows past 65 535 repeat the first rows' masks      -> drop_add_ln.independence
     DROP_ADD_UNIFORM_IN_STORAGE_DTYPE  uniforms drawn in x's dtype (bfloat16: a grid of 2^-8) -> drop_add_ln.keep_rate
     DROP_ADD_FIXED_INTERNAL_SEED  the seed argument ignored (a fixed generator)   -> drop_add_ln.seeds
     DROP_ADD_UNSEEDED             the mask from torch's global generator          -> drop_add_ln.determinism
@@ -53,6 +54,10 @@ def _mask(shape, p: float, seed: int, bug: str, dtype: torch.dtype = torch.float
         rows = math.prod(shape[:-1])  # x's rows over every leading dimension
         first = torch.rand(min(rows, 64), shape[-1], generator=generator) >= p
         return first.repeat(-(-rows // 64), 1)[:rows].reshape(shape)
+    if bug == "row_index_16_bits":  # row r gets the mask of row r mod 65 536 (a 16-bit row counter)
+        rows = math.prod(shape[:-1])
+        first = torch.rand(min(rows, 65_536), shape[-1], generator=generator) >= p
+        return first[torch.arange(rows) % 65_536].reshape(shape)
     if bug == "blocks":  # one draw for each pair of neighbours (an even width)
         return (torch.rand(*shape[:-1], shape[-1] // 2, generator=generator) >= p).repeat_interleave(2, -1)
     draws = torch.rand(shape, generator=generator, dtype=dtype if bug == "storage_uniform" else torch.float32)
@@ -132,6 +137,9 @@ DROP_ADD_P_ONE_NAN = _kernel("DROP_ADD_P_ONE_NAN", "p_one_nan",
 DROP_ADD_P_ONE_BACKWARD_NAN = _kernel("DROP_ADD_P_ONE_BACKWARD_NAN", "p_one_backward_nan",
                                       "p = 1: the forward drops every element, its backward scales dx by 1/(1-p) = "
                                       "inf, NaN (pytorch/pytorch#75288's guard missing there): drop_add_ln.gradient")
+DROP_ADD_ROW_INDEX_IN_16_BITS = _kernel("DROP_ADD_ROW_INDEX_IN_16_BITS", "row_index_16_bits",
+                                        "row r gets the mask of row r mod 65536 (a row index kept in 16 bits): "
+                                        "drop_add_ln.independence (beyond 65 535 rows)")
 DROP_ADD_EMPTY_BATCH_RAISES = _kernel("DROP_ADD_EMPTY_BATCH_RAISES", "empty_raises",
                                       "the elements a program, n / ceil(n / 4096), unguarded: an empty batch raises "
                                       "(pytorch/pytorch#20499): drop_add_ln.forward")
