@@ -44,6 +44,7 @@ KERNEL_FIXTURES = {
     "channel_layernorm_kernel": kinds.kinds_where(lambda record: record.scope == "sample"),
     "running_norm_kernel": kinds.kinds_where(lambda record: record.running_statistics),
     "batchnorm_kernel": kinds.kinds_where(lambda record: record.batch_statistics),
+    "instancenorm_kernel": kinds.kinds_where(lambda record: record.running_statistics and not record.batch_statistics),
     "dropout_kernel": kinds.kinds_where(lambda record: not record.is_norm),
     # the quantized-output kinds (properties/test_quantized.py), and those with a residual add
     "quant_norm_kernel": kinds.kinds_where(lambda record: record.quantized),

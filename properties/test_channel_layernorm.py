@@ -101,6 +101,20 @@ def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
     evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
 
 
+# Model channel counts (ConvNeXt-T's 96 stem channels; 320), past a kernel's block of 64 channels and not a multiple
+# of it: blocks of channels whose moments are merged
+MANY_CHANNELS, MANY_CHANNELS_SPATIAL = (96, 320), ((), (4, 4))
+
+
+@pytest.mark.claim("cln.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_of_model_channel_counts(channel_layernorm_kernel, data):
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=MANY_CHANNELS_SPATIAL,
+                                         channels=MANY_CHANNELS)
+    evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("cln.forward")
 @profiles.share(0.05)
 @given(data=st.data())

@@ -29,7 +29,7 @@ from core.capabilities import PROBED_DTYPES, discover, dtype_name, mix_name
 from core.errors import one_line
 from properties import evidence, norms, outcome
 from properties.bounds import dropout_statistics, models
-from properties.checks import dropout_add, fused, groupnorm
+from properties.checks import batchnorm, dropout_add, fused, groupnorm
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
 from properties.draws.dropout_strategies import nonzero_values
@@ -201,6 +201,70 @@ def test_fused_gradients_beyond_65535_rows(add_norm_kernel):
     example = many_rows_example(add_norm_kernel, upstream=True)
     skip_when_too_slow(add_norm_kernel, example, upstream=True)
     evidence.check(fused.check_vjp, add_norm_kernel, example)
+
+
+# LayerNorm over (C, *) of 65 539 samples [2, 3], and InstanceNorm of 32 770 samples of 2 channels (65 540 instances n C
+# + c, the index of torch's instance_norm as a batch_norm over N C channels): samples or instances on a grid's y axis
+# stop at 65 535
+SAMPLE_SHAPE, INSTANCE_SAMPLES = (2, 3), 32_770
+
+
+def channel_layernorm_example(kernel, upstream: bool) -> dict:
+    """ROWS samples of SAMPLE_SHAPE (seeded, in float32 or the kernel's first dtype), weight and bias of that shape;
+    dy with ``upstream`` (its samples from 65 535 on weighted as _beyond_the_grid_weighted's)."""
+    caps = discover(kernel)
+    dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
+    shape = (ROWS, *SAMPLE_SHAPE)
+    example = {"x": rounded(standard_values(shape, "normal", 65535), dtype, caps.device), "num_groups": 1,
+               "weight": rounded(1.0 + standard_values(SAMPLE_SHAPE, "normal", 1), dtype, caps.device),
+               "bias": rounded(standard_values(SAMPLE_SHAPE, "normal", 2), dtype, caps.device), "eps": 1e-5}
+    if upstream:
+        example["dy"] = _beyond_the_grid_weighted(rounded(standard_values(shape, "normal", 3), dtype, caps.device),
+                                                  dtype, caps.device)
+    return example
+
+
+@pytest.mark.claim("cln.forward")
+def test_channel_layernorm_forward_beyond_65535_samples(channel_layernorm_kernel):
+    example = channel_layernorm_example(channel_layernorm_kernel, upstream=False)
+    skip_when_too_slow(channel_layernorm_kernel, example, upstream=False)
+    evidence.check(groupnorm.check_forward, channel_layernorm_kernel, example)
+
+
+@pytest.mark.claim("cln.jacobian")
+def test_channel_layernorm_gradients_beyond_65535_samples(channel_layernorm_kernel):
+    norms.require_backward(channel_layernorm_kernel)
+    example = channel_layernorm_example(channel_layernorm_kernel, upstream=True)
+    skip_when_too_slow(channel_layernorm_kernel, example, upstream=True)
+    evidence.check(groupnorm.check_vjp, channel_layernorm_kernel, example)
+
+
+def instancenorm_example(kernel, training: bool) -> dict:
+    """INSTANCE_SAMPLES samples of SAMPLE_SHAPE (seeded), running buffers, weight and bias per channel."""
+    caps = discover(kernel)
+    dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
+    shape = (INSTANCE_SAMPLES, *SAMPLE_SHAPE)
+    example = {"x": rounded(standard_values(shape, "normal", 65535), dtype, caps.device),
+               "running_mean": rounded(0.1 * standard_values(shape[1:2], "normal", 5), dtype, caps.device),
+               "running_var": rounded(1.0 + torch.rand(shape[1:2], generator=host_generator(6), dtype=torch.float64,
+                                                       device=HOST), dtype, caps.device),
+               "weight": rounded(1.0 + standard_values(shape[1:2], "normal", 1), dtype, caps.device),
+               "bias": rounded(standard_values(shape[1:2], "normal", 2), dtype, caps.device),
+               "training": training, "momentum": 0.1, "eps": 1e-5}
+    skip_when_too_slow(kernel, example, upstream=False)
+    return example
+
+
+@pytest.mark.claim("in.forward")
+def test_instancenorm_beyond_65535_instances(instancenorm_kernel):
+    """Training mode: each instance's own statistics."""
+    evidence.check(batchnorm.check_forward, instancenorm_kernel, instancenorm_example(instancenorm_kernel, True))
+
+
+@pytest.mark.claim("in.eval")
+def test_instancenorm_eval_beyond_65535_instances(instancenorm_kernel):
+    """Eval mode: the running statistics per channel, in every instance."""
+    evidence.check(batchnorm.check_eval, instancenorm_kernel, instancenorm_example(instancenorm_kernel, False))
 
 
 # Dropout + add + LayerNorm's masks of 131 072 rows of 2: rows r and r + 65 536 compared (a row index kept in 16 bits

@@ -45,6 +45,8 @@ statistics per (sample, channel) and the running update averaged over the sample
     IN_EVAL_BATCH_STATISTICS     eval mode normalizes with the instance statistics -> in.eval
     IN_CHANNELS_LAST_IGNORED     a channels-last x read as if contiguous          -> in.layout_invariance
     IN_STATISTICS_DETACHED       the backward holds the statistics constant       -> in.jacobian
+    IN_INSTANCES_BEYOND_GRID_Y   instances n C + c from 65 535 on never normalized (a grid's y extent,
+                                 LBANN/lbann#1610, PaddlePaddle/Paddle#31144)      -> in.forward (at scale)
     IN_EPS_MISSING               rsqrt(var) without eps                           -> in.degenerate
     IN_INPUT_OVERWRITTEN         normalizes x in place                            -> in.inputs_unmodified
     IN_WIDE_BLOCKS               an instance's statistics merged from blocks of equal weight -> in.forward
@@ -60,6 +62,7 @@ from corpus.memory import read_as_if_contiguous
 from corpus.wide import unweighted_block_moments
 
 SPEC = "tests/corpus/batchnorm.py:"
+GRID_Y = 65_535
 
 
 def _channels(x: torch.Tensor) -> tuple[int, ...]:
@@ -107,6 +110,9 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
     else:
         mean, variance = per_channel(running_mean.float(), x), per_channel(running_var.float(), x)
     y = (values - mean) * torch.rsqrt(variance + (0.0 if bug == "eps_missing" else eps))
+    if bug == "grid_y" and x.shape[0] * x.shape[1] > GRID_Y:  # instances n C + c past a grid's y extent unnormalized
+        instances = torch.arange(x.shape[0] * x.shape[1], device=x.device).reshape(*x.shape[:2], *(1,) * (x.dim() - 2))
+        y = torch.where(instances < GRID_Y, y, values)
     if bug == "recording_no_bias" and torch.is_grad_enabled() and x.requires_grad:
         bias = None  # the forward of a training step (cuDNN's is another kernel than inference's) drops the bias
     y = y if bug == "manual" else _affine(y, weight, bias)
@@ -214,4 +220,7 @@ IN_INPUT_OVERWRITTEN = _kernel("IN_INPUT_OVERWRITTEN", "in_place", "normalizes x
                                "instancenorm")
 IN_WIDE_BLOCKS = _kernel("IN_WIDE_BLOCKS", "wide_blocks", "an instance's statistics over more than 4096 elements "
                          "merged from blocks of equal weight (corpus.wide): in.forward", "instancenorm")
+IN_INSTANCES_BEYOND_GRID_Y = _kernel("IN_INSTANCES_BEYOND_GRID_Y", "grid_y",
+                                     "instances n C + c from 65 535 on never normalized (instances on a grid's y "
+                                     "axis): in.forward (at scale)", "instancenorm")
 IN_CORRECT = _kernel("IN_CORRECT", "", "the control: nothing broken", "instancenorm")

@@ -9,6 +9,11 @@ that must catch each.
     CLN_VARIANCE_DETACHED       the variance a constant for autograd                               -> cln.jacobian
     CLN_INPUT_OVERWRITTEN       normalizes x in place                                      -> cln.inputs_unmodified
     CLN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> cln.forward
+    CLN_CHANNEL_BLOCKS_UNWEIGHTED  C > 64, not a multiple of 64: blocks of 64 channels merged with equal weights (the
+                                fixed channel blocks of onnxruntime's GroupNorm, microsoft/onnxruntime#17869)
+                                                                                                   -> cln.forward
+    CLN_SAMPLES_BEYOND_GRID_Y   samples from 65 535 on never normalized (a grid's y extent, PaddlePaddle/Paddle#31144)
+                                                                                        -> cln.forward (at scale)
     CLN_CORRECT                 the control
 """
 
@@ -20,6 +25,8 @@ from core.kernel import Kernel
 from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/channel_layernorm.py:"
+CHANNEL_BLOCK = 64
+GRID_Y = 65_535
 
 
 def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
@@ -29,9 +36,19 @@ def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
     axes = {"last_axis": (-1,), "batch": tuple(range(x.dim()))}.get(bug, tuple(range(1, x.dim())))
     mean = values.mean(axes, keepdim=True)
     variance = values.var(axes, keepdim=True, unbiased=False)
+    if bug == "channel_blocks" and x.shape[1] > CHANNEL_BLOCK and x.shape[1] % CHANNEL_BLOCK:
+        # blocks of 64 channels, their moments merged with equal weights: the partial last block over-weighted
+        blocks = values.split(CHANNEL_BLOCK, dim=1)
+        means = [block.mean(axes, keepdim=True) for block in blocks]
+        mean = sum(means) / len(blocks)
+        variance = sum(block.var(axes, keepdim=True, unbiased=False) + (m - mean) ** 2
+                       for block, m in zip(blocks, means, strict=True)) / len(blocks)
     if bug == "detached":
         variance = variance.detach()
     y = (values - mean) * torch.rsqrt(variance + eps)
+    if bug == "grid_y" and x.shape[0] > GRID_Y:  # samples past a grid's y extent never normalized
+        y = torch.where((torch.arange(x.shape[0], device=x.device) < GRID_Y).reshape(-1, *(1,) * (x.dim() - 1)),
+                        y, values)
     y = y if weight is None else y * weight.float()
     if bug == "recording_no_bias" and torch.is_grad_enabled() and x.requires_grad:
         bias = None  # the forward of a training step (another kernel than inference's) drops the bias
@@ -58,4 +75,10 @@ CLN_VARIANCE_DETACHED = _kernel("CLN_VARIANCE_DETACHED", "detached",
 CLN_INPUT_OVERWRITTEN = _kernel("CLN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: cln.inputs_unmodified")
 CLN_TRAINING_STEP_WITHOUT_BIAS = _kernel("CLN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
                                          "with x requiring grad (a training step) the bias is left out: cln.forward")
+CLN_CHANNEL_BLOCKS_UNWEIGHTED = _kernel("CLN_CHANNEL_BLOCKS_UNWEIGHTED", "channel_blocks",
+                                        "more than 64 channels, not a multiple of 64: blocks of 64 channels merged "
+                                        "with equal weights: cln.forward")
+CLN_SAMPLES_BEYOND_GRID_Y = _kernel("CLN_SAMPLES_BEYOND_GRID_Y", "grid_y",
+                                    "samples from 65 535 on never normalized (samples on a grid's y axis): "
+                                    "cln.forward (at scale)")
 CLN_CORRECT = _kernel("CLN_CORRECT", "", "the control: nothing broken")
