@@ -47,6 +47,17 @@ PERIOD = 7
 COPIES = 3  # x, the output and the kernel's own buffers, at most as large again
 
 
+def checked_dtype(kernel) -> torch.dtype:
+    """The dtype of the examples of scale: float32 where the kernel computes in it (or says nothing), else its first."""
+    dtypes = discover(kernel).dtypes
+    return torch.float32 if torch.float32 in dtypes or not dtypes else dtypes[0]
+
+
+def seeded(shape: tuple[int, ...], seed: int, dtype: torch.dtype, device: str, offset: float = 0.0) -> torch.Tensor:
+    """offset + standard normal values of ``shape`` from ``seed``, rounded to ``dtype`` on ``device``."""
+    return rounded(offset + standard_values(shape, "normal", seed), dtype, device)
+
+
 def many_rows_example(kernel, upstream: bool, rows: int = ROWS, width: int = WIDTH, dtype: torch.dtype | None = None,
                       groups: int = 1) -> dict:
     """``rows`` rows of ``width`` (seeded) in ``dtype`` (default float32, else the kernel's first dtype) for the
@@ -55,13 +66,12 @@ def many_rows_example(kernel, upstream: bool, rows: int = ROWS, width: int = WID
     ``upstream``."""
     caps = discover(kernel)
     record = kernel.record
-    if dtype is None:
-        dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
+    dtype = dtype or checked_dtype(kernel)
     channels = 2 * groups
     shape, parameters = ((rows, channels, width // channels), channels) if record.grouped else ((rows, width), width)
 
     def values(shape: tuple[int, ...], seed: int, offset: float = 0.0) -> torch.Tensor:
-        return rounded(offset + standard_values(shape, "normal", seed), dtype, caps.device)
+        return seeded(shape, seed, dtype, caps.device, offset)
 
     example = {"x": values(shape, 65535), "weight": values((parameters,), 1, offset=1.0), "eps": 1e-5}
     if record.grouped:
@@ -212,15 +222,12 @@ SAMPLE_SHAPE, INSTANCE_SAMPLES = (2, 3), 32_770
 def channel_layernorm_example(kernel, upstream: bool) -> dict:
     """ROWS samples of SAMPLE_SHAPE (seeded, in float32 or the kernel's first dtype), weight and bias of that shape;
     dy with ``upstream`` (its samples from 65 535 on weighted as _beyond_the_grid_weighted's)."""
-    caps = discover(kernel)
-    dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
-    shape = (ROWS, *SAMPLE_SHAPE)
-    example = {"x": rounded(standard_values(shape, "normal", 65535), dtype, caps.device), "num_groups": 1,
-               "weight": rounded(1.0 + standard_values(SAMPLE_SHAPE, "normal", 1), dtype, caps.device),
-               "bias": rounded(standard_values(SAMPLE_SHAPE, "normal", 2), dtype, caps.device), "eps": 1e-5}
+    dtype, device, shape = checked_dtype(kernel), discover(kernel).device, (ROWS, *SAMPLE_SHAPE)
+    example = {"x": seeded(shape, 65535, dtype, device), "num_groups": 1, "eps": 1e-5,
+               "weight": seeded(SAMPLE_SHAPE, 1, dtype, device, offset=1.0),
+               "bias": seeded(SAMPLE_SHAPE, 2, dtype, device)}
     if upstream:
-        example["dy"] = _beyond_the_grid_weighted(rounded(standard_values(shape, "normal", 3), dtype, caps.device),
-                                                  dtype, caps.device)
+        example["dy"] = _beyond_the_grid_weighted(seeded(shape, 3, dtype, device), dtype, device)
     return example
 
 
@@ -241,15 +248,12 @@ def test_channel_layernorm_gradients_beyond_65535_samples(channel_layernorm_kern
 
 def instancenorm_example(kernel, training: bool) -> dict:
     """INSTANCE_SAMPLES samples of SAMPLE_SHAPE (seeded), running buffers, weight and bias per channel."""
-    caps = discover(kernel)
-    dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
-    shape = (INSTANCE_SAMPLES, *SAMPLE_SHAPE)
-    example = {"x": rounded(standard_values(shape, "normal", 65535), dtype, caps.device),
-               "running_mean": rounded(0.1 * standard_values(shape[1:2], "normal", 5), dtype, caps.device),
-               "running_var": rounded(1.0 + torch.rand(shape[1:2], generator=host_generator(6), dtype=torch.float64,
-                                                       device=HOST), dtype, caps.device),
-               "weight": rounded(1.0 + standard_values(shape[1:2], "normal", 1), dtype, caps.device),
-               "bias": rounded(standard_values(shape[1:2], "normal", 2), dtype, caps.device),
+    dtype, device, shape = checked_dtype(kernel), discover(kernel).device, (INSTANCE_SAMPLES, *SAMPLE_SHAPE)
+    channels = shape[1:2]
+    example = {"x": seeded(shape, 65535, dtype, device), "running_mean": seeded(channels, 5, dtype, device),
+               "running_var": rounded(1.0 + torch.rand(channels, generator=host_generator(6), dtype=torch.float64,
+                                                       device=HOST), dtype, device),
+               "weight": seeded(channels, 1, dtype, device, offset=1.0), "bias": seeded(channels, 2, dtype, device),
                "training": training, "momentum": 0.1, "eps": 1e-5}
     skip_when_too_slow(kernel, example, upstream=False)
     return example
@@ -274,11 +278,10 @@ MASKED_ROWS, MASKED_WIDTH, MASKED_SHARE = 2 * 65_536, 2, 0.2
 
 @pytest.mark.claim("drop_add_ln.independence")
 def test_dropout_add_masks_of_rows_beyond_65535(dropout_add_kernel):
-    caps = discover(dropout_add_kernel)
-    dtype = torch.float32 if torch.float32 in caps.dtypes or not caps.dtypes else caps.dtypes[0]
+    dtype, device = checked_dtype(dropout_add_kernel), discover(dropout_add_kernel).device
     x = nonzero_values((MASKED_ROWS, MASKED_WIDTH), 65535, 0.0, 1.0)
     fraction = torch.rand(x.shape, generator=host_generator(4), dtype=torch.float64, device=HOST) * 2 - 1
-    example = {"x": rounded(x, dtype, caps.device), "residual": rounded(x * fraction, dtype, caps.device),
+    example = {"x": rounded(x, dtype, device), "residual": rounded(x * fraction, dtype, device),
                "weight": None, "bias": None, "eps": 1e-5, "p": 0.5, "seed": 12345}  # |residual| <= |x|: exact mask
     skip_when_too_slow(dropout_add_kernel, example, upstream=False)
     alpha = dropout_statistics.per_example("drop_add_ln.independence", 1, MASKED_SHARE)
