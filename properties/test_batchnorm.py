@@ -169,6 +169,17 @@ def test_vjp_beyond_4096_elements_a_row(running_norm_kernel, spatial, data):
     evidence.check(checks.check_vjp, running_norm_kernel, data.draw(example, "example"))
 
 
+@pytest.mark.claim("bn.forward", "in.forward")
+@pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
+@profiles.share(0.1)
+@given(data=st.data())
+def test_training_forward_when_ill_conditioned(running_norm_kernel, dtype, data):
+    """Training mode, rows of statistics of |mean|/std as large as the error model covers (a one-pass variance fails
+    there; the other draws stop at 10)."""
+    example = batchnorm_examples(running_norm_kernel, training=True, dtypes=(dtype,), ill_conditioned=True)
+    evidence.check(checks.check_forward, running_norm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("bn.degenerate", "in.degenerate")
 @profiles.share(0.25)
 @given(data=st.data())

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import discover
+from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.forward import new_parameter_values
@@ -41,6 +42,7 @@ from properties.draws.strategies import (
     seeds,
     standard_values,
     storage_dtypes,
+    valid_offset_ratio,
 )
 from properties.norms import output_dtype, require_backward
 from properties.run import profiles
@@ -56,19 +58,23 @@ MAX_OFFSET_RATIO = 10.0
 def channel_layernorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPATIAL,
                                channels: tuple[int, ...] = CHANNELS, upstream: bool = False,
                                every_input: bool = False, mixed: bool = False, least_samples: int = 1,
-                               samples: int | None = None) -> dict:
+                               samples: int | None = None, dtypes: tuple[torch.dtype, ...] | None = None,
+                               ill_conditioned: bool = False) -> dict:
     """x [N, C, *spatial] (N ``samples``, else from ``least_samples`` to 3, batch-1 inference included, one draw in
     eight 5 or 8; offset and scale), weight and
     bias [C, *spatial] (element-wise, in x's dtype or with ``mixed`` another the kernel takes), eps; dy with
-    ``upstream``. ``num_groups`` is 1: each sample is one group of the GroupNorm checks."""
+    ``upstream``; ``dtypes``: x's among them; ``ill_conditioned``: |mean|/std of 1e4, capped at what the error model
+    covers for a sample (strategies.valid_offset_ratio; MAX_OFFSET_RATIO otherwise). ``num_groups`` is 1: each
+    sample is one group of the GroupNorm checks."""
     caps = discover(kernel)
-    dtype = draw(storage_dtypes(kernel))
+    dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = draw(parameter_dtypes(kernel, dtype, mixed))
     if samples is None:
         samples = draw(st.sampled_from(MORE_SAMPLES) if draw(st.integers(1, 8)) == 8 else
                        st.integers(least_samples, 3))
     shape = (samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(spatial)))
-    ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
+    limit = valid_offset_ratio(math.prod(shape[1:]), dtype) if ill_conditioned else MAX_OFFSET_RATIO
+    ratio = max(-limit, min(draw(st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)), limit))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
     example = {"x": rounded(values, dtype, caps.device), "num_groups": 1, "eps": draw(epsilons())}
     width = math.prod(shape[1:])
@@ -99,6 +105,17 @@ def test_vjp_matches_the_jacobian(channel_layernorm_kernel, data):
     require_backward(channel_layernorm_kernel)
     example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, mixed=True)
     evidence.check(check_vjp, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.forward")
+@pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_when_ill_conditioned(channel_layernorm_kernel, dtype, data):
+    """Samples of |mean|/std as large as the error model covers (a one-pass variance fails there; the other draws
+    stop at 10)."""
+    example = channel_layernorm_examples(channel_layernorm_kernel, dtypes=(dtype,), ill_conditioned=True)
+    evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
 
 
 # Model channel counts (ConvNeXt-T's 96 stem channels; 320), past a kernel's block of 64 channels and not a multiple

@@ -32,6 +32,7 @@ from properties.draws.strategies import (
     standard_values,
     storage_backward_width,
     storage_dtypes,
+    valid_offset_ratio,
 )
 from properties.norms import output_dtype
 
@@ -49,12 +50,13 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
                        spatial: tuple[tuple[int, ...], ...] = SPATIAL,
                        upstream: bool = False, every_input: bool = False, mixed: bool = False,
                        constant: bool = False, least: int = 2, dtypes: tuple[torch.dtype, ...] | None = None,
-                       parameter_dtype: torch.dtype | None = None) -> dict:
+                       parameter_dtype: torch.dtype | None = None, ill_conditioned: bool = False) -> dict:
     """One example keyed by role (core.kinds), in ``training`` mode (drawn when None) with running buffers when
     ``buffers`` (drawn when None; always in eval mode); ``upstream``: dy in the output's dtype; ``every_input``:
     weight and bias present and random; ``mixed``/``parameter_dtype``: weight and bias in another dtype the kernel
     takes (strategies.parameter_dtypes); ``constant``: every channel constant; ``least``: the fewest elements per
-    row of statistics in training mode (2: torch refuses 1)."""
+    row of statistics in training mode (2: torch refuses 1); ``ill_conditioned``: |mean|/std of 1e4, capped at what
+    the error model covers for a row of statistics (strategies.valid_offset_ratio; MAX_OFFSET_RATIO otherwise)."""
     caps = discover(kernel)
     training = draw(st.booleans()) if training is None else training
     with_buffers = (not training or draw(st.booleans())) if buffers is None else buffers
@@ -67,7 +69,8 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
             and (widest is None or per_row * math.prod(s) <= widest)]
     shape = (n_samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(fits)))
     channels = shape[1]
-    ratio = max(-MAX_OFFSET_RATIO, min(draw(offset_ratios(dtype)), MAX_OFFSET_RATIO))
+    limit = valid_offset_ratio(per_row * math.prod(shape[2:]), dtype) if ill_conditioned else MAX_OFFSET_RATIO
+    ratio = max(-limit, min(draw(st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)), limit))
     if widest is not None and widest < 1024:
         ratio = 0.0  # a 16-bit storage-precision backward's bound is finite on centred channels only
     scale = draw(scales(dtype))

@@ -45,6 +45,7 @@ statistics per (sample, channel) and the running update averaged over the sample
     IN_EVAL_BATCH_STATISTICS     eval mode normalizes with the instance statistics -> in.eval
     IN_CHANNELS_LAST_IGNORED     a channels-last x read as if contiguous          -> in.layout_invariance
     IN_STATISTICS_DETACHED       the backward holds the statistics constant       -> in.jacobian
+    IN_ONE_PASS_VARIANCE         each instance's variance in one pass (float32)   -> in.forward
     IN_INSTANCES_BEYOND_GRID_Y   instances n C + c from 65 535 on never normalized (a grid's y extent,
                                  LBANN/lbann#1610, PaddlePaddle/Paddle#31144)      -> in.forward (at scale)
     IN_EPS_MISSING               rsqrt(var) without eps                           -> in.degenerate
@@ -105,6 +106,8 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         else:
             mean = values.mean(axes, keepdim=True)
             variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
+            if bug == "one_pass":  # E[x^2] - E[x]^2 in float32: it cancels on rows of a large |mean|/std
+                variance = (values.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
         if bug == "detached":
             mean, variance = mean.detach(), variance.detach()
     else:
@@ -220,6 +223,8 @@ IN_INPUT_OVERWRITTEN = _kernel("IN_INPUT_OVERWRITTEN", "in_place", "normalizes x
                                "instancenorm")
 IN_WIDE_BLOCKS = _kernel("IN_WIDE_BLOCKS", "wide_blocks", "an instance's statistics over more than 4096 elements "
                          "merged from blocks of equal weight (corpus.wide): in.forward", "instancenorm")
+IN_ONE_PASS_VARIANCE = _kernel("IN_ONE_PASS_VARIANCE", "one_pass", "each instance's variance in one pass, E[x^2] - "
+                               "E[x]^2 in float32: in.forward (ill-conditioned instances)", "instancenorm")
 IN_INSTANCES_BEYOND_GRID_Y = _kernel("IN_INSTANCES_BEYOND_GRID_Y", "grid_y",
                                      "instances n C + c from 65 535 on never normalized (instances on a grid's y "
                                      "axis): in.forward (at scale)", "instancenorm")

@@ -9,6 +9,7 @@ that must catch each.
     CLN_VARIANCE_DETACHED       the variance a constant for autograd                               -> cln.jacobian
     CLN_INPUT_OVERWRITTEN       normalizes x in place                                      -> cln.inputs_unmodified
     CLN_TRAINING_STEP_WITHOUT_BIAS  with x requiring grad (a training step's forward) the bias left out -> cln.forward
+    CLN_ONE_PASS_VARIANCE       each sample's variance in one pass, E[x^2] - E[x]^2 (float32)          -> cln.forward
     CLN_CHANNEL_BLOCKS_UNWEIGHTED  C > 64, not a multiple of 64: blocks of 64 channels merged with equal weights (the
                                 fixed channel blocks of onnxruntime's GroupNorm, microsoft/onnxruntime#17869)
                                                                                                    -> cln.forward
@@ -36,6 +37,8 @@ def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
     axes = {"last_axis": (-1,), "batch": tuple(range(x.dim()))}.get(bug, tuple(range(1, x.dim())))
     mean = values.mean(axes, keepdim=True)
     variance = values.var(axes, keepdim=True, unbiased=False)
+    if bug == "one_pass":  # E[x^2] - E[x]^2 in float32: it cancels on samples of a large |mean|/std
+        variance = (values.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
     if bug == "channel_blocks" and x.shape[1] > CHANNEL_BLOCK and x.shape[1] % CHANNEL_BLOCK:
         # blocks of 64 channels, their moments merged with equal weights: the partial last block over-weighted
         blocks = values.split(CHANNEL_BLOCK, dim=1)
@@ -75,6 +78,8 @@ CLN_VARIANCE_DETACHED = _kernel("CLN_VARIANCE_DETACHED", "detached",
 CLN_INPUT_OVERWRITTEN = _kernel("CLN_INPUT_OVERWRITTEN", "in_place", "normalizes x in place: cln.inputs_unmodified")
 CLN_TRAINING_STEP_WITHOUT_BIAS = _kernel("CLN_TRAINING_STEP_WITHOUT_BIAS", "recording_no_bias",
                                          "with x requiring grad (a training step) the bias is left out: cln.forward")
+CLN_ONE_PASS_VARIANCE = _kernel("CLN_ONE_PASS_VARIANCE", "one_pass",
+                                "each sample's variance in one pass, E[x^2] - E[x]^2 in float32: cln.forward")
 CLN_CHANNEL_BLOCKS_UNWEIGHTED = _kernel("CLN_CHANNEL_BLOCKS_UNWEIGHTED", "channel_blocks",
                                         "more than 64 channels, not a multiple of 64: blocks of 64 channels merged "
                                         "with equal weights: cln.forward")
