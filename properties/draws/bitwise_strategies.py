@@ -177,8 +177,7 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
         if record.has_residual:
             example["dh"] = rounded(values(), norms.residual_dtype(kernel, example["residual"], x), caps.device)
     if window:
-        k = draw(st.sampled_from([size for size in batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide,
-                                                                 cpu_elements) if 4 * size <= n] or [1]),
+        k = draw(st.sampled_from([size for size in sizes if 4 * size <= n] or [1]),
                  label="rows called again on their own")
         example["window"] = (n - k - draw(st.integers(0, n - k), label="window offset from the end"), k)
     return example

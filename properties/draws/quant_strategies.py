@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
-from proofs.quantization import FORMATS, Format
+from proofs.quantization import Format
 from properties import norms
 from properties.bounds import tolerance
+from properties.bounds.quantized import format_of
 from properties.draws.fused_strategies import add_norm_examples
 from properties.draws.strategies import norm_examples, rounded, seeds, storage_dtypes, widths
 
@@ -156,7 +157,7 @@ def tie_examples(draw, kernel: Kernel) -> dict:
     generator = host_generator(draw(seeds(), label="seed"))
     signs = torch.tensor([1.0, -1.0], dtype=torch.float64, device=HOST).repeat(n, pairs)
     rows = torch.stack([row[torch.randperm(2 * pairs, generator=generator, device=HOST)] for row in signs])
-    gamma = tie_points(FORMATS[str(quant_dtype).removeprefix("torch.")], 2 * pairs, draw(seeds(), label="ties")) * s
+    gamma = tie_points(format_of(quant_dtype), 2 * pairs, draw(seeds(), label="ties")) * s
     example = {"x": rounded(rows * a, dtype, device), "weight": rounded(gamma - kernel.weight_offset, dtype, device),
                "eps": TIE_EPS, "quant_dtype": quant_dtype,
                "scale": rounded(torch.tensor([1.0 / s if declared.scale_convention == "multiply" else s],

@@ -72,6 +72,16 @@ def leading_rows(example: dict, n: int) -> dict:
     return {name: value[:n] if name in ROW_INPUTS and value is not None else value for name, value in example.items()}
 
 
+@st.composite
+def with_no_rows(draw, example: dict) -> dict:
+    """The example with x and its other row inputs (ROW_INPUTS, those present) emptied to [0, d] or [2, 0, d]: a batch
+    with no rows (a mixture-of-experts layer routing no token to an expert)."""
+    d = example["x"].shape[-1]
+    leading = draw(st.sampled_from([(0,), (2, 0)]), "leading shape")
+    return {**example, **{name: value.reshape(-1, d)[:0].reshape(*leading, d) for name, value in example.items()
+                          if name in ROW_INPUTS and value is not None}}
+
+
 def as_a_batch_of_two(example: dict) -> dict:
     """The example with x (and the residual) [R, d] as [2, R / 2, d] (R even; else unchanged): the same logical rows,
     row r and row r + R / 2 now the same position of two batch elements (a random-number offset that leaves out the
