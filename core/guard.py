@@ -42,7 +42,7 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 
 # Reasons that mean "the kernel gave a wrong answer" (the claim fails); all others mean "the claim
 # could not be checked" (error).
-WRONG_ANSWER_REASONS = frozenset({"nonfinite"})
+WRONG_ANSWER_REASONS = frozenset({"nonfinite", "accumulated"})
 
 # guard.call(dtype=ANY_DTYPE): the output's dtype is not judged (a check about something else, e.g. its inputs)
 ANY_DTYPE = "any"
@@ -56,7 +56,7 @@ _hung: dict[int, tuple[Callable, str]] = {}
 class KernelFault(Exception):
     """The kernel under test misbehaved.
 
-    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing.
+    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing | accumulated.
     """
 
     def __init__(self, kernel: str, reason: str, detail: str) -> None:
@@ -243,7 +243,9 @@ def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequenc
     graph kept for another backward).
 
     Each gradient must be a tensor with its input's shape, dtype and device (an input the outputs do not depend on
-    is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are. The first output must require grad (a
+    is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are; the backward must leave the inputs'
+    ``.grad`` as it was (``torch.autograd.grad`` does: a backward that accumulates into ``.grad`` itself is an
+    ``accumulated`` fault, a wrong answer). The first output must require grad (a
     kernel with no backward is a ``missing`` fault).
     """
     name = _name(kernel)
@@ -253,8 +255,14 @@ def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequenc
     if not outputs[0].requires_grad:
         raise KernelFault(name, "missing", "returned an output that does not require grad (no backward)")
     inputs = tuple(inputs)
+    held = [x.grad for x in inputs]
     grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True,
                                                         retain_graph=retain_graph), timeout=timeout)
+    written = [index for index, (x, before) in enumerate(zip(inputs, held, strict=True)) if x.grad is not before]
+    if written:
+        raise KernelFault(name, "accumulated", f"wrote into the .grad of input(s) {written} in its backward besides "
+                          "returning their gradients: under loss.backward() autograd adds the returned gradient to "
+                          ".grad again, so a training step gets it twice")
     for index, (g, x) in enumerate(zip(grads, inputs, strict=True)):
         what = f"the gradient of input {index}"
         if g is None:

@@ -84,9 +84,10 @@ def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None = None,
 
 def _leaves(kernel: Kernel, example: Mapping, frozen: tuple[str, ...] = (), same_tensors: bool = False
             ) -> dict[str, torch.Tensor]:
-    """The kind's differentiable inputs present in ``example`` as autograd leaves: copies (the tensors themselves with
-    ``same_tensors``), each requiring grad unless ``frozen`` or declared ``no_gradient``."""
-    leaves = {name: (example[name] if same_tensors else example[name].detach().clone())
+    """The kind's differentiable inputs present in ``example`` as autograd leaves: copies in their layouts
+    (:func:`copy_in_its_layout`; the tensors themselves with ``same_tensors``), each requiring grad unless ``frozen``
+    or declared ``no_gradient``."""
+    leaves = {name: (example[name] if same_tensors else copy_in_its_layout(example[name]))
               for name in kernel.record.differentiable if example.get(name) is not None}
     for name, leaf in leaves.items():
         leaf.requires_grad_(name not in kernel.no_gradient and name not in frozen)
@@ -168,6 +169,19 @@ def vjp(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torc
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
     return gradients(kernel, example, {"y": dy}, same_tensors=same_tensors, allow_nonfinite=allow_nonfinite,
                      any_dtype=any_dtype, frozen=frozen)[1]
+
+
+def copy_in_its_layout(t: torch.Tensor) -> torch.Tensor:
+    """A detached copy of t that a kernel reads as it reads t: a view (every other column of a wider buffer, a
+    storage offset, a transpose, a slice of a longer sequence) is the same view of a copy of its base, so that the
+    backward of a call on it gets x with t's strides and offset (``clone()`` makes a gapped view contiguous, and a
+    kernel that ignores strides or the offset would be checked on a contiguous x). A view with overlapping elements
+    (a stride 0) is cloned: it cannot be a leaf whose elements are separate inputs."""
+    base = t._base
+    overlapping = any(step == 0 and size > 1 for size, step in zip(t.shape, t.stride(), strict=True))
+    if base is None or overlapping:
+        return t.detach().clone()
+    return base.detach().clone().as_strided(t.size(), t.stride(), t.storage_offset())
 
 
 def copy_with_strides(t: torch.Tensor) -> torch.Tensor:

@@ -77,7 +77,8 @@ def test_three_dimensional_input(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_noncontiguous_x(norm_kernel, data):
-    example = data.draw(norm_examples(norm_kernel, d=widths_from_two()), label="example")
+    """x strided, then the gradients through the strided x (a contiguous dy)."""
+    example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), upstream=True), label="example")
     x = strided(example["x"], data.draw(layouts(), "layout"))
     evidence.check(check_noncontiguous_x, norm_kernel, {**example, "x": x})
 
@@ -96,13 +97,12 @@ def test_noncontiguous_upstream_gradient(norm_kernel, data):
 @profiles.share(0.25)
 @given(data=st.data())
 def test_batch_and_sequence_axes_swapped(norm_kernel, data):
-    """x, then dy, [2, 3, d] views of [3, 2, d] tensors (sequence-first activations seen batch-first): their rows are
-    not evenly spaced, so a kernel stepping rows by stride(-2) reads the wrong ones."""
+    """x (forward and gradients), then dy, [2, 3, d] views of [3, 2, d] tensors (sequence-first activations seen
+    batch-first): their rows are not evenly spaced, so a kernel stepping rows by stride(-2) reads the wrong ones."""
     example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), n=st.just(6), upstream=True), "example")
     layout = data.draw(st.sampled_from(SEQUENCE_LAYOUTS), "layout")
     x, dy = (strided(example[name].reshape(2, 3, -1), layout) for name in ("x", "dy"))
-    forward = {name: t for name, t in example.items() if name != "dy"}
-    evidence.check(check_noncontiguous_x, norm_kernel, {**forward, "x": x})
+    evidence.check(check_noncontiguous_x, norm_kernel, {**example, "x": x, "dy": dy.contiguous()})
     if discover(norm_kernel).backward:
         evidence.check(check_noncontiguous_upstream, norm_kernel, {**example, "x": x.contiguous(), "dy": dy})
 

@@ -330,9 +330,10 @@ PARAMETER_LAYOUTS = ("contiguous", "offset", "every other element")
 @given(data=st.data())
 def test_strided_inputs(add_norm_kernel, data):
     """x and the residual strided; weight and bias as they are, or views into a larger buffer (offset, every other
-    element: a fused kernel reading its weight as ptr + column, vllm-project/vllm#17735)."""
+    element: a fused kernel reading its weight as ptr + column, vllm-project/vllm#17735); the gradients through them
+    too (contiguous dy and dh)."""
     example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), mixed=True,
-                                          every_input=True), "example")
+                                          every_input=True, upstream=True), "example")
     layout = data.draw(st.sampled_from(LAYOUTS), "layout")
     parameters = data.draw(st.sampled_from(PARAMETER_LAYOUTS), "weight and bias layout")
     views = {name: inside_a_larger_buffer(example[name], parameters) for name in ("weight", "bias")
@@ -354,8 +355,9 @@ def test_batch_and_sequence_axes_swapped(add_norm_kernel, data):
     swapped = {name: strided(example[name].reshape(2, 3, -1), layout)
                for name in ("x", "residual", "dy", "dh")}
     forward = {name: t for name, t in example.items() if name not in ("dy", "dh")}
-    evidence.check(check_noncontiguous, add_norm_kernel, {**forward, "x": swapped["x"],
-                                                          "residual": swapped["residual"]})
+    evidence.check(check_noncontiguous, add_norm_kernel, {**forward, "x": swapped["x"], "residual": swapped["residual"],
+                                                          "dy": example["dy"].reshape(2, 3, -1),
+                                                          "dh": example["dh"].reshape(2, 3, -1)})
     if discover(add_norm_kernel).backward:
         contiguous = {name: example[name].reshape(2, 3, -1) for name in ("x", "residual")}
         evidence.check(check_noncontiguous_upstream, add_norm_kernel,

@@ -205,6 +205,29 @@ def test_grad_faults_on_no_backward_and_on_a_missing_gradient(x):
     assert caught.value.reason == "missing"
 
 
+def test_a_backward_that_also_accumulates_into_grad_is_a_wrong_answer(x):
+    """A backward adding dweight into weight.grad itself and returning it too (fused wgrad accumulation beside a
+    returned gradient, NVIDIA/TransformerEngine#545): loss.backward() would leave it in .grad twice."""
+    class AccumulatesToo(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight):
+            ctx.save_for_backward(x, weight)
+            return x * weight
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, weight = ctx.saved_tensors
+            dweight = (dy * x).sum(0)
+            weight.grad = dweight.clone()
+            return dy * weight, dweight
+
+    weight = torch.rand(8, requires_grad=True)
+    xr = x.clone().requires_grad_()
+    with pytest.raises(KernelFault, match=r"wrote into the .grad of input\(s\) \[1\]") as caught:
+        guard.grad(kernel_of(layernorm), AccumulatesToo.apply(xr, weight), (xr, weight), torch.ones_like(x))
+    assert (caught.value.reason, caught.value.status) == ("accumulated", "failed")
+
+
 def test_grad_faults_on_a_backward_that_raises_or_returns_nan(x):
     class Broken(torch.autograd.Function):
         @staticmethod

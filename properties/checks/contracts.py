@@ -56,15 +56,25 @@ def check_three_dimensional(kernel, x: torch.Tensor, weight, eps: float, bias=No
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-def check_noncontiguous_x(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
-    """x is a strided view; its output is the contiguous call's within twice the forward bound."""
+def check_noncontiguous_x(kernel, x: torch.Tensor, weight, eps: float, bias=None, dy: torch.Tensor | None = None
+                          ) -> None:
+    """x is a strided view; its output is the contiguous call's within twice the forward bound, and with ``dy`` (a
+    kernel with a backward) each gradient is the contiguous call's within twice the backward bound: a backward that
+    reads x as if contiguous, or writes dx into ``empty_like(x)`` (x's strides, for a permuted x) as if contiguous,
+    fails here."""
     assert not x.is_contiguous(), "the example must be a non-contiguous view"
     got = norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True)
     bound = tolerance.forward(kernel, x, weight, bias, eps)
     contiguous = norms.forward(kernel, x.contiguous(), weight, bias, eps, allow_nonfinite=True)
-    outcome.conclude(outcome.compare(got, contiguous, 2 * bound, "strided vs contiguous x: output"),
-                     "the kernel reads x as if it were contiguous (strides ignored)",
-                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+    comparisons = [outcome.compare(got, contiguous, 2 * bound, "strided vs contiguous x: output")]
+    if dy is not None and discover(kernel).backward:
+        laid_out = norms.vjp(kernel, x, weight, bias, eps, dy, allow_nonfinite=True)
+        dense = norms.vjp(kernel, x.contiguous(), weight, bias, eps, dy, allow_nonfinite=True)
+        bounds = tolerance.backward(kernel, x, weight, eps, dy)
+        comparisons += [outcome.compare(g, dense[name], 2 * bounds[name], f"strided vs contiguous x: d{name}")
+                        for name, g in laid_out.items()]
+    outcome.conclude(comparisons, "the kernel reads x (or writes its gradient) as if it were contiguous (strides "
+                     "ignored)", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_noncontiguous_upstream(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:

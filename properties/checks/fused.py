@@ -50,9 +50,7 @@ def fresh(t: torch.Tensor | None) -> torch.Tensor | None:
 def fresh_view(t: torch.Tensor | None) -> torch.Tensor | None:
     """:func:`fresh` in t's own layout: for a view (every other column of a wider buffer, a transpose), the same view
     of a copy of its base, so that a kernel writing into it writes through its strides."""
-    if t is None or t._base is None:
-        return fresh(t)
-    return t._base.clone().as_strided(t.size(), t.stride(), t.storage_offset())
+    return None if t is None else norms.copy_in_its_layout(t)
 
 
 def outputs(kernel, x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None,
@@ -311,12 +309,15 @@ def check_changing_one_row(kernel, x: torch.Tensor, changed: torch.Tensor, resid
 
 
 def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
-                        seed=None) -> None:
+                        seed=None, dy: torch.Tensor | None = None, dh: torch.Tensor | None = None) -> None:
     """Strided x and residual (and possibly weight and bias) give the contiguous call's residual_out and y within
     twice their bounds (p and seed: the dropout + add kind's, at p = 0 where dropout is the identity): y's bound in
     the output-dtype rule's dtype (weight and bias may be in another dtype than x), y's dtype itself not judged (the
     forward claim's business), as in properties.checks.contracts. A kernel declaring an in-place residual update
-    must leave residual_out in the strided residual it was given."""
+    must leave residual_out in the strided residual it was given. With ``dy`` and ``dh`` (contiguous upstream
+    gradients, a kernel with a backward) each gradient through the strided inputs is the contiguous inputs' within
+    twice the jacobian claim's bound (a backward writing dx into ``empty_like(x)`` as if contiguous fails; not for a
+    kernel that updates the residual in place, whose gradients the graph claims check)."""
     passed = fresh_view(residual)
     y, h = outputs(kernel, x, passed, weight, bias, eps, p, seed, allow_nonfinite=True, any_dtype=True)
     if "residual" in kernel.in_place and passed is not None:
@@ -328,10 +329,19 @@ def check_noncontiguous(kernel, x: torch.Tensor, residual: torch.Tensor, weight,
                      allow_nonfinite=True, any_dtype=True)
     bound = tolerance.forward(kernel, x, weight, bias, eps, h=normalized(kernel, h0, x, contiguous))
     _, h_bound = tolerance.residual_out(x, residual, h0.dtype)
-    outcome.conclude([outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
-                      outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")],
-                     "the kernel reads x, the residual, weight or bias as if they were contiguous (strides or a "
-                     "storage offset ignored)", d=x.shape[-1], dtype=dtype_name(x.dtype))
+    comparisons = [outcome.compare(y, y0, 2 * bound, "strided vs contiguous: y"),
+                   outcome.compare(h, h0, 2 * np.asarray(h_bound), "strided vs contiguous: residual_out")]
+    if dy is not None and discover(kernel).backward and "residual" not in kernel.in_place:
+        upstream = {"y": dy, "residual_out": dh}
+        _, laid_out = norms.gradients(kernel, example_of(x, residual, weight, bias, eps, p, seed), upstream,
+                                      allow_nonfinite=True, any_dtype=True)
+        dense_example = example_of(x.contiguous(), contiguous, weight, bias, eps, p, seed)
+        _, dense = norms.gradients(kernel, dense_example, upstream, allow_nonfinite=True, any_dtype=True)
+        bounds = gradient_bounds(kernel, dense_example, dy, dh, h0)
+        comparisons += [outcome.compare(g, dense[name], 2 * bounds[name], f"strided vs contiguous: d{name}")
+                        for name, g in laid_out.items()]
+    outcome.conclude(comparisons, "the kernel reads x, the residual, weight or bias (or writes a gradient) as if they "
+                     "were contiguous (strides or a storage offset ignored)", d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_dropout_values(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
