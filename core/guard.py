@@ -42,7 +42,7 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 
 # Reasons that mean "the kernel gave a wrong answer" (the claim fails); all others mean "the claim
 # could not be checked" (error).
-WRONG_ANSWER_REASONS = frozenset({"nonfinite", "accumulated"})
+WRONG_ANSWER_REASONS = frozenset({"nonfinite", "accumulated", "rng"})
 
 # guard.call(dtype=ANY_DTYPE): the output's dtype is not judged (a check about something else, e.g. its inputs)
 ANY_DTYPE = "any"
@@ -56,7 +56,7 @@ _hung: dict[int, tuple[Callable, str]] = {}
 class KernelFault(Exception):
     """The kernel under test misbehaved.
 
-    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing | accumulated.
+    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing | accumulated | rng.
     """
 
     def __init__(self, kernel: str, reason: str, detail: str) -> None:
@@ -205,6 +205,38 @@ def limited(kernel, work: Callable[[], object], *, timeout: float | None = DEFAU
     return _run_limited(work, getattr(kernel, "fn", kernel), timeout, _name(kernel))
 
 
+def _draws_a_mask(kernel) -> bool:
+    record = getattr(kernel, "record", None)
+    return bool(record is not None and record.dropout)
+
+
+def _global_generators(tensors: Sequence) -> list[tuple[str, torch.Tensor]]:
+    """(device, state) of torch's global generators a call on ``tensors`` could touch: the CPU's, and each CUDA
+    device's among them."""
+    devices = sorted({t.device.index or 0 for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda})
+    return [("cpu", torch.random.get_rng_state()),
+            *((f"cuda:{index}", torch.cuda.get_rng_state(index)) for index in devices)]
+
+
+@contextmanager
+def leaves_global_rng_alone(kernel, tensors: Sequence) -> Iterator[None]:
+    """Within: a call or backward of a kind that draws a dropout mask from its seed must leave torch's global
+    generators as they were (a kernel reseeding them with ``torch.manual_seed(seed)`` resets the caller's random
+    stream: every later draw of the training loop repeats; a kernel drawing from them makes its mask depend on the
+    caller's state, not only on its seed). An ``rng`` fault, a wrong answer, where one changed."""
+    if not _draws_a_mask(kernel):
+        yield
+        return
+    before = _global_generators(tensors)
+    yield
+    after = dict(_global_generators(tensors))
+    changed = [device for device, state in before if not torch.equal(after[device], state)]
+    if changed:
+        raise KernelFault(_name(kernel), "rng", f"changed torch's global random generator ({', '.join(changed)}): "
+                          "a seeded kernel must draw its mask from its seed alone and leave the caller's random "
+                          "stream as it was (torch.random.fork_rng, or a torch.Generator of its own)")
+
+
 def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool = False,
          timeout: float | None = DEFAULT_TIMEOUT_S, dtype: torch.dtype | None = None,
          returns: tuple[str, ...] = ("output",), **kwargs) -> torch.Tensor | tuple[torch.Tensor, ...]:
@@ -215,11 +247,13 @@ def call(kernel, *args, like: torch.Tensor | None = None, allow_nonfinite: bool 
     ("y", "residual_out")), then a tuple or list of that many tensors, the first judged against ``like``, all given
     back as a tuple; anything else is a ``type`` fault naming the contract. ``kernel`` is a
     :class:`core.registry.Kernel` or a plain callable. Non-finite outputs are a fault only when every tensor argument
-    is finite and ``allow_nonfinite`` is false.
+    is finite and ``allow_nonfinite`` is false. A kind drawing a dropout mask must leave torch's global generators
+    alone (:func:`leaves_global_rng_alone`).
     """
     name = _name(kernel)
     fn = getattr(kernel, "fn", kernel)
-    out = limited(kernel, lambda: fn(*args, **kwargs), timeout=timeout)
+    with leaves_global_rng_alone(kernel, (*args, *kwargs.values())):
+        out = limited(kernel, lambda: fn(*args, **kwargs), timeout=timeout)
     if len(returns) > 1:
         if not (isinstance(out, (tuple, list)) and len(out) == len(returns)
                 and all(isinstance(t, torch.Tensor) for t in out)):
@@ -246,7 +280,8 @@ def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequenc
     is a ``missing`` fault), finite when the inputs and ``grad_outputs`` are; the backward must leave the inputs'
     ``.grad`` as it was (``torch.autograd.grad`` does: a backward that accumulates into ``.grad`` itself is an
     ``accumulated`` fault, a wrong answer). The first output must require grad (a
-    kernel with no backward is a ``missing`` fault).
+    kernel with no backward is a ``missing`` fault); a kind drawing a dropout mask must leave torch's global
+    generators alone (:func:`leaves_global_rng_alone`).
     """
     name = _name(kernel)
     _refuse_if_hung(getattr(kernel, "fn", kernel), name)
@@ -256,8 +291,9 @@ def grad(kernel, outputs: torch.Tensor | Sequence[torch.Tensor], inputs: Sequenc
         raise KernelFault(name, "missing", "returned an output that does not require grad (no backward)")
     inputs = tuple(inputs)
     held = [x.grad for x in inputs]
-    grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True,
-                                                        retain_graph=retain_graph), timeout=timeout)
+    with leaves_global_rng_alone(kernel, inputs):
+        grads = limited(kernel, lambda: torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True,
+                                                            retain_graph=retain_graph), timeout=timeout)
     written = [index for index, (x, before) in enumerate(zip(inputs, held, strict=True)) if x.grad is not before]
     if written:
         raise KernelFault(name, "accumulated", f"wrote into the .grad of input(s) {written} in its backward besides "

@@ -84,10 +84,13 @@ FROZEN = (("weight", "bias"), ("x",), ("x", "bias"), ("weight",), ("bias",))
 def test_vjp_when_only_some_inputs_require_grad(norm_kernel, frozen, data):
     """``frozen`` not requiring grad: the parameters (frozen norm weights, as in LoRA fine-tuning), x (a norm over
     frozen embeddings), or one of weight and bias: each input that requires grad gets its gradient, as the oracle's
-    (a backward reading ctx.needs_input_grad at the wrong index drops one)."""
+    (a backward reading ctx.needs_input_grad at the wrong index drops one, or leaves gamma out of dx when the weight
+    is frozen, unsloth#45). Rows of at least 4 (at d = 1 LayerNorm's dx is 0 and RMSNorm's eps-sized, whatever
+    gamma)."""
     norms.require_backward(norm_kernel)
     norms.skip_unless_a_strict_subset(norm_kernel, frozen, ("x", "weight", "bias"))
-    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, ndims=NDIMS), label="example")
+    example = data.draw(norm_examples(norm_kernel, min_width=4, upstream=True, every_input=True,
+                                      ndims=NDIMS), label="example")
     evidence.check(check_vjp, norm_kernel, {**example, "frozen": frozen})
 
 

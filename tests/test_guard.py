@@ -228,6 +228,25 @@ def test_a_backward_that_also_accumulates_into_grad_is_a_wrong_answer(x):
     assert (caught.value.reason, caught.value.status) == ("accumulated", "failed")
 
 
+def test_a_seeded_kernel_that_reseeds_the_global_generator_is_a_wrong_answer(x):
+    """A dropout kernel calling torch.manual_seed(seed) resets the caller's random stream (every later draw of a
+    training loop repeats); one under torch.random.fork_rng leaves it alone."""
+    def reseeds(x, p, seed):
+        torch.manual_seed(seed)
+        return torch.nn.functional.dropout(x, p)
+
+    def forks(x, p, seed):
+        with torch.random.fork_rng(devices=[]):
+            return reseeds(x, p, seed)
+
+    with pytest.raises(KernelFault, match="changed torch's global random generator") as caught:
+        guard.call(Kernel(name="test:reseeds", kind="dropout", fn=reseeds), x, 0.5, 7, like=x)
+    assert (caught.value.reason, caught.value.status) == ("rng", "failed")
+    state = torch.random.get_rng_state()
+    guard.call(Kernel(name="test:forks", kind="dropout", fn=forks), x, 0.5, 7, like=x)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
 def test_grad_faults_on_a_backward_that_raises_or_returns_nan(x):
     class Broken(torch.autograd.Function):
         @staticmethod

@@ -72,14 +72,18 @@ def check_forward_under_autocast(kernel, x: torch.Tensor, weight, eps: float, bi
 
 
 def forward_after_an_in_place_update(kernel, x: torch.Tensor, weight, eps: float, new_weight: torch.Tensor,
-                                     bias=None, new_bias: torch.Tensor | None = None, inference: bool = False) -> None:
-    """The kernel called once, its weight (and bias) then overwritten in place with ``new_weight`` (``new_bias``), as
-    an optimizer step does (the same tensors, new values), and called again: the second output is the oracle's at the
-    new values (:func:`check_forward`); a kernel caching a converted weight across calls keeps the old one.
-    ``inference``: both calls under torch.inference_mode() (a serving stack's path, where such caches live)."""
+                                     bias=None, new_bias: torch.Tensor | None = None, inference: bool = False,
+                                     new_x: torch.Tensor | None = None) -> None:
+    """The kernel called once, its weight (and bias, and with ``new_x`` x itself) then overwritten in place with
+    ``new_weight`` (``new_bias``, ``new_x``), as an optimizer step does to parameters and a serving stack to its
+    activation buffers (the same tensors, new values), and called again: the second output is the oracle's at the
+    new values (:func:`check_forward`); a kernel caching a converted weight, or its outputs by x's address, across
+    calls keeps the old ones. ``inference``: both calls under torch.inference_mode() (a serving stack's path, where
+    such caches live)."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
-    updated = updated_in_place(kernel, example, {"weight": new_weight, "bias": new_bias}, inference=inference)
-    check_forward(kernel, x, updated["weight"], eps, updated["bias"], inference=inference)
+    updated = updated_in_place(kernel, example, {"x": new_x, "weight": new_weight, "bias": new_bias},
+                               inference=inference)
+    check_forward(kernel, updated["x"], updated["weight"], eps, updated["bias"], inference=inference)
 
 
 def updated_in_place(kernel, example: dict, new: dict, inference: bool = False) -> dict:
@@ -97,11 +101,13 @@ def updated_in_place(kernel, example: dict, new: dict, inference: bool = False) 
     return example
 
 
-def new_parameter_values(example: dict) -> dict:
+def new_parameter_values(example: dict, names: tuple[str, ...] = ("weight", "bias")) -> dict:
     """{"new_weight": ..., "new_bias": ...}: values an optimizer step could write over the example's weight and bias
-    (-w/2 + 1/4, rounded to the parameter's dtype: every element changes), for those present."""
+    (-w/2 + 1/4, rounded to the parameter's dtype: every element changes), for those present; ``names``: the inputs
+    given new values (("x", "weight", "bias"): x too, -x/2 + 1/4, whose norm is not the old one's: LayerNorm's
+    changes sign, with eps scaled by 4, RMSNorm's changes its shift)."""
     return {f"new_{name}": to_kernel(-0.5 * example[name].double() + 0.25, example[name].dtype, example[name].device)
-            for name in ("weight", "bias") if example.get(name) is not None}
+            for name in names if example.get(name) is not None}
 
 
 def output_dtype_rule(check: Callable[..., None], name: str) -> Callable[..., None]:

@@ -88,13 +88,13 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
                       dtypes: tuple[torch.dtype, ...] | None = None,
                       parameter_dtype: torch.dtype | None = None, mixed: bool = False,
                       ndims: st.SearchStrategy[int] | None = None, n: int | None = None,
-                      residual_dtype: torch.dtype | None = None, more_rows_every: int = 8) -> dict:
+                      residual_dtype: torch.dtype | None = None, more_rows_every: int = 8, min_width: int = 1) -> dict:
     """Keys x, residual, weight, eps (bias for LayerNorm; dy and dh with ``upstream``); weight and bias in
     ``parameter_dtype``, else x's dtype or with ``mixed`` another the kernel takes (strategies.parameter_dtypes);
     the residual in ``residual_dtype`` (never None then), else x's dtype.
     ``ndims``: the dimensions of x and the residual (default 2; :data:`BATCHES` draws [B, S, d] as well), the rows
     spread over the leading dimensions as strategies.norm_examples spreads them; ``n`` rows (default
-    strategies.row_counts, one draw in ``more_rows_every`` more than 4).
+    strategies.row_counts, one draw in ``more_rows_every`` more than 4); ``min_width``: the narrowest d drawn.
 
     With ``upstream``, inside the backward bound's domain as strategies.norm_examples draws: for a kernel that
     declares its backward in a 16-bit storage precision, centred rows no wider than strategies.backward_width_limit;
@@ -103,7 +103,7 @@ def add_norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | No
     dtype = draw(storage_dtypes(kernel, dtypes))
     widest = storage_backward_width(kernel, dtype) if upstream else None
     if d is None:
-        d = draw(widths(CI_MAX_WIDTH if widest is None else widest))
+        d = draw(widths(CI_MAX_WIDTH if widest is None else widest, min_width=min_width))
     elif isinstance(d, st.SearchStrategy):
         d = draw(d)
     limit = valid_offset_ratio(d, dtype) / 2 if widest is None else 0.0

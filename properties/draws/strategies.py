@@ -174,12 +174,12 @@ def palette_widths_only(active: bool = True) -> Iterator[None]:
         _palette_only.reset(token)
 
 
-def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024) -> st.SearchStrategy[int]:
-    """Row widths d: :func:`width_candidates` up to ``max_width``.
+def widths(max_width: int = CI_MAX_WIDTH, large_from: int = 1024, min_width: int = 1) -> st.SearchStrategy[int]:
+    """Row widths d: :func:`width_candidates` from ``min_width`` up to ``max_width``.
 
     Widths of ``large_from`` and more are drawn one time in eight, so large d stays rare and cheap.
     """
-    candidates = width_candidates(max_width)
+    candidates = [w for w in width_candidates(max_width) if w >= min_width]
     small = [w for w in candidates if w < large_from]
     large = [w for w in candidates if large_from <= w]
     if not large:
@@ -417,7 +417,8 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
                   eps: st.SearchStrategy[float] | None = None, every_input: bool = False,
                   n: st.SearchStrategy[int] | None = None, ndims: st.SearchStrategy[int] | None = None,
                   parameter_dtype: torch.dtype | None = None, mixed: bool = False, one_ulp_apart: bool = False,
-                  bias_only: bool = False, more_rows_every: int = 8, scale: float | None = None) -> dict:
+                  bias_only: bool = False, more_rows_every: int = 8, scale: float | None = None,
+                  min_width: int = 1) -> dict:
     """One example for a LayerNorm/RMSNorm kernel: the concrete arguments, rounded to the storage dtype.
 
     Keys: x, weight, eps (and bias for LayerNorm; dy, an upstream gradient, when ``upstream``).
@@ -434,12 +435,13 @@ def norm_examples(draw, kernel: Kernel, d: int | st.SearchStrategy[int] | None =
     beside x's (core.capabilities: Capabilities.mixes); dy is in the output's dtype (properties.norms.output_dtype).
     ``one_ulp_apart``: a 16-bit |mean|/std beyond :func:`resolved_offset_ratio` is drawn as rows one ulp apart, up to
     their own range (:func:`valid_offset_ratio`), instead of continuous rows within theirs. ``scale``: the rows'
-    scale (default drawn from :func:`scales`).
+    scale (default drawn from :func:`scales`). ``min_width``: the narrowest d drawn (where d is not given).
     """
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     limit = backward_width_limit(kernel, dtype, tolerance.bound_in_use()) if upstream else CI_MAX_WIDTH
-    d = draw(widths(max_width=limit)) if d is None else (draw(d) if isinstance(d, st.SearchStrategy) else d)
+    d = draw(widths(max_width=limit, min_width=min_width)) if d is None else (
+        draw(d) if isinstance(d, st.SearchStrategy) else d)
     ratio = draw(offset_ratio if offset_ratio is not None else offset_ratios(dtype))
     epsilon = draw(eps if eps is not None else epsilons())
     ndim = draw(ndims) if ndims is not None else 2
