@@ -26,6 +26,9 @@ The files, by where the bug is:
     explicit_backward.py  dropout + add + LayerNorm with an explicit backward: dweight over the first dimension or
                      rows // 108 a program, dresidual gated on x or rounded through x's dtype, row means per 1024
                      columns + control
+    row_contracts.py row norms with an explicit backward: dx written as if contiguous into empty_like(x), a frozen
+                     weight left out of dx, dweight in a reused workspace or also added into .grad, outputs cached by
+                     x's address, the global generator reseeded + control
     composed.py      correct fused add + norm kernels composed in plain torch (float64/float32 statistics, float32
                      residual_out, seeded dropout, Chan-merged chunks): autograd sums dL/dh over h's uses
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
@@ -522,6 +525,18 @@ CORPUS: tuple[Entry, ...] = (
       for bug in ("DWEIGHT_FIRST_DIMENSION", "RESIDUAL_GRAD_GATED_ON_X", "RESIDUAL_GRAD_IN_X_DTYPE",
                   "DWEIGHT_FLOOR_ROWS_PER_PROGRAM", "BACKWARD_BLOCK_MEANS_ABOVE_1024")),
     _correct("explicit_backward.py:DROP_ADD_CONTROL"),
+    # row_contracts.py: gradients through strided x, frozen weights, workspaces, .grad, x rewritten, the global
+    # generator (red-team round 6)
+    _broken("row_contracts.py:RMS_DX_EMPTY_LIKE_STRIDES", "rms.layout_invariance"),
+    _broken("row_contracts.py:ADD_LN_DX_EMPTY_LIKE_STRIDES", "add_ln.layout_invariance"),
+    _broken("row_contracts.py:LN_FROZEN_WEIGHT_LEFT_OUT_OF_DX", "ln.jacobian"),
+    _broken("row_contracts.py:RMS_FROZEN_WEIGHT_LEFT_OUT_OF_DX", "rms.jacobian"),
+    _broken("row_contracts.py:ADD_RMS_FROZEN_WEIGHT_LEFT_OUT_OF_DX", "add_rms.jacobian"),
+    _broken("row_contracts.py:LN_DWEIGHT_RETURNED_IN_WORKSPACE", "ln.inputs_unmodified"),
+    _broken("row_contracts.py:LN_WGRAD_ALSO_ACCUMULATED", "ln.jacobian"),
+    _broken("row_contracts.py:LN_INFERENCE_MEMO_BY_DATA_PTR", "ln.forward"),
+    _broken("row_contracts.py:DROP_ADD_RESEEDS_GLOBAL_RNG", "drop_add_ln.forward"),
+    _correct("row_contracts.py:ROW_CONTRACTS_CONTROL"),
     *(_correct(f"composed.py:{name}") for name in ("ADD_LN_FLOAT64", "ADD_RMS_FLOAT64", "ADD_LN_FLOAT32",
                                                    "ADD_RMS_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_RMS_RESIDUAL_FP32",
                                                    "ADD_LN_CHAN_CHUNKS", "DROP_ADD_LN_SEEDED")),
