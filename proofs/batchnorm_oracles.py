@@ -6,6 +6,8 @@ Each is LayerNorm (proofs.oracles, compiled from the derived expressions) over t
     batchnorm(x, weight, bias, eps) -> y                          training mode: each channel's N x spatial elements
     batchnorm_vjp(x, weight, eps, dy) -> (dx, dweight, dbias)     the whole batch's VJP (claim bn.jacobian)
     batchnorm_eval(x, running_mean, running_var, weight, bias, eps)  the per-channel affine map (claim bn.eval)
+    batchnorm_eval_vjp(x, running_mean, running_var, weight, eps, dy) -> (dx, dweight, dbias)   its VJP (bn.jacobian
+                                                                   in eval mode: the running statistics constants)
     batch_statistics(x) -> (mean, population variance)           per channel, shape [C]
     running_update(running_mean, running_var, x, momentum, unbiased=True, num_batches_tracked=0,
                    convention="torch") -> (mean, var)             claim bn.running_statistics
@@ -102,6 +104,25 @@ def batchnorm_eval(x, running_mean, running_var, weight, bias, eps) -> np.ndarra
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.broadcast_to(_eval_map()(env), rows.shape)
     return _from_rows(np.array(y), np.shape(x))
+
+
+def batchnorm_eval_vjp(x, running_mean, running_var, weight, eps, dy
+                       ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(dx, dweight [C] or None, dbias [C]) of :func:`batchnorm_eval` for the upstream gradient dy (shape of x): the
+    derivative of y = gamma (x - mu_R) / sqrt(var_R + eps) + beta with the running statistics constants,
+
+        dx = dy gamma / sqrt(var_R + eps),   dweight_c = sum over (n, s) of dy xhat_R,   dbias_c = sum of dy,
+
+    xhat_R = (x - mu_R) / sqrt(var_R + eps) (eval-mode InstanceNorm is the same map). No term through the batch's
+    statistics: they do not enter the output."""
+    rows, upstream = _channels_as_rows(x), _channels_as_rows(dy)
+    mean = np.asarray(running_mean, dtype=np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rstd = 1.0 / np.sqrt(np.asarray(running_var, dtype=np.float64)[:, None] + eps)
+    gamma = 1.0 if weight is None else np.asarray(weight, dtype=np.float64)[:, None]
+    dx = _from_rows(upstream * gamma * rstd, np.shape(x))
+    dweight = None if weight is None else np.sum(upstream * (rows - mean) * rstd, axis=1)
+    return dx, dweight, upstream.sum(axis=1)
 
 
 def batch_statistics(x) -> tuple[np.ndarray, np.ndarray]:

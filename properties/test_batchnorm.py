@@ -17,6 +17,7 @@ from properties.checks import batchnorm as checks
 from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
 from properties.checks.forward import new_parameter_values
 from properties.draws.batchnorm_strategies import batchnorm_examples
+from properties.draws.inexact_counts import OFFSET_RATIO, SIXTEEN_BIT, inexact_count
 from properties.draws.strategies import (
     CHANNELS_LAST,
     WIDE_SPATIAL,
@@ -125,6 +126,27 @@ def test_eval_mode_is_the_affine_map_of_the_running_statistics(running_norm_kern
     evidence.check(checks.check_eval, running_norm_kernel, data.draw(example, "example"))
 
 
+@pytest.mark.claim("bn.eval", "in.eval")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_eval_mode_while_recording_a_graph(running_norm_kernel, data):
+    """x, weight and bias requiring grad (a frozen BatchNorm in a network being fine-tuned): still the running
+    statistics, not the training kernel's batch statistics."""
+    example = batchnorm_examples(running_norm_kernel, training=False, mixed=True)
+    evidence.check(checks.check_eval, running_norm_kernel, {**data.draw(example, "example"), "recording": True})
+
+
+@pytest.mark.claim("bn.jacobian", "in.jacobian")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_eval_vjp_is_the_derivative_of_the_affine_map(running_norm_kernel, data):
+    """Eval mode: the running statistics are constants, so the gradients are the per-channel affine map's (no terms
+    through the batch's statistics, which a training backward run on an eval forward adds)."""
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, training=False, upstream=True, mixed=True)
+    evidence.check(checks.check_eval_vjp, running_norm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("bn.coupling", "in.independence")
 @profiles.share(0.5)
 @given(data=st.data())
@@ -180,6 +202,21 @@ def test_training_forward_when_ill_conditioned(running_norm_kernel, dtype, data)
     evidence.check(checks.check_forward, running_norm_kernel, data.draw(example, "example"))
 
 
+@pytest.mark.claim("bn.forward", "in.forward")
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=dtype_name)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_training_forward_at_a_count_16_bits_cannot_hold(running_norm_kernel, dtype, data):
+    """16-bit x with rows of statistics of n elements that x's dtype cannot hold (properties.draws.inexact_counts:
+    2049 in float16, 259 in bfloat16; BatchNorm's N S, InstanceNorm's S) and |mean|/std of 10: a count kept in x's
+    dtype (pytorch#70901) shifts y by 10 of its unit roundoffs."""
+    a, b = inexact_count(dtype)
+    samples, spatial = ((a,), ((b,),)) if running_norm_kernel.record.batch_statistics else ((2,), ((a * b,),))
+    example = batchnorm_examples(running_norm_kernel, training=True, samples=samples, channels=(2,), spatial=spatial,
+                                 dtypes=(dtype,), offsets=(OFFSET_RATIO, -OFFSET_RATIO))
+    evidence.check(checks.check_forward, running_norm_kernel, data.draw(example, "example"))
+
+
 @pytest.mark.claim("bn.degenerate", "in.degenerate")
 @profiles.share(0.25)
 @given(data=st.data())
@@ -228,6 +265,37 @@ def test_channels_last_input_of_many_channels(running_norm_kernel, dtype, traini
     channels = [c for c in WIDE_LAYOUT_CHANNELS if 2 * c * spatial[0] * spatial[1] <= MAX_LAYOUT_ELEMENTS]
     example = batchnorm_examples(running_norm_kernel, training=training, samples=(2,), channels=tuple(channels),
                                  spatial=(spatial,), dtypes=(dtype,))
+    example = data.draw(example, "example")
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_channels_last_backward(running_norm_kernel, data):
+    """Channels-last x, either mode: y, the running statistics and (for one contiguous dy) dx, dweight, dbias those
+    of the contiguous call (a backward that reads x or its x_hat with NCHW strides)."""
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, spatial=SPATIAL_LAYOUTS, channels=(2, 3, 4, 8), upstream=True,
+                                 every_input=True, mixed=True)
+    example = data.draw(example, "example")
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
+@pytest.mark.parametrize("dtype", PROBED_DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
+@profiles.share(0.05)
+@given(data=st.data())
+def test_channels_last_backward_of_many_channels(running_norm_kernel, dtype, training, data):
+    """As test_channels_last_input_of_many_channels, with the backward (one contiguous dy), within the widths where a
+    declared 16-bit storage-precision backward's bound is finite."""
+    require_backward(running_norm_kernel)
+    example = batchnorm_examples(running_norm_kernel, training=training, samples=(2,), channels=WIDE_LAYOUT_CHANNELS,
+                                 spatial=WIDE_LAYOUT_SPATIAL, dtypes=(dtype,), upstream=True, every_input=True,
+                                 max_elements=MAX_LAYOUT_ELEMENTS)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(checks.check_channels_last, running_norm_kernel, example)

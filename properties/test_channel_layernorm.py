@@ -28,6 +28,7 @@ from properties.checks.groupnorm import (
     check_noncontiguous_upstream,
     check_vjp,
 )
+from properties.draws.inexact_counts import OFFSET_RATIO, SIXTEEN_BIT, inexact_count
 from properties.draws.strategies import (
     CHANNELS_LAST,
     WIDE_SPATIAL,
@@ -59,13 +60,14 @@ def channel_layernorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...
                                channels: tuple[int, ...] = CHANNELS, upstream: bool = False,
                                every_input: bool = False, mixed: bool = False, least_samples: int = 1,
                                samples: int | None = None, dtypes: tuple[torch.dtype, ...] | None = None,
-                               ill_conditioned: bool = False) -> dict:
+                               ill_conditioned: bool = False, offsets: tuple[float, ...] | None = None) -> dict:
     """x [N, C, *spatial] (N ``samples``, else from ``least_samples`` to 3, batch-1 inference included, one draw in
     eight 5 or 8; offset and scale), weight and
     bias [C, *spatial] (element-wise, in x's dtype or with ``mixed`` another the kernel takes), eps; dy with
     ``upstream``; ``dtypes``: x's among them; ``ill_conditioned``: |mean|/std of 1e4, capped at what the error model
-    covers for a sample (strategies.valid_offset_ratio; MAX_OFFSET_RATIO otherwise). ``num_groups`` is 1: each
-    sample is one group of the GroupNorm checks."""
+    covers for a sample (strategies.valid_offset_ratio; MAX_OFFSET_RATIO otherwise); ``offsets``: the |mean|/std
+    targets drawn from (strategies.offset_ratios otherwise). ``num_groups`` is 1: each sample is one group of the
+    GroupNorm checks."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = draw(parameter_dtypes(kernel, dtype, mixed))
@@ -74,7 +76,8 @@ def channel_layernorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...
                        st.integers(least_samples, 3))
     shape = (samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(spatial)))
     limit = valid_offset_ratio(math.prod(shape[1:]), dtype) if ill_conditioned else MAX_OFFSET_RATIO
-    ratio = max(-limit, min(draw(st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)), limit))
+    targets = st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)
+    ratio = max(-limit, min(draw(targets if offsets is None else st.sampled_from(offsets)), limit))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
     example = {"x": rounded(values, dtype, caps.device), "num_groups": 1, "eps": draw(epsilons())}
     width = math.prod(shape[1:])
@@ -115,6 +118,20 @@ def test_forward_when_ill_conditioned(channel_layernorm_kernel, dtype, data):
     """Samples of |mean|/std as large as the error model covers (a one-pass variance fails there; the other draws
     stop at 10)."""
     example = channel_layernorm_examples(channel_layernorm_kernel, dtypes=(dtype,), ill_conditioned=True)
+    evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("cln.forward")
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=dtype_name)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_at_a_count_16_bits_cannot_hold(channel_layernorm_kernel, dtype, data):
+    """16-bit x with samples of C S elements that x's dtype cannot hold (properties.draws.inexact_counts: 2049 = 3 x
+    683 in float16, 259 = 7 x 37 in bfloat16) and |mean|/std of 10: a count kept in x's dtype shifts y by 10 of its
+    unit roundoffs."""
+    a, b = inexact_count(dtype)
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=((b,),), channels=(a,), dtypes=(dtype,),
+                                         offsets=(OFFSET_RATIO, -OFFSET_RATIO))
     evidence.check(check_forward, channel_layernorm_kernel, data.draw(example, "example"))
 
 
@@ -211,6 +228,20 @@ def test_vjp_of_samples_beyond_4096_elements(channel_layernorm_kernel, spatial, 
 def test_channels_last_input(channel_layernorm_kernel, data):
     example = channel_layernorm_examples(channel_layernorm_kernel, spatial=((2, 3), (4, 4), (2, 2, 3)),
                                          channels=(2, 3, 4, 8), mixed=True)
+    example = data.draw(example, "example")
+    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
+    evidence.check(check_channels_last, channel_layernorm_kernel, example)
+
+
+@pytest.mark.claim("cln.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_channels_last_backward(channel_layernorm_kernel, data):
+    """Channels-last x: y and (for one contiguous dy) dx, dweight, dbias those of the contiguous call (a backward
+    that reads x or its x_hat with NCHW strides)."""
+    require_backward(channel_layernorm_kernel)
+    example = channel_layernorm_examples(channel_layernorm_kernel, spatial=((2, 3), (4, 4), (2, 2, 3)),
+                                         channels=(2, 3, 4, 8), upstream=True, every_input=True, mixed=True)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
     evidence.check(check_channels_last, channel_layernorm_kernel, example)

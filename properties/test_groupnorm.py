@@ -26,6 +26,7 @@ from properties.checks.groupnorm import (
     check_noncontiguous_upstream,
     check_vjp,
 )
+from properties.draws.inexact_counts import OFFSET_RATIO, SIXTEEN_BIT, inexact_count
 from properties.draws.strategies import (
     CHANNELS_LAST,
     WIDE_SPATIAL,
@@ -68,14 +69,15 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
                        channels: tuple[int, ...] = CHANNELS, instance: bool = False,
                        upstream: bool = False, every_input: bool = False, dtypes: tuple[torch.dtype, ...] | None = None,
                        parameter_dtype: torch.dtype | None = None, mixed: bool = False, least_samples: int = 1,
-                       ill_conditioned: bool = False) -> dict:
+                       ill_conditioned: bool = False, offsets: tuple[float, ...] | None = None) -> dict:
     """x [N, C, *spatial] (N from ``least_samples`` to 3, batch-1 inference included, one draw in eight 5 or 8; C of
     ``channels``, N C S at most MAX_GROUP_ELEMENTS; offset and scale), num_groups a divisor of C (C with
     ``instance``; one strictly between 1 and C half the time where C has one), per-channel weight and bias (in
     ``parameter_dtype`` when given, else x's or with ``mixed`` another dtype the kernel takes:
     strategies.parameter_dtypes); dy with ``upstream``. |mean|/std of x up to 10, or with ``ill_conditioned`` +-1e4
     capped at what the error model covers for a group's C/G S elements (strategies.valid_offset_ratio), one draw in
-    two then with 5 or 8 samples (a batched path's statistics)."""
+    two then with 5 or 8 samples (a batched path's statistics); ``offsets``: the |mean|/std targets drawn from
+    (strategies.offset_ratios otherwise)."""
     caps = discover(kernel)
     dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
@@ -100,7 +102,8 @@ def groupnorm_examples(draw, kernel, spatial: tuple[tuple[int, ...], ...] = SPAT
     limit = 10.0 if widest is None else 0.0  # centred groups where the storage-precision bound is finite
     if ill_conditioned and widest is None:
         limit = valid_offset_ratio(channels // groups * math.prod(chosen), dtype)
-    ratio = max(-limit, min(draw(st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)), limit))
+    targets = st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)
+    ratio = max(-limit, min(draw(targets if offsets is None else st.sampled_from(offsets)), limit))
     values = draw(scales(dtype)) * (ratio + standard_values(shape, "normal", draw(seeds())))
     example = {"x": rounded(values, dtype, caps.device), "num_groups": groups, "eps": draw(epsilons())}
     gamma = draw(effective_weights(channels, ("random", "zeros_and_negatives") if every_input else
@@ -131,6 +134,20 @@ def test_forward_when_ill_conditioned(groupnorm_kernel, dtype, data):
     """Groups of |mean|/std as large as the error model covers (a one-pass variance fails there), half of the draws
     with 5 or 8 samples (a batched path of its own)."""
     example = groupnorm_examples(groupnorm_kernel, dtypes=(dtype,), ill_conditioned=True)
+    evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("gn.forward")
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT, ids=dtype_name)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_forward_at_a_count_16_bits_cannot_hold(groupnorm_kernel, dtype, data):
+    """16-bit x with groups of (C/G) S elements that x's dtype cannot hold (properties.draws.inexact_counts: 2049 in
+    float16, 259 in bfloat16; one channel a group) and |mean|/std of 10: a count kept in x's dtype shifts y by 10 of
+    its unit roundoffs."""
+    a, b = inexact_count(dtype)
+    example = groupnorm_examples(groupnorm_kernel, spatial=((a * b,),), channels=(2,), instance=True, dtypes=(dtype,),
+                                 offsets=(OFFSET_RATIO, -OFFSET_RATIO))
     evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
 
 
@@ -252,17 +269,36 @@ def test_instance_norm_at_spatial_size_one_gives_beta(groupnorm_kernel, data):
     evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
 
 
+def channels_last_example(example: dict) -> dict:
+    """The example with x channels-last; one channel (contiguous in channels-last memory too) made two: x and -x,
+    the parameters repeated (and dy, dy and -dy)."""
+    if example["x"].shape[1] == 1:
+        for name in ("x", "dy"):
+            if name in example:
+                example[name] = torch.cat([example[name], -example[name]], dim=1)
+        for name in ("weight", "bias"):
+            example[name] = None if example[name] is None else example[name].repeat(2)
+    return {**example, "x": example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])}
+
+
 @pytest.mark.claim("gn.layout_invariance")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_channels_last_input(groupnorm_kernel, data):
     example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=CHANNELS_LAST_SPATIAL, mixed=True), "example")
-    if example["x"].shape[1] == 1:
-        example["x"] = torch.cat([example["x"], -example["x"]], dim=1)
-        example["weight"] = None if example["weight"] is None else example["weight"].repeat(2)
-        example["bias"] = None if example["bias"] is None else example["bias"].repeat(2)
-    example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(check_channels_last, groupnorm_kernel, example)
+    evidence.check(check_channels_last, groupnorm_kernel, channels_last_example(example))
+
+
+@pytest.mark.claim("gn.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_channels_last_backward(groupnorm_kernel, data):
+    """Channels-last x: y and (for one contiguous dy) dx, dweight, dbias those of the contiguous call (a backward
+    that reads x or its x_hat with NCHW strides)."""
+    require_backward(groupnorm_kernel)
+    example = groupnorm_examples(groupnorm_kernel, spatial=CHANNELS_LAST_SPATIAL, upstream=True, every_input=True,
+                                 mixed=True)
+    evidence.check(check_channels_last, groupnorm_kernel, channels_last_example(data.draw(example, "example")))
 
 
 @pytest.mark.claim("gn.layout_invariance")

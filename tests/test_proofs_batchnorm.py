@@ -135,6 +135,27 @@ def test_training_forward_eval_and_vjp_match_torch(shape, channels_last):
         np.testing.assert_allclose(got, leaf.grad.numpy(), **TOL)
 
 
+@pytest.mark.parametrize(("shape", "channels_last"), SHAPES)
+def test_eval_vjp_matches_torch(shape, channels_last):
+    """Eval mode's VJP is the affine map's (the running statistics constants), for BatchNorm and InstanceNorm."""
+    x_ = _batch(*shape, channels_last=channels_last)
+    weight, bias = _channel_parameters(shape[1])
+    running_mean, running_var = _buffers(shape[1])
+    upstream = _batch(*shape, seed=3)
+    for norm in (F.batch_norm, F.instance_norm):
+        if norm is F.instance_norm and len(shape) < 3:
+            continue
+        leaves = [t.clone().requires_grad_() for t in (x_, weight, bias)]
+        norm(leaves[0], running_mean.clone(), running_var.clone(), leaves[1], leaves[2], False, 0.1, EPS
+             ).backward(upstream)
+        derived = oracle.batchnorm_eval_vjp(x_.numpy(), running_mean.numpy(), running_var.numpy(), weight.numpy(),
+                                            EPS, upstream.numpy())
+        for got, leaf in zip(derived, leaves, strict=True):
+            np.testing.assert_allclose(got, leaf.grad.numpy(), **TOL)
+    assert oracle.batchnorm_eval_vjp(x_.numpy(), running_mean.numpy(), running_var.numpy(), None, EPS,
+                                     upstream.numpy())[1] is None
+
+
 def test_the_vjp_without_weight_and_with_frozen_statistics():
     """No weight: dweight is None; a backward holding the batch statistics constant (gamma g / s) is far from it."""
     x_ = _batch(4, 2, 3)

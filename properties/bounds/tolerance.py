@@ -405,6 +405,58 @@ def running_eval(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, ru
             + (u["y"] + 2.0**-52) * np.abs(exact) + _eta(kernel, output_dtype(kernel, x, weight)))
 
 
+# roundings of each term of eval-mode BatchNorm's VJP (the running statistics constants), in any of its forms: dx =
+# dy a with a = gamma rsqrt(var_R + eps) (var_R + eps, the reciprocal square root, the products with gamma and dy, in
+# any order); a term dy xhat_R of dweight (x - mu_R and the product with dy besides those of a; or the channel's sum of
+# dy (x - mu_R) times rsqrt(var_R + eps) once, as ATen's eval backward forms it: the same roundings, relative to the
+# sum of the terms' magnitudes)
+EVAL_BACKWARD_ROUNDINGS = {"x": 3 + C_RSQRT, "weight": 4 + C_RSQRT}
+
+
+def running_eval_backward(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                          weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, dy: torch.Tensor
+                          ) -> dict[str, np.ndarray]:
+    """Per-element bounds on the gradients of eval-mode BatchNorm or InstanceNorm (claims bn.jacobian, in.jacobian in
+    eval mode), the VJP of the per-channel affine map y = a (x - mu_R) + beta, a = gamma / sqrt(var_R + eps), the
+    running statistics constants (proofs.batchnorm_oracles.batchnorm_eval_vjp): with u the backward's accumulation
+    roundoff (:func:`backward_accumulation`), k_x, k_w = EVAL_BACKWARD_ROUNDINGS, xhat_R = (x - mu_R) / sqrt(var_R +
+    eps), g = gamma_n(u) for a channel's n = N S terms (as :func:`backward`'s parameter sums) and each gradient
+    rounded once to its own dtype (:func:`operand_roundoffs`),
+
+        |dx - dy a|          <= (gamma_{k_x}(u) + s) |dy a| (1 + u_x) + u_x |dx| + eta_x,
+        |dweight_c - exact|  <= ((1 + g) (gamma_{k_w}(u) + s) + g) sum |dy xhat_R| + u_w |dweight_c| + eta_w,
+        |dbias_c - exact|    <= g sum |dy| + u_b |dbias_c| + eta_b,
+
+    s = u_x where the kernel declares ``affine_precision="storage"`` (a rounded to x's dtype), else 0; each plus the
+    float64 oracle's 2^-53 relative. The terms of the training VJP through the batch's statistics (a backward that
+    runs the training kernel's) are of the size of dy a itself, far beyond these."""
+    x64, dy64 = as_float64(x), as_float64(dy)
+    shape = (1, -1) + (1,) * (x.dim() - 2)  # per channel, broadcast over x [N, C, *]
+    axes = (0, *range(2, x.dim()))  # a channel's N S elements
+    gamma, _ = norms.gammas(kernel, weight, bias)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rstd = 1.0 / np.sqrt(as_float64(running_var) + eps)
+    scale = (np.ones(x.shape[1]) if gamma is None else np.abs(gamma)) * rstd
+    u = operand_roundoffs(kernel, x, weight, weight if bias is None else bias)
+    u_acc = backward_accumulation(kernel, x.dtype)
+    storage = u["x"] if kernel.affine_precision == "storage" else 0.0
+    exact = dict(zip(("x", "weight", "bias"), batchnorm_oracles.batchnorm_eval_vjp(
+        x64, as_float64(running_mean), as_float64(running_var), gamma, eps, dy64), strict=True))
+    terms = x.numel() // x.shape[1] if x.shape[1] else 0
+    g = probabilistic.gamma(terms, u_acc)
+    bounds = {"x": ((probabilistic.gamma(EVAL_BACKWARD_ROUNDINGS["x"], u_acc) + storage)
+                    * np.abs(dy64) * scale.reshape(shape) * (1 + u["x"])
+                    + (u["x"] + U64) * np.abs(exact["x"]) + _eta(kernel, x.dtype))}
+    if weight is not None:
+        products = np.sum(np.abs(dy64 * (x64 - as_float64(running_mean).reshape(shape)) * rstd.reshape(shape)),
+                          axis=axes)
+        bounds["weight"] = (((1 + g) * (probabilistic.gamma(EVAL_BACKWARD_ROUNDINGS["weight"], u_acc) + storage) + g)
+                            * products + (u["weight"] + U64) * np.abs(exact["weight"]) + _eta(kernel, weight.dtype))
+    bounds["bias"] = (g * np.sum(np.abs(dy64), axis=axes) + (u["bias"] + U64) * np.abs(exact["bias"])
+                      + _eta(kernel, x.dtype if bias is None else bias.dtype))
+    return bounds
+
+
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:
     """Whether a plain kind's backward bound is finite on every row of x (it does not depend on the weight's or the
     upstream gradient's finiteness: those only scale it)."""

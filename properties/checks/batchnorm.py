@@ -13,15 +13,19 @@ both modes: in.independence where BatchNorm has bn.coupling).
 - bn.forward: training-mode y vs the per-channel LayerNorm within the forward bound of the channel-major view;
 - bn.running_statistics: after one training call the buffers hold one update, as declared (momentum convention,
   unbiased or biased variance), within tolerance.running_statistics;
-- bn.eval: eval-mode y vs the affine map within tolerance.running_eval, the buffers bit for bit unchanged;
+- bn.eval: eval-mode y vs the affine map within tolerance.running_eval, the buffers bit for bit unchanged, also with
+  x, weight and bias requiring grad (a frozen BatchNorm fine-tuned through);
 - bn.coupling: in training mode replacing sample 0 moves every other sample's outputs by the derived amount (the
   oracle's change, within the two calls' bounds); in eval mode it moves nothing, bit for bit;
-- bn.jacobian: training-mode dx, dweight, dbias vs the batch VJP within tolerance.backward;
+- bn.jacobian: training-mode dx, dweight, dbias vs the batch VJP within tolerance.backward; eval-mode ones vs the
+  affine map's VJP (proofs.batchnorm_oracles.batchnorm_eval_vjp: no terms through the batch's statistics) within
+  tolerance.running_eval_backward;
 - bn.degenerate: constant channels give beta (the forward check), and a training call with one element per channel
   is refused with an error or gives beta;
 - bn.single_sample: N = 1 in training mode is InstanceNorm (the forward check at N = 1);
 - bn.layout_invariance: channels-last x gives the contiguous call's y within twice the forward bound, and its
-  running statistics within twice theirs;
+  running statistics within twice theirs; given dy, its dx, dweight, dbias within twice their bound
+  (properties.checks.channel_layouts);
 - bn.inputs_unmodified: x, weight, bias and dy unchanged (the buffers are the running statistics' business).
 
 Every call gets its own copies of the running buffers (:func:`buffers_of`): the kernel writes into them.
@@ -36,6 +40,7 @@ from core.capabilities import dtype_name
 from proofs import batchnorm_oracles
 from properties import norms, outcome
 from properties.bounds import diagnosis, tolerance
+from properties.checks.channel_layouts import channels_last_gradients
 from properties.checks.contracts import (
     UPSTREAM,
     check_dx_written_into_dy,
@@ -117,12 +122,13 @@ def check_running_statistics(kernel, x: torch.Tensor, running_mean, running_var,
 
 
 def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
-               eps: float) -> None:
+               eps: float, recording: bool = False) -> None:
     """Eval mode: y = gamma (x - mu_R)/sqrt(var_R + eps) + beta within tolerance.batchnorm_eval, and the running
-    buffers unchanged bit for bit."""
+    buffers unchanged bit for bit; ``recording``: the kernel called with x, weight and bias requiring grad (a frozen
+    BatchNorm in a network being fine-tuned: still the running statistics, properties.norms.call)."""
     assert not training
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
-    y = _call(kernel, example)
+    y = _call(kernel, example, recording=recording)
     expected = batchnorm_oracles.batchnorm_eval(norms.as_float64(x), norms.as_float64(running_mean),
                                                 norms.as_float64(running_var), *norms.gammas(kernel, weight, bias),
                                                 eps)
@@ -171,6 +177,24 @@ def check_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, 
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
     outcome.conclude(comparisons, f"the backward is not the derivative of LayerNorm over {_statistics_rows(kernel)}",
                      **_plot(x))
+
+
+def check_eval_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
+                   eps: float, dy: torch.Tensor) -> None:
+    """Eval mode: dx, dweight, dbias vs the VJP of the per-channel affine map of the running statistics
+    (proofs.batchnorm_oracles.batchnorm_eval_vjp: dx = dy gamma rsqrt(var_R + eps), dweight = sum dy xhat_R, dbias =
+    sum dy), within tolerance.running_eval_backward; the batch's statistics have no part in it."""
+    assert not training
+    example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
+    _, grads = norms.gradients(kernel, example, {"y": dy})
+    gamma, _ = norms.gammas(kernel, weight, bias)
+    expected = dict(zip(("x", "weight", "bias"), batchnorm_oracles.batchnorm_eval_vjp(
+        norms.as_float64(x), norms.as_float64(running_mean), norms.as_float64(running_var), gamma, eps,
+        norms.as_float64(dy)), strict=True))
+    bounds = tolerance.running_eval_backward(kernel, x, running_mean, running_var, weight, bias, eps, dy)
+    comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
+    outcome.conclude(comparisons, "the eval-mode backward is not the derivative of the affine map of the running "
+                     "statistics (a training backward, through the batch's statistics?)", **_plot(x))
 
 
 def check_noncontiguous_upstream(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
@@ -229,9 +253,11 @@ def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running
 
 
 def check_channels_last(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
-                        momentum: float, eps: float) -> None:
+                        momentum: float, eps: float, dy: torch.Tensor | None = None) -> None:
     """x in channels-last memory gives the contiguous call's y within twice the forward bound, and (training) its
-    running statistics within twice their bound."""
+    running statistics within twice their bound; with ``dy``, the backward of each (dy contiguous) its dx, dweight,
+    dbias within twice their bound (tolerance.backward, or in eval mode tolerance.running_eval_backward:
+    properties.checks.channel_layouts), each call with fresh running buffers."""
     assert x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()
     example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
     last, contiguous = buffers_of(example), buffers_of({**example, "x": x.contiguous()})
@@ -246,8 +272,13 @@ def check_channels_last(kernel, x: torch.Tensor, running_mean, running_var, weig
         bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
         comparisons += [outcome.compare(last[name], contiguous[name], 2 * b, f"channels-last vs contiguous: {name}")
                         for name, b in zip(BUFFERS, bounds, strict=True)]
+    if dy is not None:
+        bounds = (tolerance.backward(kernel, x, weight, eps, dy, bias=bias) if training else
+                  tolerance.running_eval_backward(kernel, x, running_mean, running_var, weight, bias, eps, dy))
+        comparisons += channels_last_gradients(kernel, buffers_of(example),
+                                               buffers_of({**example, "x": x.contiguous()}), dy, bounds)
     outcome.conclude(comparisons, "the kernel reads a channels-last x as if it were contiguous "
-                     "(statistics over the wrong axes)", **_plot(x))
+                     "(statistics or gradients over the wrong axes)", **_plot(x))
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,

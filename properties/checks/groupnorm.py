@@ -8,7 +8,8 @@ reference and bounds on the grouped view [N, G, (C/G) S] with the per-element we
 - gn.jacobian: dx within the backward bound of each group, dweight and dbias per channel
   (properties.bounds.tolerance.backward);
 - gn.layout_invariance: a channels-last x (4-D, or channels-last-3d 5-D) gives the contiguous call's y within twice
-  the forward bound;
+  the forward bound, and given dy its dx, dweight, dbias within twice the backward bound
+  (properties.checks.channel_layouts);
 - gn.independence: replacing sample 0 leaves every other sample of y bit for bit; replacing the channels of group 0
   of the last sample leaves the other samples and that sample's other groups bit for bit (same shapes, same
   computation: as the norms' row independence);
@@ -26,6 +27,7 @@ import torch
 from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import tolerance
+from properties.checks.channel_layouts import channels_last_gradients
 from properties.checks.contracts import (
     UPSTREAM,
     check_dx_written_into_dy,
@@ -107,14 +109,22 @@ def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, num_groups: in
                          d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
 
 
-def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
-    """x in channels-last memory gives the contiguous call's y within twice the forward bound."""
+def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None,
+                        dy: torch.Tensor | None = None) -> None:
+    """x in channels-last memory gives the contiguous call's y within twice the forward bound; with ``dy``, the
+    backward of each (dy contiguous) its dx, dweight, dbias within twice the backward bound
+    (properties.checks.channel_layouts)."""
     assert x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()  # channels innermost: channels-last (2-D or 3-D)
     y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     y0 = _call(kernel, x.contiguous(), num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     bound = tolerance.forward(kernel, x, weight, bias, eps, num_groups=num_groups)
-    outcome.conclude(outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y"),
-                     "the kernel reads a channels-last x as if it were contiguous", dtype=dtype_name(x.dtype))
+    comparisons = [outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y")]
+    if dy is not None:
+        example = example_of(x, num_groups, weight, bias, eps)
+        bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
+        comparisons += channels_last_gradients(kernel, example, {**example, "x": x.contiguous()}, dy, bounds)
+    outcome.conclude(comparisons, "the kernel reads a channels-last x as if it were contiguous (in its forward or "
+                     "its backward)", d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
 
 
 def check_independence(kernel, x: torch.Tensor, other: torch.Tensor, num_groups: int, weight, eps: float,

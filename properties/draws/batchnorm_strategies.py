@@ -50,27 +50,40 @@ def batchnorm_examples(draw, kernel: Kernel, *, training: bool | None = None, bu
                        spatial: tuple[tuple[int, ...], ...] = SPATIAL,
                        upstream: bool = False, every_input: bool = False, mixed: bool = False,
                        constant: bool = False, least: int = 2, dtypes: tuple[torch.dtype, ...] | None = None,
-                       parameter_dtype: torch.dtype | None = None, ill_conditioned: bool = False) -> dict:
+                       parameter_dtype: torch.dtype | None = None, ill_conditioned: bool = False,
+                       offsets: tuple[float, ...] | None = None, max_elements: int | None = None) -> dict:
     """One example keyed by role (core.kinds), in ``training`` mode (drawn when None) with running buffers when
     ``buffers`` (drawn when None; always in eval mode); ``upstream``: dy in the output's dtype; ``every_input``:
     weight and bias present and random; ``mixed``/``parameter_dtype``: weight and bias in another dtype the kernel
     takes (strategies.parameter_dtypes); ``constant``: every channel constant; ``least``: the fewest elements per
     row of statistics in training mode (2: torch refuses 1); ``ill_conditioned``: |mean|/std of 1e4, capped at what
-    the error model covers for a row of statistics (strategies.valid_offset_ratio; MAX_OFFSET_RATIO otherwise)."""
+    the error model covers for a row of statistics (strategies.valid_offset_ratio; MAX_OFFSET_RATIO otherwise);
+    ``offsets``: the |mean|/std targets drawn from (strategies.offset_ratios otherwise). With a 16-bit
+    storage-precision backward's width limit (``upstream``, either mode), the sample counts that leave some spatial
+    shape within it; ``max_elements``: the channels that keep N C S within it (the fewest otherwise)."""
     caps = discover(kernel)
     training = draw(st.booleans()) if training is None else training
     with_buffers = (not training or draw(st.booleans())) if buffers is None else buffers
     dtype = draw(storage_dtypes(kernel, dtypes))
     parameters = parameter_dtype or draw(parameter_dtypes(kernel, dtype, mixed))
-    widest = storage_backward_width(kernel, dtype) if upstream and training else None
-    n_samples = draw(st.sampled_from(samples))
-    per_row = n_samples if kernel.record.batch_statistics else 1  # a row of statistics: N S or S elements
-    fits = [s for s in spatial if (not training or per_row * math.prod(s) >= least)
-            and (widest is None or per_row * math.prod(s) <= widest)]
-    shape = (n_samples, draw(st.sampled_from(channels)), *draw(st.sampled_from(fits)))
+    widest = storage_backward_width(kernel, dtype) if upstream else None
+
+    def fitting(n: int) -> list[tuple[int, ...]]:
+        per_row = n if kernel.record.batch_statistics else 1  # a row of statistics: N S or S elements
+        return [s for s in spatial if (not training or per_row * math.prod(s) >= least)
+                and (widest is None or per_row * math.prod(s) <= widest)]
+
+    n_samples = draw(st.sampled_from([n for n in samples if fitting(n)] or samples))
+    per_row = n_samples if kernel.record.batch_statistics else 1
+    fits = fitting(n_samples)
+    chosen = draw(st.sampled_from(fits))
+    if max_elements is not None:
+        channels = tuple(c for c in channels if n_samples * c * math.prod(chosen) <= max_elements) or (min(channels),)
+    shape = (n_samples, draw(st.sampled_from(channels)), *chosen)
     channels = shape[1]
     limit = valid_offset_ratio(per_row * math.prod(shape[2:]), dtype) if ill_conditioned else MAX_OFFSET_RATIO
-    ratio = max(-limit, min(draw(st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)), limit))
+    targets = st.sampled_from([1e4, -1e4]) if ill_conditioned else offset_ratios(dtype)
+    ratio = max(-limit, min(draw(targets if offsets is None else st.sampled_from(offsets)), limit))
     if widest is not None and widest < 1024:
         ratio = 0.0  # a 16-bit storage-precision backward's bound is finite on centred channels only
     scale = draw(scales(dtype))

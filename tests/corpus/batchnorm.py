@@ -35,6 +35,18 @@ lists the claims that must catch each.
                                  channel off                                             -> bn.layout_invariance
     BN_LARGE_BATCH_MERGE         more than 8 samples: each sample's statistics merged without the spread between the
                                  samples' means (Chan's n_a n_b / n delta^2 term dropped)          -> bn.forward
+    BN_EVAL_BACKWARD_AS_TRAINING eval mode's forward, the training kernel's backward: dx with the terms through the
+                                 batch mean and variance, dweight from the batch's x_hat (pytorch/pytorch#586, cuDNN's
+                                 backward in eval mode; pytorch/xla#913, FluxML/NNlib.jl#548, apache/mxnet#9580)
+                                                                                                  -> bn.jacobian
+    BN_CHANNELS_LAST_BACKWARD    channels-last x: y right, the backward reads x's memory with NCHW strides (dx and
+                                 dweight wrong; pytorch/pytorch#175189, MPS BatchNorm's backward on channels_last,
+                                 weight.grad orders of magnitude off; #64100)            -> bn.layout_invariance
+    BN_EVAL_RECORDING_BATCH      eval mode with x requiring grad (a frozen BatchNorm fine-tuned through) normalizes
+                                 with the batch's statistics (keras-team/keras#9965, #4762)        -> bn.eval
+    BN_COUNT_IN_X_DTYPE          the channel's count n held in x's 16-bit dtype when the sums are divided by it
+                                 (2049 -> 2048 in float16; pytorch/pytorch#70901, fixed by PR #71050: the counts of
+                                 batch_norm_gather_stats_with_counts in half)                      -> bn.forward
     BN_CORRECT                   the control: the same implementation, nothing broken
 
 InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
@@ -51,6 +63,11 @@ statistics per (sample, channel) and the running update averaged over the sample
     IN_EPS_MISSING               rsqrt(var) without eps                           -> in.degenerate
     IN_INPUT_OVERWRITTEN         normalizes x in place                            -> in.inputs_unmodified
     IN_WIDE_BLOCKS               an instance's statistics merged from blocks of equal weight -> in.forward
+    IN_EVAL_BACKWARD_AS_TRAINING use_input_stats=False's forward, the training backward (as BatchNorm's)
+                                                                                                  -> in.jacobian
+    IN_CHANNELS_LAST_BACKWARD    channels-last x: the backward reads x's memory as NCHW (pytorch/pytorch#111824,
+                                 GroupNorm/InstanceNorm on channels_last; #175189)        -> in.layout_invariance
+    IN_COUNT_IN_X_DTYPE          the instance's count held in x's 16-bit dtype (as BatchNorm's)  -> in.forward
     IN_CORRECT                   the control
 """
 
@@ -80,8 +97,38 @@ def per_channel(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return t.reshape((1, -1) + (1,) * (x.dim() - 2))
 
 
+def with_gradient_of(value: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
+    """``value``'s values (bit for bit: path - path is 0 where path is finite) with ``path``'s gradient: a bug of the
+    backward alone."""
+    return value.detach() + (path - path.detach())
+
+
+def is_channels_last(x: torch.Tensor) -> bool:
+    """x [N, C, *] of rank 4 or 5 with its channels innermost in memory, not contiguous."""
+    return x.dim() > 3 and x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()
+
+
+def count_in(dtype: torch.dtype, count: int) -> float:
+    """A count of elements as a kernel keeping it in ``dtype`` holds it (rounded to 16 bits: pytorch#70901)."""
+    return float(torch.tensor(float(count), dtype=dtype)) if dtype in (torch.float16, torch.bfloat16) else count
+
+
 def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
                instance: bool = False):
+    arguments = (running_mean, running_var, weight, bias, training, momentum, eps)
+    if bug == "channels_last_backward" and is_channels_last(x) and torch.is_grad_enabled():
+        # the forward right, the backward addressing x's channels-last memory with NCHW strides (as the forward of
+        # BN_CHANNELS_LAST_IGNORED does): the gradient of the misread call, on copies of the running buffers
+        y = batchnorm(x, *arguments, instance=instance)
+        copies = [None if t is None else t.clone() for t in (running_mean, running_var)]
+        misread = batchnorm(read_as_if_contiguous(x), *copies, *arguments[2:], instance=instance)
+        return with_gradient_of(y, misread)
+    row = x[:1].numel() // x.shape[1] if instance else x[:, :1].numel()  # a row of statistics' elements
+    if bug == "eval_backward_as_training" and not training and torch.is_grad_enabled() and row > 1:
+        # the eval forward, the training kernel's backward (through the batch's statistics; dweight from their
+        # x_hat): the gradient of the training-mode call, without its running update
+        y = batchnorm(x, *arguments, instance=instance)
+        return with_gradient_of(y, batchnorm(x, None, None, weight, bias, True, momentum, eps, instance=instance))
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
     values = x.float()
@@ -92,6 +139,8 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
     if bug == "one_sample" and training and x.shape[0] == 1:
         return _affine(values, weight, bias).to(x.dtype)
     use_batch = training or bug == "eval_batch" or running_mean is None
+    if bug == "eval_recording_batch" and torch.is_grad_enabled() and x.requires_grad:
+        use_batch = True  # eval mode while recording (a frozen BatchNorm fine-tuned through): the batch's statistics
     if training and instance and x[0, 0].numel() == 1:
         raise ValueError("Expected more than 1 spatial element when training")  # as torch: no statistics to take
     if use_batch:
@@ -103,6 +152,10 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
             samples = _instances(x)  # each sample's channel statistics, then averaged: the between-sample term lost
             mean = values.mean(samples, keepdim=True).mean(0, keepdim=True)
             variance = values.var(samples, keepdim=True, unbiased=False).mean(0, keepdim=True)
+        elif bug == "count_in_x_dtype":  # the sums divided by the row's count held in x's dtype
+            count = count_in(x.dtype, values[:1].numel() // x.shape[1] if per_instance else values[:, 0].numel())
+            mean = values.sum(axes, keepdim=True) / count
+            variance = (values - mean).square().sum(axes, keepdim=True) / count
         else:
             mean = values.mean(axes, keepdim=True)
             variance = values.var(axes, keepdim=True, unbiased=bug == "unbiased_normalization")
@@ -206,6 +259,17 @@ BN_COUNT_IN_16_BITS = _kernel("BN_COUNT_IN_16_BITS", "count_in_16_bits",
 BN_RUNNING_VAR_NAN_AT_ONE_ELEMENT = _kernel("BN_RUNNING_VAR_NAN_AT_ONE_ELEMENT", "one_element_nan",
                                             "one element a channel: y is beta, the running variance updated with the "
                                             "unbiased 0 / 0 = NaN (torch/nn#1271): bn.degenerate")
+BN_EVAL_BACKWARD_AS_TRAINING = _kernel("BN_EVAL_BACKWARD_AS_TRAINING", "eval_backward_as_training",
+                                       "eval mode's forward with the training backward (through the batch's "
+                                       "statistics): bn.jacobian")
+BN_CHANNELS_LAST_BACKWARD = _kernel("BN_CHANNELS_LAST_BACKWARD", "channels_last_backward",
+                                    "channels-last x: the forward right, the backward reading x's memory as NCHW: "
+                                    "bn.layout_invariance")
+BN_EVAL_RECORDING_BATCH = _kernel("BN_EVAL_RECORDING_BATCH", "eval_recording_batch",
+                                  "eval mode with x requiring grad normalizes with the batch's statistics: bn.eval")
+BN_COUNT_IN_X_DTYPE = _kernel("BN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
+                              "the channel's count held in x's 16-bit dtype (8194 -> 8192) when the mean and variance "
+                              "are formed: bn.forward")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
@@ -228,4 +292,12 @@ IN_ONE_PASS_VARIANCE = _kernel("IN_ONE_PASS_VARIANCE", "one_pass", "each instanc
 IN_INSTANCES_BEYOND_GRID_Y = _kernel("IN_INSTANCES_BEYOND_GRID_Y", "grid_y",
                                      "instances n C + c from 65 535 on never normalized (instances on a grid's y "
                                      "axis): in.forward (at scale)", "instancenorm")
+IN_EVAL_BACKWARD_AS_TRAINING = _kernel("IN_EVAL_BACKWARD_AS_TRAINING", "eval_backward_as_training",
+                                       "use_input_stats=False's forward with the training backward (through the "
+                                       "instances' statistics): in.jacobian", "instancenorm")
+IN_CHANNELS_LAST_BACKWARD = _kernel("IN_CHANNELS_LAST_BACKWARD", "channels_last_backward",
+                                    "channels-last x: the forward right, the backward reading x's memory as NCHW: "
+                                    "in.layout_invariance", "instancenorm")
+IN_COUNT_IN_X_DTYPE = _kernel("IN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
+                              "the instance's count held in x's 16-bit dtype: in.forward", "instancenorm")
 IN_CORRECT = _kernel("IN_CORRECT", "", "the control: nothing broken", "instancenorm")

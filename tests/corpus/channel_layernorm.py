@@ -15,6 +15,11 @@ that must catch each.
                                                                                                    -> cln.forward
     CLN_SAMPLES_BEYOND_GRID_Y   samples from 65 535 on never normalized (a grid's y extent, PaddlePaddle/Paddle#31144)
                                                                                         -> cln.forward (at scale)
+    CLN_CHANNELS_LAST_BACKWARD  channels-last x: y right, the backward addresses x's memory with NCHW strides (the
+                                class of pytorch/pytorch#175189, #111824 and linkedin/Liger-Kernel#883 in LayerNorm
+                                over (C, *))                                           -> cln.layout_invariance
+    CLN_COUNT_IN_X_DTYPE        the sample's count C S held in x's 16-bit dtype when its sums are divided by it
+                                (2049 -> 2048 in float16; pytorch/pytorch#70901's class)           -> cln.forward
     CLN_CORRECT                 the control
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.batchnorm import count_in, is_channels_last, with_gradient_of
 from corpus.memory import read_as_if_contiguous
 
 SPEC = "tests/corpus/channel_layernorm.py:"
@@ -31,12 +37,20 @@ GRID_Y = 65_535
 
 
 def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
+    if bug == "channels_last_backward" and is_channels_last(x) and torch.is_grad_enabled():
+        # the forward right, the backward the gradient of the call on x's memory read with NCHW strides
+        return with_gradient_of(_channel_layernorm(x, weight, bias, eps),
+                                _channel_layernorm(read_as_if_contiguous(x), weight, bias, eps))
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
     values = x.float()
     axes = {"last_axis": (-1,), "batch": tuple(range(x.dim()))}.get(bug, tuple(range(1, x.dim())))
     mean = values.mean(axes, keepdim=True)
     variance = values.var(axes, keepdim=True, unbiased=False)
+    if bug == "count_in_x_dtype":  # the sums divided by the sample's count held in x's dtype
+        count = count_in(x.dtype, x[0].numel())
+        mean = values.sum(axes, keepdim=True) / count
+        variance = (values - mean).square().sum(axes, keepdim=True) / count
     if bug == "one_pass":  # E[x^2] - E[x]^2 in float32: it cancels on samples of a large |mean|/std
         variance = (values.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
     if bug == "channel_blocks" and x.shape[1] > CHANNEL_BLOCK and x.shape[1] % CHANNEL_BLOCK:
@@ -86,4 +100,9 @@ CLN_CHANNEL_BLOCKS_UNWEIGHTED = _kernel("CLN_CHANNEL_BLOCKS_UNWEIGHTED", "channe
 CLN_SAMPLES_BEYOND_GRID_Y = _kernel("CLN_SAMPLES_BEYOND_GRID_Y", "grid_y",
                                     "samples from 65 535 on never normalized (samples on a grid's y axis): "
                                     "cln.forward (at scale)")
+CLN_CHANNELS_LAST_BACKWARD = _kernel("CLN_CHANNELS_LAST_BACKWARD", "channels_last_backward",
+                                     "channels-last x: the forward right, the backward reading x's memory as NCHW: "
+                                     "cln.layout_invariance")
+CLN_COUNT_IN_X_DTYPE = _kernel("CLN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
+                               "the sample's count held in x's 16-bit dtype: cln.forward")
 CLN_CORRECT = _kernel("CLN_CORRECT", "", "the control: nothing broken")

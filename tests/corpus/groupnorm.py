@@ -19,6 +19,11 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
                               statistics                                                   -> gn.forward
     GN_ONE_PASS_FROM_4_SAMPLES  4 to 1024 samples: the one-pass variance E[x^2] - E[x]^2 (a batched path)
                                                                                            -> gn.forward
+    GN_CHANNELS_LAST_BACKWARD channels-last x: y right, the backward addresses x's memory with NCHW strides
+                              (linkedin/Liger-Kernel#883; pytorch/pytorch#115940, PR #89485: GroupNorm's
+                              channels-last backward)                                      -> gn.layout_invariance
+    GN_COUNT_IN_X_DTYPE       the group's count held in x's 16-bit dtype when its sums are divided by it (2049 ->
+                              2048 in float16; pytorch/pytorch#70901's class)              -> gn.forward
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
+from corpus.batchnorm import count_in, is_channels_last, with_gradient_of
 from corpus.memory import read_as_if_contiguous
 from corpus.wide import unweighted_block_moments
 
@@ -33,6 +39,10 @@ SPEC = "tests/corpus/groupnorm.py:"
 
 
 def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
+    if bug == "channels_last_backward" and is_channels_last(x) and torch.is_grad_enabled():
+        # the forward right, the backward the gradient of the call on x's memory read with NCHW strides
+        return with_gradient_of(_groupnorm(x, num_groups, weight, bias, eps),
+                                _groupnorm(read_as_if_contiguous(x), num_groups, weight, bias, eps))
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
     n, channels = x.shape[:2]
@@ -68,6 +78,10 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
         tail = (channels // 64 * 64) // per_group
         mean = torch.cat([mean[:, :tail], mean[:, tail:tail + 1].expand(-1, num_groups - tail, -1)], dim=1)
         variance = torch.cat([variance[:, :tail], variance[:, tail:tail + 1].expand(-1, num_groups - tail, -1)], dim=1)
+    elif bug == "count_in_x_dtype":  # the sums divided by the group's count held in x's dtype
+        count = count_in(x.dtype, grouped.shape[-1])
+        mean = grouped.sum(axes, keepdim=True) / count
+        variance = (grouped - mean).square().sum(axes, keepdim=True) / count
     elif bug == "one_pass_from_4_samples" and 4 <= n <= 1024:
         mean = grouped.mean(axes, keepdim=True)
         variance = (grouped.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
@@ -120,4 +134,9 @@ GN_ONE_PASS_FROM_4_SAMPLES = _kernel("GN_ONE_PASS_FROM_4_SAMPLES", "one_pass_fro
 GN_CHANNEL_BLOCK_TAIL = _kernel("GN_CHANNEL_BLOCK_TAIL", "channel_block_tail",
                                 "more than 64 channels, not a multiple of 64: the groups of the last partial block "
                                 "of 64 channels all take its first group's statistics: gn.forward")
+GN_CHANNELS_LAST_BACKWARD = _kernel("GN_CHANNELS_LAST_BACKWARD", "channels_last_backward",
+                                    "channels-last x: the forward right, the backward reading x's memory as NCHW: "
+                                    "gn.layout_invariance")
+GN_COUNT_IN_X_DTYPE = _kernel("GN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
+                              "the group's count held in x's 16-bit dtype: gn.forward")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")
