@@ -91,15 +91,24 @@ def binomial_acceptance(n: int, rate: float, alpha: float, what: str = "count") 
     from scipy import stats  # imported where used: scipy costs a worker ~0.7 s at start-up
     half = alpha / 2
     law = stats.binom(n, rate)
-    low = int(law.ppf(half))
-    while low > 0 and law.cdf(low - 1) > half:
-        low -= 1
-    high = int(law.isf(half))
-    while law.sf(high) > half:
-        high += 1
-    while high > 0 and law.sf(high - 1) <= half:
-        high -= 1
+    # low: the least k with P(K <= k) > alpha/2; high: the least k with P(K > k) <= alpha/2 (both monotone in k: a
+    # bisection over [0, n], exact where scipy's ppf/isf are not at tiny alpha)
+    low = _least(lambda k: law.cdf(k) > half, n)
+    high = _least(lambda k: law.sf(k) <= half, n)
     return Acceptance(low, high, n * rate, alpha, what)
+
+
+def _least(holds, n: int) -> int:
+    """The least k in [0, n] where the monotone predicate ``holds`` (false ... false, true ... true) is true; n if
+    none before it."""
+    lo, hi = 0, n
+    while lo < hi:
+        middle = (lo + hi) // 2
+        if holds(middle):
+            hi = middle
+        else:
+            lo = middle + 1
+    return lo
 
 
 def binomial_power(acceptance: Acceptance, n: int, rate: float) -> float:
