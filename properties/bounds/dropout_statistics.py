@@ -21,6 +21,10 @@ a bound on it, and ``*_power`` bounds from below its probability of rejecting a 
   smallest effect |mu_alt - mu0| of the named alternatives. The same inequality under an alternative, with
   deviation |mu_alt - mu0| - t >= 3/4 of the effect, bounds its miss probability.
 
+* :func:`lagged_rows_finding`: the agreeing bits of rows r and r + k (k <= ROW_LAGS, r of one parity of floor(r/k))
+  at each shift s, exactly Binomial(pairs, p^2 + q^2) (every bit in one pair), each (k, parity, s) at alpha / m, m
+  their number (a union bound). Rows whose random streams overlap agree on every pair of one shift.
+
 The false-alarm budget is :data:`BUDGET` per claim and kernel per run; a test divides its claim's share among
 its examples (:func:`per_example`).
 """
