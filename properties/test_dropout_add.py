@@ -30,11 +30,13 @@ from properties.checks.dropout_add import (
     LAYOUTS,
     check_determinism,
     check_empty_batch,
+    check_fresh_outputs_at_edge_probabilities,
     check_gradient,
     check_gradient_at_edge_probabilities,
     check_independence,
     check_keep_rate,
     check_layout_invariance,
+    check_no_row_repeats_another,
     check_seeds,
     check_variance_bias,
     layout_views,
@@ -158,6 +160,17 @@ def test_p_zero_keeps_every_element_and_p_one_drops_every_one(dropout_add_kernel
     evidence.check(check_edge_probabilities, dropout_add_kernel, {k: v for k, v in example.items() if k != "p"})
 
 
+@pytest.mark.claim("drop_add_ln.values")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_outputs_at_p_zero_and_one_are_fresh_tensors(dropout_add_kernel, data):
+    """At p = 0 and p = 1, y and residual_out share no storage with an input (a short-circuit returning the residual
+    where every element is dropped, or x where none is)."""
+    example = data.draw(dropout_add_examples(dropout_add_kernel, every_input=True), "example")
+    evidence.check(check_fresh_outputs_at_edge_probabilities, dropout_add_kernel,
+                   {k: v for k, v in example.items() if k != "p"})
+
+
 @pytest.mark.claim("drop_add_ln.variance_bias")
 @profiles.share(0.25)
 @given(data=st.data())
@@ -199,12 +212,28 @@ def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_add_kernel, dt
 @given(data=st.data())
 def test_mask_bits_are_independent(dropout_add_kernel, data):
     """x and residual [R, d], then the same as [2, R / 2, d] (strategies.as_a_batch_of_two: rows r and r + R / 2 one
-    position of two batch elements), each at 0.4 of the claim's false-alarm budget (the rest: rows beyond 65 535,
-    properties/test_many_rows.py)."""
+    position of two batch elements), each at 0.3 of the claim's false-alarm budget (the rest: rows beyond 65 535,
+    properties/test_many_rows.py, and test_no_row_repeats_another_at_any_shift, 0.2 each)."""
     example = data.draw(masked_examples(dropout_add_kernel, MASK_SHAPES), "example")
-    alpha = _alpha("drop_add_ln.independence", INDEPENDENCE_FRACTION, 0.4)
+    alpha = _alpha("drop_add_ln.independence", INDEPENDENCE_FRACTION, 0.3)
     for shaped in (example, as_a_batch_of_two(example)):
         evidence.check(check_independence, dropout_add_kernel, {**shaped, "alpha": alpha})
+
+
+# Rows of 64 columns and more (a vectorized path's per-row random offset), 2^16 elements
+LAGGED_SHAPES, LAGGED_FRACTION = ((1024, 64), (655, 100), (128, 512), (8, 8192)), 0.1
+
+
+@pytest.mark.claim("drop_add_ln.independence")
+@profiles.share(LAGGED_FRACTION)
+@given(data=st.data())
+def test_no_row_repeats_another_at_any_shift(dropout_add_kernel, data):
+    """Rows r and r + k, k <= 8, at every shift (dropout_statistics.lagged_rows_finding): per-row random offsets
+    advanced by less than a row consumes (flagos-ai/FlagGems#85: half the row) repeat row r's draws in row r + 1
+    shifted. At 0.2 of the claim's false-alarm budget (the drawn shapes 0.3 each, rows beyond 65 535 0.2)."""
+    example = data.draw(masked_examples(dropout_add_kernel, LAGGED_SHAPES), "example")
+    alpha = _alpha("drop_add_ln.independence", LAGGED_FRACTION, 0.2)
+    evidence.check(check_no_row_repeats_another, dropout_add_kernel, {**example, "alpha": alpha})
 
 
 @pytest.mark.claim("drop_add_ln.seeds")

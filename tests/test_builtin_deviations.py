@@ -159,3 +159,14 @@ def test_a_failure_is_not_shrunk_where_a_deviation_names_the_kernel_and_claim(tm
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert len((tmp_path / "torch-layernorm").read_text()) <= 1
     assert len((tmp_path / "torch-rmsnorm").read_text()) > 5
+
+
+def test_torch_dropout_returns_its_input_at_p_zero_and_scales_in_the_storage_dtype_on_the_cpu():
+    """The facts behind torch:dropout's two declarations (docs/findings.md [R13]): F.dropout(x, 0) is x, and on the
+    CPU every kept bfloat16 element is x * fl_bf16(1/(1-p)), not x/(1-p) rounded once."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).bfloat16()
+    assert F.dropout(x, 0.0, True) is x
+    y = F.dropout(x, 0.1, True)
+    kept = y != 0
+    assert torch.equal(y[kept], x[kept] * torch.tensor(1 / 0.9).bfloat16())
+    assert not torch.equal(y[kept], (x[kept].float() / 0.9).bfloat16())

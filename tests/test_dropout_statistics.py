@@ -220,3 +220,57 @@ def test_neighbour_correlation_power_is_stated_by_p():
     table = {(p, alternative): power for test, p, _, alternative, power in power_table() if test == "independence"}
     assert all(table[(p, "neighbour correlation 0.25")] > 1 - 1e-6 for p in sizes.TESTED_PROBABILITIES)
     assert all(table[(p, "neighbour correlation 0.1")] > 1 - 1e-6 for p in sizes.TESTED_PROBABILITIES if p >= 0.1)
+
+
+# --- rows compared at every lag and shift (dropout_statistics.lagged_rows_finding) ------------------------------
+
+
+def overlapping_row_masks(rng: np.random.Generator, rows: int, width: int, p: float, offset: int) -> np.ndarray:
+    """Row r reads one stream of uniforms from r * offset (offset < width: rows overlap by width - offset)."""
+    stream = rng.random((rows - 1) * offset + width)
+    return (stream[np.arange(rows)[:, None] * offset + np.arange(width)] >= p).astype(np.int8)
+
+
+def test_lagged_agreements_count_the_pairs_of_each_shift():
+    """The FFT's counts are those of the row pairs (r, r + k), floor(r / k) of the parity, at each shift, by hand."""
+    rng = np.random.default_rng(5)
+    masks = iid_masks(rng, 7, 9, 0.3)
+    for lag, parity in ((1, 0), (1, 1), (2, 0), (3, 1)):
+        shifts, agreeing, pairs = ds.lagged_agreements(masks, lag, parity)
+        firsts = [r for r in range(7 - lag) if (r // lag) % 2 == parity]
+        for s, got, n in zip(shifts, agreeing, pairs, strict=True):
+            columns = [j for j in range(9) if 0 <= j + s < 9]
+            assert n == len(firsts) * len(columns)
+            assert got == sum(masks[r, j + s] == masks[r + lag, j] for r in firsts for j in columns)
+
+
+@pytest.mark.parametrize(("rows", "width", "p"), [(16, 32, 0.5), (8, 16, 0.9)])
+def test_lagged_rows_false_alarm_is_at_most_alpha(rows, width, p):
+    """At alpha = 0.05 the union of the exact binomial tests rejects correct masks at most 5% of the time."""
+    rng, alpha, trials = np.random.default_rng(rows), 0.05, 300
+    hits = sum(ds.lagged_rows_finding(iid_masks(rng, rows, width, p), p, alpha).rejected for _ in range(trials))
+    assert lower_confidence(hits, trials) <= alpha, (hits, trials)
+
+
+LAGGED_CI_ALPHA = ci_alpha("dropout.independence", 0.1, share=0.2)  # test_no_row_repeats_another_at_any_shift's
+
+
+@pytest.mark.parametrize("width", [64, 512, 8192])
+@pytest.mark.parametrize("p", [0.05, 0.5, 0.9])  # the extremes of TESTED_PROBABILITIES: the weakest
+def test_overlapping_row_streams_are_rejected_at_the_ci_false_alarm(width, p):
+    """2^16 elements (the test's size): rows offset by d/2 (flagos-ai/FlagGems#85) and by 1, and row r repeated 5
+    rows on, shifted by 3, are rejected; rows offset by d - 32 (32 shared draws a row) wherever the derived power
+    condition holds: every one of the floor(R/2) 32 pairs of lag 1 agrees, a tail (p^2 + q^2)^n <= alpha / (2 m),
+    m <= 16 (2d - 1) tests. i.i.d. masks of the same sizes pass."""
+    rng, rows = np.random.default_rng(width), 2**16 // width
+    assert not ds.lagged_rows_finding(iid_masks(rng, rows, width, p), p, LAGGED_CI_ALPHA).rejected
+    for offset in (width // 2, 1):
+        assert ds.lagged_rows_finding(overlapping_row_masks(rng, rows, width, p, offset), p, LAGGED_CI_ALPHA).rejected
+    shared = rows // 2 * 32
+    if ds.agreement_rate(p) ** shared <= LAGGED_CI_ALPHA / (2 * 16 * (2 * width - 1)):
+        masks = overlapping_row_masks(rng, rows, width, p, width - 32)
+        assert ds.lagged_rows_finding(masks, p, LAGGED_CI_ALPHA).rejected
+    repeated = iid_masks(rng, rows, width, p)
+    for r in range(5, rows):
+        repeated[r, 3:] = repeated[r - 5, :-3]
+    assert ds.lagged_rows_finding(repeated, p, LAGGED_CI_ALPHA).rejected

@@ -11,8 +11,8 @@ every verdict is the same on every run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -20,6 +20,8 @@ import torch
 from core import boundary, guard
 from core.capabilities import dtype_name
 from core.results import SERIES
+from proofs.error_model import unit_roundoff
+from proofs.mechanisms.base import round_to
 from properties import norms, outcome
 from properties.bounds import dropout_statistics as statistics
 from properties.bounds import tolerance
@@ -86,6 +88,66 @@ def check_values(kernel, x: torch.Tensor, p: float, seed: int, inference: bool =
                      p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+SCALE_ROUNDINGS = 4
+"""Roundings to float32 (or a wider dtype) a correct kernel makes before its one rounding to storage: p to float32,
+1 - p, 1/(1 - p) (or x/(1 - p)), x times the scale."""
+
+
+def once_rounded(x: torch.Tensor, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """[low, high] (float64, elementwise) holding every value a correct kernel may store for a kept x: R(v), R the
+    rounding to x's dtype (nearest), v = x/(1-p) computed in float32 or wider, |v - x/(1-p)| <= g |x/(1-p)| with
+    g = (1 + u32)^SCALE_ROUNDINGS - 1 + 2 u64 (the float64 reference's own roundings). R is monotone, so R(v) lies in
+    [R(min(a, b)), R(max(a, b))], a, b = x/(1-p) (1 -+ g). A scale 1/(1-p) held in a 16-bit dtype is off by up to
+    u_16 (bfloat16 at p = 0.1: -1.4e-3), the same for every element: far outside g = 2.4e-7, so a kept value then
+    lies outside wherever its rounding is not the same as the exact value's, on ~|delta| / ulp of the kept elements."""
+    exact = norms.as_float64(x) / (1.0 - p)
+    slack = (1.0 + unit_roundoff("float32")) ** SCALE_ROUNDINGS - 1.0 + 2.0 * unit_roundoff("float64")
+    a, b = exact * (1.0 - slack), exact * (1.0 + slack)
+    storage = dtype_name(x.dtype)
+    return round_to(np.minimum(a, b), storage), round_to(np.maximum(a, b), storage)
+
+
+ONCE_ROUNDED = "kept values not x/(1-p) rounded once"
+
+
+def check_kept_values_rounded_once(kernel, x: torch.Tensor, p: float, seed: int) -> None:
+    """Every kept element is x/(1-p), computed in float32 or wider, rounded once to x's dtype (:func:`once_rounded`):
+    not a scale 1/(1-p) rounded to a 16-bit dtype, a bias E[y] != x that every kept element shares (within the
+    per-element bound of dropout.values, which allows three storage roundings)."""
+    y = norms.as_float64(_dropout(kernel, x, p, seed))
+    low, high = once_rounded(x, p)
+    kept = y != 0
+    outside = kept & ((y < low) | (y > high))
+    count = int(outside.sum())
+    message = ""
+    if count:
+        first = tuple(int(i) for i in np.argwhere(outside)[0])
+        ratio = y[outside] / (norms.as_float64(x)[outside] / (1.0 - p)) - 1.0
+        message = (f"{ONCE_ROUNDED} to {dtype_name(x.dtype)}: {count} of {int(kept.sum())} kept elements outside the "
+                   f"values a float32 x/(1-p) rounds to; at index {first} x = {float(norms.as_float64(x)[first]):.9g}, "
+                   f"y = {y[first]:.9g}, allowed [{low[first]:.9g}, {high[first]:.9g}]; y/(x/(1-p)) - 1 there: "
+                   f"median {float(np.median(ratio)):.3g}, range [{float(ratio.min()):.3g}, {float(ratio.max()):.3g}]")
+    outcome.exact(count == 0, message, "the kept values must be x/(1-p) rounded once to x's dtype (a scale 1/(1-p) "
+                  "rounded to the storage dtype biases every kept element alike)", p=p, d=x.shape[-1],
+                  dtype=dtype_name(x.dtype))
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the storages of a and b overlap (the same tensor, a view of it, or of its buffer): their byte ranges
+    [data_ptr, data_ptr + nbytes) of the untyped storages intersect."""
+    first, second = a.untyped_storage(), b.untyped_storage()
+    if not first.nbytes() or not second.nbytes() or a.device != b.device:
+        return False
+    first_end, second_end = first.data_ptr() + first.nbytes(), second.data_ptr() + second.nbytes()
+    return first.data_ptr() < second_end and second.data_ptr() < first_end
+
+
+def aliased_outputs(outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor | None]) -> list[str]:
+    """'y shares x's storage' for each output that overlaps an input (:func:`shares_memory`)."""
+    return [f"{out} shares {name}'s storage" for out, got in outputs.items() for name, given in inputs.items()
+            if isinstance(given, torch.Tensor) and shares_memory(got, given)]
+
+
 def check_edge_probabilities(kernel, x: torch.Tensor, seed: int) -> None:
     """p = 0 returns x bit for bit; p = 1 returns zeros (a NaN or inf there is a KernelFault: failed)."""
     kept_all, dropped_all = _dropout(kernel, x, 0.0, seed), _dropout(kernel, x, 1.0, seed)
@@ -94,6 +156,15 @@ def check_edge_probabilities(kernel, x: torch.Tensor, seed: int) -> None:
     outcome.exact(changed == 0 and nonzero == 0,
                   f"p = 0 changed {changed} of {x.numel()} elements; p = 1 left {nonzero} nonzero",
                   "p = 0 must return x exactly and p = 1 zeros", d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_fresh_outputs_at_edge_probabilities(kernel, x: torch.Tensor, seed: int) -> None:
+    """At p = 0 and p = 1 the output is a fresh tensor: not x itself or a view of its storage (ATen's ``return
+    input`` at p = 0, whose caller's in-place update of y writes x)."""
+    aliased = [f"p = {p:g}: {what}" for p in (0.0, 1.0)
+               for what in aliased_outputs({"y": _dropout(kernel, x, p, seed)}, {"x": x})]
+    outcome.exact(not aliased, "; ".join(aliased), "the output must be a fresh tensor at p = 0 and p = 1",
+                  d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_empty_batch(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tensor) -> None:
@@ -169,6 +240,17 @@ def check_independence(kernel, x: torch.Tensor, p: float, seed: int, alpha: floa
               "mask bits are not independent (neighbours or rows share draws)", p=p, d=x.shape[-1])
 
 
+def check_no_row_repeats_another(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
+    """No row's mask is another's at a lag of up to dropout_statistics.ROW_LAGS rows and any shift (row streams that
+    overlap): the exact binomial tests of dropout_statistics.lagged_rows_finding, at level alpha together."""
+    masks = kept_mask(kernel, x, p, seed)
+    finding = statistics.lagged_rows_finding(masks, p, alpha)
+    if finding is None:
+        raise ValueError(f"x of {x.shape[0]} row(s): no pair of rows to compare")
+    conclude([finding], "a row's mask repeats (part of) another row's, shifted: per-row random streams overlap",
+             p=p, d=x.shape[-1])
+
+
 def check_seeds(kernel, x: torch.Tensor, p: float, seed: int, alpha: float) -> None:
     """The masks of seed s and of each partner of :func:`seed_findings` agree on Binomial(n, p^2 + (1-p)^2)
     elements."""
@@ -211,12 +293,49 @@ def check_variance_bias(kernel, x: torch.Tensor, p: float, seed: int, alpha: flo
                                         mean=float(plan.x.mean())))
 
 
+@contextmanager
+def threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` for the block, the caller's restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def other_thread_count() -> int:
+    """A thread count other than the current one: 1, or 2 where the process runs one thread already."""
+    return 2 if torch.get_num_threads() == 1 else 1
+
+
+def repeated_calls(call: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], x: torch.Tensor
+                   ) -> dict[str, tuple[torch.Tensor, ...]]:
+    """The outputs of ``call`` on x, and again: on x, on a copy of x (another address: a mask keyed by the storage's
+    address), and on x under :func:`other_thread_count` threads (a mask drawn in per-thread chunks)."""
+    calls = {"first": call(x), "a second call": call(x), "a call on a copy of x": call(x.clone())}
+    count, running = other_thread_count(), torch.get_num_threads()
+    with threads(count):
+        calls[f"a call under {count} thread(s) (the process runs {running})"] = call(x)
+    return calls
+
+
+def determinism_differences(calls: dict[str, tuple[torch.Tensor, ...]], names: tuple[str, ...]) -> list[str]:
+    """'{call}: {output} differs in k of n elements' for each of :func:`repeated_calls`' later calls whose outputs
+    are not the first's bit for bit."""
+    first = calls["first"]
+    return [f"{call}: {name} differs in {int((a != b).sum())} of {a.numel()} elements"
+            for call, outputs in calls.items() if call != "first"
+            for name, a, b in zip(names, first, outputs, strict=True) if not torch.equal(a, b)]
+
+
 def check_determinism(kernel, x: torch.Tensor, p: float, seed: int) -> None:
-    """The same seed gives the same output, bit for bit."""
-    first, second = _dropout(kernel, x, p, seed), _dropout(kernel, x, p, seed)
-    outcome.exact(torch.equal(first, second),
-                  f"two calls with seed {seed} differ in {int((first != second).sum())} of {x.numel()} elements",
-                  "dropout must be a function of (x, p, seed)", p=p, d=x.shape[-1], n=x.numel())
+    """The same seed gives the same output, bit for bit: called again, on a copy of x and under another thread count
+    (:func:`repeated_calls`)."""
+    differ = determinism_differences(repeated_calls(lambda t: (_dropout(kernel, t, p, seed),), x), ("y",))
+    outcome.exact(not differ, f"seed {seed}, against the first call: {'; '.join(differ)}",
+                  "dropout must be a function of (x, p, seed): not of the call, x's address or the thread count",
+                  p=p, d=x.shape[-1], n=x.numel())
 
 
 def check_inputs_unmodified(kernel, x: torch.Tensor, p: float, seed: int, inference: bool = False) -> None:

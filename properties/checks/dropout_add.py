@@ -78,14 +78,48 @@ def check_seeds(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: fl
 
 def check_determinism(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
                       bias=None) -> None:
-    """Two calls with the same seed return the same y and residual_out, bit for bit."""
-    first = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
-    second = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True)
-    differ = [f"{name} in {int((a != b).sum())} of {a.numel()} elements"
-              for name, a, b in zip(("y", "residual_out"), first, second, strict=True) if not torch.equal(a, b)]
-    outcome.exact(not differ, f"two calls with seed {seed} differ: {'; '.join(differ)}",
-                  "dropout + add + norm must be a function of (x, residual, p, seed)", p=p, d=x.shape[-1],
-                  n=x.numel())
+    """Calls with the same seed return the same y and residual_out, bit for bit: called again, on a copy of x and
+    under another thread count (properties.checks.dropout.repeated_calls)."""
+    calls = dropout_checks.repeated_calls(
+        lambda t: outputs(kernel, t, residual.clone(), weight, bias, eps, p, seed, allow_nonfinite=True), x)
+    differ = dropout_checks.determinism_differences(calls, ("y", "residual_out"))
+    outcome.exact(not differ, f"seed {seed}, against the first call: {'; '.join(differ)}",
+                  "dropout + add + norm must be a function of (x, residual, p, seed): not of the call, x's address or "
+                  "the thread count", p=p, d=x.shape[-1], n=x.numel())
+
+
+def check_fresh_outputs_at_edge_probabilities(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                              seed: int, bias=None) -> None:
+    """At p = 0 and p = 1 (unless refused with an error, as drop_add_ln.values allows) neither y nor residual_out
+    shares storage with x, the residual (unless declared in place), the weight or the bias: a short-circuit that
+    returns an input (residual_out = the residual itself where every element is dropped; ATen's dropout ``return
+    input`` at p = 0) hands the caller a tensor whose in-place update writes that input."""
+    aliased = []
+    for p in (0.0, 1.0):
+        given = residual.clone()  # a declared in-place kernel writes it
+        inputs = {"x": x, "weight": weight, "bias": bias, **({} if "residual" in kernel.in_place else
+                                                              {"residual": given})}
+        try:
+            y, h = outputs(kernel, x, given, weight, bias, eps, p, seed, allow_nonfinite=True)
+        except guard.KernelFault as fault:
+            if p == 1.0 and fault.reason == "raised":
+                continue
+            raise
+        aliased += [f"p = {p:g}: {what}" for what in dropout_checks.aliased_outputs({"y": y, "residual_out": h},
+                                                                                    inputs)]
+    outcome.exact(not aliased, "; ".join(aliased), "the outputs must be fresh tensors at p = 0 and p = 1",
+                  d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_no_row_repeats_another(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float,
+                                 seed: int, alpha: float, bias=None) -> None:
+    """No row's mask is another's at a lag of up to dropout_statistics.ROW_LAGS rows and any shift (row streams that
+    overlap): dropout_statistics.lagged_rows_finding at level alpha."""
+    finding = statistics.lagged_rows_finding(kept_mask(kernel, x, residual, weight, eps, p, seed, bias), p, alpha)
+    if finding is None:
+        raise ValueError(f"x of {x.shape[0]} row(s): no pair of rows to compare")
+    conclude([finding], "a row's mask repeats (part of) another row's, shifted: per-row random streams overlap",
+             p=p, d=x.shape[-1])
 
 
 def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,

@@ -217,6 +217,12 @@ def float64_x(example: dict) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype == torch.float64
 
 
+def sixteen_bit_x_on_cpu(example: dict) -> bool:
+    """An example whose x is float16 or bfloat16 on the CPU."""
+    x = example.get("x")
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
+
+
 BUILTIN_DEVIATIONS = (
     Deviation(("torch:layernorm", "torch-module:layernorm", "torch-compile:layernorm"), "ln.*", "nonfinite",
               float16_rstd_overflows,
@@ -279,6 +285,15 @@ BUILTIN_DEVIATIONS = (
               "Liger-Kernel's RMSNorm in casting mode 'none' computes float64 x in float64 but with eps as Triton "
               "specializes a Python float, a float32 scalar: rstd = 1/sqrt(ms + fl32(eps)), ~1e-13 off for eps = 1e-5 "
               "(docs/findings.md [F64])", storage=False, quantities=("output",)),
+    Deviation(("torch:dropout",), "dropout.edge_probabilities", "value", any_example,
+              "torch's F.dropout at p = 0 returns its input itself (ATen's _dropout_impl: 'if (p == 0 || !train || "
+              "input.numel() == 0) return input;', on every device): an in-place update of the result writes the "
+              "caller's x (docs/findings.md [R13])", storage=False, quantities=("p = 0: y shares x's storage",)),
+    Deviation(("torch:dropout",), "dropout.values", "value", sixteen_bit_x_on_cpu,
+              "torch's CPU F.dropout scales in x's dtype (ATen's _dropout_impl: noise.bernoulli_(1 - p); "
+              "noise.div_(1 - p); input * noise): 1/(1-p) is rounded to float16/bfloat16, the same for every kept "
+              "element, a bias of E[y] (bfloat16, p = 0.1: 1.109375 for 1.1111, -0.16 %) (docs/findings.md [R13])",
+              storage=False, quantities=("kept values not x/(1-p) rounded once",)),
     Deviation(("flaggems-rmsnorm",), "rms.*", "value", float32_weight_with_16bit_x,
               "FlagGems' rms_norm backward sums dW in float32 and then rounds it to x's dtype (dw.to(x.dtype), "
               "flag_gems/ops/rms_norm.py, 5.0.2): a float32 weight beside 16-bit x gets a 16-bit accurate dW "

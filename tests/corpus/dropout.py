@@ -50,20 +50,33 @@ def _forward_scale(p: float) -> float:
     return _inverted_scale(p)
 
 
+def _scaled(x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """x * mask * scale: the mask in x's dtype (0 or 1, exact), the product by the Python float scale in float32
+    (torch's opmath for a 16-bit tensor times a scalar), rounded once to x's dtype."""
+    return x * mask.to(x.dtype) * scale
+
+
+def _no_shortcut(x: torch.Tensor, p: float) -> torch.Tensor | None:
+    """No special case: every p goes through the mask."""
+    return None
+
+
 class _MaskedScale(torch.autograd.Function):
-    """y = x * mask * scale; dL/dx = dL/dy * backward_mask * backward_scale (the same mask and scale when correct)."""
+    """y = apply(x, mask, scale) (x * mask * scale when correct); dL/dx = dL/dy * backward_mask * backward_scale (the
+    same mask and scale when correct)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, mask: torch.Tensor, scale: float, backward_mask: torch.Tensor,
-                backward_scale: float) -> torch.Tensor:
+                backward_scale: float, apply: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+                ) -> torch.Tensor:
         ctx.save_for_backward(backward_mask)
         ctx.backward_scale = backward_scale
-        return x * mask.to(x.dtype) * scale
+        return apply(x, mask, scale)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         (mask,) = ctx.saved_tensors
-        return dy * mask.to(dy.dtype) * ctx.backward_scale, None, None, None, None
+        return dy * mask.to(dy.dtype) * ctx.backward_scale, None, None, None, None, None
 
 
 def _dropout(x: torch.Tensor, p: float, seed: int, *,
@@ -72,9 +85,14 @@ def _dropout(x: torch.Tensor, p: float, seed: int, *,
              scale: Callable[[float], float] = _inverted_scale,
              backward_mask: Callable[[torch.Tensor, float, int, torch.Tensor], torch.Tensor] = _forward_mask,
              backward_scale: Callable[[float], float] = _forward_scale,
-             after: Callable[[torch.Tensor, torch.Tensor], None] = _leave_input) -> torch.Tensor:
+             after: Callable[[torch.Tensor, torch.Tensor], None] = _leave_input,
+             apply: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] = _scaled,
+             shortcut: Callable[[torch.Tensor, float], torch.Tensor | None] = _no_shortcut) -> torch.Tensor:
+    early = shortcut(x, p)
+    if early is not None:
+        return early
     mask = keep_mask(x, p, generator(x, seed))
-    y = _MaskedScale.apply(x, mask, scale(p), backward_mask(x, p, seed, mask), backward_scale(p))
+    y = _MaskedScale.apply(x, mask, scale(p), backward_mask(x, p, seed, mask), backward_scale(p), apply)
     after(x, y)
     return y
 
@@ -301,6 +319,67 @@ def _unscaled_backward(p: float) -> float:
     return 1.0
 
 
+VECTORIZED_WIDTH = 64
+
+
+def _row_streams_overlap_when_wide(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Rows of 64 elements or more (a vectorized path; narrower rows take a scalar path whose offsets are right) take
+    their uniforms from one stream at row offset r * d/2 instead of r * d: the per-row Philox offset advanced by half
+    the draws a row consumes (FlagGems' dropout rewrite to four masks per 128-bit Philox output and its offset
+    'nelems rounded up to 4's multiples', flagos-ai/FlagGems#85, #27; xlite-dev/ffpa-attn#166 'fix philox state for
+    dropout'). Row r + 1's first d/2 mask bits are row r's last d/2; each row is i.i.d. Bernoulli(1 - p) and one
+    column of two rows independent (the same column reads different uniforms). Must fail dropout.independence (its
+    rows compared at every shift)."""
+    d = x.shape[-1] if x.dim() else 1
+    rows = x.numel() // d if d else 0
+    if d < VECTORIZED_WIDTH or rows == 0:
+        return _keep_mask(x, p, generator)
+    offset = d // 2
+    stream = torch.rand((rows - 1) * offset + d, generator=generator, device=x.device)
+    index = torch.arange(rows, device=x.device).unsqueeze(1) * offset + torch.arange(d, device=x.device)
+    return (stream[index] >= p).reshape(x.shape)
+
+
+def _input_itself_at_p_zero(x: torch.Tensor, p: float) -> torch.Tensor | None:
+    """p = 0 short-circuits to ``return input`` (ATen's _dropout_impl: ``if (p == 0 || !train || input.numel() ==
+    0) return input;``, pytorch/pytorch#126755): the output is x itself, so a caller that updates it in place (the
+    bias-dropout-add of an inference path, ``y += residual``) writes the caller's x. The values are right. Must
+    fail dropout.edge_probabilities (the output shares x's storage)."""
+    return x if p == 0.0 else None
+
+
+def _noise_in_storage_dtype(x: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """The mask scaled in x's dtype first, noise = mask.to(x.dtype) * 1/(1 - p), then y = x * noise (ATen's CPU
+    _dropout_impl: ``noise.bernoulli_(1 - p); noise.div_(1 - p)``; PaddlePaddle/Paddle#39501 moved float16 dropout
+    to a float32 scale): 1/(1 - p) is rounded once to bfloat16 / float16, the same way for every element, a
+    systematic bias of the kept values (p = 0.1 in bfloat16: 1.109375 for 1.1111, -0.16 %; p = 0.5: exact), each
+    element within the three storage roundings of dropout.values' bound. Must fail dropout.values (the kept values
+    are not x/(1-p) rounded once)."""
+    return x * (mask.to(x.dtype) * scale)
+
+
+def _streams_per_thread(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """The mask drawn in torch.get_num_threads() chunks, chunk c from a generator seeded with (seed, c) (an OpenMP
+    dropout seeding each thread's engine by its thread number: NervanaSystems/ngraph#3006; oneDNN's dropout RFC,
+    uxlfoundation/oneDNN#3939, CPU dropout reproducible only single-threaded): another thread count (another
+    machine, OMP_NUM_THREADS, a DataLoader worker) gives another mask for the same (x, p, seed); within one process
+    the mask is a function of them. Must fail dropout.determinism (the call repeated under one thread)."""
+    n, seed = x.numel(), generator.initial_seed()
+    chunk = -(-n // max(1, torch.get_num_threads()))
+    parts = [torch.rand(min(chunk, n - start), device=x.device,
+                        generator=_seeded_generator(x, (seed * 1_000_003 + c) % 2**63))
+             for c, start in enumerate(range(0, n, max(chunk, 1)))]
+    return (torch.cat(parts) if parts else torch.empty(0, device=x.device)).reshape(x.shape) >= p
+
+
+def _key_from_address(x: torch.Tensor, seed: int) -> torch.Generator:
+    """The generator keyed with seed XOR x's storage address / 16, not the seed alone (facebookresearch/xformers#173:
+    k_dropout used the memory address of the seed tensor as the seed): the same x object and seed give the same
+    mask, another buffer holding the same x (a recomputation under activation checkpointing, a replay) another.
+    Must fail dropout.determinism (the call repeated on a copy of x)."""
+    return _seeded_generator(x, (seed ^ (x.untyped_storage().data_ptr() >> 4)) & (2**63 - 1))
+
+
 # --- kernels ----------------------------------------------------------------------------------------------------
 
 
@@ -356,3 +435,12 @@ DROPOUT_BACKWARD_REGENERATED_IN_CHUNKS = _kernel("dropout_backward_regenerated_i
                                                  backward_mask=_regenerated_in_reseeded_chunks)
 DROPOUT_BACKWARD_UNSCALED = _kernel("dropout_backward_unscaled", _unscaled_backward.__doc__,
                                     backward_scale=_unscaled_backward)
+DROPOUT_ROW_STREAMS_OVERLAP_WIDE = _kernel("dropout_row_streams_overlap_wide", _row_streams_overlap_when_wide.__doc__,
+                                           keep_mask=_row_streams_overlap_when_wide)
+DROPOUT_P0_RETURNS_INPUT = _kernel("dropout_p0_returns_input", _input_itself_at_p_zero.__doc__,
+                                   shortcut=_input_itself_at_p_zero)
+DROPOUT_SCALE_IN_STORAGE_DTYPE = _kernel("dropout_scale_in_storage_dtype", _noise_in_storage_dtype.__doc__,
+                                         apply=_noise_in_storage_dtype)
+DROPOUT_STREAMS_PER_THREAD = _kernel("dropout_streams_per_thread", _streams_per_thread.__doc__,
+                                     keep_mask=_streams_per_thread)
+DROPOUT_KEY_FROM_ADDRESS = _kernel("dropout_key_from_address", _key_from_address.__doc__, generator=_key_from_address)

@@ -24,6 +24,11 @@
     DROP_ADD_RESIDUAL_WRITTEN     writes residual_out into the residual argument  -> drop_add_ln.inputs_unmodified
     DROP_ADD_WHOLE_TENSOR_STATISTICS  LayerNorm statistics over the whole tensor  -> drop_add_ln.row_independence
     DROP_ADD_STRIDES_IGNORED      reads x and residual with contiguous strides    -> drop_add_ln.layout_invariance
+    DROP_ADD_ROW_STREAMS_OVERLAP_WIDE  rows of 64+: row r's random offset r d/2, row r + 1 repeats half of row r
+                                                                                   -> drop_add_ln.independence
+    DROP_ADD_P1_RETURNS_RESIDUAL  p = 1: residual_out is the residual tensor itself -> drop_add_ln.values
+    DROP_ADD_KEY_FROM_ADDRESS     the generator keyed with seed XOR x's address    -> drop_add_ln.determinism
+    DROP_ADD_STREAMS_PER_THREAD   the generator keyed with (seed, thread count)    -> drop_add_ln.determinism
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
 backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): inside the k-term sum the
@@ -58,6 +63,12 @@ def _mask(shape, p: float, seed: int, bug: str, dtype: torch.dtype = torch.float
         rows = math.prod(shape[:-1])
         first = torch.rand(min(rows, 65_536), shape[-1], generator=generator) >= p
         return first[torch.arange(rows) % 65_536].reshape(shape)
+    if bug == "row_streams_overlap" and shape[-1] >= 64 and math.prod(shape):
+        # row r's uniforms start at r * d/2 of one stream, not r * d (flagos-ai/FlagGems#85, #27: the per-row Philox
+        # offset advanced by half the draws a row consumes): row r + 1's first d/2 bits are row r's last d/2
+        d, rows = shape[-1], math.prod(shape[:-1])
+        stream = torch.rand((rows - 1) * (d // 2) + d, generator=generator)
+        return (stream[torch.arange(rows).unsqueeze(1) * (d // 2) + torch.arange(d)] >= p).reshape(shape)
     if bug == "blocks":  # one draw for each pair of neighbours (an even width)
         return (torch.rand(*shape[:-1], shape[-1] // 2, generator=generator) >= p).repeat_interleave(2, -1)
     draws = torch.rand(shape, generator=generator, dtype=dtype if bug == "storage_uniform" else torch.float32)
@@ -86,6 +97,13 @@ def _make(bug: str):
             return torch.nn.functional.layer_norm(h.float(), x.shape[-1:], None, None, eps).to(x.dtype), h
         if bug == "empty_raises":  # the bug: n / programs unguarded (pytorch/pytorch#20499's SIGFPE on no element)
             x.numel() // -(-x.numel() // 4096)
+        if bug == "p_one_residual" and p == 1.0:
+            # the bug: every element dropped, so residual_out "is" the residual: returned itself, not a copy
+            return torch.nn.functional.layer_norm(residual.float(), x.shape[-1:], None, None, eps).to(x.dtype), residual
+        if bug == "address":  # the bug: the key from x's storage address (facebookresearch/xformers#173)
+            seed = (seed ^ (x.untyped_storage().data_ptr() >> 4)) & (2**63 - 1)
+        if bug == "threads":  # the bug: one engine per thread, keyed by the thread (NervanaSystems/ngraph#3006)
+            seed = (seed * 1_000_003 + torch.get_num_threads()) % 2**63
         if bug == "strides":
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         kept = _mask(x.shape, p, seed, bug, x.dtype).to(x.device)
@@ -160,4 +178,24 @@ DROP_ADD_WHOLE_TENSOR_STATISTICS = _kernel("DROP_ADD_WHOLE_TENSOR_STATISTICS", "
                                            "over the whole tensor, not per row: drop_add_ln.row_independence")
 DROP_ADD_STRIDES_IGNORED = _kernel("DROP_ADD_STRIDES_IGNORED", "strides", "reads x and residual from their storage "
                                    "offset with contiguous strides: drop_add_ln.layout_invariance")
+DROP_ADD_ROW_STREAMS_OVERLAP_WIDE = _kernel(
+    "DROP_ADD_ROW_STREAMS_OVERLAP_WIDE", "row_streams_overlap",
+    "rows of 64 elements or more draw from one stream at row offset r d/2, not r d (the per-row Philox offset advanced "
+    "by half the draws a row consumes: flagos-ai/FlagGems#85, #27; xlite-dev/ffpa-attn#166): row r + 1's first d/2 "
+    "mask bits are row r's last d/2, one column of two rows independent: drop_add_ln.independence")
+DROP_ADD_P1_RETURNS_RESIDUAL = _kernel(
+    "DROP_ADD_P1_RETURNS_RESIDUAL", "p_one_residual",
+    "p = 1 short-circuits to residual_out = the residual tensor itself (every element dropped; ATen's dropout "
+    "'return input' short-circuit, pytorch/pytorch#126755, in the fused kind): the values are right, but a caller "
+    "that updates residual_out in place (the next layer's residual add) writes its residual: drop_add_ln.values")
+DROP_ADD_KEY_FROM_ADDRESS = _kernel(
+    "DROP_ADD_KEY_FROM_ADDRESS", "address",
+    "the generator keyed with seed XOR x's storage address / 16 (facebookresearch/xformers#173: the address of the "
+    "seed tensor as the seed): the same x in another buffer (a recomputation, a replay) gets another mask: "
+    "drop_add_ln.determinism")
+DROP_ADD_STREAMS_PER_THREAD = _kernel(
+    "DROP_ADD_STREAMS_PER_THREAD", "threads",
+    "the generator keyed with (seed, torch.get_num_threads()) (an engine per OpenMP thread: "
+    "NervanaSystems/ngraph#3006, uxlfoundation/oneDNN#3939): another thread count gives another mask: "
+    "drop_add_ln.determinism")
 DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control")
