@@ -319,7 +319,7 @@ def test_strided_upstream_gradient(running_norm_kernel, data):
 @given(data=st.data())
 def test_channels_last_upstream_gradient_of_one_sample(running_norm_kernel, data):
     """x [1, C, H, W], dy channels-last, either mode: one sample is a path of its own (torch's CPU instance_norm,
-    which views x as [1, N C, H, W], returns wrong gradients there: docs/findings.md [R13])."""
+    which views x as [1, N C, H, W], returns wrong gradients there: docs/findings.md [R14])."""
     require_backward(running_norm_kernel)
     example = batchnorm_examples(running_norm_kernel, upstream=True, every_input=True, samples=(1,),
                                  spatial=((2, 3), (3, 5)))

@@ -178,7 +178,7 @@ def float32_buffers_beside_16_bit_x_alone(example: dict) -> bool:
 
 def channels_last_upstream_of_one_sample(example: dict) -> bool:
     """x of one sample [1, C, *] (4-D or 5-D) with an upstream gradient dy in the channels-last memory format (and x
-    not): the call torch's CPU instance_norm gets wrong (docs/findings.md [R13])."""
+    not): the call torch's CPU instance_norm gets wrong (docs/findings.md [R14])."""
     x, dy = example.get("x"), example.get("dy")
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}
     return (isinstance(x, torch.Tensor) and isinstance(dy, torch.Tensor) and x.dim() in formats and x.shape[0] == 1
@@ -264,7 +264,7 @@ BUILTIN_DEVIATIONS = (
     Deviation(("torch-instancenorm",), "in.layout_invariance", "value", channels_last_upstream_of_one_sample,
               "torch's CPU instance_norm (2.13) returns wrong gradients for x of one sample [1, C, H, W] when the "
               "upstream gradient is channels-last (x contiguous), in both modes; two samples and more, or dy "
-              "contiguous, are right (docs/findings.md [R13])", storage=False),
+              "contiguous, are right (docs/findings.md [R14])", storage=False),
     Deviation(("torch-groupnorm",), "gn.layout_invariance", "value", any_example,
               "torch's CPU F.group_norm on a channels-last input computes a one-pass variance, whose error grows "
               "with (|mean|/std)^2; the contiguous path is accurate (docs/findings.md [R5])",
