@@ -36,6 +36,7 @@ from core.boundary import HOST
 from core.capabilities import dtype_name
 from core.registry import Kernel
 from proofs import batchnorm_oracles, error_model, oracles, probabilistic
+from proofs import second_order as second_order_bounds
 from proofs.error_terms import C_RSQRT
 from properties import norms
 from properties.norms import as_float64, effective_weight, output_dtype
@@ -403,6 +404,22 @@ def running_eval(kernel: Kernel, x: torch.Tensor, running_mean: torch.Tensor, ru
     storage = 2 * u["x"] if kernel.affine_precision == "storage" else 0.0  # a and b rounded to x's dtype
     return ((probabilistic.gamma(EVAL_ROUNDINGS, u["acc"]) + storage) * magnitude * (1 + u["y"])
             + (u["y"] + 2.0**-52) * np.abs(exact) + _eta(kernel, output_dtype(kernel, x, weight)))
+
+
+def second_order(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float, dy: torch.Tensor,
+                 upstream: dict[str, torch.Tensor | None], model: str | None = None) -> dict[str, np.ndarray]:
+    """Per-element bounds on the gradient of a plain norm kernel's gradient (proofs.second_order.second_order_bound):
+    {"dy": [..., d], "x": [..., d], "weight": [d]}, each stored in its input's dtype (dy's, x's, the weight's), u_acc
+    by :func:`backward_accumulation`, the declared reduction and flush-to-zero as in :func:`backward`; ``upstream``
+    the upstream gradients {"x": u, "weight": a, "bias": c} (None: not in S)."""
+    u = error_model.unit_roundoff
+    u_out = {"dy": u(dtype_name(dy.dtype)), "x": u(dtype_name(x.dtype)),
+             "weight": u(dtype_name((weight if weight is not None else x).dtype))}
+    values = {name: None if t is None else as_float64(t) for name, t in upstream.items()}
+    return second_order_bounds.second_order_bound(
+        as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy), values["x"], values.get("weight"),
+        values.get("bias"), backward_accumulation(kernel, x.dtype), u_out, kernel.record.norm,
+        model or bound_in_use(), declared=declared_reduction(kernel, x), flush_to_zero=kernel.flush_to_zero)
 
 
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:
