@@ -29,7 +29,10 @@ statistics' precision for a kernel declaring ``backward_precision="storage"``), 
 xhat^ = xhat + e, |e| <= Xi, and r^ = r (1 + e_r), |e_r| <= eps_r (the forward error model's pieces:
 proofs.error_model's backward pieces, the same Xi and eps_r the first-order bound uses), dy, w, u, a, c exact (the
 inputs as received; the effective weight offset + weight one more rounding, counted in K), intermediate results in
-the normal range or zero. Each monomial M is then computed as M(leaves^)(1 + theta_M), |theta_M| <= gamma_K, and
+the normal range or zero, and for 16-bit x at most STORAGE_ROUNDINGS = 2 more roundings on a path in x's own
+precision u_s (an intermediate gradient a backward kernel writes in x's dtype, as ours writes J_n t, or that
+autograd passes through a cast of the forward; their factor (1 + u_s)^2 joins (1 + gamma_K)). Each monomial M is then
+computed as M(leaves^)(1 + theta_M), |theta_M| <= gamma_K, and
 
     |M(leaves^)(1 + theta_M) - M(leaves)| <= (1 + gamma_K) |M|(|leaves| + errors) - |M|(|leaves|)
 
@@ -55,6 +58,7 @@ from proofs.error_model import DEFAULT_BOUND, RowQuantities, _backward_pieces, _
 
 ORACLE_U = 2.0**-53
 NAMES = ("dy", "x", "weight")  # the second-order outputs: dS/d dy, dS/dx, dS/dw
+STORAGE_ROUNDINGS = 2  # intermediate roundings to a 16-bit x's dtype on a path (module docstring)
 
 
 def closed_form(xhat, r, dy, w, u, a, c, centred: bool, sign: int = -1) -> tuple:
@@ -118,11 +122,14 @@ def _perturbed(q: RowQuantities, xi: np.ndarray, eps_r: np.ndarray, upstream, w,
 
 
 def second_order_bound(x, weight, eps, dy, u, a, c, u_acc: float, u_out: dict[str, float], kind: str,
-                       model: str = DEFAULT_BOUND, *, declared: reduction.Reduction | None = None,
+                       model: str = DEFAULT_BOUND, *, u_storage: float = 0.0,
+                       declared: reduction.Reduction | None = None,
                        flush_to_zero: bool = False) -> dict[str, np.ndarray]:
     """Bounds on |kernel - oracle| of the three second-order outputs (the module docstring), each stored with its
     ``u_out[name]`` ("dy", "x", "weight"); ``model`` and ``declared`` as in proofs.error_model.backward_bound (they
-    shape Xi and eps_r). inf where the model does not apply, NaN on undefined rows."""
+    shape Xi and eps_r); ``u_storage``: the unit roundoff of :data:`STORAGE_ROUNDINGS` more roundings on a path (16-bit
+    x: intermediate gradients written in x's dtype), 0 for none. inf where the model does not apply, NaN on undefined
+    rows."""
     key = oracles.norm_key(kind)
     row, upstream, up, w, a_, c_ = _leaves(x, weight, dy, u, a, c)
     width, rows = row.shape[-1], int(np.prod(row.shape[:-1]))
@@ -134,7 +141,8 @@ def second_order_bound(x, weight, eps, dy, u, a, c, u_acc: float, u_out: dict[st
         oracle = _backward_pieces(key, row, q, weight, upstream, ORACLE_U, ORACLE_U, None)
         k = depths(width, rows)
         ours = _perturbed(q, kernel.xi, kernel.eps_r, upstream, w, up, a_, c_, key == "ln",
-                          {name: probabilistic.gamma(k[name], u_acc) for name in NAMES}, u_out)
+                          {name: (1 + probabilistic.gamma(k[name], u_acc)) * (1 + u_storage) ** STORAGE_ROUNDINGS - 1
+                           for name in NAMES}, u_out)
         theirs = _perturbed(q, oracle.xi, oracle.eps_r, upstream, w, up, a_, c_, key == "ln",
                             {name: probabilistic.gamma(k[name], ORACLE_U) for name in NAMES},
                             dict.fromkeys(NAMES, ORACLE_U))

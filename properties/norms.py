@@ -263,7 +263,8 @@ def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: M
     leaves, outputs = record(kernel, example)
     differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
     upstream_leaf = _in_dtype(copy_with_strides(dy), outputs["y"]).requires_grad_(True)
-    targets = {"dy": upstream_leaf, **{name: differentiated[name] for name in ("x", "weight") if name in differentiated}}
+    targets = {"dy": upstream_leaf,
+               **{name: differentiated[name] for name in ("x", "weight") if name in differentiated}}
 
     def work() -> tuple:
         with torch.enable_grad():
@@ -282,8 +283,8 @@ def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: M
     if all(bool(torch.isfinite(t).all()) for t in finite):
         for name, g in got.items():
             if not bool(torch.isfinite(g).all()):
-                raise guard.KernelFault(kernel.name, "nonfinite", f"returned NaN/inf in the second derivative dS/d{name}"
-                                        " for finite inputs")
+                raise guard.KernelFault(kernel.name, "nonfinite",
+                                        f"returned NaN/inf in the second derivative dS/d{name} for finite inputs")
     return got
 
 

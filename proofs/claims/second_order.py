@@ -21,9 +21,9 @@ from functools import cache
 import numpy as np
 import sympy as sp
 
-from proofs.algebra import MS_DEF, RMS_AGGREGATES, VAR_DEF, d, eps, j, mu, ms, var, x
-from proofs.claims.base import Claim
+from proofs.algebra import MS_DEF, RMS_AGGREGATES, VAR_DEF, d, eps, j, ms, mu, var, x
 from proofs.claims import symbolic_checks
+from proofs.claims.base import Claim
 from proofs.claims.symbolic_checks import zero_with_root
 from proofs.derivation import Derivation, Equal, Fact
 from proofs.second_order import closed_form

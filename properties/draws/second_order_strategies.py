@@ -4,8 +4,8 @@ gradients: u of dx (x's dtype), a of dweight (the weight's), c of dbias (the bia
 
 Widths 1 to 300 and 1 to 4 rows (the closed form's error grows with its depth K = 2d + 12 roundings, and a wrong term
 shows at any width; the small widths are those where the mean and variance terms are largest). 16-bit data only
-where the model's gamma_K stays below 1 (K u_acc < 1/2: a backward in a 16-bit storage precision, bfloat16, stops at
-57 columns); float64 rows with all 53 bits drawn, for a kernel that computes in float64.
+where the model's gamma_K stays below 1 (K u_acc < 1/2: a backward declared in a 16-bit storage precision stops
+at 300 columns in float16, 57 in bfloat16); float64 rows with all 53 bits drawn, for a kernel that computes in float64.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from core.boundary import HOST
 from core.capabilities import discover
 from core.registry import Kernel
-from proofs.error_model import unit_roundoff
 from properties import norms
 from properties.bounds import tolerance
 from properties.draws.strategies import (
@@ -37,8 +36,11 @@ ROWS = st.integers(1, 4)
 
 def width_limit(kernel: Kernel, dtype: torch.dtype) -> int:
     """The widest row (at most :data:`MAX_WIDTH`) at which gamma_K of dS/dx (K = 2d + 12, proofs.second_order.depths)
-    stays below 1 in the kernel's backward accumulation for ``dtype``: K u_acc < 1/2."""
-    u_acc = tolerance.backward_accumulation(kernel, dtype) if dtype != torch.float64 else unit_roundoff("float64")
+    stays below 1 in the kernel's backward accumulation for ``dtype`` (the storage precision's where it declares
+    ``backward_precision="storage"``): K u_acc < 1/2."""
+    if dtype == torch.float64:
+        return MAX_WIDTH
+    u_acc = tolerance.backward_accumulation(kernel, dtype)
     return max(1, min(MAX_WIDTH, int((0.5 / u_acc - 13) // 2)))
 
 
