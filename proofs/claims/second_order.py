@@ -78,23 +78,20 @@ def _statistics_derivative(kind: str) -> Equal:
 
 def _second_order(kind: str) -> Derivation:
     widths = WRITTEN_OUT_WIDTHS[kind]
-    mean_term = r" - [\bar{v}\textstyle\sum u]_{LN}" if kind == "ln" else ""
     return Derivation((
         _statistics_derivative(kind),
         Fact(r"\partial\hat{x}/\partial x = J_n = r(I" + (r" - \mathbf{1}\mathbf{1}^T/d" if kind == "ln" else "")
              + r" - \hat{x}\hat{x}^T/d)\text{, symmetric: } dx = J_n(w\odot dy)",
              f"the Jacobian claim {kind}.jacobian with gamma = 1 (checked there, every entry for d <= 4)",
              lambda: all(symbolic_checks.jacobian_matches_for_width(kind, n) for n in range(1, 5))),
-        Fact(r"\frac{\partial S}{\partial\,dy} = w J_n u + \hat{x} a + c,\ \frac{\partial S}{\partial w} = "
-             r"\textstyle\sum_{\text{rows}} dy\, J_n u,\ \frac{\partial S}{\partial x} = J_n(dy\,a - \frac{r}{d}"
-             r"\langle u,\hat{x}\rangle v) - r m J_n u - \frac{r^2}{d}\hat{x}F,\ m = \langle\hat{x},v\rangle/d,\ "
-             r"F = \langle u,v\rangle - m\langle u,\hat{x}\rangle" + mean_term
-             + r"\text{: every entry, } d = " + ", ".join(map(str, widths)),
+        Fact(r"\partial S/\partial\,dy,\ \partial S/\partial w,\ \partial S/\partial x\ \text{ as stated: every "
+             r"entry, } d = " + ", ".join(map(str, widths)),
              "SymPy's derivatives of S = <u, dx> + <a, dweight> + <c, dbias> of the written-out row (every upstream "
-             "gradient and weight symbolic) against proofs.second_order.closed_form, compared exactly; over rows S "
+             "gradient and weight symbolic) against the closed form that the oracle evaluates, compared exactly; over rows S "
              "is a sum of rows' terms (dweight and dbias sum over rows), so one row is every row",
              lambda: all(second_derivatives_match(kind, width) for width in widths)),
-    ), notes=(r"The bound of a kernel's second derivatives (proofs.second_order): every monomial of the closed form "
+    ), notes=(r"The bound of a kernel's second derivatives (\texttt{proofs.second\_order}): every monomial of the "
+              r"closed form "
               r"perturbed by at most $(1+\gamma_K)$ and its leaves $\hat{x}$, $r$ by the forward error model's "
               r"$\Xi$ and $\epsilon_r$; $K = 2d + 12$ for $\partial S/\partial x$, $d + 9$ for "
               r"$\partial S/\partial\,dy$, $d + n + 6$ for $\partial S/\partial w$.",))
