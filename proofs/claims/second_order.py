@@ -87,8 +87,8 @@ def _second_order(kind: str) -> Derivation:
         Fact(r"\partial S/\partial\,dy,\ \partial S/\partial w,\ \partial S/\partial x\ \text{ as stated: every "
              r"entry, } d = " + ", ".join(map(str, widths)),
              "SymPy's derivatives of S = <u, dx> + <a, dweight> + <c, dbias> of the written-out row (every upstream "
-             "gradient and weight symbolic) against the closed form that the oracle evaluates, compared exactly; over rows S "
-             "is a sum of rows' terms (dweight and dbias sum over rows), so one row is every row",
+             "gradient and weight symbolic) against the closed form that the oracle evaluates, compared exactly; "
+             "over rows S is a sum of rows' terms (dweight and dbias sum over rows), so one row is every row",
              lambda: all(second_derivatives_match(kind, width) for width in widths)),
     ), notes=(r"The bound of a kernel's second derivatives (\texttt{proofs.second\_order}): every monomial of the "
               r"closed form "
