@@ -21,8 +21,9 @@ from properties.run import profiles
 @profiles.share(0.25)
 @given(data=st.data())
 def test_gradient_of_the_gradient_is_the_second_derivative(norm_kernel, data):
-    """Widths 1 to 300, 1 to 4 rows, with and without weight and bias, in the kernel's storage dtypes (16-bit where
-    the model's gamma_K is below 1): dS/d dy, dS/dx, dS/dweight of S = <u, dx> + <a, dweight> + <c, dbias>."""
+    """Widths 1 to 300, 1 to 4 rows, with and without weight and bias, float32 (16-bit is not drawn:
+    second_order_strategies.SIXTEEN_BIT_UNDRAWN): dS/d dy, dS/dx, dS/dweight of S = <u, dx> + <a, dweight> +
+    <c, dbias>."""
     norms.require_double_backward(norm_kernel)
     example = data.draw(second_order_examples(norm_kernel), label="example")
     evidence.check(check_second_order, norm_kernel, example)

@@ -66,10 +66,17 @@ def _with_upstream(draw, kernel: Kernel, example: dict) -> dict:
     return example
 
 
+# 16-bit second derivatives are not drawn: the bound's model of a 16-bit double backward (the accumulation precision,
+# two roundings in x's dtype per path) is not derived from any kernel's code, and correct kernels (torch's CPU
+# rms_norm, Hugging Face's LlamaRMSNorm, a textbook RMSNorm) reach 0.98 of it in float16 in a thorough run, where
+# float32 stays below 0.11: a bound that close is not known to hold. The report says so through this claim's docs.
+SIXTEEN_BIT_UNDRAWN = "16-bit second derivatives: no derived model of a 16-bit double backward"
+
+
 @st.composite
 def second_order_examples(draw, kernel: Kernel) -> dict:
-    """x, weight (bias), eps, dy in one of the kernel's storage dtypes, and u, a, c."""
-    dtype = draw(storage_dtypes(kernel))
+    """x, weight (bias), eps, dy in float32 (SIXTEEN_BIT_UNDRAWN), and u, a, c."""
+    dtype = draw(storage_dtypes(kernel, (torch.float32,)))
     example = draw(norm_examples(kernel, d=widths(width_limit(kernel, dtype)), dtypes=(dtype,), upstream=True,
                                  n=ROWS))
     return _with_upstream(draw, kernel, example)

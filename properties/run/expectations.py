@@ -148,12 +148,6 @@ def bias_without_weight(example: dict) -> bool:
     return example.get("weight") is None and isinstance(example.get("bias"), torch.Tensor)
 
 
-def sixteen_bit(example: dict) -> bool:
-    """An example whose x is float16 or bfloat16."""
-    x = example.get("x")
-    return isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
-
-
 def on_cuda(applies: Callable[[dict], bool]) -> Callable[[dict], bool]:
     """``applies`` restricted to examples whose x is on a CUDA device (a deviation of a kernel's CUDA path)."""
     def applies_on_cuda(example: dict) -> bool:
@@ -243,11 +237,6 @@ BUILTIN_DEVIATIONS = (
               "torch's layer_norm double backward (layer_norm_double_backward) raises 'Expected a proper Tensor but "
               "got None' for weight=None with a bias whose gradient enters the differentiated sum (gradgradcheck "
               "fails for a None weight with a bias: pytorch/pytorch#63276)", storage=False),
-    Deviation(("torch:layernorm", "torch-module:layernorm"), "ln.second_order", "value", sixteen_bit,
-              "torch's CPU layer_norm double backward in float16/bfloat16 (with the 16-bit mean and rstd it saved, its "
-              "declared backward_precision 'storage') loses the cancellation of J_n's terms: float16 x = [[924, "
-              "5.246], [902.5, -18.41]], eps 0.01, gives dS/dx = -0.00363 where the exact value is 1.7e-10 (float32 "
-              "x: 7e-10)"),
     Deviation(("torch-groupnorm",), "gn.*", "nonfinite", float16_group_rstd_overflows,
               "torch's group_norm keeps mean and rstd in float16 for float16 x (CUDA for the forward, [R7]; the CPU "
               "the statistics it saves for the backward); where 1/sqrt(var + eps) > 65504 (a one-element group with "
