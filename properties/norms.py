@@ -257,6 +257,51 @@ def require_backward(kernel: Kernel) -> None:
         pytest.skip(caps.backward_reason)
 
 
+def require_double_backward(kernel: Kernel) -> None:
+    """Skip the calling test, with the probed reason, unless the kernel's gradient is itself differentiable
+    (core.capabilities: ``double_backward``; a backward that autograd cannot differentiate, a forward-only kernel)."""
+    require_backward(kernel)
+    caps = discover(kernel)
+    if not caps.double_backward:
+        pytest.skip(caps.double_backward_reason)
+
+
+def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: Mapping[str, torch.Tensor | None]
+                 ) -> dict[str, torch.Tensor]:
+    """The gradient of the kernel's gradient: {"dy": dS/d dy, "x": dS/dx, "weight": dS/dweight (when the kernel
+    differentiates its weight)} of S = sum over the first-order gradients g_name the kernel returns for upstream
+    gradient dy of <g_name, upstream[name]> (upstream keyed "x", "weight", "bias"; None: left out of S), through
+    autograd with ``create_graph=True``, under the kernel's time limit (core.guard.limited). A second derivative
+    autograd finds no path to (the backward's graph does not reach that input: statistics saved detached) is zeros,
+    a value the claim compares; NaN/inf for finite inputs is a ``nonfinite`` fault."""
+    leaves, outputs = record(kernel, example)
+    differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
+    upstream_leaf = _in_dtype(copy_with_strides(dy), outputs["y"]).requires_grad_(True)
+    targets = {"dy": upstream_leaf,
+               **{name: differentiated[name] for name in ("x", "weight") if name in differentiated}}
+
+    def work() -> tuple:
+        with torch.enable_grad():
+            first = torch.autograd.grad(outputs["y"], list(differentiated.values()), upstream_leaf, create_graph=True,
+                                        allow_unused=True)
+            terms = [(g * upstream[name].to(g.dtype)).sum() for name, g in zip(differentiated, first, strict=True)
+                     if g is not None and g.requires_grad and upstream.get(name) is not None]
+            if not terms:
+                return (None,) * len(targets)
+            return torch.autograd.grad(sum(terms), list(targets.values()), allow_unused=True)
+
+    second = guard.limited(kernel, work)
+    got = {name: torch.zeros_like(target) if g is None else g.detach()
+           for (name, target), g in zip(targets.items(), second, strict=True)}
+    finite = [t for t in (*example.values(), dy, *upstream.values()) if isinstance(t, torch.Tensor)]
+    if all(bool(torch.isfinite(t).all()) for t in finite):
+        for name, g in got.items():
+            if not bool(torch.isfinite(g).all()):
+                raise guard.KernelFault(kernel.name, "nonfinite",
+                                        f"returned NaN/inf in the second derivative dS/d{name} for finite inputs")
+    return got
+
+
 def skip_unless_a_strict_subset(kernel: Kernel, frozen: tuple[str, ...], inputs: tuple[str, ...]) -> None:
     """Skip the calling test, with the reason, unless the kernel takes every input of ``frozen`` (of ``inputs``, those
     its kind has) and at least one other that it differentiates (not declared ``no_gradient``)."""

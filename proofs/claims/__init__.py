@@ -14,13 +14,14 @@ from proofs.claims import (
     numerics,
     quantization,
     rmsnorm,
+    second_order,
 )
 from proofs.claims.base import VERDICTS, Claim
 
 CLAIMS: dict[str, Claim] = {
     claim.id: claim
     for family in (layernorm, rmsnorm, dropout, numerics, contracts, fused, groupnorm, invariance, blocks, batchnorm,
-                   quantization)
+                   quantization, second_order)
     for claim in family.CLAIMS
 }
 

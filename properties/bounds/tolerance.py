@@ -36,6 +36,7 @@ from core.boundary import HOST
 from core.capabilities import dtype_name
 from core.registry import Kernel
 from proofs import batchnorm_oracles, error_model, oracles, probabilistic
+from proofs import second_order as second_order_bounds
 from proofs.error_terms import C_RSQRT
 from properties import norms
 from properties.norms import as_float64, effective_weight, output_dtype
@@ -455,6 +456,25 @@ def running_eval_backward(kernel: Kernel, x: torch.Tensor, running_mean: torch.T
     bounds["bias"] = (g * np.sum(np.abs(dy64), axis=axes) + (u["bias"] + U64) * np.abs(exact["bias"])
                       + _eta(kernel, x.dtype if bias is None else bias.dtype))
     return bounds
+
+
+def second_order(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, eps: float, dy: torch.Tensor,
+                 upstream: dict[str, torch.Tensor | None], model: str | None = None) -> dict[str, np.ndarray]:
+    """Per-element bounds on the gradient of a plain norm kernel's gradient (proofs.second_order.second_order_bound):
+    {"dy": [..., d], "x": [..., d], "weight": [d]}, each stored in its input's dtype (dy's, x's, the weight's), u_acc
+    by :func:`backward_accumulation`, the declared reduction and flush-to-zero as in :func:`backward`; ``upstream``
+    the upstream gradients {"x": u, "weight": a, "bias": c} (None: not in S). With 16-bit x, two more roundings on a
+    path in x's precision (proofs.second_order.STORAGE_ROUNDINGS: intermediate gradients a backward kernel writes in
+    x's dtype, as ours writes J_n u, kernels.functional._NormBackward)."""
+    u = error_model.unit_roundoff
+    u_out = {"dy": u(dtype_name(dy.dtype)), "x": u(dtype_name(x.dtype)),
+             "weight": u(dtype_name((weight if weight is not None else x).dtype))}
+    values = {name: None if t is None else as_float64(t) for name, t in upstream.items()}
+    return second_order_bounds.second_order_bound(
+        as_float64(x), effective_weight(kernel, weight), eps, as_float64(dy), values["x"], values.get("weight"),
+        values.get("bias"), backward_accumulation(kernel, x.dtype), u_out, kernel.record.norm, model or bound_in_use(),
+        u_storage=u_out["x"] if x.element_size() == 2 else 0.0, declared=declared_reduction(kernel, x),
+        flush_to_zero=kernel.flush_to_zero)
 
 
 def backward_covered(kernel: Kernel, x: torch.Tensor, eps: float, model: str | None = None) -> bool:

@@ -84,6 +84,16 @@ class Stages(NamedTuple):
 CORRECT = Stages()
 
 
+def _differentiable_statistics(x: torch.Tensor, centred: bool, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(xhat, rstd) recomputed from x with grad mode on, as the forward computes them: the backward's graph then
+    differentiates them too (saved from the forward they are constants, and the gradient of the gradient misses their
+    terms: ln.second_order's LN_STATISTICS_HELD_CONSTANT)."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True) if centred else torch.zeros_like(xf[..., :1])
+    rstd = torch.rsqrt((xf - mean).square().mean(-1, keepdim=True) + eps)
+    return (xf - mean) * rstd, rstd
+
+
 class _FusedNorm(torch.autograd.Function):
     """LayerNorm (centred) or RMSNorm over the last dimension, float32 inside, built from ``stages``."""
 
@@ -97,14 +107,16 @@ class _FusedNorm(torch.autograd.Function):
         y = xhat if weight is None else xhat * weight.float()
         y = (y if bias is None else y + bias.float()).to(x.dtype)
         stages.after_forward(x, xhat)
-        ctx.save_for_backward(xhat, rstd, y, weight, bias)
-        ctx.centred, ctx.stages, ctx.input_dtype = centred, stages, x.dtype
+        ctx.save_for_backward(x, xhat, rstd, y, weight, bias)
+        ctx.centred, ctx.stages, ctx.input_dtype, ctx.eps = centred, stages, x.dtype, eps
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        xhat, rstd, y, weight, bias = ctx.saved_tensors
+        x, xhat, rstd, y, weight, bias = ctx.saved_tensors
         stages: Stages = ctx.stages
+        if torch.is_grad_enabled():  # a graph of the backward (create_graph=True): its statistics as functions of x
+            xhat, rstd = _differentiable_statistics(x, ctx.centred, ctx.eps)
         dy = stages.read_upstream(dy)
         xhat = stages.normalized_for_backward(xhat, y, weight, bias)
         g = stages.scale_upstream(dy, weight)

@@ -1,0 +1,34 @@
+"""ln.second_order / rms.second_order: the gradient of the kernel's gradient is the second derivative of the norm.
+
+For upstream gradients (u, a, c) of the kernel's (dx, dweight, dbias) at upstream gradient dy, the gradient of
+S = sum_rows <u, dx> + <a, dweight> + <c, dbias> with respect to dy, x and the weight, through autograd
+(properties.norms.second_order), against the float64 oracle of the derived closed form
+(proofs.second_order.second_order), each element within the bound of a kernel evaluating that closed form's monomials
+(proofs.second_order.second_order_bound, through properties.bounds.tolerance.second_order). A second derivative the
+backward's graph does not reach (statistics saved detached) is compared as zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.capabilities import dtype_name
+from proofs import second_order as derived
+from properties import norms, outcome
+from properties.bounds import tolerance
+
+
+def check_second_order(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, u: torch.Tensor, a=None,
+                       c=None, bias=None) -> None:
+    """dS/d dy, dS/dx and dS/dweight of the kernel are the oracle's, within their bounds, elementwise; ``a`` and
+    ``c`` (the upstream gradients of dweight and dbias) None where the kernel takes no weight or bias."""
+    example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
+    upstream = {"x": u, "weight": a, "bias": c}
+    got = norms.second_order(kernel, example, dy, upstream)
+    as64 = {name: None if t is None else norms.as_float64(t) for name, t in upstream.items()}
+    expected = derived.second_order(norms.as_float64(x), norms.effective_weight(kernel, weight), eps,
+                                    norms.as_float64(dy), as64["x"], as64["weight"], as64["bias"], kernel.record.norm)
+    bounds = tolerance.second_order(kernel, x, weight, eps, dy, upstream)
+    comparisons = [outcome.compare(got[name], expected[name], bounds[name], f"dS/d{name}") for name in got]
+    outcome.conclude(comparisons, "the gradient of the kernel's gradient is not the second derivative of the "
+                     "normalization", d=x.shape[-1], dtype=dtype_name(x.dtype))
