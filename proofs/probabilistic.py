@@ -40,10 +40,7 @@ Derivation (each step checked in claim numerics.error_model):
 
 from __future__ import annotations
 
-import functools
 import math
-from collections import OrderedDict
-from collections.abc import Callable
 
 import numpy as np
 
@@ -241,37 +238,6 @@ def _residue_fraction(a: np.ndarray, q: np.ndarray) -> np.ndarray:
         return fraction if np.all(exact) else np.where(exact, fraction, np.mod(a, q) / q)
 
 
-def _content_key(value: object) -> object:
-    """A hashable key of an argument: an array by its shape, dtype and bytes (equal contents, equal keys)."""
-    if isinstance(value, np.ndarray):
-        return value.shape, value.dtype.str, value.tobytes()
-    return value
-
-
-def remember_by_content(size: int) -> Callable:
-    """Keep the last ``size`` results of a function of arrays, keyed by the arguments' contents; a call with equal
-    arguments returns a copy of the stored result. The bounds of one check evaluate the same sums several times (the
-    fused kinds' gradient bounds: dx's, the parameters' and the terms' magnitude, each from the same rows)."""
-    def decorate(function: Callable) -> Callable:
-        stored: OrderedDict = OrderedDict()
-
-        @functools.wraps(function)
-        def remembered(*args, **kwargs):
-            key = (tuple(map(_content_key, args)), tuple((k, _content_key(v)) for k, v in sorted(kwargs.items())))
-            if key in stored:
-                stored.move_to_end(key)
-            else:
-                stored[key] = function(*args, **kwargs)
-                if len(stored) > size:
-                    stored.popitem(last=False)
-            return stored[key].copy()
-
-        return remembered
-
-    return decorate
-
-
-@remember_by_content(16)
 def sum_factor(terms: np.ndarray, u: float, lam_value: float | None, axis: int = -1,
                pattern: np.ndarray | None = None, depth: int | None = None,
                exact: np.ndarray | None = None, linear: np.ndarray | None = None,
