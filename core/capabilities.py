@@ -354,6 +354,27 @@ def _runs_on_cuda(kernel: Kernel) -> bool:
 
 
 @functools.cache
+def custom_backward(kernel: Kernel) -> bool:
+    """Whether the kernel's output comes from a custom ``torch.autograd.Function`` (its grad_fn a
+    ``BackwardCFunction``), probed once in its first working dtype; False where the probe fails (the claims report
+    the fault)."""
+    caps = discover(kernel)
+    dtype = next((d for d in caps.dtypes if dtype_name(d) not in caps.faults), None)
+    if dtype is None:
+        return False
+
+    def output() -> object:
+        x = _probe_input(kernel, dtype, caps.device).requires_grad_(True)
+        return first_output(kernel.fn(*probe_arguments(kernel, x)))
+
+    try:
+        y = guard.limited(kernel, output, timeout=_PROBE_TIMEOUT_S)
+    except guard.KernelFault:
+        return False
+    return isinstance(getattr(y, "grad_fn", None), torch.autograd.function.BackwardCFunction)
+
+
+@functools.cache
 def discover(kernel: Kernel) -> Capabilities:
     """Probe ``kernel`` (once; the result is cached per kernel)."""
     device = device_of(kernel)

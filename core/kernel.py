@@ -190,6 +190,13 @@ class Kernel:
     their widths from properties.draws.strategies.WIDTH_PALETTE (20 of the 92 candidate widths, each kind of edge
     kept) instead of all, so that its conformance run fits a GPU check; the thorough profile draws all, and every
     result and report states the declaration.
+
+    ``second_derivatives`` declares that a kernel whose backward is a custom ``torch.autograd.Function`` means it to
+    be differentiated again (an explicit double backward, as kernels/functional.py's ``_NormBackward``). Autograd
+    differentiates a custom backward's torch operations as written, with what its forward saved held constant, and
+    most are meant for one differentiation (torch's ``once_differentiable``): undeclared, such a kernel's
+    ``ln/rms.second_order`` is skipped with that reason. A kernel built from differentiable torch operations is
+    checked whatever it declares.
     """
 
     name: str
@@ -219,6 +226,7 @@ class Kernel:
     deterministic: bool | None = None
     quantization: Quantization | None = None
     compiles_per_width: bool = False
+    second_derivatives: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -319,7 +327,8 @@ class Kernel:
                 "affine_precision": self.affine_precision,
                 "batch_invariant": self.batch_invariant, "deterministic": self.deterministic,
                 "quantization": None if self.quantization is None else self.quantization.as_json(),
-                "compiles_per_width": self.compiles_per_width, "description": self.description}
+                "compiles_per_width": self.compiles_per_width, "second_derivatives": self.second_derivatives,
+                "description": self.description}
 
     @property
     def record(self) -> kinds.Kind:

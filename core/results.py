@@ -215,6 +215,7 @@ class KernelEntry(_Model):
     deterministic: bool | None = None
     quantization: QuantizationEntry | None = None  # the quantized-output kinds' declaration (core.kernel.Quantization)
     compiles_per_width: bool = False  # ci/dev runs drew its widths from a palette (core.kernel.Kernel)
+    second_derivatives: bool = False  # its custom backward declared differentiable again (core.kernel.Kernel)
     description: str = ""
     capabilities: Capabilities | None = None
 

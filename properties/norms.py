@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from core import boundary, guard
-from core.capabilities import discover, refused_width
+from core.capabilities import custom_backward, discover, refused_width
 from core.errors import one_line
 from core.registry import Kernel
 from proofs import batchnorm_oracles, fused_oracles, oracles
@@ -259,11 +259,16 @@ def require_backward(kernel: Kernel) -> None:
 
 def require_double_backward(kernel: Kernel) -> None:
     """Skip the calling test, with the probed reason, unless the kernel's gradient is itself differentiable
-    (core.capabilities: ``double_backward``; a backward that autograd cannot differentiate, a forward-only kernel)."""
+    (core.capabilities: ``double_backward``; a backward that autograd cannot differentiate, a forward-only kernel)
+    and, for a kernel whose backward is a custom autograd.Function, declared so (``Kernel.second_derivatives``)."""
     require_backward(kernel)
     caps = discover(kernel)
     if not caps.double_backward:
         pytest.skip(caps.double_backward_reason)
+    if custom_backward(kernel) and not kernel.second_derivatives:
+        pytest.skip(f"{kernel.name}'s backward is a custom autograd.Function, which autograd differentiates as "
+                    "written, with what its forward saved held constant: second derivatives are checked where it "
+                    "declares them (Kernel(second_derivatives=True), core.kernel)")
 
 
 def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: Mapping[str, torch.Tensor | None]

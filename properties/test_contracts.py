@@ -77,7 +77,17 @@ def test_three_dimensional_input(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_noncontiguous_x(norm_kernel, data):
-    """x strided, then the gradients through the strided x (a contiguous dy)."""
+    example = data.draw(norm_examples(norm_kernel, d=widths_from_two()), label="example")
+    x = strided(example["x"], data.draw(layouts(), "layout"))
+    evidence.check(check_noncontiguous_x, norm_kernel, {**example, "x": x})
+
+
+@pytest.mark.claim("ln.layout_invariance", "rms.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradients_through_noncontiguous_x(norm_kernel, data):
+    """x strided (its gradient too: torch.empty_like of a transposed x keeps its strides), dy contiguous."""
+    norms.require_backward(norm_kernel)
     example = data.draw(norm_examples(norm_kernel, d=widths_from_two(), upstream=True), label="example")
     x = strided(example["x"], data.draw(layouts(), "layout"))
     evidence.check(check_noncontiguous_x, norm_kernel, {**example, "x": x})

@@ -80,10 +80,10 @@ def _load() -> list[Kernel]:
     return [
         Kernel("triton:layernorm", "layernorm", kernels.layer_norm, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton LayerNorm, fwd+bwd ({where})", reduction=declared,
-               statistics=layernorm_statistics, flush_to_zero=flush),
+               statistics=layernorm_statistics, flush_to_zero=flush, second_derivatives=True),
         Kernel("triton:rmsnorm", "rmsnorm", kernels.rms_norm, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton RMSNorm, fwd+bwd ({where})", reduction=declared,
-               statistics=rmsnorm_statistics, flush_to_zero=flush),
+               statistics=rmsnorm_statistics, flush_to_zero=flush, second_derivatives=True),
         Kernel("triton:dropout", "dropout", kernels.dropout, spec="triton", device=device, dtypes=dtypes,
                description=f"our Triton inverted dropout, Philox RNG ({where})"),
     ]

@@ -285,6 +285,10 @@ BUILTIN_DEVIATIONS = (
               "Liger-Kernel's LayerNorm and llama/gemma RMSNorm load rows as float32, whatever x's dtype: float64 x "
               "is normalized in float32 and returned in float64, ~1e-8 off (docs/findings.md [F64])",
               storage=False, quantities=("output",)),
+    Deviation(("hf-llama-rmsnorm", "hf-gemma-rmsnorm", "hf-t5-layernorm"), "*.second_order", "value", float64_x,
+              "Hugging Face's RMSNorm/T5LayerNorm modules normalize float64 x in float32 (docs/findings.md [F64]): "
+              "their second derivatives, autograd's of that float32 computation, are float32's too",
+              storage=False),
     Deviation(("liger-rmsnorm-none",), "rms.forward", "value", float64_x,
               "Liger-Kernel's RMSNorm in casting mode 'none' computes float64 x in float64 but with eps as Triton "
               "specializes a Python float, a float32 scalar: rstd = 1/sqrt(ms + fl32(eps)), ~1e-13 off for eps = 1e-5 "

@@ -221,7 +221,7 @@ def _layernorm(name: str, stages: Stages) -> Kernel:
         return _FusedNorm.apply(x, weight, bias, eps, True, stages)
 
     return Kernel(name, "layernorm", layernorm, spec=SPEC + name.upper(), description=_description(stages),
-                  dtypes=FLOAT32_ARITHMETIC)
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
 
 
 def _rmsnorm(name: str, stages: Stages) -> Kernel:
@@ -229,7 +229,7 @@ def _rmsnorm(name: str, stages: Stages) -> Kernel:
         return _FusedNorm.apply(x, weight, None, eps, False, stages)
 
     return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), description=_description(stages),
-                  dtypes=FLOAT32_ARITHMETIC)
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
 
 
 LN_FUSED = _layernorm("ln_fused", CORRECT)

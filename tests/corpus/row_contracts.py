@@ -38,7 +38,7 @@ def _as_contiguous(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``torch.empty_like(like)`` (a dense permuted ``like`` keeps its strides) filled by a kernel writing element
     (r, c) at offset r d + c: right for a contiguous ``like`` only."""
     out = torch.empty_like(like, dtype=values.dtype)
-    out.view(-1).copy_(values.reshape(-1))
+    torch.as_strided(out, (out.numel(),), (1,)).copy_(values.reshape(-1))
     return out
 
 

@@ -120,14 +120,15 @@ def _layernorm(name: str, flaws: Flaws, description: str) -> Kernel:
         return _Norm.apply(x, weight, bias, eps, True, flaws)
 
     return Kernel(name, "layernorm", fn, spec=SPEC + name.upper(), description=description,
-                  dtypes=FLOAT32_ARITHMETIC)
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
 
 
 def _rmsnorm(name: str, flaws: Flaws, description: str) -> Kernel:
     def fn(x, weight, eps):
         return _Norm.apply(x, weight, None, eps, False, flaws)
 
-    return Kernel(name, "rmsnorm", fn, spec=SPEC + name.upper(), description=description, dtypes=FLOAT32_ARITHMETIC)
+    return Kernel(name, "rmsnorm", fn, spec=SPEC + name.upper(), description=description, dtypes=FLOAT32_ARITHMETIC,
+                  second_derivatives=True)
 
 
 LN_STATISTICS_HELD_CONSTANT = _layernorm(
