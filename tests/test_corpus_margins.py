@@ -188,6 +188,8 @@ MISSING_GRADIENT_BUGS = {*(f"tests/corpus/residual.py:{norm}_RESIDUAL_GRADIENT_G
 # Precision bugs of the fused gradients at scale, caught (tests/test_corpus.py) by less than a wide margin: one 16-bit
 # rounding of dweight per block of 32 rows, against the bound of a float32 sum over 4 099 rows (ratio ~2-3)
 NARROW_GRADIENT_BUGS = {"tests/corpus/reach.py:ADD_RMS_DWEIGHT_HALF_BLOCK_SUMS"}
+# Fused gradient bugs that show only with the weight frozen (requires_grad False, as in LoRA fine-tuning)
+FROZEN_WEIGHT_GRADIENT_BUGS = ("tests/corpus/row_contracts.py:ADD_RMS_FROZEN_WEIGHT_LEFT_OUT_OF_DX",)
 COMPOSED = {"add_layernorm": ("ADD_LN_FLOAT64", "ADD_LN_FLOAT32", "ADD_LN_RESIDUAL_FP32", "ADD_LN_CHAN_CHUNKS"),
             "add_rmsnorm": ("ADD_RMS_FLOAT64", "ADD_RMS_FLOAT32", "ADD_RMS_RESIDUAL_FP32"),
             "dropout_add_layernorm": ("DROP_ADD_LN_SEEDED",)}
@@ -198,7 +200,17 @@ def test_every_fused_gradient_bug_of_the_manifest_has_an_input_here():
     fused_gradient_bugs = {entry.spec for entry in BROKEN if entry.expect & gradient_claims}
     assert fused_gradient_bugs == (set(GRADIENT_BUGS) | MISSING_GRADIENT_BUGS | set(WIDER_RESIDUAL_GRADIENT_BUGS)
                                    | {ROW_GATED_GRADIENT_BUG} | set(SHAPED_DROPOUT_ADD_GRADIENT_BUGS)
-                                   | NARROW_GRADIENT_BUGS)
+                                   | NARROW_GRADIENT_BUGS | set(FROZEN_WEIGHT_GRADIENT_BUGS))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("spec", FROZEN_WEIGHT_GRADIENT_BUGS, ids=lambda spec: spec.split(":")[-1])
+def test_frozen_weight_gradient_bug_fails_by_a_wide_margin_where_compositions_pass(spec, dtype):
+    example = {**fused_example(64, dtype, dropout=False), "frozen": ("weight",)}
+    bug = kernel(spec)
+    assert recorded_ratio(check_vjp, bug, example) > WIDE_MARGIN
+    for name in COMPOSED[bug.kind]:
+        assert recorded_ratio(check_vjp, kernel(f"tests/corpus/composed.py:{name}"), example) < CORRECT_MAX_RATIO, name
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
