@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from core.boundary import HOST
+
 # n = a b with the factors each kind spreads over its axes (a: samples, b: spatial elements, for BatchNorm's N S):
 # float16: 2049 = 3 x 683, halfway between 2048 and 2050, rounds to 2048 (|delta| = 4.9e-4 = u_16);
 # bfloat16: 259 = 7 x 37, halfway between 258 and 260, rounds to 260 (|delta| = 3.9e-3 = u_bf16)
@@ -25,5 +27,5 @@ def inexact_count(dtype: torch.dtype) -> tuple[int, int]:
     """(a, b) with n = a b a count ``dtype`` cannot hold, rounded by about its unit roundoff."""
     a, b = INEXACT_COUNT_FACTORS[dtype]
     n = a * b
-    assert float(torch.tensor(float(n), dtype=dtype)) != n
+    assert float(torch.tensor(float(n), dtype=dtype, device=HOST)) != n
     return a, b
