@@ -159,6 +159,11 @@ QUANTIZED_BUGS = {
     "STALE_SCALE": ("values",),
     "NO_SATURATION": ("saturation",),
     "Y_WRITTEN_INTO_X": ("inputs_unmodified",),
+    # red-team round 6 (inference): the escapes of its quant.py
+    "NAN_HIDDEN": ("values", "scales"),
+    "OUTPUT_BUFFERS_REUSED": ("inputs_unmodified",),
+    "SUBNORMALS_FLUSHED_NARROW": ("values",),
+    "FLOOR_FOR_ZERO_ROWS_ONLY": ("scales",),
 }
 
 CORPUS: tuple[Entry, ...] = (
@@ -449,6 +454,11 @@ CORPUS: tuple[Entry, ...] = (
       for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
     _broken("quantized.py:ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", "add_rms_quant.scales"),
     _broken("quantized.py:ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED", "add_rms_quant.residual_out"),
+    # strides ignored: q and the scales are judged at the kernel's own residual_out, which the add kind reads wrong
+    # as well (it sums the wrong elements): its residual_out shows it
+    *(_broken(f"quantized.py:{prefix.upper()}_QUANT_STRIDES_IGNORED", f"{prefix}_quant.values",
+              f"{prefix}_quant.scales") for prefix in ("ln", "rms")),
+    _broken("quantized.py:ADD_RMS_QUANT_STRIDES_IGNORED", "add_rms_quant.residual_out"),
     # reported.py: modelled on real bug reports (a red-team session's escapes, each caught since its draws)
     _broken("reported.py:GN_BLOCK_STRADDLE_128", "gn.forward"),
     _broken("reported.py:GN_CHANNELS_LAST_MERGE_NO_SPREAD", "gn.layout_invariance"),
