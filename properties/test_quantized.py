@@ -165,8 +165,13 @@ def test_inputs_unmodified(quant_norm_kernel, data):
     evidence.check(check_inputs_unmodified, quant_norm_kernel, {**example, "inference": data.draw(st.booleans())})
 
 
+# The draws below catch their bug on almost every example (a layout, a NaN, a second call, a floor, a subnormal):
+# two examples each in the ci profile (40 in thorough)
+EDGE_DRAWS_SHARE = 0.1
+
+
 @pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_the_dynamic_scale_around_the_declared_floor(quant_norm_kernel, data):
     """amax / fmax at 1/4, 1/2 and 2 times the declared floor on non-zero rows (quant_strategies.floor_examples): the
@@ -176,7 +181,7 @@ def test_the_dynamic_scale_around_the_declared_floor(quant_norm_kernel, data):
 
 @pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
 @pytest.mark.parametrize("scale_kind", ("static", "dynamic"))
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_q_in_the_fp8_subnormal_range(quant_norm_kernel, scale_kind, data):
     """v below the FP8 format's smallest normal at widths up to 512 (quant_strategies.subnormal_examples): a conversion
@@ -213,7 +218,7 @@ def _strided_examples(draw, kernel, scales: tuple[str, ...] = ("static", "dynami
 
 
 @pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_q_of_strided_inputs(quant_norm_kernel, data):
     """x (and the residual) as non-contiguous views: q against the model at the kernel's own scale, as for contiguous
@@ -223,7 +228,7 @@ def test_q_of_strided_inputs(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_the_dynamic_scales_of_strided_inputs(quant_norm_kernel, data):
     """As above, the dynamic per-row scales against the model (amax of the row's own y, not of the memory after the
@@ -233,7 +238,7 @@ def test_the_dynamic_scales_of_strided_inputs(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("add_rms_quant.residual_out")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_residual_out_of_strided_inputs(add_quant_norm_kernel, data):
     """residual_out of strided x and residual: x + residual rounded once, element by element (a layout-independent
@@ -256,7 +261,7 @@ def _poisoned_examples(draw, kernel, scales: tuple[str, ...], formats: tuple[str
 
 
 @pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_a_nonfinite_row_under_a_static_fp8_scale(quant_norm_kernel, data):
     """A NaN/inf in row 0 of x: q NaN where y is (Q(NaN) = NaN), the other rows' q unchanged (checks.quantized.
@@ -266,7 +271,7 @@ def test_a_nonfinite_row_under_a_static_fp8_scale(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_the_dynamic_scale_of_a_nonfinite_row(quant_norm_kernel, data):
     """A NaN/inf in row 0 of x, each format: the row's dynamic scale NaN (or, FP8, q NaN where y is), the other rows'
@@ -276,7 +281,7 @@ def test_the_dynamic_scale_of_a_nonfinite_row(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("ln_quant.inputs_unmodified", "rms_quant.inputs_unmodified", "add_rms_quant.inputs_unmodified")
-@profiles.share(0.25)
+@profiles.share(EDGE_DRAWS_SHARE)
 @given(data=st.data())
 def test_outputs_are_fresh_tensors(quant_norm_kernel, data):
     """A second call on other values (new seeded rows: -x would give a RMSNorm row the same dynamic scale) leaves the

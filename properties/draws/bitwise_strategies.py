@@ -71,9 +71,10 @@ VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
 # batches) or adds the partials of a multi-CTA row with atomics (TransformerEngine's ctas_per_row): rows of
 # WIDE_ROWS' at most 1024 never take that path. Their batches: 131 tokens (below 132 SMs) and 257 (above 256), the
 # windows one token and MODEL_WIDTH_WINDOW (a decode batch: a split sum differs from the whole row's in some rows
-# only, a fifth of them at d = 4096); determinism: MODEL_WIDTH_DETERMINISM_ROWS rows, repeated (a 16-bit y rounded
-# from a float32 y one ulp apart, or its amax, changes in a few rows only)
-MODEL_WIDTHS = (8192, 4096, 2048)
+# only, a fifth of them at d = 4096); determinism: MODEL_WIDTH_DETERMINISM_ROWS rows, repeated. float32 rows only: the
+# partial sums of 16-bit rows (squares of 8 or 11 significant bits, a few thousand of them) are exact in float32, so
+# any order of them gives the same bits, and a split or an atomic order cannot show
+MODEL_WIDTHS = (2048, 4096, 8192)  # the narrowest first: the first example's calls are the cheapest
 MODEL_WIDTH_BATCHES = (257, 131)
 MODEL_WIDTH_WINDOW = 32
 MODEL_WIDTH_DETERMINISM_ROWS = (32,)
@@ -121,12 +122,14 @@ def as_channels_last(x: torch.Tensor) -> torch.Tensor:
 @st.composite
 def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False,
                      wide: bool = False, channels_last: bool | None = None, cpu_elements: int = CPU_ELEMENTS,
-                     row_widths: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None) -> dict:
+                     row_widths: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None,
+                     dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
     """One call's inputs for a norm kernel of any kind, keyed by role, with its upstream gradients ``dy`` (and ``dh``
     for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
     rows and ``cpu_elements`` elements on the CPU). ``wide``: long rows (:func:`row_shapes`), at least
     :data:`WIDE_LEAST_ROWS` of them. ``row_widths`` and ``rows``: the row kinds' widths and the row counts drawn
-    instead, on any device (:data:`MODEL_WIDTHS`, :data:`MODEL_WIDTH_BATCHES`).
+    instead, on any device (:data:`MODEL_WIDTHS`, :data:`MODEL_WIDTH_BATCHES`); ``dtypes``: x's dtypes, among those
+    the kernel computes in.
     ``channels_last``: x [N, C, S] as a channels-last [N, C, S / a, a] (:func:`as_channels_last`; the kinds with
     per-channel parameters, S >= 2 drawn then); None: drawn for those kinds.
     ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
@@ -134,7 +137,7 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     call first (its rows at other positions there than on their own), else anywhere."""
     caps = discover(kernel)
     record = kernel.record
-    dtype = draw(storage_dtypes(kernel))
+    dtype = draw(storage_dtypes(kernel, dtypes))
     # the mode: training first; eval only for batch invariance where the statistics couple the samples
     training = record.running_statistics and not (window and record.batch_statistics) and draw(
         st.sampled_from((True, False)), label="training")

@@ -182,25 +182,30 @@ SUBNORMAL_SHIFTS = 4  # the columns' weights spread over this many binades below
 def subnormal_examples(draw, kernel: Kernel, scale: str) -> dict:
     """An FP8 example at any width whose v = y / s fall into the format's subnormal range (|v| < 2^e_min), where a
     conversion that flushes subnormal results to zero (triton-lang/triton#7382) differs: ``scale`` "static", s =
-    amax(y*) / 2^e_min (every |v| at most the smallest normal: the larger ones subnormal, the smaller ones 0);
+    2 amax(y*) / 2^e_min (every |v| at most half the smallest normal: subnormal, or 0 below the smallest subnormal);
     "dynamic", weight column 0 gamma_0 = 1 and column j > 0 multiplied by 2^-(K + j mod SUBNORMAL_SHIFTS),
     2^K >= fmax / 2^e_min, so that where column 0 holds the row's amax, v_j = fmax |y_j| / amax is about 2^e_min
-    |x_hat_j / x_hat_0| 2^-(j mod 4): subnormal for most j (in x's dtype's range: bfloat16 and float32; float16 holds
-    e4m3fn's). Random rows reach |v| < 2^e_min only at d = 4096 and more (|y| / amax < 2^-15 for e4m3fn)."""
+    |x_hat_j / x_hat_0| 2^-(j mod 4): subnormal for most j, x in a dtype whose normal range holds those weights
+    (bfloat16, float32). Random rows reach |v| < 2^e_min only at d = 4096 and more (|y| / amax < 2^-15 for
+    e4m3fn)."""
     declared = kernel.quantization
     fp8 = tuple(name for name in declared.formats if FORMATS[name].mantissa)
     if not fp8:
         pytest.skip(f"{kernel.name} writes no FP8 format (it writes {', '.join(declared.formats)}): no subnormals")
-    example = draw(quant_examples(kernel, scales=(scale,), formats=fp8))
-    fmt = format_of(example["quant_dtype"])
+    fmt = FORMATS[draw(st.sampled_from(fp8))]
     smallest_normal = 2.0**fmt.min_exponent
     if scale == "static":
+        example = draw(quant_examples(kernel, scales=(scale,), formats=(fmt.name,)))
         amax = reference_amax(kernel, example)
         assume(amax > 0)
-        return {**example, "scale": static_scale(kernel, example["quant_dtype"], amax, fmt.fmax / smallest_normal)}
+        return {**example, "scale": static_scale(kernel, example["quant_dtype"], amax, 2 * fmt.fmax / smallest_normal)}
     _small_weights(kernel)
-    d = example["x"].shape[-1]
     shift = int(np.ceil(np.log2(fmt.fmax / smallest_normal)))
+    smallest_weight = 2.0 ** -(shift + SUBNORMAL_SHIFTS - 1)
+    held = tuple(dtype for dtype in (torch.float32, torch.bfloat16, torch.float16)
+                 if smallest_weight >= torch.finfo(dtype).tiny)
+    example = draw(quant_examples(kernel, scales=(scale,), formats=(fmt.name,), dtypes=held))
+    d = example["x"].shape[-1]
     columns = torch.arange(d, dtype=torch.float64, device=HOST)
     spread = torch.where(columns == 0, 1.0, torch.exp2(-(shift + columns % SUBNORMAL_SHIFTS)))
     gamma, beta = _effective(kernel, example)

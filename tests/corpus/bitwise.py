@@ -27,12 +27,12 @@ statistics summed in float32, the weight and bias applied per row, autograd back
     {LN,RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  a quantized norm: from 256 rows up its row sums run left to right, so
                               y, hence the dynamic per-row scales reduced from it (and q where a rounding boundary
                               lies between), change bits with the batch size             -> *_quant.batch_invariance
-    {RMS,ADD_LN,RMS_QUANT,ADD_RMS_QUANT}_FEW_TOKENS_SPLIT  fewer than 132 tokens (an H100's SMs) of rows of 2048
+    {RMS,ADD_LN,RMS_QUANT}_FEW_TOKENS_SPLIT  fewer than 132 tokens (an H100's SMs) of rows of 2048
                               columns or more: each row's sums split over 4 programs, the partials added (a split
                               reduction filling the GPU at decode batch sizes: Thinking Machines, "Defeating
                               Nondeterminism in LLM Inference"; vllm-project/vllm#48271's class): one request's bits
                               differ from the batch of 257's, at model widths only          -> *.batch_invariance
-    {LN,ADD_RMS,RMS_QUANT,LN_QUANT}_WIDE_ATOMIC_SPLIT  rows of 2048 columns or more: 8 programs a row, their partial
+    {LN,RMS_QUANT}_WIDE_ATOMIC_SPLIT  rows of 2048 columns or more: 8 programs a row, their partial
                               sums atomically added in the order they finish (TransformerEngine's multi-CTA rows,
                               the split + atomics pattern of the same post; karpathy/llm.c#190's class)
                                                                                              -> *.determinism
@@ -326,17 +326,14 @@ ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_
 _FEW_TOKENS_SPLIT = _kernels("few_tokens_split", "batch_invariant",
                              f"fewer than {SPLIT_BELOW_TOKENS} tokens of rows of {SPLIT_FROM_WIDTH} columns or more: "
                              f"each row's sums split over {SPLITS} programs: {{claim}}.batch_invariance",
-                             ("RMS", "ADD_LN", "RMS_QUANT", "ADD_RMS_QUANT"))
+                             ("RMS", "ADD_LN", "RMS_QUANT"))
 RMS_FEW_TOKENS_SPLIT, ADD_LN_FEW_TOKENS_SPLIT = _FEW_TOKENS_SPLIT["RMS"], _FEW_TOKENS_SPLIT["ADD_LN"]
-RMS_QUANT_FEW_TOKENS_SPLIT, ADD_RMS_QUANT_FEW_TOKENS_SPLIT = (_FEW_TOKENS_SPLIT["RMS_QUANT"],
-                                                              _FEW_TOKENS_SPLIT["ADD_RMS_QUANT"])
+RMS_QUANT_FEW_TOKENS_SPLIT = _FEW_TOKENS_SPLIT["RMS_QUANT"]
 _WIDE_ATOMIC_SPLIT = _kernels("wide_atomic_split", "deterministic",
                               f"rows of {SPLIT_FROM_WIDTH} columns or more: {ATOMIC_SPLITS} partial sums a row added "
                               "with atomics, in a random order each call: {claim}.determinism",
-                              ("LN", "ADD_RMS", "RMS_QUANT", "LN_QUANT"))
-LN_WIDE_ATOMIC_SPLIT, ADD_RMS_WIDE_ATOMIC_SPLIT = _WIDE_ATOMIC_SPLIT["LN"], _WIDE_ATOMIC_SPLIT["ADD_RMS"]
-RMS_QUANT_WIDE_ATOMIC_SPLIT, LN_QUANT_WIDE_ATOMIC_SPLIT = (_WIDE_ATOMIC_SPLIT["RMS_QUANT"],
-                                                           _WIDE_ATOMIC_SPLIT["LN_QUANT"])
+                              ("LN", "RMS_QUANT"))
+LN_WIDE_ATOMIC_SPLIT, RMS_QUANT_WIDE_ATOMIC_SPLIT = _WIDE_ATOMIC_SPLIT["LN"], _WIDE_ATOMIC_SPLIT["RMS_QUANT"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
     corpus.statistics.LN_TEXTBOOK, name="ln_textbook_declared_bitwise", spec=f"{SPEC}LN_TEXTBOOK_DECLARED_BITWISE",

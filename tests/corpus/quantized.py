@@ -33,22 +33,22 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                                                                     -> *.inputs_unmodified
     ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED  declares a float32 residual_out but rounds it to the residual's dtype
                                                                                       -> add_rms_quant.residual_out
-    {LN,RMS,ADD_RMS}_QUANT_STRIDES_IGNORED  row t of x (and the residual) read at t * d from the view's first element,
+    {RMS,ADD_RMS}_QUANT_STRIDES_IGNORED  row t of x (and the residual) read at t * d from the view's first element,
                                     columns at stride 1 (vllm-project/vllm-xpu-kernels#397, ModelTC/LightLLM#1467,
                                     vllm-project/vllm#28103): a strided, transposed or offset view reads other
                                     values             -> *.values, *.scales (add + RMSNorm: its residual_out)
-    {LN,RMS,ADD_RMS}_QUANT_NAN_HIDDEN      the clamp written fmaxf(-fmax, fminf(v, fmax)) and the amax reduced with
+    {RMS,ADD_RMS}_QUANT_NAN_HIDDEN  the clamp written fmaxf(-fmax, fminf(v, fmax)) and the amax reduced with
                                     fmaxf, both dropping NaN (vLLM's scaled_fp8_conversion, FlashInfer's
                                     RMSNormQuantKernel, flashinfer-ai/flashinfer#2639): a NaN/inf row comes back as
                                     q = +fmax with a finite scale                           -> *.values, *.scales
-    {LN,RMS,ADD_RMS}_QUANT_OUTPUT_BUFFERS_REUSED  q and the dynamic scale copied into buffers kept per shape and
+    {RMS,ADD_RMS}_QUANT_OUTPUT_BUFFERS_REUSED  q and the dynamic scale copied into buffers kept per shape and
                                     format and returned (persistent / CUDA-graph output buffers behind a functional
                                     signature; pytorch/pytorch#104435, vllm-project/vllm#9724's class): the next call
                                     of that shape overwrites them                              -> *.inputs_unmodified
-    {LN,RMS,ADD_RMS}_QUANT_SUBNORMALS_FLUSHED_NARROW  rows of at most 1024 (a one-block path of its own): FP8
+    {RMS,ADD_RMS}_QUANT_SUBNORMALS_FLUSHED_NARROW  rows of at most 1024 (a one-block path of its own): FP8
                                     results below the format's smallest normal flushed to 0 (triton-lang/triton#7382,
                                     #3634: fp32 -> fp8 conversions flushing subnormals)                -> *.values
-    {LN,RMS,ADD_RMS}_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY  the declared floor of the dynamic scale applied as an all-zero
+    {RMS,ADD_RMS}_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY  the declared floor of the dynamic scale applied as an all-zero
                                     guard (amax == 0 ? floor : amax / fmax), not max(amax / fmax, floor) (vLLM's
                                     min_scaling_factor; dropbox/gemlite#38): rows of small amax get a scale below
                                     the floor                                                          -> *.scales
@@ -372,27 +372,26 @@ LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _
     "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
 LN_QUANT_Y_WRITTEN_INTO_X, RMS_QUANT_Y_WRITTEN_INTO_X, ADD_RMS_QUANT_Y_WRITTEN_INTO_X = _every_kind(
     "Y_WRITTEN_INTO_X", _y_written_into_x, "the normalized y also written into x's buffer", "inputs_unmodified")
-LN_QUANT_STRIDES_IGNORED, RMS_QUANT_STRIDES_IGNORED = _every_kind(
+# red-team round 6's escapes, in the kinds it wrote them for (rmsnorm_quant, add_rmsnorm_quant)
+RED_TEAM_KINDS = ("RMS", "ADD_RMS")
+(RMS_QUANT_STRIDES_IGNORED,) = _every_kind(
     "STRIDES_IGNORED", _correct, "row t of x read at t * d: strides and offsets of a view ignored", "values",
-    "scales", around=_strides_ignored, prefixes=("LN", "RMS"))
+    "scales", around=_strides_ignored, prefixes=("RMS",))
 ADD_RMS_QUANT_STRIDES_IGNORED = _kernel(
     "STRIDES_IGNORED", "ADD_RMS", _strides_ignored(_fused(_correct)), "rows t of x and the residual read at t * d: "
     "residual_out (and q, of it) from other elements -> add_rms_quant.residual_out")
-LN_QUANT_NAN_HIDDEN, RMS_QUANT_NAN_HIDDEN, ADD_RMS_QUANT_NAN_HIDDEN = _every_kind(
+RMS_QUANT_NAN_HIDDEN, ADD_RMS_QUANT_NAN_HIDDEN = _every_kind(
     "NAN_HIDDEN", _nan_hidden, "a NaN-dropping clamp fmaxf(-fmax, fminf(v, fmax)) and amax: a NaN/inf row comes back "
-    "as +fmax with a finite scale", "values", "scales")
-(LN_QUANT_OUTPUT_BUFFERS_REUSED, RMS_QUANT_OUTPUT_BUFFERS_REUSED,
- ADD_RMS_QUANT_OUTPUT_BUFFERS_REUSED) = _every_kind(
+    "as +fmax with a finite scale", "values", "scales", prefixes=RED_TEAM_KINDS)
+RMS_QUANT_OUTPUT_BUFFERS_REUSED, ADD_RMS_QUANT_OUTPUT_BUFFERS_REUSED = _every_kind(
     "OUTPUT_BUFFERS_REUSED", _output_buffers_reused, "q and the dynamic scale in buffers kept per shape and format: "
-    "the next call overwrites them", "inputs_unmodified")
-(LN_QUANT_SUBNORMALS_FLUSHED_NARROW, RMS_QUANT_SUBNORMALS_FLUSHED_NARROW,
- ADD_RMS_QUANT_SUBNORMALS_FLUSHED_NARROW) = _every_kind(
+    "the next call overwrites them", "inputs_unmodified", prefixes=RED_TEAM_KINDS)
+RMS_QUANT_SUBNORMALS_FLUSHED_NARROW, ADD_RMS_QUANT_SUBNORMALS_FLUSHED_NARROW = _every_kind(
     "SUBNORMALS_FLUSHED_NARROW", _subnormals_flushed_narrow, f"rows of at most {NARROW_ROWS}: FP8 subnormal results "
-    "flushed to 0", "values")
-(LN_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY, RMS_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY,
- ADD_RMS_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY) = _every_kind(
+    "flushed to 0", "values", prefixes=RED_TEAM_KINDS)
+RMS_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY, ADD_RMS_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY = _every_kind(
     "FLOOR_FOR_ZERO_ROWS_ONLY", _floor_for_zero_rows_only, "the floor of the dynamic scale for all-zero rows only, "
-    "not max(amax / fmax, floor)", "scales")
+    "not max(amax / fmax, floor)", "scales", prefixes=RED_TEAM_KINDS)
 ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED = _kernel(
     "TOKEN_SCALE_UNROUNDED", "ADD_RMS", _token_scale_unrounded,
     "per-token scale from the norm of the unrounded x + residual -> add_rms_quant.scales")
