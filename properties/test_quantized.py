@@ -1,12 +1,15 @@
 """The quantized-output kinds (layernorm_quant, rmsnorm_quant, add_rmsnorm_quant): {ln_quant,rms_quant,add_rms_quant}
-.values, .scales, .saturation, .dequantized, and add_rms_quant.residual_out.
+.values, .scales, .saturation, .dequantized, .inputs_unmodified, and add_rms_quant.residual_out.
 
 The checks, and the derivation each rests on: :mod:`properties.checks.quantized` (claims in
 proofs/claims/quantization.py); the draws: :mod:`properties.draws.quant_strategies` (each declared format, static
-and dynamic scales, all-zero rows, saturating static scales).
+and dynamic scales, all-zero rows, saturating static scales, amax / fmax around the declared floor, FP8 subnormal
+v), and here: x and the residual as strided views, a NaN/inf row, a second call on other values.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -16,19 +19,22 @@ from hypothesis import strategies as st
 from core.boundary import to_kernel
 from proofs.quantization import FORMATS
 from properties import evidence
+from properties.checks.contracts import LAYOUTS, SEQUENCE_LAYOUTS, inside_a_larger_buffer, strided
 from properties.checks.forward import new_parameter_values
 from properties.checks.quantized import (
     check_dequantized,
     check_empty_batch,
     check_inputs_unmodified,
+    check_nonfinite_row,
+    check_outputs_fresh,
     check_residual_out,
     check_saturation,
     check_scales,
     check_values,
     check_values_after_an_in_place_update,
 )
-from properties.draws.quant_strategies import quant_examples, tie_examples
-from properties.draws.strategies import with_no_rows
+from properties.draws.quant_strategies import floor_examples, quant_examples, subnormal_examples, tie_examples
+from properties.draws.strategies import rounded, seeds, standard_values, widths, with_no_rows
 from properties.run import profiles
 
 
@@ -157,3 +163,131 @@ def test_inputs_unmodified(quant_norm_kernel, data):
     """Half the draws under torch.inference_mode() (a serving path that uses x as scratch)."""
     example = data.draw(quant_examples(quant_norm_kernel), "example")
     evidence.check(check_inputs_unmodified, quant_norm_kernel, {**example, "inference": data.draw(st.booleans())})
+
+
+# The draws below catch their bug on almost every example (a layout, a NaN, a second call, a floor, a subnormal):
+# two examples each in the ci profile (40 in thorough)
+EDGE_DRAWS_SHARE = 0.1
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_the_dynamic_scale_around_the_declared_floor(quant_norm_kernel, data):
+    """amax / fmax at 1/4, 1/2 and 2 times the declared floor on non-zero rows (quant_strategies.floor_examples): the
+    scale is max(amax / fmax, floor), not the floor for all-zero rows only (vLLM's min_scaling_factor)."""
+    evidence.check(check_scales, quant_norm_kernel, data.draw(floor_examples(quant_norm_kernel), "example"))
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@pytest.mark.parametrize("scale_kind", ("static", "dynamic"))
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_q_in_the_fp8_subnormal_range(quant_norm_kernel, scale_kind, data):
+    """v below the FP8 format's smallest normal at widths up to 512 (quant_strategies.subnormal_examples): a conversion
+    flushing subnormal results to zero (triton-lang/triton#7382) gives 0 where Q(v) is a subnormal."""
+    example = subnormal_examples(quant_norm_kernel, scale_kind)
+    evidence.check(check_values, quant_norm_kernel, data.draw(example, "example"))
+
+
+# Layouts of x and the residual: the plain norms' strided views (every other column, transposed), a view with a storage
+# offset and rows d + 3 apart (q of a fused qkv projection split with torch.split: vllm-project/vllm-xpu-kernels#397),
+# and [2, 3, d] views whose rows are unevenly spaced (sequence-first seen batch-first, a slice of a longer sequence)
+QUANT_LAYOUTS = (*LAYOUTS, "offset", *SEQUENCE_LAYOUTS)
+LAYOUT_ROWS = 6
+
+
+def _laid_out(example: dict, layout: str) -> dict:
+    """The example with x and the residual (where given) as views in ``layout`` (their values unchanged), NaN outputs
+    judged by the checks (a view read past its bounds reads its buffer's NaN)."""
+    def view(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        if layout == "offset":
+            return inside_a_larger_buffer(t)
+        return strided(t.reshape(2, 3, -1) if layout in SEQUENCE_LAYOUTS else t, layout)
+
+    return {**example, "x": view(example["x"]), "residual": view(example.get("residual")), "allow_nonfinite": True}
+
+
+@st.composite
+def _strided_examples(draw, kernel, scales: tuple[str, ...] = ("static", "dynamic")) -> dict:
+    example = draw(quant_examples(kernel, scales=scales, d=widths().filter(lambda d: d >= 2),
+                                  rows=st.just(LAYOUT_ROWS)))
+    return _laid_out(example, draw(st.sampled_from(QUANT_LAYOUTS), "layout"))
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_q_of_strided_inputs(quant_norm_kernel, data):
+    """x (and the residual) as non-contiguous views: q against the model at the kernel's own scale, as for contiguous
+    x (the values, not the contiguous call's bits: a kernel may sum a strided row in another order, which moves y
+    within its bound and q across a rounding boundary of Q)."""
+    evidence.check(check_values, quant_norm_kernel, data.draw(_strided_examples(quant_norm_kernel), "example"))
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_the_dynamic_scales_of_strided_inputs(quant_norm_kernel, data):
+    """As above, the dynamic per-row scales against the model (amax of the row's own y, not of the memory after the
+    row's first element)."""
+    example = _strided_examples(quant_norm_kernel, scales=("dynamic",))
+    evidence.check(check_scales, quant_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("add_rms_quant.residual_out")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_residual_out_of_strided_inputs(add_quant_norm_kernel, data):
+    """residual_out of strided x and residual: x + residual rounded once, element by element (a layout-independent
+    value, bit for bit, for every correct kernel)."""
+    evidence.check(check_residual_out, add_quant_norm_kernel,
+                   data.draw(_strided_examples(add_quant_norm_kernel), "example"))
+
+
+NONFINITE = (math.nan, math.inf, -math.inf)
+
+
+@st.composite
+def _poisoned_examples(draw, kernel, scales: tuple[str, ...], formats: tuple[str, ...] | None = None) -> dict:
+    """An example of 2 to 5 rows and ``poisoned``: x with a NaN, +inf or -inf at one column of row 0."""
+    example = draw(quant_examples(kernel, scales=scales, formats=formats, rows=st.integers(2, 5)))
+    poisoned = example["x"].clone()
+    column = draw(st.integers(0, poisoned.shape[-1] - 1), "column")
+    poisoned[0, column] = draw(st.sampled_from(NONFINITE), "value")
+    return {**example, "poisoned": poisoned}
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_a_nonfinite_row_under_a_static_fp8_scale(quant_norm_kernel, data):
+    """A NaN/inf in row 0 of x: q NaN where y is (Q(NaN) = NaN), the other rows' q unchanged (checks.quantized.
+    check_nonfinite_row). FP8 only: INT8 has no NaN to show it in, and a static scale none either."""
+    example = _poisoned_examples(quant_norm_kernel, ("static",), ("float8_e4m3fn", "float8_e5m2"))
+    evidence.check(check_nonfinite_row, quant_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_the_dynamic_scale_of_a_nonfinite_row(quant_norm_kernel, data):
+    """A NaN/inf in row 0 of x, each format: the row's dynamic scale NaN (or, FP8, q NaN where y is), the other rows'
+    q and scales unchanged (checks.quantized.check_nonfinite_row)."""
+    example = _poisoned_examples(quant_norm_kernel, ("dynamic",))
+    evidence.check(check_nonfinite_row, quant_norm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("ln_quant.inputs_unmodified", "rms_quant.inputs_unmodified", "add_rms_quant.inputs_unmodified")
+@profiles.share(EDGE_DRAWS_SHARE)
+@given(data=st.data())
+def test_outputs_are_fresh_tensors(quant_norm_kernel, data):
+    """A second call on other values (new seeded rows: -x would give a RMSNorm row the same dynamic scale) leaves the
+    first call's q, dynamic scale and residual_out as they were, half the draws under torch.inference_mode()."""
+    example = data.draw(quant_examples(quant_norm_kernel), "example")
+    x = example["x"]
+    other = rounded(standard_values(tuple(x.shape), "normal", data.draw(seeds(), "seed")), x.dtype, x.device)
+    evidence.check(check_outputs_fresh, quant_norm_kernel,
+                   {**example, "other": other, "inference": data.draw(st.booleans(), "inference")})

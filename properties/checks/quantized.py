@@ -20,9 +20,10 @@ from core import guard
 from core.capabilities import dtype_name
 from properties import evidence, norms, outcome
 from properties.bounds import quantized as bounds
+from properties.checks.bitwise import bit_difference
 from properties.checks.contracts import read_only
 from properties.checks.forward import updated_in_place
-from properties.checks.fused import conclude_residual_out
+from properties.checks.fused import conclude_residual_out, fresh_view
 
 
 def example_of(x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype, residual=None,
@@ -37,11 +38,13 @@ def _point(x: torch.Tensor, quant_dtype: torch.dtype, scale) -> dict:
             "scale": "dynamic" if scale is None else "static"}
 
 
-def _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
+def _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias, allow_nonfinite: bool = False):
     """(q, scale, h) of the kernel (h: the norm's input, x or the returned residual_out); the scale's dtype and shape
-    are checked here for every claim (float32; [..., 1] per row when dynamic), since every check reads it."""
-    given = None if residual is None else residual.clone()
-    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, given, bias))
+    are checked here for every claim (float32; [..., 1] per row when dynamic), since every check reads it. The residual
+    is passed as a copy in its own layout (a view stays a view: checks.fused.fresh_view). ``allow_nonfinite``: a NaN
+    output is judged by the check (a view read past its bounds reads the buffer's NaN), not refused as a fault."""
+    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, fresh_view(residual), bias),
+                     allow_nonfinite=allow_nonfinite)
     s = got["scale"]
     shape = (*x.shape[:-1], 1) if scale is None else tuple(scale.shape)
     if s.dtype != torch.float32 or tuple(s.shape) != shape:
@@ -51,8 +54,8 @@ def _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
     return got["q"], s, got.get("residual_out", x)
 
 
-def _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
-    q, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
+def _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias, allow_nonfinite: bool = False):
+    q, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias, allow_nonfinite)
     fmt = bounds.format_of(quant_dtype)
     y = bounds.declared_y(kernel, h, x, weight, bias, eps)
     s64 = np.broadcast_to(norms.as_float64(s), y.exact.shape)
@@ -61,9 +64,11 @@ def _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias):
 
 
 def check_values(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                 residual=None, bias=None) -> None:
-    """q = Q(y / s) at the kernel's own y (its interval) and returned s."""
-    q, _, fmt, y, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
+                 residual=None, bias=None, allow_nonfinite: bool = False) -> None:
+    """q = Q(y / s) at the kernel's own y (its interval) and returned s (x and the residual in any layout: strided
+    views are normalized as their values; ``allow_nonfinite``: a NaN q fails here, not as a fault)."""
+    q, _, fmt, y, _, v_low, v_high = _intervals(kernel, x, weight, eps, scale, quant_dtype, residual, bias,
+                                                allow_nonfinite)
     q_low, q_high = bounds.quantized(kernel, fmt, v_low, v_high)
     outcome.conclude(_within(q.float(), q_low, q_high, np.isfinite(y.bound), "q"),
                      f"q is not the {fmt.name} rounding of y {'* s' if _multiplies(kernel) else '/ s'} (saturated) "
@@ -110,10 +115,10 @@ def _multiplies(kernel) -> bool:
 
 
 def check_scales(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                 residual=None, bias=None) -> None:
+                 residual=None, bias=None, allow_nonfinite: bool = False) -> None:
     """A dynamic scale within its interval (amax of the declared y over fmax, floored; its inverse for "multiply");
-    a static scale returned as given."""
-    _, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias)
+    a static scale returned as given (``allow_nonfinite`` as :func:`check_values`)."""
+    _, s, h = _outputs(kernel, x, weight, eps, scale, quant_dtype, residual, bias, allow_nonfinite)
     if scale is not None:
         outcome.exact(torch.equal(s, scale), "the static scale returned is not the scale given",
                       "a static scale is returned as given", **_point(x, quant_dtype, scale))
@@ -160,10 +165,12 @@ def check_dequantized(kernel, x: torch.Tensor, weight, eps: float, scale, quant_
 
 
 def check_residual_out(kernel, x: torch.Tensor, weight, eps: float, scale, quant_dtype: torch.dtype,
-                       residual=None, bias=None) -> None:
-    """residual_out as add_rms.residual_out (properties.checks.fused.conclude_residual_out)."""
+                       residual=None, bias=None, allow_nonfinite: bool = False) -> None:
+    """residual_out as add_rms.residual_out (properties.checks.fused.conclude_residual_out), x and the residual in
+    any layout (``allow_nonfinite`` as :func:`check_values`)."""
     given = None if residual is None else residual.clone()
-    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias))
+    got = norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias),
+                     allow_nonfinite=allow_nonfinite)
     conclude_residual_out(kernel, got["residual_out"], x, given, residual, **_point(x, quant_dtype, scale))
 
 
@@ -181,3 +188,71 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, scale, 
     changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only unless "
                   "declared", **_point(x, quant_dtype, scale))
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t as rows [n, d'] (the leading dimensions flattened)."""
+    return t.reshape(-1, t.shape[-1])
+
+
+def _other_rows_unchanged(clean: dict, dirty: dict) -> list[str]:
+    """The outputs whose rows 1.. differ in their bits between the two calls (NaN equal to NaN of the same bits)."""
+    return [name for name, t in clean.items() if t.dim() and _rows(t).shape[0] > 1
+            and bit_difference(_rows(t)[1:], _rows(dirty[name])[1:])[0]]
+
+
+def check_nonfinite_row(kernel, x: torch.Tensor, poisoned: torch.Tensor, weight, eps: float, scale,
+                        quant_dtype: torch.dtype, residual=None, bias=None) -> None:
+    """``poisoned`` is x with a NaN or +-inf in row 0. Then h's row 0 (x, or x + residual) is non-finite there, and so
+    is y: the row's statistics are NaN or infinite (LayerNorm: inf - mean(inf); RMSNorm: inf * rsqrt(inf) = inf 0),
+    y = NaN at every non-finite element of h (and, for a NaN, everywhere in the row), under IEEE arithmetic. The
+    contract (the model of *.values and *.scales, proofs/claims/quantization.py, with NaN propagated as torch's amax,
+    clamp and FP8 conversion do):
+
+    - rows 1.. of q, of a dynamic scale and of residual_out have the bits of the call on x (NaN stays in its row);
+    - row 0 shows the NaN: with a dynamic scale, the row's scale is NaN (amax = max |y_i| of a row with a NaN, the
+      IEEE maximum that propagates NaN), or q is not finite (FP8: NaN; e5m2 also +-inf) at every non-finite element
+      of h (Q(NaN) = NaN: a kernel whose amax drops NaN but whose conversion keeps it is accepted); with a static FP8
+      scale, q is not finite there.
+
+    The failure is a row that comes back finite with a finite scale: a clamp written fmaxf(-M, fminf(v, M)) and an
+    amax reduced with fmaxf (both drop NaN: vLLM's scaled_fp8_conversion, FlashInfer's RMSNormQuantKernel) give
+    q = +fmax where y is NaN and the floor as the scale, and the next GEMM runs on saturated garbage. INT8 has no
+    NaN: a static INT8 scale cannot show it (those draws check the other rows only; the tests draw none)."""
+    point = _point(x, quant_dtype, scale)
+    inputs = example_of(x, weight, eps, scale, quant_dtype, residual, bias)
+    clean = norms.call(kernel, {**inputs, "residual": fresh_view(residual)}, allow_nonfinite=True)
+    dirty = norms.call(kernel, {**inputs, "x": poisoned, "residual": fresh_view(residual)}, allow_nonfinite=True)
+    moved = _other_rows_unchanged({k: v for k, v in clean.items() if k != "scale" or scale is None}, dirty)
+    outcome.exact(not moved, f"a non-finite value in row 0 of x changed rows 1.. of {', '.join(moved)}",
+                  "NaN/inf must stay within their row", **point)
+    h0 = _rows(dirty.get("residual_out", poisoned))[0]
+    where = ~torch.isfinite(h0.float())
+    q0, s0 = _rows(dirty["q"])[0].float(), _rows(dirty["scale"])[0]
+    q_shows = quant_dtype.is_floating_point and bool((~torch.isfinite(q0[where])).all())
+    s_shows = scale is None and bool(torch.isnan(s0).any())
+    column = int(where.nonzero()[0]) if bool(where.any()) else 0
+    given = f"a dynamic scale of {float(s0[0]):g}" if scale is None else "a static scale"
+    outcome.exact(q_shows or s_shows, f"row 0 of h holds {float(h0[column])} at column {column}, but q there is "
+                  f"{float(q0[column]):g} with {given}", "a NaN/inf row must not come back as finite q with a finite "
+                  "scale (the NaN hidden by a NaN-dropping clamp or amax)", **point)
+
+
+def check_outputs_fresh(kernel, x: torch.Tensor, other: torch.Tensor, weight, eps: float, scale,
+                        quant_dtype: torch.dtype, residual=None, bias=None, inference: bool = False) -> None:
+    """A second call on ``other`` (another x; ``inference``: both under torch.inference_mode(), a serving stack's
+    call) leaves the first call's q, dynamic scale and residual_out bit for bit as they were: no output is a
+    buffer the kernel keeps and writes again (a persistent or CUDA-graph output buffer behind a functional
+    signature). A static scale is returned as given (the caller's own tensor): not an output the kernel owns."""
+    def call(values: torch.Tensor) -> dict[str, torch.Tensor]:
+        return norms.call(kernel, example_of(values, weight, eps, scale, quant_dtype, fresh_view(residual), bias),
+                          allow_nonfinite=True, inference=inference)
+
+    first = {name: t for name, t in call(x).items() if name != "scale" or scale is None}
+    kept = {name: t.clone() for name, t in first.items()}
+    call(other)
+    changed = [name for name, t in first.items() if bit_difference(t, kept[name])[0]]
+    mode = "under inference_mode" if inference else "with grad mode on"
+    outcome.exact(not changed, f"a second call {mode} changed the first call's {', '.join(changed)}",
+                  "outputs must be fresh tensors (a reused output buffer is overwritten by the next call)",
+                  **_point(x, quant_dtype, scale))

@@ -66,6 +66,18 @@ WIDE_SAMPLES = ((8, 128),)
 WIDE_LEAST_ROWS = 255  # their batches on both sides of 256 rows
 CUDA_WIDE_ELEMENTS, CPU_WIDE_ELEMENTS = 4097 * 1024, 257 * 1024  # the most elements of such a call
 VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
+# Model widths (hidden sizes 2048 to 8192), where a serving kernel splits a row over several programs when the tokens
+# are fewer than the SMs (Thinking Machines, "Defeating Nondeterminism in LLM Inference": split reductions for small
+# batches) or adds the partials of a multi-CTA row with atomics (TransformerEngine's ctas_per_row): rows of
+# WIDE_ROWS' at most 1024 never take that path. Their batches: 131 tokens (below 132 SMs) and 257 (above 256), the
+# windows one token and MODEL_WIDTH_WINDOW (a decode batch: a split sum differs from the whole row's in some rows
+# only, a fifth of them at d = 4096); determinism: MODEL_WIDTH_DETERMINISM_ROWS rows, repeated. float32 rows only: the
+# partial sums of 16-bit rows (squares of 8 or 11 significant bits, a few thousand of them) are exact in float32, so
+# any order of them gives the same bits, and a split or an atomic order cannot show
+MODEL_WIDTHS = (2048, 4096, 8192)  # the narrowest first: the first example's calls are the cheapest
+MODEL_WIDTH_BATCHES = (257, 131)
+MODEL_WIDTH_WINDOW = 32
+MODEL_WIDTH_DETERMINISM_ROWS = (32,)
 
 
 def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS, wide: bool = False,
@@ -83,10 +95,14 @@ def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS, wide: 
 
 
 @st.composite
-def row_shapes(draw, kernel: Kernel, least: int = 1, wide: bool = False) -> tuple[int, ...]:
+def row_shapes(draw, kernel: Kernel, least: int = 1, wide: bool = False,
+               row_widths: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """The shape of one row: (d,) with d <= :data:`MAX_WIDTH`, or a sample's (C, S) of a kind over x [N, C, *], with
     S >= ``least``; the widest first (the first example Hypothesis tries has the longest reductions). ``wide``: one
-    of :data:`WIDE_ROWS` or :data:`WIDE_SAMPLES`."""
+    of :data:`WIDE_ROWS` or :data:`WIDE_SAMPLES`; ``row_widths``: (d,) with d one of them (the row kinds)."""
+    if row_widths is not None:
+        assert kernel.record.scope == "row", "row widths are for the kinds normalizing rows"
+        return (draw(st.sampled_from(row_widths)),)
     if wide:
         return draw(st.sampled_from(WIDE_ROWS if kernel.record.scope == "row" else WIDE_SAMPLES))
     if kernel.record.scope != "row":
@@ -105,11 +121,15 @@ def as_channels_last(x: torch.Tensor) -> torch.Tensor:
 
 @st.composite
 def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: bool = False,
-                     wide: bool = False, channels_last: bool | None = None, cpu_elements: int = CPU_ELEMENTS) -> dict:
+                     wide: bool = False, channels_last: bool | None = None, cpu_elements: int = CPU_ELEMENTS,
+                     row_widths: tuple[int, ...] | None = None, rows: tuple[int, ...] | None = None,
+                     dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
     """One call's inputs for a norm kernel of any kind, keyed by role, with its upstream gradients ``dy`` (and ``dh``
     for the residual kinds); the row count among :func:`batch_sizes` on the kernel's device (at most ``cpu_rows``
     rows and ``cpu_elements`` elements on the CPU). ``wide``: long rows (:func:`row_shapes`), at least
-    :data:`WIDE_LEAST_ROWS` of them.
+    :data:`WIDE_LEAST_ROWS` of them. ``row_widths`` and ``rows``: the row kinds' widths and the row counts drawn
+    instead, on any device (:data:`MODEL_WIDTHS`, :data:`MODEL_WIDTH_BATCHES`); ``dtypes``: x's dtypes, among those
+    the kernel computes in.
     ``channels_last``: x [N, C, S] as a channels-last [N, C, S / a, a] (:func:`as_channels_last`; the kinds with
     per-channel parameters, S >= 2 drawn then); None: drawn for those kinds.
     ``window``: the example also holds ``window`` = (offset, k), rows offset to offset + k - 1 to be called again on
@@ -117,12 +137,13 @@ def bitwise_examples(draw, kernel: Kernel, cpu_rows: int = CPU_ROWS, window: boo
     call first (its rows at other positions there than on their own), else anywhere."""
     caps = discover(kernel)
     record = kernel.record
-    dtype = draw(storage_dtypes(kernel))
+    dtype = draw(storage_dtypes(kernel, dtypes))
     # the mode: training first; eval only for batch invariance where the statistics couple the samples
     training = record.running_statistics and not (window and record.batch_statistics) and draw(
         st.sampled_from((True, False)), label="training")
-    row_shape = draw(row_shapes(kernel, least=2 if training or channels_last else 1, wide=wide))
-    sizes = batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide, cpu_elements)
+    row_shape = draw(row_shapes(kernel, least=2 if training or channels_last else 1, wide=wide,
+                                row_widths=row_widths))
+    sizes = rows or batch_sizes(caps.device, math.prod(row_shape), cpu_rows, wide, cpu_elements)
     n = draw(st.sampled_from([s for s in sizes if s >= WIDE_LEAST_ROWS] if wide else sizes), label="rows")
     shape = (n, *row_shape)
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
-from proofs.quantization import Format
+from proofs.quantization import FORMATS, Format
 from properties import norms
 from properties.bounds import tolerance
 from properties.bounds.quantized import format_of
@@ -61,12 +61,14 @@ def _with_zero_row(example: dict) -> dict:
 @st.composite
 def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "dynamic"),
                    saturating: bool = False, formats: tuple[str, ...] | None = None,
-                   d: st.SearchStrategy[int] | None = None, rows: st.SearchStrategy[int] | None = None) -> dict:
+                   d: st.SearchStrategy[int] | None = None, rows: st.SearchStrategy[int] | None = None,
+                   dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
     """One example: the norm's arguments and ``scale``, ``quant_dtype`` (module docstring). ``scales``: the kinds of
     scale the test draws, among those the kernel declares; ``formats``: the formats it draws, among the declared
     ones (default: all of them); none of either declared: the test is skipped, saying so. ``saturating``: static
     scales that push the largest |v| beyond the format's range. ``d``: the widths (default up to MAX_WIDTH); ``rows``:
-    the tokens of x [rows, d] (default: x of 2 or 3 dimensions, strategies.row_counts' rows)."""
+    the tokens of x [rows, d] (default: x of 2 or 3 dimensions, strategies.row_counts' rows); ``dtypes``: x's dtypes,
+    among those the kernel computes in (default: all of them)."""
     declared = kernel.quantization
     taken = [kind for kind in scales if kind in declared.scales]
     if not taken:
@@ -80,10 +82,10 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
     ndims = DIMS if n is None else st.just(2)
     if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
         example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=ndims,
-                                         n=n, more_rows_every=MORE_ROWS_EVERY))
+                                         n=n, more_rows_every=MORE_ROWS_EVERY, dtypes=dtypes))
     else:
         example = draw(norm_examples(kernel, d=d, ndims=ndims, n=None if n is None else st.just(n),
-                                     more_rows_every=MORE_ROWS_EVERY))
+                                     more_rows_every=MORE_ROWS_EVERY, dtypes=dtypes))
     quant_dtype = getattr(torch, draw(st.sampled_from(chosen)))
     if draw(st.sampled_from(taken)) == "dynamic":
         if draw(st.sampled_from((False, False, True))):
@@ -110,6 +112,105 @@ def static_scale(kernel: Kernel, quant_dtype: torch.dtype, amax: float, factor: 
     if kernel.quantization.scale_convention == "multiply":
         scale = 1.0 / scale
     return rounded(torch.tensor([scale], dtype=torch.float64, device=HOST), torch.float32, discover(kernel).device)
+
+
+# floor_examples: the largest amax / fmax of the example at these multiples of the declared floor of the dynamic scale
+# (below it, where max(amax / fmax, floor) is the floor, and just above it)
+FLOOR_FACTORS = (0.25, 0.5, 2.0)
+FLOOR_HEADROOM = 2.0**10  # amax at least this many times x's smallest normal: y and the weight stay normal numbers
+
+
+def _effective(kernel: Kernel, example: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(gamma, beta) in float64: the effective weight (ones where there is none) and the bias (None)."""
+    weight, bias = example["weight"], example.get("bias")
+    gamma = (torch.ones(example["x"].shape[-1], dtype=torch.float64, device=HOST) if weight is None
+             else kernel.weight_offset + weight.to(HOST, torch.float64))
+    return gamma, None if bias is None else bias.to(HOST, torch.float64)
+
+
+def _rescaled(kernel: Kernel, example: dict, gamma: torch.Tensor, beta: torch.Tensor | None) -> dict:
+    """The example with the effective weight ``gamma`` and bias ``beta`` (float64), stored in the dtypes and on the
+    device of its weight (x's where it has none) and bias."""
+    like = example["weight"] if example["weight"] is not None else example["x"]
+    new = {"weight": rounded(gamma - kernel.weight_offset, like.dtype, like.device)}
+    if beta is not None:
+        new["bias"] = rounded(beta, example["bias"].dtype, example["bias"].device)
+    return {**example, **new}
+
+
+def _small_weights(kernel: Kernel) -> None:
+    """Skip, saying why, a kernel whose effective weight is weight_offset + w (Gemma's 1 + w): a small gamma is then
+    not a number its weight's dtype holds (1 + w rounds back to 1)."""
+    if kernel.weight_offset != 0:
+        pytest.skip(f"{kernel.name} stores its weight as gamma - {kernel.weight_offset:g}: a gamma of 1e-6 is not "
+                    f"representable that way")
+
+
+@st.composite
+def floor_examples(draw, kernel: Kernel) -> dict:
+    """A dynamic-scale example whose largest amax / fmax is c times the declared floor s_min of the dynamic scale, c
+    in :data:`FLOOR_FACTORS`: weight and bias (gamma = 1 where there is none) multiplied by c fmax s_min / amax(y*),
+    so that the scale max(amax / fmax, s_min) of non-zero rows is the floor (c < 1) or just above it (c = 2). Every
+    other draw keeps amax / fmax >= min |gamma| / fmax, far above a floor such as vLLM's 1 / (448 * 512): a kernel
+    applying the floor to all-zero rows only (scale = amax == 0 ? s_min : amax / fmax) passes them. x's dtype is one
+    whose normal range holds amax (FLOOR_HEADROOM); a kernel declaring no floor (s_min = 0) skips."""
+    declared = kernel.quantization
+    if declared.minimum_scale <= 0 or "dynamic" not in declared.scales:
+        pytest.skip(f"{kernel.name} declares no floor of a dynamic scale (minimum_scale={declared.minimum_scale:g}, "
+                    f"scales {', '.join(declared.scales)})")
+    _small_weights(kernel)
+    fmt = format_of(getattr(torch, draw(st.sampled_from(declared.formats))))
+    c = draw(st.sampled_from(FLOOR_FACTORS), label="amax / fmax over the floor")
+    target = c * fmt.fmax * declared.minimum_scale
+    held = tuple(dtype for dtype in (torch.float32, torch.bfloat16, torch.float16)
+                 if target >= FLOOR_HEADROOM * torch.finfo(dtype).tiny)
+    if not held:
+        pytest.skip(f"no dtype holds an amax of {target:g} as a normal number")
+    example = draw(quant_examples(kernel, scales=("dynamic",), formats=(fmt.name,), dtypes=held))
+    amax = reference_amax(kernel, example)
+    assume(amax > 0)
+    gamma, beta = _effective(kernel, example)
+    factor = target / amax
+    return _rescaled(kernel, example, gamma * factor, None if beta is None else beta * factor)
+
+
+# subnormal_examples: FP8 values of v below the format's smallest normal 2^e_min (e4m3fn 2^-6, e5m2 2^-14)
+SUBNORMAL_SHIFTS = 4  # the columns' weights spread over this many binades below the top one
+
+
+@st.composite
+def subnormal_examples(draw, kernel: Kernel, scale: str) -> dict:
+    """An FP8 example at any width whose v = y / s fall into the format's subnormal range (|v| < 2^e_min), where a
+    conversion that flushes subnormal results to zero (triton-lang/triton#7382) differs: ``scale`` "static", s =
+    2 amax(y*) / 2^e_min (every |v| at most half the smallest normal: subnormal, or 0 below the smallest subnormal);
+    "dynamic", weight column 0 gamma_0 = 1 and column j > 0 multiplied by 2^-(K + j mod SUBNORMAL_SHIFTS),
+    2^K >= fmax / 2^e_min, so that where column 0 holds the row's amax, v_j = fmax |y_j| / amax is about 2^e_min
+    |x_hat_j / x_hat_0| 2^-(j mod 4): subnormal for most j, x in a dtype whose normal range holds those weights
+    (bfloat16, float32). Random rows reach |v| < 2^e_min only at d = 4096 and more (|y| / amax < 2^-15 for
+    e4m3fn)."""
+    declared = kernel.quantization
+    fp8 = tuple(name for name in declared.formats if FORMATS[name].mantissa)
+    if not fp8:
+        pytest.skip(f"{kernel.name} writes no FP8 format (it writes {', '.join(declared.formats)}): no subnormals")
+    fmt = FORMATS[draw(st.sampled_from(fp8))]
+    smallest_normal = 2.0**fmt.min_exponent
+    if scale == "static":
+        example = draw(quant_examples(kernel, scales=(scale,), formats=(fmt.name,)))
+        amax = reference_amax(kernel, example)
+        assume(amax > 0)
+        return {**example, "scale": static_scale(kernel, example["quant_dtype"], amax, 2 * fmt.fmax / smallest_normal)}
+    _small_weights(kernel)
+    shift = int(np.ceil(np.log2(fmt.fmax / smallest_normal)))
+    smallest_weight = 2.0 ** -(shift + SUBNORMAL_SHIFTS - 1)
+    held = tuple(dtype for dtype in (torch.float32, torch.bfloat16, torch.float16)
+                 if smallest_weight >= torch.finfo(dtype).tiny)
+    example = draw(quant_examples(kernel, scales=(scale,), formats=(fmt.name,), dtypes=held))
+    d = example["x"].shape[-1]
+    columns = torch.arange(d, dtype=torch.float64, device=HOST)
+    spread = torch.where(columns == 0, 1.0, torch.exp2(-(shift + columns % SUBNORMAL_SHIFTS)))
+    gamma, beta = _effective(kernel, example)
+    return _rescaled(kernel, example, torch.where(columns == 0, 1.0, gamma) * spread,
+                     None if beta is None else beta * spread)
 
 
 # tie_examples: rows of +-a (a = 2^TIE_ROW_EXPONENTS), a static scale s = 2^TIE_SCALE_EXPONENTS, FP8 ties in the

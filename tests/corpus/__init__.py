@@ -68,10 +68,12 @@ The files, by where the bug is:
     bitwise.py       declared batch invariant or deterministic, and not: a reduction order switched at 256 rows
                      or by position (every norm kind; BatchNorm's in eval mode), dweight
                      summed in a random order each call (atomics; the kinds over [N, C, *] too), a quantized norm's
-                     sums in a random order each call + declared controls
+                     sums in a random order each call, rows of 2048+ split over programs for fewer than 132 tokens or
+                     added with atomics + declared controls
     quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
-                     inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded + declared
-                     multiply / symmetric INT8 controls
+                     inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded, strides
+                     ignored, NaN hidden by the clamp, reused output buffers, narrow-row FP8 subnormals flushed, the
+                     floor for zero rows only + declared multiply / symmetric INT8 controls
     reported.py      modelled on real bug reports (GroupNorm, BatchNorm, InstanceNorm, LayerNorm over (C, *), RMSNorm
                      and its quantized kinds), each on the path a shape, layout or batch size takes: groups straddling
                      a block of 128 channels, channels-last merges and Welford blocks, 16-bit channels-last eval,
@@ -163,6 +165,14 @@ QUANTIZED_BUGS = {
     "STALE_SCALE": ("values",),
     "NO_SATURATION": ("saturation",),
     "Y_WRITTEN_INTO_X": ("inputs_unmodified",),
+}
+# red-team round 6's (inference) escapes, for RMSNorm (rms_quant) and add + RMSNorm (add_rms_quant), the kinds of its
+# quant.py (the draws that catch them are the same for LayerNorm's)
+RED_TEAM_QUANTIZED_BUGS = {
+    "NAN_HIDDEN": ("values", "scales"),
+    "OUTPUT_BUFFERS_REUSED": ("inputs_unmodified",),
+    "SUBNORMALS_FLUSHED_NARROW": ("values",),
+    "FLOOR_FOR_ZERO_ROWS_ONLY": ("scales",),
 }
 
 CORPUS: tuple[Entry, ...] = (
@@ -472,11 +482,22 @@ CORPUS: tuple[Entry, ...] = (
       for prefix in ("ln", "rms", "add_ln", "add_rms", "gn", "cln", "in", "bn")),
     *(_broken(f"bitwise.py:{prefix.upper()}_RANDOM_ORDER", f"{prefix}.determinism")
       for prefix in ("ln_quant", "rms_quant", "add_rms_quant")),
+    # red-team round 6 (inference): rows of a model's width split over programs (few tokens; atomics)
+    *(_broken(f"bitwise.py:{prefix.upper()}_FEW_TOKENS_SPLIT", f"{prefix}.batch_invariance")
+      for prefix in ("rms", "add_ln", "rms_quant")),
+    *(_broken(f"bitwise.py:{prefix.upper()}_WIDE_ATOMIC_SPLIT", f"{prefix}.determinism")
+      for prefix in ("ln", "rms_quant")),
     # quantized.py: the quantized-output kinds (issue 29)
     *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
       for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
     _broken("quantized.py:ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED", "add_rms_quant.scales"),
     _broken("quantized.py:ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED", "add_rms_quant.residual_out"),
+    *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
+      for prefix in ("rms", "add_rms") for bug, claims in RED_TEAM_QUANTIZED_BUGS.items()),
+    # strides ignored: q and the scales are judged at the kernel's own residual_out, which the add kind reads wrong
+    # as well (it sums the wrong elements): its residual_out shows it
+    _broken("quantized.py:RMS_QUANT_STRIDES_IGNORED", "rms_quant.values", "rms_quant.scales"),
+    _broken("quantized.py:ADD_RMS_QUANT_STRIDES_IGNORED", "add_rms_quant.residual_out"),
     # reported.py: modelled on real bug reports (a red-team session's escapes, each caught since its draws)
     _broken("reported.py:GN_BLOCK_STRADDLE_128", "gn.forward"),
     _broken("reported.py:GN_CHANNELS_LAST_MERGE_NO_SPREAD", "gn.layout_invariance"),

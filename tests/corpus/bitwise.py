@@ -27,6 +27,15 @@ statistics summed in float32, the weight and bias applied per row, autograd back
     {LN,RMS,ADD_RMS}_QUANT_BATCH_SIZE_SWITCH  a quantized norm: from 256 rows up its row sums run left to right, so
                               y, hence the dynamic per-row scales reduced from it (and q where a rounding boundary
                               lies between), change bits with the batch size             -> *_quant.batch_invariance
+    {RMS,ADD_LN,RMS_QUANT}_FEW_TOKENS_SPLIT  fewer than 132 tokens (an H100's SMs) of rows of 2048
+                              columns or more: each row's sums split over 4 programs, the partials added (a split
+                              reduction filling the GPU at decode batch sizes: Thinking Machines, "Defeating
+                              Nondeterminism in LLM Inference"; vllm-project/vllm#48271's class): one request's bits
+                              differ from the batch of 257's, at model widths only          -> *.batch_invariance
+    {LN,RMS_QUANT}_WIDE_ATOMIC_SPLIT  rows of 2048 columns or more: 8 programs a row, their partial
+                              sums atomically added in the order they finish (TransformerEngine's multi-CTA rows,
+                              the split + atomics pattern of the same post; karpathy/llm.c#190's class)
+                                                                                             -> *.determinism
     LN_TEXTBOOK_DECLARED_BITWISE, GN_CORRECT_DECLARED_BITWISE: correct kernels of the corpus declaring both: the
                               controls (the contracts hold for them)
 
@@ -40,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -53,6 +63,9 @@ SPEC = "tests/corpus/bitwise.py:"
 SWITCH_ROWS = 256  # vLLM's RMSNorm switched its block size at 256 tokens
 TOKEN_SWITCH_ROWS = 1024  # vLLM's per-token quant norms pick their block size by token count past 1024
 SECOND_WAVE = 128  # the first row of the second wave of a grid of 128 programs
+# a row of SPLIT_FROM_WIDTH columns or more split over programs: SPLITS of them when the tokens are fewer than
+# SPLIT_BELOW_TOKENS (an H100's SMs), ATOMIC_SPLITS adding their partials with atomics
+SPLIT_BELOW_TOKENS, SPLIT_FROM_WIDTH, SPLITS, ATOMIC_SPLITS = 132, 2048, 4, 8
 
 
 def left_to_right(values: torch.Tensor, dim: int) -> torch.Tensor:
@@ -81,13 +94,34 @@ def _random_order_sum(values: torch.Tensor) -> torch.Tensor:
     return left_to_right(values[..., order], -1).unsqueeze(-1)
 
 
-def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool | None) -> torch.Tensor:
+def _split_sum(values: torch.Tensor) -> torch.Tensor:
+    """float32 sums over the last axis, [..., 1], as :data:`SPLITS` programs sum a row: each its contiguous part, the
+    partials then added in order (another order than torch's one vectorized sum of the whole row)."""
+    return sum(part.sum(-1, keepdim=True) for part in values.chunk(SPLITS, dim=-1))
+
+
+def _atomic_split_sum(values: torch.Tensor) -> torch.Tensor:
+    """float32 sums over the last axis, [..., 1], as :data:`ATOMIC_SPLITS` programs sum a row and atomically add their
+    partials into one accumulator in the order they finish (drawn anew on each call): the bits change between calls."""
+    parts = values.chunk(ATOMIC_SPLITS, dim=-1)
+    generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+    order = torch.randperm(len(parts), generator=generator).tolist()
+    total = parts[order[0]].sum(-1, keepdim=True)
+    for index in order[1:]:
+        total = total + parts[index].sum(-1, keepdim=True)
+    return total
+
+
+def _normalized(rows: torch.Tensor, centred: bool, eps: float, sequential: torch.Tensor | bool | None,
+                summed: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """(rows - mean) / sqrt(var + eps) (LayerNorm) or rows / sqrt(mean(rows^2) + eps) (RMSNorm), two-pass in float32;
     the sums as :func:`_row_sum` says, or in a random order (:func:`_random_order_sum`) where ``sequential`` is
-    None."""
+    None, or by ``summed`` where given."""
     m = rows.shape[-1]
 
     def row_sum(values: torch.Tensor) -> torch.Tensor:
+        if summed is not None:
+            return summed(values)
         return _random_order_sum(values) if sequential is None else _row_sum(values, sequential)
 
     if centred:
@@ -140,7 +174,12 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: i
         sequential = (torch.arange(samples, device=h.device) >= SECOND_WAVE).reshape(*rows.shape[:-1], 1)
     else:
         sequential = False
-    y = _normalized(rows, centred, eps, sequential).reshape(values.shape)
+    summed = None
+    if bug == "few_tokens_split" and samples < SPLIT_BELOW_TOKENS and rows.shape[-1] >= SPLIT_FROM_WIDTH:
+        summed = _split_sum
+    elif bug == "wide_atomic_split" and rows.shape[-1] >= SPLIT_FROM_WIDTH:
+        summed = _atomic_split_sum
+    y = _normalized(rows, centred, eps, sequential, summed).reshape(values.shape)
     atomic = bug == "atomic_dweight"
     w = _per_row(weight, samples, tuple(values.shape), atomic, grouped)
     b = _per_row(bias, samples, tuple(values.shape), atomic, grouped)
@@ -284,6 +323,17 @@ _RANDOM_ORDER = _kernels("random_order", "deterministic",
 LN_QUANT_RANDOM_ORDER, RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["LN_QUANT"], _RANDOM_ORDER["RMS_QUANT"]
 ADD_RMS_QUANT_RANDOM_ORDER = _RANDOM_ORDER["ADD_RMS_QUANT"]
 ADD_LN_ATOMIC_DWEIGHT, ADD_RMS_ATOMIC_DWEIGHT = _ATOMIC["ADD_LN"], _ATOMIC["ADD_RMS"]
+_FEW_TOKENS_SPLIT = _kernels("few_tokens_split", "batch_invariant",
+                             f"fewer than {SPLIT_BELOW_TOKENS} tokens of rows of {SPLIT_FROM_WIDTH} columns or more: "
+                             f"each row's sums split over {SPLITS} programs: {{claim}}.batch_invariance",
+                             ("RMS", "ADD_LN", "RMS_QUANT"))
+RMS_FEW_TOKENS_SPLIT, ADD_LN_FEW_TOKENS_SPLIT = _FEW_TOKENS_SPLIT["RMS"], _FEW_TOKENS_SPLIT["ADD_LN"]
+RMS_QUANT_FEW_TOKENS_SPLIT = _FEW_TOKENS_SPLIT["RMS_QUANT"]
+_WIDE_ATOMIC_SPLIT = _kernels("wide_atomic_split", "deterministic",
+                              f"rows of {SPLIT_FROM_WIDTH} columns or more: {ATOMIC_SPLITS} partial sums a row added "
+                              "with atomics, in a random order each call: {claim}.determinism",
+                              ("LN", "RMS_QUANT"))
+LN_WIDE_ATOMIC_SPLIT, RMS_QUANT_WIDE_ATOMIC_SPLIT = _WIDE_ATOMIC_SPLIT["LN"], _WIDE_ATOMIC_SPLIT["RMS_QUANT"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
     corpus.statistics.LN_TEXTBOOK, name="ln_textbook_declared_bitwise", spec=f"{SPEC}LN_TEXTBOOK_DECLARED_BITWISE",

@@ -33,6 +33,25 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                                                                     -> *.inputs_unmodified
     ADD_RMS_QUANT_RESIDUAL_OUT_ROUNDED  declares a float32 residual_out but rounds it to the residual's dtype
                                                                                       -> add_rms_quant.residual_out
+    {RMS,ADD_RMS}_QUANT_STRIDES_IGNORED  row t of x (and the residual) read at t * d from the view's first element,
+                                    columns at stride 1 (vllm-project/vllm-xpu-kernels#397, ModelTC/LightLLM#1467,
+                                    vllm-project/vllm#28103): a strided, transposed or offset view reads other
+                                    values             -> *.values, *.scales (add + RMSNorm: its residual_out)
+    {RMS,ADD_RMS}_QUANT_NAN_HIDDEN  the clamp written fmaxf(-fmax, fminf(v, fmax)) and the amax reduced with
+                                    fmaxf, both dropping NaN (vLLM's scaled_fp8_conversion, FlashInfer's
+                                    RMSNormQuantKernel, flashinfer-ai/flashinfer#2639): a NaN/inf row comes back as
+                                    q = +fmax with a finite scale                           -> *.values, *.scales
+    {RMS,ADD_RMS}_QUANT_OUTPUT_BUFFERS_REUSED  q and the dynamic scale copied into buffers kept per shape and
+                                    format and returned (persistent / CUDA-graph output buffers behind a functional
+                                    signature; pytorch/pytorch#104435, vllm-project/vllm#9724's class): the next call
+                                    of that shape overwrites them                              -> *.inputs_unmodified
+    {RMS,ADD_RMS}_QUANT_SUBNORMALS_FLUSHED_NARROW  rows of at most 1024 (a one-block path of its own): FP8
+                                    results below the format's smallest normal flushed to 0 (triton-lang/triton#7382,
+                                    #3634: fp32 -> fp8 conversions flushing subnormals)                -> *.values
+    {RMS,ADD_RMS}_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY  the declared floor of the dynamic scale applied as an all-zero
+                                    guard (amax == 0 ? floor : amax / fmax), not max(amax / fmax, floor) (vLLM's
+                                    min_scaling_factor; dropbox/gemlite#38): rows of small amax get a scale below
+                                    the floor                                                          -> *.scales
     RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
                                     dynamic scale fmax / amax): correct
     {LN,RMS,ADD_RMS}_QUANT_RECIPROCAL_SCALE  the dynamic scale as amax * fl(1/fmax), two float32 roundings, as torch's
@@ -42,6 +61,7 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -191,6 +211,78 @@ def _symmetric_int8(y32, x, scale, quant_dtype):
     return (q if quant_dtype.is_floating_point else q.clamp(min=-127)), s
 
 
+def _nan_hidden(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None:  # the bug: amax reduced with fmaxf, which drops NaN
+        magnitude = y.abs()
+        amax = torch.where(torch.isnan(magnitude), 0.0, magnitude).amax(-1, keepdim=True)
+        scale = torch.clamp(amax / _fmax(quant_dtype), min=MINIMUM_SCALE)
+    v = y / scale.float()
+    fmax = _fmax(quant_dtype)
+    lowest = -fmax if quant_dtype.is_floating_point else float(torch.iinfo(quant_dtype).min)
+    if not quant_dtype.is_floating_point:
+        v = torch.round(v)
+    # the bug: fmaxf(lowest, fminf(v, fmax)), which takes the number where v is NaN: +fmax
+    v = torch.fmax(torch.fmin(v, torch.full_like(v, fmax)), torch.full_like(v, lowest))
+    return v.to(quant_dtype), scale
+
+
+_OUTPUT_BUFFERS: dict[tuple, torch.Tensor] = {}
+
+
+def _output_buffers_reused(y32, x, scale, quant_dtype):
+    q, s = _correct(y32, x, scale, quant_dtype)
+    key = (tuple(q.shape), quant_dtype, str(q.device))
+    kept = _OUTPUT_BUFFERS.setdefault((*key, "q"), torch.empty_like(q))  # the bug: one buffer per shape and format
+    kept.copy_(q)
+    if scale is not None:
+        return kept, s
+    kept_scale = _OUTPUT_BUFFERS.setdefault((*key, "scale"), torch.empty_like(s))
+    kept_scale.copy_(s)
+    return kept, kept_scale
+
+
+NARROW_ROWS = 1024  # the widest row of the one-block path
+
+
+def _subnormals_flushed_narrow(y32, x, scale, quant_dtype):
+    q, s = _correct(y32, x, scale, quant_dtype)
+    if not quant_dtype.is_floating_point or y32.shape[-1] > NARROW_ROWS:
+        return q, s
+    values = q.float()  # the bug: a subnormal result of the conversion flushed to 0
+    return torch.where(values.abs() < torch.finfo(quant_dtype).smallest_normal, 0.0, values).to(quant_dtype), s
+
+
+def _floor_for_zero_rows_only(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None:  # the bug: the floor as an all-zero guard, not max(amax / fmax, floor)
+        ratio = y.abs().amax(-1, keepdim=True) / _fmax(quant_dtype)
+        scale = torch.where(ratio == 0, MINIMUM_SCALE, ratio)
+    return quantize(y, scale, quant_dtype)
+
+
+def _as_if_contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
+    """t's shape read from its first element at contiguous strides (row r at r * d): another view's values."""
+    if t is None or t.is_contiguous() or not t.numel():
+        return t
+    strides = [1] * t.dim()
+    for axis in range(t.dim() - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * t.shape[axis + 1]
+    return torch.as_strided(t, t.shape, strides, t.storage_offset())
+
+
+def _strides_ignored(kind: Callable) -> Callable:
+    """The kind's kernel reading x (and the residual) as :func:`_as_if_contiguous` does."""
+    @functools.wraps(kind)
+    def reading_rows_at_t_times_d(x, *arguments):
+        if kind.__name__ == "add_rmsnorm_quant":
+            residual, *arguments = arguments
+            return kind(_as_if_contiguous(x), _as_if_contiguous(residual), *arguments)
+        return kind(_as_if_contiguous(x), *arguments)
+
+    return reading_rows_at_t_times_d
+
+
 def _layernorm(quantized: Callable) -> Callable:
     def layernorm_quant(x, weight, bias, eps, scale, quant_dtype):
         return quantized(ln_float32(x, weight, bias, eps), x, scale, quant_dtype)
@@ -235,12 +327,19 @@ def _kernel(name: str, kind_prefix: str, fn: Callable, description: str, **decla
                   **declarations)
 
 
-def _every_kind(name: str, quantized: Callable, what: str, *claims: str) -> tuple[Kernel, ...]:
-    """The bug in the three kinds, each description naming its claims ``{prefix}_quant.{claim}``."""
+def _every_kind(name: str, quantized: Callable, what: str, *claims: str,
+                around: Callable[[Callable], Callable] | None = None,
+                prefixes: tuple[str, ...] = tuple(WRAPPERS)) -> tuple[Kernel, ...]:
+    """The bug in the three kinds (``prefixes``: some of them), each description naming its claims
+    ``{prefix}_quant.{claim}``; ``around``: the bug in how the kind's function is called (its inputs), wrapped around
+    the kind quantizing with ``quantized``."""
     def description(prefix: str) -> str:
         return f"{what} -> {', '.join(f'{prefix.lower()}_quant.{claim}' for claim in claims)}"
 
-    return tuple(_kernel(name, prefix, wrap(quantized), description(prefix)) for prefix, wrap in WRAPPERS.items())
+    def kind(wrap: Callable) -> Callable:
+        return wrap(quantized) if around is None else around(wrap(quantized))
+
+    return tuple(_kernel(name, prefix, kind(WRAPPERS[prefix]), description(prefix)) for prefix in prefixes)
 
 
 LN_QUANT_AMAX_UNROUNDED, RMS_QUANT_AMAX_UNROUNDED, ADD_RMS_QUANT_AMAX_UNROUNDED = _every_kind(
@@ -273,6 +372,26 @@ LN_QUANT_NO_SATURATION, RMS_QUANT_NO_SATURATION, ADD_RMS_QUANT_NO_SATURATION = _
     "NO_SATURATION", _no_saturation, "no clamp to the format's range", "saturation")
 LN_QUANT_Y_WRITTEN_INTO_X, RMS_QUANT_Y_WRITTEN_INTO_X, ADD_RMS_QUANT_Y_WRITTEN_INTO_X = _every_kind(
     "Y_WRITTEN_INTO_X", _y_written_into_x, "the normalized y also written into x's buffer", "inputs_unmodified")
+# red-team round 6's escapes, in the kinds it wrote them for (rmsnorm_quant, add_rmsnorm_quant)
+RED_TEAM_KINDS = ("RMS", "ADD_RMS")
+(RMS_QUANT_STRIDES_IGNORED,) = _every_kind(
+    "STRIDES_IGNORED", _correct, "row t of x read at t * d: strides and offsets of a view ignored", "values",
+    "scales", around=_strides_ignored, prefixes=("RMS",))
+ADD_RMS_QUANT_STRIDES_IGNORED = _kernel(
+    "STRIDES_IGNORED", "ADD_RMS", _strides_ignored(_fused(_correct)), "rows t of x and the residual read at t * d: "
+    "residual_out (and q, of it) from other elements -> add_rms_quant.residual_out")
+RMS_QUANT_NAN_HIDDEN, ADD_RMS_QUANT_NAN_HIDDEN = _every_kind(
+    "NAN_HIDDEN", _nan_hidden, "a NaN-dropping clamp fmaxf(-fmax, fminf(v, fmax)) and amax: a NaN/inf row comes back "
+    "as +fmax with a finite scale", "values", "scales", prefixes=RED_TEAM_KINDS)
+RMS_QUANT_OUTPUT_BUFFERS_REUSED, ADD_RMS_QUANT_OUTPUT_BUFFERS_REUSED = _every_kind(
+    "OUTPUT_BUFFERS_REUSED", _output_buffers_reused, "q and the dynamic scale in buffers kept per shape and format: "
+    "the next call overwrites them", "inputs_unmodified", prefixes=RED_TEAM_KINDS)
+RMS_QUANT_SUBNORMALS_FLUSHED_NARROW, ADD_RMS_QUANT_SUBNORMALS_FLUSHED_NARROW = _every_kind(
+    "SUBNORMALS_FLUSHED_NARROW", _subnormals_flushed_narrow, f"rows of at most {NARROW_ROWS}: FP8 subnormal results "
+    "flushed to 0", "values", prefixes=RED_TEAM_KINDS)
+RMS_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY, ADD_RMS_QUANT_FLOOR_FOR_ZERO_ROWS_ONLY = _every_kind(
+    "FLOOR_FOR_ZERO_ROWS_ONLY", _floor_for_zero_rows_only, "the floor of the dynamic scale for all-zero rows only, "
+    "not max(amax / fmax, floor)", "scales", prefixes=RED_TEAM_KINDS)
 ADD_RMS_QUANT_TOKEN_SCALE_UNROUNDED = _kernel(
     "TOKEN_SCALE_UNROUNDED", "ADD_RMS", _token_scale_unrounded,
     "per-token scale from the norm of the unrounded x + residual -> add_rms_quant.scales")
