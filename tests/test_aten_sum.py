@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from core.kernel import Kernel
 from core.registry import resolve
 from proofs import aten_sum, simulate
 from proofs.reduction import Reduction
+from properties.checks.dropout import threads as threads_of_torch
 from properties.run.tightness import row_ratios, suite_rows
 
 WIDTHS = (1, 2, 3, 5, 7, 8, 9, 17, 31, 64, 100, 129, 512, 1000, 4096, 4097, 8192, 16383, 32768, 32769, 65536)
@@ -32,16 +32,6 @@ def verified():
 
 
 needs_verified_tree = pytest.mark.usefixtures("verified")
-
-
-@contextmanager
-def torch_threads(count: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def squares_of(x: torch.Tensor) -> torch.Tensor:
@@ -69,7 +59,7 @@ def test_a_one_row_call_splits_over_threads_as_emulated(threads):
     """two_pass_reduction: min(T, ceil(d / 32768)) chunks into a buffer of T slots (T >= 8: the buffer's own sum is
     vectorized); the serial tree is not torch's there (so the check sees the split)."""
     rng = np.random.default_rng(threads)
-    with torch_threads(threads):
+    with threads_of_torch(threads):
         for d in (32768, 32769, 65536, 100000, aten_sum.MAX_WIDTH, 300000):
             rows = (rng.standard_normal((4, d)) * 10.0 ** rng.uniform(-3, 3, (4, d))).astype(np.float32)
             got = np.concatenate([torch.from_numpy(row).sum(-1).numpy() for row in rows[:, None]])
