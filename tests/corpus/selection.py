@@ -37,9 +37,11 @@ WIDE = {entry.spec for entry in CORPUS if entry.wide}
 WIDE_TESTS = ("_beyond_8192_columns", "_beyond_65536_columns")
 # The correct kernels of the corpus files (plain-torch compositions, 43 of them) skip the large-batch tests (4 099 rows
 # in every dtype, 1-3 s each: two thirds of the corpus run), those beyond 65 535 rows and those of rows wider than
-# 8192 (torch's own kernels at scale); the correct built-ins of the manifest (torch, torch-fused-fp32) run them, as
-# every kernel outside the corpus run does (the GPU check runs the corpus files' correct kernels on all of them).
+# 8192 (torch's own kernels at scale); the correct built-ins of the manifest (torch, torch-fused-fp32) run them, the
+# large batches in float32 only (their 16-bit ones: every run of the built-ins outside the corpus run, make verify and
+# the GPU check, which also runs the corpus files' correct kernels on all of them).
 LARGE_BATCH_TESTS = "_of_a_large_batch"
+SIXTEEN_BIT = ("float16", "bfloat16")
 CORPUS_FILES = "tests/corpus/"
 
 
@@ -56,14 +58,15 @@ def _claims(item: pytest.Item) -> set[str]:
 def selected(item: pytest.Item) -> bool:
     """False for a broken corpus kernel's test of a claim it is neither expected to fail nor to pass, for its
     tests beyond 65 535 rows or 8192 columns unless its bug shows there, and for a correct corpus file kernel's
-    large-batch, many-rows and wide-row tests."""
+    large-batch, many-rows and wide-row tests, and for a correct built-in's 16-bit large-batch tests."""
     kernel = _kernel(item)
     if kernel is None:
         return True
     if kernel.spec not in SELECTED_CLAIMS:  # a correct kernel: a corpus file's skips the tests of scale
-        return not (kernel.spec.startswith(CORPUS_FILES) and (LARGE_BATCH_TESTS in item.name
-                                                             or item.path.name == SCALE_TESTS
-                                                             or any(name in item.name for name in WIDE_TESTS)))
+        if not kernel.spec.startswith(CORPUS_FILES):  # a built-in: its large batches in float32
+            return not (LARGE_BATCH_TESTS in item.name and any(name in item.name for name in SIXTEEN_BIT))
+        return not (LARGE_BATCH_TESTS in item.name or item.path.name == SCALE_TESTS
+                    or any(name in item.name for name in WIDE_TESTS))
     if item.path.name == SCALE_TESTS and kernel.spec not in AT_SCALE:
         return False
     if any(name in item.name for name in WIDE_TESTS) and kernel.spec not in WIDE:
