@@ -137,7 +137,8 @@ def test_ctrl_c_stops_the_run_with_a_partial_summary_and_incomplete_json(tmp_pat
     stdout, _ = run.communicate(timeout=300)
     document = json.loads(out.read_text())
     assert run.returncode == 130, f"SIGINT sent {sent_after:.1f} s after the start\n{stdout}"
-    assert document["complete"] is False and 0 < document["progress"]["done"] < document["progress"]["total"]
+    assert document["complete"] is False and 0 < document["progress"]["done"] < document["progress"]["total"], (
+        f"SIGINT sent {sent_after:.1f} s after the start; progress {document['progress']}\n{stdout[-3000:]}")
     assert "(interrupted)" in stdout and "Traceback" not in stdout
 
 
