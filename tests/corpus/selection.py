@@ -38,8 +38,8 @@ WIDE_TESTS = ("_beyond_8192_columns", "_beyond_65536_columns")
 # The correct kernels of the corpus files (plain-torch compositions, 43 of them) skip the large-batch tests (4 099 rows
 # in every dtype, 1-3 s each: two thirds of the corpus run), those beyond 65 535 rows and those of rows wider than
 # 8192 (torch's own kernels at scale); the correct built-ins of the manifest (torch-fused-fp32, the quantized ones)
-# run them, the large batches in float32 only (their 16-bit ones: every run of the built-ins outside the corpus run, make verify and
-# the GPU check, which also runs the corpus files' correct kernels on all of them).
+# run them, the large batches in float32 only (their 16-bit ones: every run of the built-ins outside the corpus run,
+# make verify and the GPU check, which also runs the corpus files' correct kernels on all of them).
 LARGE_BATCH_TESTS = "_of_a_large_batch"
 SIXTEEN_BIT = ("float16", "bfloat16")
 CORPUS_FILES = "tests/corpus/"
