@@ -291,6 +291,12 @@ def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
     return "" if fault is None else str(fault)
 
 
+def _recorded_output(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, object]:
+    """(x requiring grad, the kernel's first output on it): one forward of the probe, recorded."""
+    x = _probe_input(kernel, dtype, device).requires_grad_(True)
+    return x, first_output(kernel.fn(*probe_arguments(kernel, x)))
+
+
 def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str, str]:
     """(why there is no backward, why no second derivative, the fault of a backward that exists); '' for none.
 
@@ -301,8 +307,7 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
     """
 
     def output() -> tuple[torch.Tensor, torch.Tensor]:
-        x = _probe_input(kernel, dtype, device).requires_grad_(True)
-        return x, first_output(kernel.fn(*probe_arguments(kernel, x)))
+        return _recorded_output(kernel, dtype, device)
 
     def derivative(create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = output()
@@ -363,12 +368,8 @@ def custom_backward(kernel: Kernel) -> bool:
     if dtype is None:
         return False
 
-    def output() -> object:
-        x = _probe_input(kernel, dtype, caps.device).requires_grad_(True)
-        return first_output(kernel.fn(*probe_arguments(kernel, x)))
-
     try:
-        y = guard.limited(kernel, output, timeout=_PROBE_TIMEOUT_S)
+        _, y = guard.limited(kernel, lambda: _recorded_output(kernel, dtype, caps.device), timeout=_PROBE_TIMEOUT_S)
     except guard.KernelFault:
         return False
     return isinstance(getattr(y, "grad_fn", None), torch.autograd.function.BackwardCFunction)
