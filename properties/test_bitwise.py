@@ -125,7 +125,7 @@ def test_repeated_calls_give_the_same_bits(unseeded_norm_kernel, layout, data):
 @profiles.share(0.1)
 @given(data=st.data())
 def test_repeated_calls_on_rows_of_a_model_width_give_the_same_bits(unseeded_norm_kernel, data):
-    """32 rows of 2048, 4096 or 8192, the call repeated: a row reduced by several programs whose partials are added
+    """128 rows of 2048, 4096 or 8192, the call repeated: a row reduced by several programs whose partials are added
     with atomics, in the order they finish (a multi-CTA row), changes bits from call to call at model widths only.
     Kernels declaring deterministic, of the row kinds; float32 rows, as above."""
     _declared_at_model_widths(unseeded_norm_kernel, "deterministic")
