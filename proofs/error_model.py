@@ -8,7 +8,8 @@ refined by the probabilistic model (proofs.probabilistic) and a declared reducti
     forward_bound(x, weight, bias, eps, u_acc, u_out, kind, model)          |y_kernel - y_oracle| per element
     backward_bound(x, weight, eps, dy, u_acc, u_out, kind, model)           (B_dx, B_dweight[, B_dbias])
     identity_bounds(x, weight, eps, dy, u_acc, u_out, kind, model)          the gradient identities' errors per row
-    forward_bound_finite, backward_terms_magnitude, condition_number, unit_roundoff, underflow, flush_to_zero_floor
+    forward_bound_finite, backward_terms_magnitude, residual_backward_bounds, condition_number, unit_roundoff,
+    underflow, flush_to_zero_floor
 
 ``kind`` is "layernorm"/"ln" or "rmsnorm"/"rms" (proofs.oracles.norm_key); every bound includes the float64 oracle's
 own error (the same model at u = 2^-53), is inf where the model does not apply and NaN on undefined rows. The per-row
@@ -520,13 +521,25 @@ def backward_bound(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.
     that of the statistics the backward's xhat comes from; the gradient's own sums stay order-agnostic).
     Includes the float64 oracle's own error; inf where the model does not apply, NaN on undefined rows.
     """
-    kind = oracles.norm_key(kind)
-    row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
-    q = RowQuantities.of(row, eps, kind)
-    rows = int(np.prod(row.shape[:-1]))
-    lam_value = _lam(model, rows * 4 + 2 * row.shape[-1])
+    kind, row, upstream, q, lam_value = _backward_rows(x, eps, dy, kind, model)
     kernel = _backward_pieces(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), weight, upstream,
                               u_acc, u_out, lam_value, u_weight, u_bias)
+    return _bounds_of_pieces(kind, row, q, weight, upstream, kernel, u_acc)
+
+
+def _backward_rows(x: np.ndarray, eps: float, dy: np.ndarray, kind: str, model: str) -> tuple:
+    """(the kind's key, the rows, dy broadcast to them, their RowQuantities, ``model``'s lambda) of a backward
+    bound."""
+    kind = oracles.norm_key(kind)
+    row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
+    lam_value = _lam(model, int(np.prod(row.shape[:-1])) * 4 + 2 * row.shape[-1])
+    return kind, row, upstream, RowQuantities.of(row, eps, kind), lam_value
+
+
+def _bounds_of_pieces(kind: str, row: np.ndarray, q: RowQuantities, weight: np.ndarray | None,
+                      upstream: np.ndarray, kernel: BackwardPieces, u_acc: float) -> tuple:
+    """:func:`backward_bound` from the kernel's pieces: the float64 oracle's own error added, inf where the model
+    does not apply, NaN on undefined rows."""
     oracle = _backward_pieces(kind, row, q, weight, upstream, 2.0**-53, 2.0**-53, None)
     dx = _where_valid(kernel.dx + oracle.dx, row.shape[-1], u_acc, kernel.rho_t, q.inv_s2)
     lead = tuple(range(row.ndim - 1))
@@ -543,12 +556,30 @@ def backward_terms_magnitude(x: np.ndarray, weight: np.ndarray | None, eps: floa
     + |c1| + dc1 + (|xhat_j| + Xi_j)(|c2| + dc2)) (the pieces of proofs.error_terms.backward_terms; |c1| counted for
     RMSNorm too, an overestimate). Every partial sum of those terms, in any order, is at most this: the scale at which a
     composition that adds them one by one (autograd over the uses of x) rounds. inf where the model does not apply."""
-    kind = oracles.norm_key(kind)
-    row, upstream = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(dy, dtype=np.float64))
-    q = RowQuantities.of(row, eps, kind)
-    lam_value = _lam(model, int(np.prod(row.shape[:-1])) * 4 + 2 * row.shape[-1])
-    p = _backward_pieces(kind, row, q, weight, upstream, u_acc, u_acc, lam_value)
+    kind, row, upstream, q, lam_value = _backward_rows(x, eps, dy, kind, model)
+    return _terms_of_pieces(q, _backward_pieces(kind, row, q, weight, upstream, u_acc, u_acc, lam_value), u_acc)
+
+
+def _terms_of_pieces(q: RowQuantities, p: BackwardPieces, u_acc: float) -> np.ndarray:
+    """:func:`backward_terms_magnitude` from the pieces of an evaluation with u_out = u_acc."""
     with np.errstate(invalid="ignore", over="ignore"):
         scale = np.sqrt(q.inv_s2) * (1 + p.eps_r) * (1 + probabilistic.gamma(C_COMBINE, u_acc))
         magnitude = scale * p.magnitude
     return np.where(np.isfinite(p.dx), magnitude, np.inf)
+
+
+def residual_backward_bounds(x: np.ndarray, weight: np.ndarray | None, eps: float, dy: np.ndarray, u_acc: float,
+                             kind: str, model: str = DEFAULT_BOUND, *, u_weight: float | None = None,
+                             u_bias: float | None = None, declared: reduction.Reduction | None = None,
+                             flush_to_zero: bool = False) -> tuple[tuple, np.ndarray]:
+    """What the backward of a kind with a residual needs of its norm's (properties.bounds.tolerance, fused bounds):
+    ``(backward_bound(x, weight, eps, dy, u_acc, u_acc, kind, model, u_weight=u_weight, u_bias=u_bias,
+    declared=declared, flush_to_zero=flush_to_zero), backward_terms_magnitude(x, weight, eps, dy, u_acc, kind,
+    model))``, equal to those two calls, with one evaluation of the kernel's pieces for both where its row
+    quantities are the oracle's (no declared reduction, no flush-to-zero: the terms' magnitude is order-agnostic)."""
+    kind, row, upstream, q, lam_value = _backward_rows(x, eps, dy, kind, model)
+    kernel = _backward_pieces(kind, row, _declared(q, declared, row.shape[-1], flush_to_zero), weight, upstream,
+                              u_acc, u_acc, lam_value, u_weight, u_bias)
+    plain = kernel if declared is None and not flush_to_zero else _backward_pieces(
+        kind, row, q, weight, upstream, u_acc, u_acc, lam_value)
+    return _bounds_of_pieces(kind, row, q, weight, upstream, kernel, u_acc), _terms_of_pieces(q, plain, u_acc)

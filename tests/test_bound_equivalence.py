@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import sys
 from pathlib import Path
 
@@ -165,6 +166,30 @@ def test_every_bound_function_gives_the_stored_arrays_bit_for_bit(stored):
     differ = [name for name in found if found[name].dtype != stored[name].dtype
               or not np.array_equal(found[name], stored[name], equal_nan=found[name].dtype.kind == "f")]
     assert not differ, f"{len(differ)} of {len(found)} arrays differ, e.g. {differ[:5]}"
+
+
+@pytest.mark.parametrize("kind", ("ln", "rms"))
+def test_the_residual_kinds_bounds_are_the_two_calls_they_stand_for(kind):
+    """error_model.residual_backward_bounds (one evaluation of the kernel's pieces where its row quantities are the
+    oracle's) gives backward_bound at u_out = u_acc with the parameters' own unit roundoffs, and
+    backward_terms_magnitude, bit for bit: without and with a declared tree, with flush-to-zero, each bound model."""
+    width = BOUND_WIDTHS[2]
+    declared_names = ("none", "moments") if kind == "ln" else ("none", "sum")
+    for label, x in rows(width, seed=width).items():
+        dy = np.random.default_rng(width + 1).standard_normal(x.shape)
+        for weight in (None, np.linspace(0.5, 1.5, width)):
+            for name, model, flush in itertools.product(declared_names, error_model.BOUNDS, (False, True)):
+                options = {"declared": DECLARED[name], "flush_to_zero": flush}
+                bounds, terms = error_model.residual_backward_bounds(x, weight, 1e-5, dy, U32, kind, model,
+                                                                     u_weight=U16, u_bias=U32, **options)
+                expected = error_model.backward_bound(x, weight, 1e-5, dy, U32, U32, kind, model, u_weight=U16,
+                                                      u_bias=U32, **options)
+                case = f"{label}, weight {weight is not None}, {name}, {model}, flush {flush}"
+                assert len(bounds) == len(expected), case
+                for found, wanted in zip(bounds, expected, strict=True):
+                    assert (found is None and wanted is None) or np.array_equal(found, wanted, equal_nan=True), case
+                assert np.array_equal(terms, error_model.backward_terms_magnitude(x, weight, 1e-5, dy, U32, kind,
+                                                                                  model), equal_nan=True), case
 
 
 def test_the_residue_fraction_is_np_mods_on_every_kind_of_operand():

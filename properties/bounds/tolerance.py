@@ -284,18 +284,16 @@ def _through_residual(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | No
     dh = dh.to(h.dtype)  # autograd's upstream gradient of residual_out is in its dtype
     h64, dy64, dh64 = as_float64(h), as_float64(dy), as_float64(dh)
     gamma = effective_weight(kernel, weight)
-    u_acc, u_storage = backward_accumulation(kernel, x.dtype), unit_roundoffs(x.dtype)[1]
+    u_acc = backward_accumulation(kernel, x.dtype)
     u = operand_roundoffs(kernel, x, weight, bias)
     declared = declared_reduction(kernel, h)
-    accumulated = error_model.backward_bound(h64, gamma, eps, dy64, u_acc, u_acc, norm, model, declared=declared,
-                                             flush_to_zero=kernel.flush_to_zero)[0]
-    parameters = error_model.backward_bound(h64, gamma, eps, dy64, u_acc, u_storage, norm, model,
-                                            u_weight=u["weight"], u_bias=u["bias"], declared=declared,
-                                            flush_to_zero=kernel.flush_to_zero)[1:]
+    # dweight and dbias are stored in their own dtypes (u_weight, u_bias), dx's k-term sum goes on at u_acc
+    (accumulated, *parameters), terms = error_model.residual_backward_bounds(
+        h64, gamma, eps, dy64, u_acc, norm, model, u_weight=u["weight"], u_bias=u["bias"], declared=declared,
+        flush_to_zero=kernel.flush_to_zero)
     magnitude = np.abs(norms.reference_vjp(kernel, h, weight, eps, dy, dh=dh)["x"])
     u_h = unit_roundoffs(h.dtype)[1]
     k = ACCUMULATED_TERMS[norm]
-    terms = error_model.backward_terms_magnitude(h64, gamma, eps, dy64, u_acc, norm, model)
     gamma_sum = probabilistic.gamma(k - 1, max(u_acc, u_h))
     before_rounding = (accumulated + u_h * terms + gamma_sum * ((1 + u_h) * terms + np.abs(dh64))
                        + 2 * (k - 1) * _eta(kernel, h.dtype))
