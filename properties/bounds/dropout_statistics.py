@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -90,8 +90,10 @@ class Acceptance:
 # --- exact binomial test ----------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
 def binomial_acceptance(n: int, rate: float, alpha: float, what: str = "count") -> Acceptance:
-    """[lo, hi] with P(K < lo) <= alpha/2 and P(K > hi) <= alpha/2 for K ~ Binomial(n, rate), 0 < rate < 1."""
+    """[lo, hi] with P(K < lo) <= alpha/2 and P(K > hi) <= alpha/2 for K ~ Binomial(n, rate), 0 < rate < 1 (kept
+    for its arguments: the tests ask for the same few laws again and again)."""
     from scipy import stats  # imported where used: scipy costs a worker ~0.7 s at start-up
     half = alpha / 2
     law = stats.binom(n, rate)
@@ -177,9 +179,11 @@ def _log_mgf(values: np.ndarray, log_probabilities: np.ndarray, lambdas: np.ndar
     return special.logsumexp(log_probabilities[support] + np.outer(lambdas, values[support]), axis=1)
 
 
+@lru_cache(maxsize=1024)
 def dispersion_acceptance(width: int, p: float, groups: int, alpha: float,
                           what: str = "dispersion of kept counts") -> Acceptance:
-    """Chernoff thresholds of S = sum over ``groups`` i.i.d. terms (K - w q)^2 / (w p q), K ~ Binomial(w, q)."""
+    """Chernoff thresholds of S = sum over ``groups`` i.i.d. terms (K - w q)^2 / (w p q), K ~ Binomial(w, q) (kept
+    for its arguments, as :func:`binomial_acceptance`)."""
     values, log_probabilities = independent_counts(width, p).dispersion_terms(p)
     log_two_over_alpha = math.log(2.0 / alpha)
     high = np.min((groups * _log_mgf(values, log_probabilities, LAMBDAS) + log_two_over_alpha) / LAMBDAS)
