@@ -52,6 +52,8 @@ def wrong_dtype(x, weight, bias, eps):
     return correct(x, weight, bias, eps).double()
 '''
 
+# a claim whose tests all call the forward on finite float32/16-bit inputs (its 7 tests: a run in ~25 s)
+CLAIM = "ln.affine"
 EXPECTED = {
     "raises": ("error", "raised RuntimeError: CUDA error: an illegal memory access was encountered"),
     "hangs": ("error", "did not return within 1 s"),
@@ -62,28 +64,13 @@ EXPECTED = {
 }
 
 
-def refused_mix(result: dict) -> bool:
-    """A test of a parameter dtype mix whose probe the kernel refused: skipped, and said so (never a pass). torch's
-    CPU layer_norm, under every kernel here, refuses float32 x with 16-bit weight/bias; `raises` refuses every mix
-    and float64. Also the one call beyond 2^31 elements, drawn only on a CUDA GPU: skipped on the CPU, and said so."""
-    return result["status"] == "skipped" and ("weight/bias: refused" in result["message"]
-                                              or "only where the kernel runs on a CUDA GPU" in result["message"]
-                                              or "refuses float64 x" in result["message"])
-
-
-def float64_as_asked(result: dict) -> bool:
-    """``wrong_dtype`` returns float64 whatever x's dtype: right for float64 x (ln.forward's float64 test), passed."""
-    return (result["kernel"].endswith(":wrong_dtype") and "test_forward_in_float64" in result["test"]
-            and result["status"] == "passed")
-
-
 @pytest.fixture(scope="module")
 def misbehaving_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
     folder = tmp_path_factory.mktemp("misbehaving")
     kernels = folder / "kernels.py"
     kernels.write_text(textwrap.dedent(MISBEHAVING))
     out = folder / "results.json"
-    command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
+    command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", CLAIM,
                "--profile", "ci", "-n", "0", "--timeout", "1", "--json", str(out), "--quiet"]
     for name in EXPECTED:
         command += ["--kernel", f"{kernels}:{name}"]
@@ -97,13 +84,14 @@ def test_each_misbehaviour_is_reported_on_its_claim_and_the_run_goes_on(misbehav
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert document["complete"] is True
     assert {r["kernel"].rsplit(":", 1)[1] for r in document["results"]} == set(EXPECTED)
-    for result in document["results"]:  # every ln.forward test of each kernel
+    tests = {result["test"].split("[")[0] for result in document["results"]}
+    for result in document["results"]:  # every test of the claim, on each kernel, to the kernel's verdict
         status, words = EXPECTED[result["kernel"].rsplit(":", 1)[1]]
-        assert ((result["status"] == status and words in result["message"]) or refused_mix(result)
-                or float64_as_asked(result)), result
-        assert result["claim"] == "ln.forward"
-    for name, (status, _) in EXPECTED.items():  # the same-dtype tests at least ran to the expected verdict
-        assert any(r["kernel"].endswith(f":{name}") and r["status"] == status for r in document["results"]), name
+        assert result["status"] == status and words in result["message"], result
+        assert result["claim"] == CLAIM
+    for name in EXPECTED:
+        assert len([r for r in document["results"] if r["kernel"].endswith(f":{name}")]) == len(
+            document["results"]) // len(EXPECTED) >= len(tests) >= 2, name
 
 
 def test_quiet_output_is_one_line_per_failure_with_its_replay_and_the_totals(misbehaving_run):
@@ -196,16 +184,15 @@ def test_known_deviations_and_skips_files_reach_the_suite(tmp_path):
     their reasons, and the run then exits 0."""
     kernels = tmp_path / "kernels.py"
     kernels.write_text(textwrap.dedent(MISBEHAVING))
-    (tmp_path / "xfails.txt").write_text("ln.forward *:nan  # returns NaN, recorded as a known deviation\n")
-    (tmp_path / "skips.txt").write_text("ln.forward *:wrong_shape  # flattens its output, not checked here\n")
+    (tmp_path / "xfails.txt").write_text(f"{CLAIM} *:nan  # returns NaN, recorded as a known deviation\n")
+    (tmp_path / "skips.txt").write_text(f"{CLAIM} *:wrong_shape  # flattens its output, not checked here\n")
     out = tmp_path / "results.json"
-    command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", "ln.forward",
+    command = [sys.executable, "-m", "verify", "run", "--kind", "layernorm", "--claims", CLAIM,
                "--profile", "ci", "-n", "0", "--timeout", "1", "--json", str(out), "--quiet",
                "--kernel", f"{kernels}:nan", "--kernel", f"{kernels}:wrong_shape",
                "--xfails-file", "xfails.txt", "--skips-file", "skips.txt"]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    statuses = {(r["kernel"].rsplit(":", 1)[1], r["status"]) for r in json.loads(out.read_text())["results"]
-                if not refused_mix(r) or r["kernel"].endswith(":wrong_shape")}
+    statuses = {(r["kernel"].rsplit(":", 1)[1], r["status"]) for r in json.loads(out.read_text())["results"]}
     assert statuses == {("nan", "xfailed"), ("wrong_shape", "skipped")}, proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
