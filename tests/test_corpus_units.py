@@ -7,6 +7,7 @@ References: torch's own layer_norm / rms_norm in float64 on the exact (already r
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 from pathlib import Path
@@ -126,6 +127,30 @@ def test_the_claims_in_the_manifest_exist():
 
     unknown = {claim for entry in CORPUS for claim in entry.expect} - set(CLAIMS)
     assert not unknown
+
+
+@pytest.mark.parametrize("entry", [e for e in CORRECT if e.declared_for], ids=lambda e: e.spec)
+def test_a_correct_kernel_run_on_some_claims_only_is_a_correct_kernel_with_declarations_added(entry):
+    """``declared_for`` (the corpus run's claims of it): its kernel is another correct entry's, the same function of
+    the same kind, with only the declarations that those claims read changed."""
+    import dataclasses
+
+    from proofs.claims import CLAIMS
+
+    def packaged(spec: str) -> Kernel:  # from the corpus package, where one file's kernels reuse another's functions
+        path, attr = spec.removeprefix("tests/corpus/").split(":")
+        return getattr(importlib.import_module(f"corpus.{path.removesuffix('.py')}"), attr)
+
+    k = packaged(entry.spec)
+    twins = [packaged(e.spec) for e in CORRECT if not e.declared_for and e.spec.startswith("tests/corpus/")]
+    twin = next((t for t in twins if t.fn is k.fn and t.kind == k.kind), None)
+    assert twin is not None, f"{k.name}: no correct entry computes with its function"
+    differ = {f.name for f in dataclasses.fields(Kernel) if getattr(k, f.name) != getattr(twin, f.name)}
+    assert differ <= {"name", "spec", "description", "batch_invariant", "deterministic"}, differ
+    assert entry.declared_for <= set(CLAIMS) and all(claim.partition(".")[0] in k.families
+                                                     for claim in entry.declared_for)
+    if differ & {"batch_invariant", "deterministic"}:
+        assert {claim.partition(".")[2] for claim in entry.declared_for} == {"batch_invariance", "determinism"}
 
 
 # --- forward bugs: benign where the bug cannot show, wrong where it does -------------------------------------------

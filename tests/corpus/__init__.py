@@ -110,6 +110,9 @@ class Entry:
     wide: bool = False  # its bug shows only in rows wider than 8192: the only broken kernels given those tests
     # mechanisms its failures may also fit on some examples (the same error there): naming one of them is not wrong
     indistinct_from: frozenset[str] = frozenset()
+    # a correct kernel that is another correct entry's kernel with declarations added: the claims those declarations
+    # change, the only ones it runs (on the others it is its twin's computation, which runs them all); empty: all
+    declared_for: frozenset[str] = frozenset()
 
     @property
     def correct(self) -> bool:
@@ -123,9 +126,9 @@ def _broken(spec: str, *claims: str, margin: str | None = None, mechanism: str |
                  wide, frozenset(indistinct_from))
 
 
-def _correct(spec: str) -> Entry:
-    """A corpus file's kernel (``file.py:ATTR``) or a built-in (``torch``)."""
-    return Entry(f"tests/corpus/{spec}" if ":" in spec else spec)
+def _correct(spec: str, declared_for: tuple[str, ...] = ()) -> Entry:
+    """A corpus file's kernel (``file.py:ATTR``) or a built-in (``torch``); ``declared_for``: see Entry."""
+    return Entry(f"tests/corpus/{spec}" if ":" in spec else spec, declared_for=frozenset(declared_for))
 
 
 # The fused residual kinds' bugs (tests/corpus/residual.py), each for LayerNorm (add_ln) and RMSNorm (add_rms).
@@ -589,8 +592,9 @@ CORPUS: tuple[Entry, ...] = (
     _correct("batchnorm.py:BN_CORRECT"),
     _correct("batchnorm.py:IN_CORRECT"),
     _correct("channel_layernorm.py:CLN_CORRECT"),
-    _correct("bitwise.py:LN_TEXTBOOK_DECLARED_BITWISE"),
-    _correct("bitwise.py:GN_CORRECT_DECLARED_BITWISE"),
+    # LN_TEXTBOOK and GN_CORRECT declaring batch_invariant and deterministic
+    _correct("bitwise.py:LN_TEXTBOOK_DECLARED_BITWISE", declared_for=("ln.batch_invariance", "ln.determinism")),
+    _correct("bitwise.py:GN_CORRECT_DECLARED_BITWISE", declared_for=("gn.batch_invariance", "gn.determinism")),
     _correct("quantized.py:RMS_QUANT_INVERSE_DECLARED"),
     _correct("quantized.py:ADD_RMS_QUANT_SYMMETRIC_INT8"),
     *(_correct(f"quantized.py:{prefix}_QUANT_RECIPROCAL_SCALE") for prefix in ("LN", "RMS", "ADD_RMS")),

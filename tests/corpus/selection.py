@@ -6,7 +6,8 @@ on 35 broken kernels would take many minutes); of properties/test_many_rows.py (
 time) only those whose bug shows at that scale (``Entry.at_scale``), of the tests of rows wider than 8192
 (WIDE_TESTS, up to 98 304 columns) only those whose bug shows there (``Entry.wide``); a correct kernel, and any
 kernel not in the
-manifest, runs every test but, for a correct kernel of the corpus files, the large-batch ones (LARGE_BATCH_TESTS).
+manifest, runs every test but, for a correct kernel of the corpus files, the large-batch ones (LARGE_BATCH_TESTS);
+a correct kernel that is another's with declarations added (``Entry.declared_for``) only the claims they change.
 
 In the corpus run (``NORMVERIFY_CORPUS_CAUGHT``: a directory shared by the run's xdist workers), a broken kernel's
 test of a claim it is expected to fail is skipped, saying so, once another test of that claim has failed it (with
@@ -30,6 +31,7 @@ from core.registry import Kernel
 from corpus import CORPUS
 
 SELECTED_CLAIMS = {entry.spec: entry.expect | entry.missed_by for entry in CORPUS if not entry.correct}
+DECLARED_FOR = {entry.spec: entry.declared_for for entry in CORPUS if entry.declared_for}
 # not the kernels that plant a library mechanism: tests/test_diagnosis.py reads the diagnoses of all their failures
 EXPECTED = {entry.spec: (entry.expect, entry.status) for entry in CORPUS if not entry.correct and not entry.mechanism}
 CAUGHT_DIRECTORY = "NORMVERIFY_CORPUS_CAUGHT"
@@ -59,14 +61,17 @@ def _claims(item: pytest.Item) -> set[str]:
 
 def selected(item: pytest.Item) -> bool:
     """False for a broken corpus kernel's test of a claim it is neither expected to fail nor to pass, for its
-    tests beyond 65 535 rows or 8192 columns unless its bug shows there, and for a correct corpus file kernel's
-    large-batch, many-rows and wide-row tests, and for a correct built-in's 16-bit large-batch tests."""
+    tests beyond 65 535 rows or 8192 columns unless its bug shows there, for a correct corpus file kernel's
+    large-batch, many-rows and wide-row tests and, for one with ``declared_for``, its tests of other claims, and
+    for a correct built-in's 16-bit large-batch tests."""
     kernel = _kernel(item)
     if kernel is None:
         return True
     if kernel.spec not in SELECTED_CLAIMS:  # a correct kernel: a corpus file's skips the tests of scale
         if not kernel.spec.startswith(CORPUS_FILES):  # a built-in: its large batches in float32
             return not (LARGE_BATCH_TESTS in item.name and any(name in item.name for name in SIXTEEN_BIT))
+        if kernel.spec in DECLARED_FOR and not _claims(item) & DECLARED_FOR[kernel.spec]:
+            return False
         return not (LARGE_BATCH_TESTS in item.name or item.path.name == SCALE_TESTS
                     or any(name in item.name for name in WIDE_TESTS))
     if item.path.name == SCALE_TESTS and kernel.spec not in AT_SCALE:
