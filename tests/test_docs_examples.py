@@ -17,7 +17,10 @@ The convention, for whoever writes the docs:
   and is not run.
 
 Commands run in a fresh directory per example (``pytest properties`` from the checkout), with the
-default Hypothesis profile: what a reader who copies the line gets.
+default Hypothesis profile: what a reader who copies the line gets; but an example that must fail (exit N > 0) runs
+without Hypothesis's shrinking (tests/without_shrinking.py, through PYTEST_ADDOPTS): the same examples, the same
+verdicts, without the minutes spent minimizing counterexamples nobody reads here (the minimal counterexamples and
+their replays are tests/test_runner_results.py's and tests/test_report.py's).
 """
 
 from __future__ import annotations
@@ -128,7 +131,7 @@ def environment() -> dict[str, str]:
     return env
 
 
-def run(command: str, where: Path, extra: str) -> subprocess.CompletedProcess:
+def run(command: str, where: Path, extra: str, shrink: bool = True) -> subprocess.CompletedProcess:
     words = shlex.split(command)
     cwd = where
     if words[:2] == ["normverify", "run"]:
@@ -140,8 +143,11 @@ def run(command: str, where: Path, extra: str) -> subprocess.CompletedProcess:
         words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                  *(str(where / w) if (where / w.split(":")[0]).is_file() else w for w in words[1:])]
     line = " ".join(shlex.quote(w) if not any(c in w for c in "*?") else w for w in words)
-    return subprocess.run(["bash", "-c", line], cwd=cwd, env=environment(), capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    env = environment()
+    if not shrink:
+        env.update(PYTEST_ADDOPTS="-p without_shrinking", PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT / "tests"), env.get("PYTHONPATH")])))
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def test_every_example_says_what_it_gives():
@@ -171,6 +177,6 @@ def test_example(block: Block, tmp_path: Path):
     to_run = commands(block)
     assert to_run, f"{block.id}: every line is a synopsis; annotate it 'skip' with the reason"
     for command in to_run:
-        proc = run(command, tmp_path, extra)
+        proc = run(command, tmp_path, extra, shrink=expected == 0)
         assert proc.returncode == expected, (f"{block.id}: `{command} {extra}` exited {proc.returncode}, the text "
                                              f"says {expected}\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
