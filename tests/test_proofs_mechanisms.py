@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from proofs import oracles
-from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, correct_forward, round_to
+from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, correct_backward, correct_forward, round_to
 
 IDS = {"eps_outside_root", "unbiased_variance", "fixed_eps", "max_variance_eps", "weight_offset", "sum_not_mean",
        "extra_centering", "no_centering", "padded_lanes", "one_pass_variance", "storage_accumulation",
-       "double_rounding", "storage_statistics_backward", "backward_no_weight", "backward_no_mean_term",
+       "double_rounding", "storage_statistics_backward", "backward_no_weight", "backward_weight_offset",
+       "backward_no_mean_term",
        "backward_no_variance_term", "dgamma_from_output", "dgamma_missing"}
 
 
@@ -88,6 +89,27 @@ def test_a_float32_implementation_of_the_bug_lies_within_its_model_and_the_corre
     assert not any(np.all(np.abs(correct - p.values["y"]) <= p.bounds["y"]) for p in predictions + fitted_to_correct)
     reference = correct_forward(case)
     assert np.any(np.abs(got - reference.values["y"]) > reference.bounds["y"])
+
+
+def test_a_backward_that_leaves_gemmas_offset_out_lies_within_its_model_and_the_correct_one_does_not():
+    """RMSNorm declared with 1 + w: a float32 backward scaling dy by w (NVIDIA/TransformerEngine#67) is inside the
+    offset's -1 variant; the correct float32 dx is inside none of the variants, and the bug is outside the correct
+    backward's bound."""
+    x, dy, w = _rows(0, 4, 24, mean=0.5), _rows(3, 4, 24), _rows(1, 1, 24)[0]
+    case = Case("rms", x, w + 1, None, 1e-5, "float32", "float32", dy=dy)
+
+    def dx32(scale: np.ndarray) -> np.ndarray:
+        x32, g = x.astype(np.float32), (dy * scale).astype(np.float32)
+        rstd = 1 / np.sqrt((x32 * x32).mean(-1, keepdims=True) + np.float32(1e-5))
+        xhat = x32 * rstd
+        return (rstd * (g - xhat * (g * xhat).mean(-1, keepdims=True))).astype(np.float64)
+
+    mechanism = MECHANISMS["backward_weight_offset"]
+    bug, correct = dx32(w), dx32(w + 1)
+    assert any(np.all(np.abs(bug - p.values["x"]) <= p.bounds["x"]) for p in mechanism.backward(case))
+    assert not any(np.all(np.abs(correct - p.values["x"]) <= p.bounds["x"]) for p in mechanism.backward(case))
+    reference = correct_backward(case)
+    assert np.any(np.abs(bug - reference.values["x"]) > reference.bounds["x"])
 
 
 def test_double_rounding_explains_the_llama_witness_and_the_correct_bound_does_not():

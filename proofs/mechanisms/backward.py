@@ -6,6 +6,8 @@ With g' = gamma dy, s = sqrt(sigma^2 + eps) (LN) or sqrt(q + eps) (RMSNorm), xha
     dgamma = sum over rows of dy xhat,   dbeta = sum over rows of dy
 
     backward_no_weight         g' = dy: the VJP of gamma = 1
+    backward_weight_offset     g' = (gamma -+ 1) dy: a declared 1 + w offset left out of the backward (or an undeclared
+                               one put in): dx moves by -+ the VJP of gamma = 1, dgamma and dbeta unchanged
     backward_no_mean_term      dx without -mean(g')/s: dx + mean(g')/s
     backward_no_variance_term  dx without the derivative of rstd: dx + xhat mean(g' xhat)/s
     dgamma_from_output         dgamma = sum dy y = gamma dgamma + dbeta (the stored, rounded y)
@@ -19,6 +21,8 @@ value; for dgamma from the output, the output's own rounding (|dy| times the for
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import sympy as sp
@@ -85,6 +89,34 @@ def _no_weight(case: Case) -> list[Prediction]:
         return []
     unit = gradients(case, gamma=np.ones_like(case.gamma))
     return [replaced(gradients(case), x=(unit.values["x"], unit.bounds["x"]))]
+
+
+def _weight_offset_derivation() -> Derivation:
+    def shifted(expr: sp.Expr) -> sp.Expr:
+        return expr.replace(lambda e: isinstance(e, sp.Indexed) and e.base == gamma, lambda e: e + 1)
+
+    vjp = expressions.vjp_x
+    return Derivation(tuple(
+        Equal(shifted(vjp(kind)) - vjp(kind), expressions.unit_weight(vjp(kind)),
+              rf"{kind}: dx is linear in $g' = \gamma\,dy$: an offset of 1 left out of (or put into) the backward's "
+              r"$\gamma$ moves dx by $\mp$ the VJP of $\gamma = 1$, wherever $dy \ne 0$", aggregates=AGGREGATES[kind])
+        for kind in ("ln", "rms")))
+
+
+def _weight_offset(case: Case) -> list[Prediction]:
+    """dx of the backward at gamma -+ 1 (dweight and dbias do not read gamma): the bound of the correct backward
+    there (the same operations on another gamma)."""
+    if case.gamma is None:
+        return []
+    correct = gradients(case)
+    variants = ((-1.0, "the backward scales dy by w where the forward scaled by the declared 1 + w"),
+                (1.0, "the backward scales dy by 1 + w, an offset that is not declared"))
+    predictions = []
+    for shift, detail in variants:
+        moved = gradients(case, gamma=case.gamma + shift)
+        predictions.append(replace(replaced(correct, detail, x=(moved.values["x"], moved.bounds["x"])),
+                                   variant=f"{shift:+g}"))
+    return predictions
 
 
 def _no_mean_term_derivation() -> Derivation:
@@ -176,6 +208,8 @@ def _dgamma_missing(case: Case) -> list[Prediction]:
 MECHANISMS = (
     Mechanism("backward_no_weight", "the backward leaves gamma out of the upstream gradient (g' = dy)", BOTH,
               _no_weight_derivation, backward=_no_weight),
+    Mechanism("backward_weight_offset", "the backward's gamma lacks the declared 1 + w offset (or has one that is "
+              "not declared)", BOTH, _weight_offset_derivation, backward=_weight_offset),
     Mechanism("backward_no_mean_term", "the backward drops the mean term -mean(g')/s of dx", LN,
               _no_mean_term_derivation, backward=_no_mean_term),
     Mechanism("backward_no_variance_term", "the backward drops the derivative of rstd (the x_hat mean(g' x_hat) "

@@ -39,13 +39,19 @@ def _leave_input(x: torch.Tensor, xhat: torch.Tensor) -> None:
     """Leaves the input's buffer alone."""
 
 
-def _scale_upstream(dy: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+def _effective_weight(weight: torch.Tensor, offset: float) -> torch.Tensor:
+    """gamma = offset + weight in float32 (offset 0, or Gemma's 1 with ``weight_offset=1.0`` declared), as the
+    forward scales by."""
+    return weight.float() + offset
+
+
+def _scale_upstream(dy: torch.Tensor, gamma: torch.Tensor | None) -> torch.Tensor:
     """g = dy * gamma, in float32, in a new tensor."""
     g = dy.float()
-    return g if weight is None else g * weight.float()
+    return g if gamma is None else g * gamma
 
 
-def _saved_normalized(xhat: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None,
+def _saved_normalized(xhat: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor | None,
                       bias: torch.Tensor | None) -> torch.Tensor:
     """Uses the xhat saved by the forward."""
     return xhat
@@ -74,6 +80,7 @@ class Stages(NamedTuple):
     read_input: Callable[[torch.Tensor], torch.Tensor] = _as_given
     after_forward: Callable[[torch.Tensor, torch.Tensor], None] = _leave_input
     read_upstream: Callable[[torch.Tensor], torch.Tensor] = _as_given
+    effective_weight: Callable[[torch.Tensor, float], torch.Tensor] = _effective_weight
     scale_upstream: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = _scale_upstream
     normalized_for_backward: Callable[..., torch.Tensor] = _saved_normalized
     input_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor] = _input_grad
@@ -99,16 +106,16 @@ class _FusedNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
-                centred: bool, stages: Stages) -> torch.Tensor:
+                centred: bool, stages: Stages, offset: float = 0.0) -> torch.Tensor:
         xf = stages.read_input(x).float()
         mean = xf.mean(-1, keepdim=True) if centred else torch.zeros_like(xf[..., :1])
         rstd = torch.rsqrt((xf - mean).square().mean(-1, keepdim=True) + eps)
         xhat = (xf - mean) * rstd
-        y = xhat if weight is None else xhat * weight.float()
+        y = xhat if weight is None else xhat * _effective_weight(weight, offset)
         y = (y if bias is None else y + bias.float()).to(x.dtype)
         stages.after_forward(x, xhat)
         ctx.save_for_backward(x, xhat, rstd, y, weight, bias)
-        ctx.centred, ctx.stages, ctx.input_dtype, ctx.eps = centred, stages, x.dtype, eps
+        ctx.centred, ctx.stages, ctx.input_dtype, ctx.eps, ctx.offset = centred, stages, x.dtype, eps, offset
         return y
 
     @staticmethod
@@ -118,12 +125,13 @@ class _FusedNorm(torch.autograd.Function):
         if torch.is_grad_enabled():  # a graph of the backward (create_graph=True): its statistics as functions of x
             xhat, rstd = _differentiable_statistics(x, ctx.centred, ctx.eps)
         dy = stages.read_upstream(dy)
-        xhat = stages.normalized_for_backward(xhat, y, weight, bias)
-        g = stages.scale_upstream(dy, weight)
+        gamma = None if weight is None else stages.effective_weight(weight, ctx.offset)
+        xhat = stages.normalized_for_backward(xhat, y, gamma, bias)
+        g = stages.scale_upstream(dy, gamma)
         dx = stages.input_grad(g, xhat, rstd, ctx.centred).to(ctx.input_dtype)
         dweight = None if weight is None else stages.sum_rows(stages.weight_grad(dy.float(), xhat, y), weight.dtype)
         dbias = None if bias is None else stages.sum_rows(dy.float(), bias.dtype)
-        return dx, dweight, dbias, None, None, None
+        return dx, dweight, dbias, None, None, None, None
 
 
 # --- bug stages -------------------------------------------------------------------------------------------------
@@ -142,27 +150,35 @@ def _input_reused_as_scratch(x: torch.Tensor, xhat: torch.Tensor) -> None:
     x.copy_(xhat)
 
 
-def _upstream_scaled_in_place(dy: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+def _upstream_scaled_in_place(dy: torch.Tensor, gamma: torch.Tensor | None) -> torch.Tensor:
     """g = dy * gamma computed in place: ``dy.float()`` is dy itself for float32, so the caller's upstream
     gradient is overwritten. Must fail ln.inputs_unmodified."""
     g = dy.float()
-    if weight is not None:
-        g *= weight.float()
+    if gamma is not None:
+        g *= gamma
     return g
 
 
-def _upstream_without_gamma(dy: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+def _offset_left_out(weight: torch.Tensor, offset: float) -> torch.Tensor:
+    """The backward scales by w where the forward scaled by 1 + w (Gemma's zero-centred gamma, declared
+    weight_offset=1.0): g = dy w instead of dy (1 + w); dweight is right (d(1 + w)/dw = 1). Must fail rms.jacobian,
+    rms.gradient_identities and rms.spectral_norm (NVIDIA/TransformerEngine#67: the backward kernels never got
+    zero_centered_gamma)."""
+    return weight.float()
+
+
+def _upstream_without_gamma(dy: torch.Tensor, gamma: torch.Tensor | None) -> torch.Tensor:
     """Backward misses gamma: g = dy instead of dy * gamma (right only for gamma = 1). Must fail ln.jacobian
     and ln.spectral_norm (per-feature gamma)."""
     return dy.float()
 
 
-def _normalized_from_output(xhat: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None,
+def _normalized_from_output(xhat: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor | None,
                             bias: torch.Tensor | None) -> torch.Tensor:
     """xhat rebuilt in the backward as (y - beta) / gamma instead of saved: inf/NaN where gamma = 0, and
     cancellation where |beta| >> |gamma xhat|. Must fail ln.jacobian (weights with zeros)."""
     shifted = y.float() if bias is None else y.float() - bias.float()
-    return shifted if weight is None else shifted / weight.float()
+    return shifted if gamma is None else shifted / gamma
 
 
 def _input_grad_without_mean_term(g: torch.Tensor, xhat: torch.Tensor, rstd: torch.Tensor,
@@ -224,12 +240,13 @@ def _layernorm(name: str, stages: Stages) -> Kernel:
                   dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
 
 
-def _rmsnorm(name: str, stages: Stages) -> Kernel:
+def _rmsnorm(name: str, stages: Stages, offset: float = 0.0) -> Kernel:
+    """``offset``: the weight offset (Gemma's 1: the forward scales by 1 + w), declared as ``weight_offset``."""
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-        return _FusedNorm.apply(x, weight, None, eps, False, stages)
+        return _FusedNorm.apply(x, weight, None, eps, False, stages, offset)
 
     return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), description=_description(stages),
-                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True, weight_offset=offset)
 
 
 LN_FUSED = _layernorm("ln_fused", CORRECT)
@@ -254,3 +271,4 @@ RMS_INPUT_OVERWRITTEN = _rmsnorm("rms_input_overwritten", Stages(after_forward=_
 RMS_BWD_ZERO_ON_PADDING_ROWS = _rmsnorm("rms_bwd_zero_on_padding_rows",
                                         Stages(input_grad=_input_grad_zero_on_padding_rows))
 RMS_BWD_NO_VARIANCE_TERM = _rmsnorm("rms_bwd_no_variance_term", Stages(input_grad=_input_grad_without_variance_term))
+RMS_GEMMA_BWD_NO_OFFSET = _rmsnorm("rms_gemma_bwd_no_offset", Stages(effective_weight=_offset_left_out), offset=1.0)
