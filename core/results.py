@@ -139,6 +139,7 @@ class Environment(_Model):
     hypothesis: str | None = None
     device: str | None = None
     profile: str | None = None
+    shrink: bool | None = None  # False: failures reported with the examples that failed, unminimized (--no-shrink)
     bound: str | None = None  # properties.bounds.tolerance.bound_in_use(): "probabilistic" or "worst-case"
     commit: str | None = None
     date: str | None = None

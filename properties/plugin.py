@@ -64,6 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "repeatable, comma-separated lists allowed (default: torch)")
     group.addoption("--kind", default=None, choices=list(KINDS),
                     help="the kernel's kind, where it cannot be inferred; also restricts the run to it")
+    group.addoption("--no-shrink", action="store_true", default=False,
+                    help="report each failure with the example that failed, not a minimized one (Hypothesis's "
+                         "shrinking off: the same verdicts, a failing test stops soon after its first failure)")
     group.addoption("--bound", default=error_model.DEFAULT_BOUND, choices=error_model.BOUNDS,
                     help="rounding-error bound of the tolerances: probabilistic (default; false-alarm probability "
                          "1e-13 per bound evaluation) or worst-case (always holds, far looser at large d)")
@@ -87,7 +90,8 @@ def kernels_under_test(config: pytest.Config) -> list[Kernel]:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", CLAIM_MARKER)
-    config._normverify_profile = profiles.load(config.getoption("hypothesis_profile", None))
+    config._normverify_profile = profiles.load(config.getoption("hypothesis_profile", None),
+                                               shrink=not config.getoption("--no-shrink", False))
     config._normverify_kernels = kernels_under_test(config)
     tolerance.use_bound(config.getoption("--bound", error_model.DEFAULT_BOUND))
 

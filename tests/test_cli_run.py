@@ -84,7 +84,10 @@ def test_pytest_command_carries_the_request(tmp_path):
         assert words in text
     one_process = runner.pytest_command(runner.RunRequest(specs=["torch"], json_path=tmp_path / "r.json",
                                                           workers="0"))
-    assert "-n" not in one_process and "--hypothesis-profile" not in one_process
+    assert "-n" not in one_process and "--hypothesis-profile" not in one_process and "--no-shrink" not in one_process
+    unshrunk = runner.pytest_command(runner.RunRequest(specs=["torch"], json_path=tmp_path / "r.json", shrink=False))
+    assert "--no-shrink" in unshrunk
+    assert cli.build_parser().parse_args(["run", "--kernel", "torch", "--no-shrink"]).no_shrink
 
 
 def result(claim: str, status: str, **fields) -> dict:

@@ -8,7 +8,7 @@ The suite runs ONCE, in one subprocess, over the whole corpus, exactly as a user
 plus ``--tb=line`` (the verdicts are read from the JSON, and formatting each failure's traceback with its source
 took a fifth of the run), ``-p corpus.selection``, which runs each broken kernel on the claims of
 its ``expect`` set only (each correct kernel runs every claim of its kind) and skips a claim's tests once one has
-caught the kernel (``NORMVERIFY_CORPUS_CAUGHT``), and ``-p without_shrinking``, which skips
+caught the kernel (``NORMVERIFY_CORPUS_CAUGHT``), and ``--no-shrink``, which skips
 Hypothesis' shrinking (same examples, same verdicts). The tests below read the Results JSON it writes. Under
 pytest-xdist the run is shared by the workers (tests/session_once.py).
 
@@ -61,7 +61,7 @@ class CorpusRun:
 
 
 def corpus_command(json_path: Path) -> list[str]:
-    return [sys.executable, "-m", "pytest", "properties", "-p", "corpus.selection", "-p", "without_shrinking",
+    return [sys.executable, "-m", "pytest", "properties", "-p", "corpus.selection", "--no-shrink",
             *(f"--kernel={entry.spec}" for entry in CORPUS),
             "--json", str(json_path), "-p", "no:cacheprovider", "-q", "-n", "2",
             "--tb=line"]

@@ -18,9 +18,9 @@ The convention, for whoever writes the docs:
 
 Commands run in a fresh directory per example (``pytest properties`` from the checkout), with the
 default Hypothesis profile: what a reader who copies the line gets; but an example that must fail (exit N > 0) runs
-without Hypothesis's shrinking (tests/without_shrinking.py, through PYTEST_ADDOPTS): the same examples, the same
-verdicts, without the minutes spent minimizing counterexamples nobody reads here (the minimal counterexamples and
-their replays are tests/test_runner_results.py's and tests/test_report.py's).
+with ``--no-shrink``: the same examples, the same verdicts, without the time spent minimizing counterexamples nobody
+reads here (the minimal counterexamples and their replays are tests/test_runner_results.py's and
+tests/test_report.py's).
 """
 
 from __future__ import annotations
@@ -134,20 +134,18 @@ def environment() -> dict[str, str]:
 def run(command: str, where: Path, extra: str, shrink: bool = True) -> subprocess.CompletedProcess:
     words = shlex.split(command)
     cwd = where
+    unshrunk = [] if shrink else ["--no-shrink"]
     if words[:2] == ["normverify", "run"]:
-        words += ["-n", "0", *shlex.split(extra)]  # one process: the verdict does not depend on the workers
+        words += ["-n", "0", *unshrunk, *shlex.split(extra)]  # one process: the verdict does not depend on the workers
     elif words[0] == "pytest":
-        words += shlex.split(extra)
+        words += [*unshrunk, *shlex.split(extra)]
     if words[0] == "pytest":  # `pytest properties` runs from the checkout; the example's files are given by path
         cwd = ROOT
         words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                  *(str(where / w) if (where / w.split(":")[0]).is_file() else w for w in words[1:])]
     line = " ".join(shlex.quote(w) if not any(c in w for c in "*?") else w for w in words)
-    env = environment()
-    if not shrink:
-        env.update(PYTEST_ADDOPTS="-p without_shrinking", PYTHONPATH=os.pathsep.join(
-            filter(None, [str(ROOT / "tests"), env.get("PYTHONPATH")])))
-    return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=environment(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
 
 
 def test_every_example_says_what_it_gives():

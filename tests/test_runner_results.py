@@ -230,6 +230,25 @@ def test_a_failure_carries_its_minimal_counterexample_saved_and_rerunnable(plain
     assert rerun.returncode == 1 and "d=10" in rerun.stdout
 
 
+def test_without_shrinking_the_verdicts_are_the_same_and_the_failing_example_replays(plain_run, suite, tmp_path):
+    """--no-shrink: every test's status as with shrinking; a failure reports and saves the example that failed (d
+    beyond the minimal 10 that shrinking finds: 59 in this derandomized draw), its rerun command keeps --no-shrink
+    and fails on it again."""
+    out = tmp_path / "results.json"
+    proc = run_suite(suite, out, "--no-shrink")
+    document = json.loads(out.read_text())
+    assert proc.returncode == 1 and document["complete"] is True and document["environment"]["shrink"] is False
+    assert plain_run[1]["environment"]["shrink"] is True
+    assert {name: r["status"] for name, r in by_test(document).items()} == {
+        name: r["status"] for name, r in by_test(plain_run[1]).items()}
+    [example] = by_test(document)["test_forward[mine:wide]"]["counterexamples"]
+    d = int(example["text"].removeprefix("d = "))
+    assert d > 10 and Path(example["file"]).is_file() and example["rerun"].endswith("--no-shrink")
+    rerun = subprocess.run(example["rerun"] + " -p no:cacheprovider", shell=True, cwd=suite, capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert rerun.returncode == 1 and f"d={d}" in rerun.stdout
+
+
 def test_xdist_workers_give_the_same_records_and_a_crashed_worker_is_an_error(plain_run, suite, tmp_path):
     out = tmp_path / "results.json"
     # The crashing test runs last, so no replacement worker is needed (it would only cost a start-up).

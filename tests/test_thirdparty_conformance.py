@@ -55,10 +55,10 @@ KERNELS = list(dict.fromkeys(kernel for kernel, _ in VERDICTS))
 
 
 def run_the_kernels(directory: Path) -> None:
-    """One conformance run over KERNELS and CLAIMS, without shrinking (tests/without_shrinking.py: the verdicts and
+    """One conformance run over KERNELS and CLAIMS, without shrinking (--no-shrink: the verdicts and
     the ratios of the generated examples are read here, not minimal counterexamples), its JSON and output in
     ``directory``."""
-    command = [sys.executable, "-m", "pytest", "properties", "-q", "-p", "no:cacheprovider", "-p", "without_shrinking",
+    command = [sys.executable, "-m", "pytest", "properties", "-q", "-p", "no:cacheprovider", "--no-shrink",
                "--hypothesis-profile", "ci", "--claims", CLAIMS, "--json", str(directory / "results.json"),
                *(arg for kernel in KERNELS for arg in ("--kernel", kernel))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), str(ROOT),

@@ -61,6 +61,7 @@ class RunRequest:
     timeout: float = 120.0
     skips_file: Path | None = None  # properties/run/expectations.py: claim ids (and kernels) to skip, with reasons
     xfails_file: Path | None = None  # ... and the known deviations to run as expected failures
+    shrink: bool = True  # False: failures reported with the examples that failed (pytest --no-shrink)
 
     @property
     def log_path(self) -> Path:
@@ -167,6 +168,8 @@ def pytest_command(request: RunRequest) -> list[str]:
         command += ["--hypothesis-profile", request.profile]
     if request.bound:
         command += ["--bound", request.bound]
+    if not request.shrink:
+        command.append("--no-shrink")
     if request.workers not in ("0", "1"):
         command += ["-n", request.workers]
     for option, path in (("--skips-file", request.skips_file), ("--xfails-file", request.xfails_file)):

@@ -39,6 +39,7 @@ def environment(config: pytest.Config) -> dict:
     return {"normverify": core.__version__, "python": platform.python_version(), "torch": torch.__version__,
             "triton": triton_version, "hypothesis": hypothesis.__version__, "device": device,
             "profile": profiles.chosen(config.getoption("hypothesis_profile", None)),
+            "shrink": not config.getoption("--no-shrink", False),
             "bound": tolerance.bound_in_use(), "commit": suite_commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -11,18 +11,24 @@ thorough  many examples, the example database kept under .hypothesis/ so failure
 Selected by ``--hypothesis-profile NAME`` (``normverify run --profile NAME``), else
 ``NORMVERIFY_PROFILE``, else ``ci``. Hypothesis loads its own ``ci`` profile when the ``CI``
 environment variable is set; :func:`load` registers ours under the same name and loads it explicitly.
+
+``--no-shrink`` (``normverify run --no-shrink``): the chosen profile without Hypothesis's shrink and explain phases.
+The examples are generated exactly as under the profile, so every verdict and the worst ratio over the generated
+examples are the same; a failing test stops soon after its first failure and reports (and saves, replayable) the
+example that failed, not a minimized one: a triage run in seconds where minimizing takes minutes.
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILES = ("ci", "dev", "thorough")
 DEFAULT = "ci"
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.differing_executors]
+WITHOUT_SHRINKING = tuple(phase for phase in Phase if phase not in (Phase.shrink, Phase.explain))
 
 
 def register() -> None:
@@ -43,10 +49,15 @@ def chosen(option: str | None = None) -> str:
     return name
 
 
-def load(option: str | None = None) -> str:
+def load(option: str | None = None, shrink: bool = True) -> str:
+    """Register the profiles and load the chosen one (without shrinking unless ``shrink``); its name."""
     register()
     name = chosen(option)
-    settings.load_profile(name)
+    if shrink:
+        settings.load_profile(name)
+    else:
+        settings.register_profile(f"{name}-no-shrink", parent=settings.get_profile(name), phases=WITHOUT_SHRINKING)
+        settings.load_profile(f"{name}-no-shrink")
     return name
 
 

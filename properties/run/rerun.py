@@ -15,7 +15,8 @@ from properties.run import profiles
 
 
 def rerun_command(item: pytest.Item) -> str:
-    """``python -m pytest FILE::TEST --kernel SPEC ... [--kind K] [--bound B] --hypothesis-profile P``."""
+    """``python -m pytest FILE::TEST --kernel SPEC ... [--kind K] [--bound B] --hypothesis-profile P
+    [--no-shrink]``."""
     config = item.config
     node = f"{item.path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else str(item.path)
     words = [sys.executable, "-m", "pytest", node, "-p", "properties.run.results"]
@@ -25,4 +26,6 @@ def rerun_command(item: pytest.Item) -> str:
         if config.getoption(option, None):
             words += [option, str(config.getoption(option))]
     words += ["--hypothesis-profile", profiles.chosen(config.getoption("hypothesis_profile", None))]
+    if config.getoption("--no-shrink", False):
+        words.append("--no-shrink")
     return shlex.join(words)

@@ -15,8 +15,7 @@ the entry's status): the corpus asks that each expected claim catch the kernel, 
 (a third of the run's time went to the tests after the first failure); not for a kernel that plants a library
 mechanism, whose diagnoses tests/test_diagnosis.py reads from all its failures.
 
-Loaded with ``-p corpus.selection`` and ``tests/`` on PYTHONPATH; the corpus run loads ``-p without_shrinking``
-(tests/without_shrinking.py) beside it.
+Loaded with ``-p corpus.selection`` and ``tests/`` on PYTHONPATH; the corpus run adds ``--no-shrink``.
 """
 
 from __future__ import annotations

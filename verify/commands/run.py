@@ -70,6 +70,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bound", type=one_of("proofs.error_model", "BOUNDS"), metavar="NAME",
                         help="rounding-error bound of the tolerances: probabilistic (default; false-alarm probability "
                              "1e-13 per bound evaluation, docs/tightness.md) or worst-case (always holds, looser)")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="report each failure with the example that failed, not a minimized one (Hypothesis's "
+                             "shrinking off): the same verdicts in a fraction of the time of a failing run, for triage")
     parser.add_argument("-n", dest="workers", type=workers, default="auto", metavar="N|auto",
                         help="worker processes (pytest-xdist; default auto, 0 for one process)")
     parser.add_argument("--json", type=Path, metavar="PATH",
@@ -101,12 +104,13 @@ def run(args: argparse.Namespace) -> int:
     request = runner.RunRequest(specs=args.kernel, json_path=json_path, kind=args.kind,
                                 claims=claim_patterns(args.claims), profile=args.profile, bound=bound,
                                 workers=args.workers, timeout=args.timeout, skips_file=args.skips_file,
-                                xfails_file=args.xfails_file)
+                                xfails_file=args.xfails_file, shrink=not args.no_shrink)
     kernels = runner.check_request(request)
     console = make_console()
     if not args.quiet:
         console.print(f"normverify run: {', '.join(k.name for k in kernels)}"
-                      f" | profile {chosen_profile(args.profile)} | bound {bound} | workers {args.workers}"
+                      f" | profile {chosen_profile(args.profile)}{' (no shrinking)' if args.no_shrink else ''}"
+                      f" | bound {bound} | workers {args.workers}"
                       f" | log {request.log_path}",
                       soft_wrap=True)
     outcome = _run_with_progress(request, console, quiet=args.quiet)

@@ -59,6 +59,8 @@ RUN_FIELDS = (
     ("kernels", _kernels),
     ("dtypes", lambda c: ", ".join(_dtypes(c)) or "--"),
     *((label, lambda c, key=key: str(getattr(c.environment, key) or "--")) for label, key in ENVIRONMENT_FIELDS),
+    ("counterexamples", lambda c: "as they failed, not minimized (--no-shrink)" if c.environment.shrink is False
+     else "minimized"),
     ("run complete", lambda c: "yes" if c.complete else "NO: interrupted, partial results"),
 )
 
