@@ -4,6 +4,8 @@ rounding."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,8 @@ import torch
 from proofs import oracles
 from proofs.mechanisms import CONVENTIONS, MECHANISMS, Case, correct_backward, correct_forward, round_to
 
-IDS = {"eps_outside_root", "unbiased_variance", "fixed_eps", "max_variance_eps", "weight_offset", "sum_not_mean",
+IDS = {"eps_outside_root", "unbiased_variance", "fixed_eps", "max_variance_eps", "weight_offset",
+       "offset_in_weight_dtype", "sum_not_mean",
        "extra_centering", "no_centering", "padded_lanes", "one_pass_variance", "storage_accumulation",
        "double_rounding", "storage_statistics_backward", "backward_no_weight", "backward_weight_offset",
        "backward_no_mean_term",
@@ -89,6 +92,22 @@ def test_a_float32_implementation_of_the_bug_lies_within_its_model_and_the_corre
     assert not any(np.all(np.abs(correct - p.values["y"]) <= p.bounds["y"]) for p in predictions + fitted_to_correct)
     reference = correct_forward(case)
     assert np.any(np.abs(got - reference.values["y"]) > reference.bounds["y"])
+
+
+def test_gemmas_offset_added_in_a_bfloat16_weights_dtype_lies_within_its_model_and_the_correct_one_does_not():
+    """RMSNorm declared with 1 + w, float32 x, a bfloat16 weight: y = x_hat fl_bf16(1 + w) (vllm-project/vllm#29810) is
+    inside offset_in_weight_dtype's model and outside the correct bound; the correct float32 y is outside the model."""
+    x = _rows(0, 4, 24, mean=0.5)
+    w = round_to(_rows(1, 1, 24)[0] * 8, "bfloat16")
+    case = Case("rms", x, w + 1, None, 1e-5, "float32", "float32", weight_dtype="bfloat16")
+    bug, correct = (oracles.rmsnorm(x, scale, 1e-5).astype(np.float32).astype(np.float64)
+                    for scale in (round_to(w + 1, "bfloat16"), w + 1))
+    (model,) = MECHANISMS["offset_in_weight_dtype"].forward(case)
+    assert np.all(np.abs(bug - model.values["y"]) <= model.bounds["y"])
+    assert not np.all(np.abs(correct - model.values["y"]) <= model.bounds["y"])
+    reference = correct_forward(case)
+    assert np.any(np.abs(bug - reference.values["y"]) > reference.bounds["y"])
+    assert MECHANISMS["offset_in_weight_dtype"].forward(replace(case, gamma=w)) == []  # no offset: nothing rounds
 
 
 def test_a_backward_that_leaves_gemmas_offset_out_lies_within_its_model_and_the_correct_one_does_not():

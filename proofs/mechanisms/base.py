@@ -61,6 +61,7 @@ class Case:
     dy: np.ndarray | None = None  # upstream gradient (backward)
     bound: str = error_model.DEFAULT_BOUND  # the error model's bound: "probabilistic" or "worst-case"
     output: str = ""  # the output's dtype where it is not the storage's (weights in another dtype: the kernel's rule)
+    weight_dtype: str = ""  # the weight's dtype as the kernel received it ("" without a weight)
 
     @property
     def u_acc(self) -> float:

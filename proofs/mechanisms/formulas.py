@@ -52,6 +52,8 @@ from proofs.mechanisms.base import (
     correct_backward,
     gradients,
     normalized,
+    replaced,
+    round_to,
     row_statistics,
 )
 
@@ -286,6 +288,45 @@ def _weight_offset(case: Case) -> list[Prediction]:
             for shift, detail in variants]
 
 
+def _offset_in_weight_dtype_derivation() -> Derivation:
+    rounding = sp.IndexedBase("delta", real=True)
+    return Derivation(tuple(
+        Equal(_output(kind).subs(gamma[i], gamma[i] * (1 + rounding[i])) - _output(kind),
+              rounding[i] * gamma[i] * _output(kind).subs({gamma[i]: 1, beta[i]: 0}),
+              rf"{kind}: $1 + w$ rounded to a 16-bit weight's dtype is $\gamma_i (1 + \delta_i)$, "
+              r"$|\delta_i| \le u_{16}$: the output moves by $\delta_i \gamma_i \hat{x}_i$, an error of the weight's "
+              r"precision, beyond the bound where x and the output are float32")
+        for kind in ("ln", "rms")))
+
+
+def _rounded_offset(case: Case) -> np.ndarray | None:
+    """gamma = 1 + w rounded to the weight's 16-bit dtype; None where that rounding changes nothing (no offset:
+    gamma = w is already in that dtype) or the weight is not 16-bit."""
+    if case.gamma is None or case.weight_dtype not in ("float16", "bfloat16"):
+        return None
+    rounded = round_to(case.gamma, case.weight_dtype)
+    return None if np.array_equal(rounded, case.gamma) else rounded
+
+
+def _offset_in_weight_dtype(case: Case) -> list[Prediction]:
+    """The correct forward model at the rounded 1 + w."""
+    rounded = _rounded_offset(case)
+    if rounded is None:
+        return []
+    return [replace(normalized(case, gamma=rounded), detail=f"1 + w rounded to {case.weight_dtype}")]
+
+
+def _offset_in_weight_dtype_backward(case: Case) -> list[Prediction]:
+    """dx of the correct backward model at the rounded 1 + w (autograd differentiates the rounded scale as given);
+    dweight and dbias do not read gamma."""
+    rounded = _rounded_offset(case)
+    if rounded is None:
+        return []
+    moved = gradients(case, gamma=rounded)
+    return [replaced(correct_backward(case), f"1 + w rounded to {case.weight_dtype}",
+                     x=(moved.values["x"], moved.bounds["x"]))]
+
+
 # --- sum instead of mean of squares -----------------------------------------------------------------------------
 
 
@@ -381,6 +422,8 @@ MECHANISMS = (
               _max_variance_eps),
     Mechanism("weight_offset", "the weight offset (Gemma's 1 + w) wrong", BOTH, _weight_offset_derivation,
               _weight_offset),
+    Mechanism("offset_in_weight_dtype", "the weight offset's 1 + w added in the weight's 16-bit dtype", BOTH,
+              _offset_in_weight_dtype_derivation, _offset_in_weight_dtype, _offset_in_weight_dtype_backward),
     Mechanism("sum_not_mean", "the sum of squares instead of their mean", RMS, _sum_not_mean_derivation,
               _sum_not_mean),
     Mechanism("extra_centering", "an RMSNorm that subtracts the row mean (LayerNorm statistics)", RMS,

@@ -27,7 +27,8 @@ def case_of(kernel: Kernel, x: torch.Tensor, weight, bias, eps: float, dy: torch
                 beta=norms.as_float64(bias) if kernel.record.has_bias else None, eps=eps,
                 storage=dtype_name(x.dtype), accumulation=dtype_name(tolerance.accumulation_dtype(x.dtype)),
                 dy=None if dy is None else norms.as_float64(dy), bound=tolerance.bound_in_use(),
-                output=dtype_name(norms.output_dtype(kernel, x, weight)))
+                output=dtype_name(norms.output_dtype(kernel, x, weight)),
+                weight_dtype="" if weight is None else dtype_name(weight.dtype))
 
 
 def conventions_of(kernel: Kernel) -> tuple[str, ...]:

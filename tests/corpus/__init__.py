@@ -214,6 +214,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("statistics.py:RMS_NO_EPS", "rms.forward", "rms.special_inputs", mechanism="fixed_eps"),
     _broken("statistics.py:RMS_WHOLE_TENSOR_STATISTICS", "rms.row_independence", "rms.special_inputs"),
     _broken("statistics.py:RMS_GEMMA_OFFSET_MISSING", "rms.forward", mechanism="weight_offset"),
+    _broken("statistics.py:RMS_GEMMA_OFFSET_IN_WEIGHT_DTYPE", "rms.forward", "rms.jacobian",
+            mechanism="offset_in_weight_dtype"),
     # second_order.py: right to first order, wrong in the gradient of the gradient
     _broken("second_order.py:LN_STATISTICS_HELD_CONSTANT", "ln.second_order"),
     _broken("second_order.py:RMS_F_TERM_DROPPED", "rms.second_order"),

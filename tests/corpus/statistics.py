@@ -296,6 +296,21 @@ RMS_EPS_IGNORED = _rmsnorm("rms_eps_ignored", _rms_eps_ignored)
 RMS_EPS_UNUSUAL_CONSTANT = _rmsnorm("rms_eps_unusual_constant", _rms_eps_unusual_constant)
 RMS_NO_EPS = _rmsnorm("rms_no_eps", _rms_no_eps)
 RMS_WHOLE_TENSOR_STATISTICS = _rmsnorm("rms_whole_tensor_statistics", _rms_whole_tensor_statistics)
+
+
+def _gemma_offset_in_weight_dtype(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """Gemma's scale 1 + w added in the weight's dtype before the float32 multiply (bfloat16 15.8125 + 1 is
+    16.75): right for float32 weights, off by a 16-bit rounding of the scale for 16-bit ones (vllm-project/vllm#29810).
+    Must fail rms.forward and rms.jacobian (autograd differentiates the rounded scale; most of all with a 16-bit
+    weight beside float32 x)."""
+    return RMS_TEXTBOOK.fn(x, None if weight is None else 1 + weight, eps)
+
+
+RMS_GEMMA_OFFSET_IN_WEIGHT_DTYPE = Kernel(
+    "rms_gemma_offset_in_weight_dtype", "rmsnorm", _gemma_offset_in_weight_dtype,
+    spec=SPEC + "RMS_GEMMA_OFFSET_IN_WEIGHT_DTYPE", weight_offset=1.0,
+    description=_description(_gemma_offset_in_weight_dtype), dtypes=FLOAT32_ARITHMETIC)
+
 # Declares Gemma's convention (scale = 1 + weight) but scales by weight, as Llama does: a Gemma checkpoint's
 # weights loaded into a Llama RMSNorm. The rule itself is the correct one; the bug is the convention.
 RMS_GEMMA_OFFSET_MISSING = Kernel(
