@@ -255,6 +255,40 @@ def test_the_upstream_layout_check_catches_a_backward_reading_dy_as_contiguous(l
     _passes_and_fails(contracts.check_noncontiguous_upstream, kernel(_upstream_strides_ignored), {**example, "dy": dy})
 
 
+class _LayerNormDxIntoDy(torch.autograd.Function):
+    """LayerNorm without parameters whose backward stores dx in dy's memory, as a kernel's stores do: where the rows of
+    dy share memory (a stride of 0) the last row's dx is every row's."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        ctx.save_for_backward(x)
+        ctx.eps = eps
+        return _layernorm(x, None, None, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            (dx,) = torch.autograd.grad(_layernorm(leaf, None, None, ctx.eps), leaf, dy)
+        return (dx[-1].expand(dx.shape) if dy.stride(0) == 0 else dx), None
+
+
+def _layernorm_dx_into_dy(x, weight, bias, eps):
+    return _LayerNormDxIntoDy.apply(x, eps)
+
+
+@pytest.mark.parametrize(("in_place", "cause"), [((), "strides ignored"),
+                                                 (("dy",), "writes dx into the upstream gradient's buffer")])
+def test_the_upstream_layout_check_names_a_declared_write_into_a_shared_dy(in_place, cause):
+    """A backward whose dx lands in the memory of a stride-0 dy: 'writes dx into the upstream gradient's buffer' for
+    a kernel declaring in_place=("dy",) (Liger-Kernel#370), 'strides ignored' for one that does not."""
+    dy = contracts.strided(_row(seed=3), "broadcast over the first axis")
+    assert dy.stride(0) == 0
+    broken = kernel(_layernorm_dx_into_dy, in_place=in_place)
+    assert cause in _passes_and_fails(contracts.check_noncontiguous_upstream, broken, {**_ln_example(), "dy": dy})
+
+
 def test_nonfinite_check_catches_a_nan_that_leaves_its_row():
     example = _ln_example()
     poisoned = example["x"].clone()

@@ -203,8 +203,8 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, running_mean, running_
     contiguous dy's within twice the backward bound (each call with fresh running buffers)."""
     example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
     _, laid_out, contiguous = gradients_in_both_layouts(kernel, buffers_of(example), {"y": dy}, buffers_of(example))
-    conclude_upstream_layouts(laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy, bias=bias),
-                              **_plot(x))
+    conclude_upstream_layouts(kernel, {"y": dy}, laid_out, contiguous,
+                              tolerance.backward(kernel, x, weight, eps, dy, bias=bias), **_plot(x))
 
 
 def check_forward_after_an_in_place_update(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,

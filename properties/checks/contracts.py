@@ -82,7 +82,7 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, weight, eps: float, dy
     bound."""
     example = {"x": x, "weight": weight, "bias": bias, "eps": eps}
     _, laid_out, contiguous = gradients_in_both_layouts(kernel, example, {"y": dy})
-    conclude_upstream_layouts(laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy),
+    conclude_upstream_layouts(kernel, {"y": dy}, laid_out, contiguous, tolerance.backward(kernel, x, weight, eps, dy),
                               d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
@@ -98,14 +98,25 @@ def gradients_in_both_layouts(kernel, example: dict, upstream: dict[str, torch.T
     return outputs, laid_out, contiguous
 
 
-def conclude_upstream_layouts(laid_out: dict, contiguous: dict, bounds: dict, **point) -> None:
-    """Each gradient with non-contiguous upstream gradients vs with contiguous ones: within twice its bound (two
-    computations of one value, each within one bound of it)."""
+def conclude_upstream_layouts(kernel, upstream: dict[str, torch.Tensor], laid_out: dict, contiguous: dict,
+                              bounds: dict, **point) -> None:
+    """Each gradient with the non-contiguous ``upstream`` gradients vs with contiguous ones: within twice its bound
+    (two computations of one value, each within one bound of it). The cause named: strides ignored, or, for a kernel
+    that declares writing dx into dy (``in_place=("dy",)``) given a dy whose elements share memory, that write."""
     comparisons = [outcome.compare(g, contiguous[name], 2 * bounds[name],
                                    f"d{name}: non-contiguous vs contiguous upstream gradient")
                    for name, g in laid_out.items()]
-    outcome.conclude(comparisons, "the backward reads the upstream gradient as if it were contiguous (its strides "
-                     "ignored)", **point)
+    cause = "the backward reads the upstream gradient as if it were contiguous (its strides ignored)"
+    if "dy" in kernel.in_place and any(_overlapping(t) for t in upstream.values()):
+        cause = ("the backward writes dx into the upstream gradient's buffer (declared in_place=('dy',)), whose "
+                 "elements share memory (a stride of 0, as autograd passes for loss = y.sum()): the rows' dx "
+                 "overwrite each other")
+    outcome.conclude(comparisons, cause, **point)
+
+
+def _overlapping(t: torch.Tensor) -> bool:
+    """Whether some of the tensor's elements share memory (a stride of 0 along a dimension of more than one)."""
+    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True))
 
 
 def fail_on_missing_gradient(kernel, fault: guard.KernelFault, frozen: tuple[str, ...] = (), **point) -> None:

@@ -203,9 +203,11 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor
     """dy and dh non-contiguous views (properties.checks.contracts.strided): every gradient is the contiguous
     upstream gradients' within twice its bound (the jacobian claim's, at the contiguous call's residual_out)."""
     example = example_of(x, residual, weight, bias, eps)
-    got, laid_out, contiguous = gradients_in_both_layouts(kernel, example, {"y": dy, "residual_out": dh})
-    conclude_upstream_layouts(laid_out, contiguous, gradient_bounds(kernel, example, dy, dh, got["residual_out"]),
-                              d=x.shape[-1], dtype=dtype_name(x.dtype))
+    upstream = {"y": dy, "residual_out": dh}
+    got, laid_out, contiguous = gradients_in_both_layouts(kernel, example, upstream)
+    conclude_upstream_layouts(kernel, upstream, laid_out, contiguous,
+                              gradient_bounds(kernel, example, dy, dh, got["residual_out"]), d=x.shape[-1],
+                              dtype=dtype_name(x.dtype))
 
 
 def forward_after_an_in_place_update(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,

@@ -86,7 +86,7 @@ def check_noncontiguous_upstream(kernel, x: torch.Tensor, num_groups: int, weigh
     _, laid_out, contiguous = gradients_in_both_layouts(kernel, example_of(x, num_groups, weight, bias, eps),
                                                         {"y": dy})
     bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
-    conclude_upstream_layouts(laid_out, contiguous, bounds, d=int(x[0].numel() // num_groups),
+    conclude_upstream_layouts(kernel, {"y": dy}, laid_out, contiguous, bounds, d=int(x[0].numel() // num_groups),
                               dtype=dtype_name(x.dtype))
 
 

@@ -226,6 +226,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("fused.py:LN_INPUT_OVERWRITTEN", "ln.inputs_unmodified"),
     _broken("fused.py:LN_UPSTREAM_OVERWRITTEN", "ln.inputs_unmodified"),
     _broken("fused.py:LN_BWD_NO_GAMMA", "ln.jacobian", "ln.spectral_norm", mechanism="backward_no_weight"),
+    _broken("fused.py:RMS_DX_INTO_SHARED_DY", "rms.layout_invariance"),
     _broken("fused.py:RMS_GEMMA_BWD_NO_OFFSET", "rms.jacobian", "rms.gradient_identities", "rms.spectral_norm",
             mechanism="backward_weight_offset"),
     _broken("fused.py:LN_BWD_XHAT_FROM_OUTPUT", "ln.jacobian"),

@@ -64,6 +64,11 @@ def _input_grad(g: torch.Tensor, xhat: torch.Tensor, rstd: torch.Tensor, centred
     return rstd * (g - mean_term - variance_term)
 
 
+def _fresh_dx(dx: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx in a tensor of its own."""
+    return dx
+
+
 def _weight_grad(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """dgamma per element: dy * xhat (summed over rows by the caller)."""
     return dy * xhat
@@ -84,6 +89,7 @@ class Stages(NamedTuple):
     scale_upstream: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = _scale_upstream
     normalized_for_backward: Callable[..., torch.Tensor] = _saved_normalized
     input_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor] = _input_grad
+    store_dx: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _fresh_dx
     weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = _weight_grad
     sum_rows: Callable[[torch.Tensor, torch.dtype], torch.Tensor] = _sum_rows
 
@@ -131,7 +137,7 @@ class _FusedNorm(torch.autograd.Function):
         dx = stages.input_grad(g, xhat, rstd, ctx.centred).to(ctx.input_dtype)
         dweight = None if weight is None else stages.sum_rows(stages.weight_grad(dy.float(), xhat, y), weight.dtype)
         dbias = None if bias is None else stages.sum_rows(dy.float(), bias.dtype)
-        return dx, dweight, dbias, None, None, None, None
+        return stages.store_dx(dx, dy), dweight, dbias, None, None, None, None
 
 
 # --- bug stages -------------------------------------------------------------------------------------------------
@@ -202,6 +208,19 @@ def _input_grad_zero_on_padding_rows(g: torch.Tensor, xhat: torch.Tensor, rstd: 
     return torch.where((xhat == 0).all(-1, keepdim=True), 0.0, _input_grad(g, xhat, rstd, centred))
 
 
+def _dx_into_upstream(dx: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx written into dy's buffer and returned (declared ``in_place=("dy",)``, Liger's in_place=True); where dy's
+    rows share memory (a stride of 0: the upstream gradient of y.sum()) every row's dx lands in the one row of memory,
+    the last written wins (Liger-Kernel#370/#376, #1305). Must fail rms.layout_invariance."""
+    if dy.dtype != dx.dtype:
+        return dx
+    try:
+        return dy.copy_(dx)
+    except RuntimeError:  # torch refuses a copy into overlapping memory; a kernel's stores do not
+        rows = dx.reshape(-1, dx.shape[-1])
+        return rows[-1].expand(dx.shape) if rows.shape[0] else dx
+
+
 def _weight_grad_from_output(dy: torch.Tensor, xhat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """dgamma from the output: sum dy * y instead of dy * xhat (right only for gamma = 1, beta = 0). Must fail
     ln.jacobian and ln.gradient_identities."""
@@ -240,13 +259,14 @@ def _layernorm(name: str, stages: Stages) -> Kernel:
                   dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
 
 
-def _rmsnorm(name: str, stages: Stages, offset: float = 0.0) -> Kernel:
-    """``offset``: the weight offset (Gemma's 1: the forward scales by 1 + w), declared as ``weight_offset``."""
+def _rmsnorm(name: str, stages: Stages, offset: float = 0.0, in_place: tuple[str, ...] = ()) -> Kernel:
+    """``offset``: the weight offset (Gemma's 1: the forward scales by 1 + w), declared as ``weight_offset``;
+    ``in_place``: the declared buffers the kernel writes."""
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
         return _FusedNorm.apply(x, weight, None, eps, False, stages, offset)
 
     return Kernel(name, "rmsnorm", rmsnorm, spec=SPEC + name.upper(), description=_description(stages),
-                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True, weight_offset=offset)
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True, weight_offset=offset, in_place=in_place)
 
 
 LN_FUSED = _layernorm("ln_fused", CORRECT)
@@ -271,4 +291,5 @@ RMS_INPUT_OVERWRITTEN = _rmsnorm("rms_input_overwritten", Stages(after_forward=_
 RMS_BWD_ZERO_ON_PADDING_ROWS = _rmsnorm("rms_bwd_zero_on_padding_rows",
                                         Stages(input_grad=_input_grad_zero_on_padding_rows))
 RMS_BWD_NO_VARIANCE_TERM = _rmsnorm("rms_bwd_no_variance_term", Stages(input_grad=_input_grad_without_variance_term))
+RMS_DX_INTO_SHARED_DY = _rmsnorm("rms_dx_into_shared_dy", Stages(store_dx=_dx_into_upstream), in_place=("dy",))
 RMS_GEMMA_BWD_NO_OFFSET = _rmsnorm("rms_gemma_bwd_no_offset", Stages(effective_weight=_offset_left_out), offset=1.0)
