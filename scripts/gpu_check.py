@@ -67,6 +67,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--last", default=LAST, metavar="GLOBS",
                         help=f"built-ins run in a second conformance run after the others' (default {LAST!r}; '' "
                              "for one run of all)")
+    parser.add_argument("--no-shrink", dest="shrink", action="store_false",
+                        help="failures reported with the examples that failed, not minimized (normverify run "
+                             "--no-shrink): no device time spent shrinking, nor compiling the widths a shrink draws")
     parser.add_argument("--no-corpus", dest="corpus", action="store_false",
                         help="leave out the corpus's correct kernels (run in the first conformance run by default)")
     parser.add_argument("--bench-args", default="",
@@ -167,9 +170,9 @@ def run_steps(steps: dict[str, tuple[list[str], Path]], until: float) -> dict[st
     return done
 
 
-def conformance_command(kernels: list[str], results: Path, dry_run: bool) -> list[str]:
+def conformance_command(kernels: list[str], results: Path, dry_run: bool, shrink: bool = True) -> list[str]:
     command = [PYTHON, "-m", "verify", "run", "--profile", "ci", "--quiet", "--json", str(results),
-               "-n", "1" if dry_run else str(WORKERS)]
+               "-n", "1" if dry_run else str(WORKERS), *([] if shrink else ["--no-shrink"])]
     command += [argument for kernel in kernels for argument in ("--kernel", kernel)]
     return command + (["--claims", DRY_RUN_CLAIMS] if dry_run else [])
 
@@ -279,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [work / f"results{suffix}.json" for suffix in suffixes]
     beside_first = {"cuda tests": (tests, work / "cuda-tests.log")}
     for (name, chosen), path, suffix in zip(runs, results, suffixes, strict=True):
-        step = {name: (conformance_command(chosen, path, args.dry_run), work / f"run{suffix}.log")}
+        step = {name: (conformance_command(chosen, path, args.dry_run, args.shrink), work / f"run{suffix}.log")}
         steps.update(run_steps({**step, **beside_first}, until))
         beside_first = {}
     if beside_first:  # no built-in selected: the cuda tests alone

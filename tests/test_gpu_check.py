@@ -66,3 +66,10 @@ def test_the_corpus_s_correct_kernels_are_listed_by_path():
     assert {"tests/corpus/composed.py:ADD_LN_CHAN_CHUNKS", "tests/corpus/correct.py:LN_TWO_PASS_FLOAT64"} <= set(specs)
     assert all(":" in spec for spec in specs)  # the built-ins among the correct ones run as built-ins
     assert gpu_check.conformance_runs(specs, gpu_check.LAST) == [("conformance", specs)]
+
+
+def test_no_shrink_reaches_the_conformance_run(tmp_path):
+    """--no-shrink: the conformance runs report failures unminimized (no device time shrinking); default: minimized."""
+    assert gpu_check.parse(["out"]).shrink and not gpu_check.parse(["out", "--no-shrink"]).shrink
+    assert "--no-shrink" not in gpu_check.conformance_command(["torch"], tmp_path / "r.json", False)
+    assert "--no-shrink" in gpu_check.conformance_command(["torch"], tmp_path / "r.json", False, shrink=False)
