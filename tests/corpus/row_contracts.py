@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from core.registry import Kernel
-from corpus.statistics import FLOAT32_ARITHMETIC
+from corpus.statistics import FLOAT32_ARITHMETIC, float32_norm
 
 SPEC = "tests/corpus/row_contracts.py:"
 
@@ -83,15 +83,10 @@ class _Norm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, rms, hooks):
-        h = x.float()
-        mean = torch.zeros_like(h[..., :1]) if rms else h.mean(-1, keepdim=True)
-        rstd = torch.rsqrt((h - mean).square().mean(-1, keepdim=True) + eps)
-        y = (h - mean) * rstd
-        y = y if weight is None else y * weight.float()
-        y = y if bias is None else y + bias.float()
+        y, mean, rstd = float32_norm(x, weight, bias, eps, centred=not rms)
         ctx.save_for_backward(x, weight, mean, rstd)
         ctx.rms, ctx.hooks, ctx.bias_dtype = rms, hooks, None if bias is None else bias.dtype
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):

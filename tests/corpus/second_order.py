@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 
 from core.registry import Kernel
-from corpus.statistics import FLOAT32_ARITHMETIC
+from corpus.statistics import FLOAT32_ARITHMETIC, float32_norm
 
 SPEC = "tests/corpus/second_order.py:"
 
@@ -94,15 +94,10 @@ class _Backward(torch.autograd.Function):
 class _Norm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float, centred: bool, flaws: Flaws):
-        xf = x.float()
-        mean = xf.mean(-1, keepdim=True) if centred else torch.zeros_like(xf[..., :1])
-        rstd = torch.rsqrt((xf - mean).square().mean(-1, keepdim=True) + eps)
-        y = (xf - mean) * rstd
-        y = y if weight is None else y * weight.float()
-        y = y if bias is None else y + bias.float()
+        y, mean, rstd = float32_norm(x, weight, bias, eps, centred)
         ctx.save_for_backward(x, weight, mean, rstd)
         ctx.centred, ctx.flaws, ctx.bias_dtype = centred, flaws, None if bias is None else bias.dtype
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):

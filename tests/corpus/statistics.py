@@ -36,6 +36,12 @@ Statistics = Callable[[torch.Tensor, float, torch.dtype], Moments]
 def _normalize(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
                statistics: Statistics) -> torch.Tensor:
     """(x - mean) * rstd * weight + bias in float32, cast back to x.dtype; (mean, rstd) = statistics(x, eps, dtype)."""
+    return _normalized_with_statistics(x, weight, bias, eps, statistics)[0]
+
+
+def _normalized_with_statistics(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                                statistics: Statistics) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(:func:`_normalize`'s y, mean, rstd)."""
     x32 = x.float()
     mean, rstd = statistics(x32, eps, x.dtype)
     y = (x32 - mean) * rstd
@@ -43,7 +49,15 @@ def _normalize(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
         y = y * weight.float()
     if bias is not None:
         y = y + bias.float()
-    return y.to(x.dtype)
+    return y.to(x.dtype), mean, rstd
+
+
+def float32_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+                 centred: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, mean, rstd) of the correct float32 LayerNorm (``centred``) or RMSNorm (mean 0) of x's rows, y in x's
+    dtype: the forward of the corpus's kernels whose backward is an autograd Function of their own."""
+    return _normalized_with_statistics(x, weight, bias, eps,
+                                       _layernorm_statistics if centred else _rmsnorm_statistics)
 
 
 def _layernorm_statistics(x: torch.Tensor, eps: float, storage: torch.dtype) -> Moments:
