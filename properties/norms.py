@@ -307,6 +307,13 @@ def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: M
     return got
 
 
+# The inputs left frozen (not requiring grad) by the tests of gradients with only some inputs requiring grad: the
+# parameters (frozen norm weights, as in LoRA fine-tuning), x (a norm over frozen embeddings), or one parameter (a
+# backward reading ctx.needs_input_grad at the wrong index drops one, or returns the gradients packed by which are
+# needed: DIOPI#1322)
+FROZEN_SUBSETS = (("weight", "bias"), ("x",), ("x", "bias"), ("weight",), ("bias",))
+
+
 def skip_unless_a_strict_subset(kernel: Kernel, frozen: tuple[str, ...], inputs: tuple[str, ...]) -> None:
     """Skip the calling test, with the reason, unless the kernel takes every input of ``frozen`` (of ``inputs``, those
     its kind has) and at least one other that it differentiates (not declared ``no_gradient``)."""

@@ -11,10 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capabilities import PROBED_DTYPES, dtype_name
+from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence
 from properties.checks import batchnorm as checks
-from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import (
+    CHANNEL_INPUT_LAYOUTS,
+    CHANNEL_UPSTREAM_LAYOUTS,
+    channel_input,
+    inside_a_larger_buffer,
+    strided,
+)
 from properties.checks.forward import new_parameter_values
 from properties.draws.batchnorm_strategies import batchnorm_examples
 from properties.draws.inexact_counts import OFFSET_RATIO, SIXTEEN_BIT, inexact_count
@@ -27,7 +33,7 @@ from properties.draws.strategies import (
     seeds,
     storage_backward_width,
 )
-from properties.norms import require_backward
+from properties.norms import FROZEN_SUBSETS, require_backward, skip_unless_a_strict_subset
 from properties.run import profiles
 
 SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which have a channels-last layout
@@ -37,6 +43,14 @@ SPATIAL_LAYOUTS = ((2, 3), (4, 4), (7, 9), (2, 2, 3))  # 4-D and 5-D x, which ha
 WIDE_LAYOUT_CHANNELS = (12, 16, 24, 64)
 WIDE_LAYOUT_SPATIAL = ((4, 4), (48, 48))
 MAX_LAYOUT_ELEMENTS = 2 * 24 * 48 * 48
+
+
+def buffers_in_larger_storage(example: dict) -> dict:
+    """The example with its running buffers every other element of a tensor of NaN, from its second element
+    (contracts.inside_a_larger_buffer): buffers a model keeps as views (a slice of one flat buffer of all its
+    statistics), which a kernel that copies them to contiguous tensors updates in the copies only (pytorch#33867)."""
+    return {**example, **{name: inside_a_larger_buffer(example[name], "every other element")
+                          for name in checks.BUFFERS}}
 
 
 @pytest.mark.claim("bn.forward", "in.forward")
@@ -103,8 +117,12 @@ def test_forward_with_parameters_in_another_dtype(running_norm_kernel, mix, data
 @profiles.share(1.0)
 @given(data=st.data())
 def test_one_training_call_updates_the_running_statistics_once(running_norm_kernel, data):
-    example = batchnorm_examples(running_norm_kernel, training=True, buffers=True, mixed=True)
-    evidence.check(checks.check_running_statistics, running_norm_kernel, data.draw(example, "example"))
+    """Half the draws with the buffers every other element of a larger tensor (buffers_in_larger_storage): the
+    update lands in the caller's tensors."""
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=True, buffers=True, mixed=True), "example")
+    if data.draw(st.booleans(), "buffers in a larger storage"):
+        example = buffers_in_larger_storage(example)
+    evidence.check(checks.check_running_statistics, running_norm_kernel, example)
 
 
 @pytest.mark.claim("bn.running_statistics", "in.running_statistics")
@@ -122,8 +140,11 @@ def test_the_running_statistics_of_more_than_65536_elements_a_statistic(running_
 @profiles.share(0.75)
 @given(data=st.data())
 def test_eval_mode_is_the_affine_map_of_the_running_statistics(running_norm_kernel, data):
-    example = batchnorm_examples(running_norm_kernel, training=False, mixed=True)
-    evidence.check(checks.check_eval, running_norm_kernel, data.draw(example, "example"))
+    """Half the draws with the buffers every other element of a larger tensor (buffers_in_larger_storage)."""
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=False, mixed=True), "example")
+    if data.draw(st.booleans(), "buffers in a larger storage"):
+        example = buffers_in_larger_storage(example)
+    evidence.check(checks.check_eval, running_norm_kernel, example)
 
 
 @pytest.mark.claim("bn.eval", "in.eval")
@@ -250,7 +271,7 @@ def test_channels_last_input(running_norm_kernel, data):
     example = batchnorm_examples(running_norm_kernel, spatial=SPATIAL_LAYOUTS, channels=(2, 3, 4, 8), mixed=True)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+    evidence.check(checks.check_input_layout, running_norm_kernel, example)
 
 
 @pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
@@ -267,7 +288,7 @@ def test_channels_last_input_of_many_channels(running_norm_kernel, dtype, traini
                                  spatial=(spatial,), dtypes=(dtype,))
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+    evidence.check(checks.check_input_layout, running_norm_kernel, example)
 
 
 @pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
@@ -281,7 +302,7 @@ def test_channels_last_backward(running_norm_kernel, data):
                                  every_input=True, mixed=True)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+    evidence.check(checks.check_input_layout, running_norm_kernel, example)
 
 
 @pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
@@ -298,7 +319,39 @@ def test_channels_last_backward_of_many_channels(running_norm_kernel, dtype, tra
                                  max_elements=MAX_LAYOUT_ELEMENTS)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(checks.check_channels_last, running_norm_kernel, example)
+    evidence.check(checks.check_input_layout, running_norm_kernel, example)
+
+
+@pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_input(running_norm_kernel, data):
+    """Either mode, x with its channels innermost (a [N, L, C] activation seen as [N, C, L]), transposed, a slice of
+    more channels, every other sample or element, NaN between its elements (contracts.CHANNEL_INPUT_LAYOUTS): y, the
+    running statistics and, with a backward, (for one contiguous dy) dx, dweight, dbias those of the contiguous call
+    (pytorch#63224: BatchNorm of a permuted input; FlagGems#296: instance_norm addressing x as if contiguous)."""
+    backward = discover(running_norm_kernel).backward
+    example = batchnorm_examples(running_norm_kernel, upstream=backward, every_input=backward, mixed=True)
+    example = data.draw(example, "example")
+    layout = data.draw(st.sampled_from(CHANNEL_INPUT_LAYOUTS), "layout")
+    evidence.check(checks.check_input_layout, running_norm_kernel,
+                   {**example, "x": channel_input(example["x"], layout)})
+
+
+@pytest.mark.claim("bn.jacobian", "in.jacobian")
+@pytest.mark.parametrize("frozen", FROZEN_SUBSETS, ids="+".join)
+@pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_when_only_some_inputs_require_grad(running_norm_kernel, frozen, training, data):
+    """``frozen`` not requiring grad (norms.FROZEN_SUBSETS; a frozen BatchNorm's parameters in fine-tuning), either
+    mode: each input that requires grad gets its gradient, as the batch VJP's (training) or the affine map's
+    (eval)."""
+    require_backward(running_norm_kernel)
+    skip_unless_a_strict_subset(running_norm_kernel, frozen, ("x", "weight", "bias"))
+    example = batchnorm_examples(running_norm_kernel, training=training, upstream=True, every_input=True)
+    check = checks.check_vjp if training else checks.check_eval_vjp
+    evidence.check(check, running_norm_kernel, {**data.draw(example, "example"), "frozen": frozen})
 
 
 @pytest.mark.claim("bn.layout_invariance", "in.layout_invariance")

@@ -16,14 +16,19 @@ from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence
-from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import (
+    CHANNEL_INPUT_LAYOUTS,
+    CHANNEL_UPSTREAM_LAYOUTS,
+    channel_input,
+    strided,
+)
 from properties.checks.forward import new_parameter_values
 from properties.checks.groupnorm import (
     check_backward_of_the_recorded_graph,
-    check_channels_last,
     check_forward,
     check_forward_after_an_in_place_update,
     check_independence,
+    check_input_layout,
     check_inputs_unmodified,
     check_noncontiguous_upstream,
     check_vjp,
@@ -45,7 +50,7 @@ from properties.draws.strategies import (
     storage_dtypes,
     valid_offset_ratio,
 )
-from properties.norms import output_dtype, require_backward
+from properties.norms import FROZEN_SUBSETS, output_dtype, require_backward, skip_unless_a_strict_subset
 from properties.run import profiles
 
 CHANNELS = (1, 2, 3, 4, 8)
@@ -230,7 +235,7 @@ def test_channels_last_input(channel_layernorm_kernel, data):
                                          channels=(2, 3, 4, 8), mixed=True)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(check_channels_last, channel_layernorm_kernel, example)
+    evidence.check(check_input_layout, channel_layernorm_kernel, example)
 
 
 @pytest.mark.claim("cln.layout_invariance")
@@ -244,7 +249,35 @@ def test_channels_last_backward(channel_layernorm_kernel, data):
                                          channels=(2, 3, 4, 8), upstream=True, every_input=True, mixed=True)
     example = data.draw(example, "example")
     example["x"] = example["x"].to(memory_format=CHANNELS_LAST[example["x"].dim()])
-    evidence.check(check_channels_last, channel_layernorm_kernel, example)
+    evidence.check(check_input_layout, channel_layernorm_kernel, example)
+
+
+@pytest.mark.claim("cln.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_input(channel_layernorm_kernel, data):
+    """x with its channels innermost (a [N, L, C] activation seen as [N, C, L]), transposed, a slice of more
+    channels, every other sample or element, NaN between its elements (contracts.CHANNEL_INPUT_LAYOUTS): y and, with
+    a backward, (for one contiguous dy) dx, dweight, dbias those of the contiguous call (pytorch#63224, FlagGems#296:
+    x read as if contiguous)."""
+    backward = discover(channel_layernorm_kernel).backward
+    example = channel_layernorm_examples(channel_layernorm_kernel, upstream=backward, every_input=backward, mixed=True)
+    example = data.draw(example, "example")
+    layout = data.draw(st.sampled_from(CHANNEL_INPUT_LAYOUTS), "layout")
+    evidence.check(check_input_layout, channel_layernorm_kernel, {**example, "x": channel_input(example["x"], layout)})
+
+
+@pytest.mark.claim("cln.jacobian")
+@pytest.mark.parametrize("frozen", FROZEN_SUBSETS, ids="+".join)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_when_only_some_inputs_require_grad(channel_layernorm_kernel, frozen, data):
+    """``frozen`` not requiring grad (norms.FROZEN_SUBSETS): each input that requires grad gets its gradient, as the
+    oracle's."""
+    require_backward(channel_layernorm_kernel)
+    skip_unless_a_strict_subset(channel_layernorm_kernel, frozen, ("x", "weight", "bias"))
+    example = channel_layernorm_examples(channel_layernorm_kernel, upstream=True, every_input=True)
+    evidence.check(check_vjp, channel_layernorm_kernel, {**data.draw(example, "example"), "frozen": frozen})
 
 
 @pytest.mark.claim("cln.layout_invariance")

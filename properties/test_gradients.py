@@ -73,12 +73,8 @@ def test_vjp_at_widths_above_1024(norm_kernel, data):
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
 
 
-# The inputs left frozen (not requiring grad) by test_vjp_when_only_some_inputs_require_grad.
-FROZEN = (("weight", "bias"), ("x",), ("x", "bias"), ("weight",), ("bias",))
-
-
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
-@pytest.mark.parametrize("frozen", FROZEN, ids="+".join)
+@pytest.mark.parametrize("frozen", norms.FROZEN_SUBSETS, ids="+".join)
 @profiles.share(0.05)
 @given(data=st.data())
 def test_vjp_when_only_some_inputs_require_grad(norm_kernel, frozen, data):

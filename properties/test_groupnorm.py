@@ -13,16 +13,22 @@ from hypothesis import strategies as st
 from core.boundary import HOST
 from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence
-from properties.checks.contracts import CHANNEL_UPSTREAM_LAYOUTS, strided
+from properties.checks.contracts import (
+    CHANNEL_INPUT_LAYOUTS,
+    CHANNEL_UPSTREAM_LAYOUTS,
+    channel_input,
+    strided,
+)
 from properties.checks.forward import new_parameter_values
 from properties.checks.groupnorm import (
     check_backward_of_the_recorded_graph,
-    check_channels_last,
     check_forward,
     check_forward_after_an_in_place_update,
     check_forward_with_parameter_dtypes,
     check_independence,
+    check_input_layout,
     check_inputs_unmodified,
+    check_invalid_groups_refused,
     check_noncontiguous_upstream,
     check_vjp,
 )
@@ -46,7 +52,7 @@ from properties.draws.strategies import (
     storage_dtypes,
     valid_offset_ratio,
 )
-from properties.norms import output_dtype, require_backward
+from properties.norms import FROZEN_SUBSETS, output_dtype, require_backward, skip_unless_a_strict_subset
 from properties.run import profiles
 
 # 24 and 48: 16 channels or more in groups of a size not a power of two (3 or 6 a group, as Stable Diffusion's 960
@@ -149,6 +155,17 @@ def test_forward_at_a_count_16_bits_cannot_hold(groupnorm_kernel, dtype, data):
     example = groupnorm_examples(groupnorm_kernel, spatial=((a * b,),), channels=(2,), instance=True, dtypes=(dtype,),
                                  offsets=(OFFSET_RATIO, -OFFSET_RATIO))
     evidence.check(check_forward, groupnorm_kernel, data.draw(example, "example"))
+
+
+@pytest.mark.claim("gn.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_a_number_of_groups_that_does_not_divide_the_channels_is_refused(groupnorm_kernel, data):
+    """num_groups 0, or one that leaves a remainder of C (up to twice C): the call raises an error."""
+    example = data.draw(groupnorm_examples(groupnorm_kernel, channels=(4, 6, 12, 24)), "example")
+    channels = example["x"].shape[1]
+    groups = data.draw(st.sampled_from([g for g in range(2 * channels + 1) if g == 0 or channels % g]), "num_groups")
+    evidence.check(check_invalid_groups_refused, groupnorm_kernel, {**example, "num_groups": groups})
 
 
 @pytest.mark.claim("gn.jacobian")
@@ -286,7 +303,7 @@ def channels_last_example(example: dict) -> dict:
 @given(data=st.data())
 def test_channels_last_input(groupnorm_kernel, data):
     example = data.draw(groupnorm_examples(groupnorm_kernel, spatial=CHANNELS_LAST_SPATIAL, mixed=True), "example")
-    evidence.check(check_channels_last, groupnorm_kernel, channels_last_example(example))
+    evidence.check(check_input_layout, groupnorm_kernel, channels_last_example(example))
 
 
 @pytest.mark.claim("gn.layout_invariance")
@@ -298,7 +315,35 @@ def test_channels_last_backward(groupnorm_kernel, data):
     require_backward(groupnorm_kernel)
     example = groupnorm_examples(groupnorm_kernel, spatial=CHANNELS_LAST_SPATIAL, upstream=True, every_input=True,
                                  mixed=True)
-    evidence.check(check_channels_last, groupnorm_kernel, channels_last_example(data.draw(example, "example")))
+    evidence.check(check_input_layout, groupnorm_kernel, channels_last_example(data.draw(example, "example")))
+
+
+@pytest.mark.claim("gn.layout_invariance")
+@profiles.share(0.5)
+@given(data=st.data())
+def test_strided_input(groupnorm_kernel, data):
+    """x with its channels innermost (a [N, L, C] activation seen as [N, C, L]), transposed, a slice of more
+    channels, every other sample or element, NaN between its elements (contracts.CHANNEL_INPUT_LAYOUTS): y and, with
+    a backward, (for one contiguous dy) dx, dweight, dbias those of the contiguous call (pytorch#63224, FlagGems#296:
+    x read as if contiguous)."""
+    backward = discover(groupnorm_kernel).backward
+    example = groupnorm_examples(groupnorm_kernel, upstream=backward, every_input=backward, mixed=True)
+    example = data.draw(example, "example")
+    layout = data.draw(st.sampled_from(CHANNEL_INPUT_LAYOUTS), "layout")
+    evidence.check(check_input_layout, groupnorm_kernel, {**example, "x": channel_input(example["x"], layout)})
+
+
+@pytest.mark.claim("gn.jacobian")
+@pytest.mark.parametrize("frozen", FROZEN_SUBSETS, ids="+".join)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_vjp_when_only_some_inputs_require_grad(groupnorm_kernel, frozen, data):
+    """``frozen`` not requiring grad (norms.FROZEN_SUBSETS): each input that requires grad gets its gradient, as the
+    oracle's."""
+    require_backward(groupnorm_kernel)
+    skip_unless_a_strict_subset(groupnorm_kernel, frozen, ("x", "weight", "bias"))
+    example = data.draw(groupnorm_examples(groupnorm_kernel, upstream=True, every_input=True), "example")
+    evidence.check(check_vjp, groupnorm_kernel, {**example, "frozen": frozen})
 
 
 @pytest.mark.claim("gn.layout_invariance")

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from core.registry import Kernel, resolve
 from proofs import fused_oracles
-from properties.checks.groupnorm import check_channels_last
+from properties.checks.groupnorm import check_input_layout
 from properties.outcome import CheckFailure
 
 
@@ -36,7 +36,7 @@ def test_torch_groupnorm_fails_the_layout_claim_on_offset_rows():
     x = 100 + torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(0))
     (kernel,) = resolve("torch-groupnorm")
     with pytest.raises(CheckFailure, match="channels-last"):
-        check_channels_last(kernel, x.to(memory_format=torch.channels_last), 2, None, 1e-5)
+        check_input_layout(kernel, x.to(memory_format=torch.channels_last), 2, None, 1e-5)
 
 
 def test_group_norm_backward_raises_for_a_bias_without_weight_and_only_that_is_declared():

@@ -129,7 +129,7 @@ def test_the_fused_and_groupnorm_contract_checks_do_not_judge_the_outputs_dtype(
     groupnorm_checks.check_inputs_unmodified(gn, x4, 2, weight4, 1e-5, torch.randn(2, 4, 3, 5, dtype=torch.float16),
                                              bias=bias4)
     groupnorm_checks.check_independence(gn, x4, 7 * torch.randn_like(x4), 2, weight4, 1e-5, bias=bias4)
-    groupnorm_checks.check_channels_last(gn, x4.to(memory_format=torch.channels_last), 2, weight4, 1e-5, bias=bias4)
+    groupnorm_checks.check_input_layout(gn, x4.to(memory_format=torch.channels_last), 2, weight4, 1e-5, bias=bias4)
 
 
 def test_fused_and_groupnorm_forwards_bound_a_declared_weight_dtype_output_in_that_dtype():

@@ -152,7 +152,8 @@ SEED_000_COUPLING = ("Because LN's mean and variance are computed across all cha
 CLAIMS = (
     Claim("gn.forward", "GroupNorm kernel output within the error-model bound", "", "(contract)",
           r"$y$ is LayerNorm of each group's $\frac{C}{G}S$ elements with per-channel $\gamma_c, \beta_c$, within the "
-          r"LayerNorm error-model bound of the group (claim \texttt{numerics.error\_model}).", (), "contract", "",
+          r"LayerNorm error-model bound of the group (claim \texttt{numerics.error\_model}); a $G$ that does not "
+          r"divide $C$ (or $G = 0$) is refused with an error.", (), "contract", "",
           no_derivation),
     Claim("gn.layout_invariance", "GroupNorm does not depend on memory layout", "", "(contract)",
           r"A channels-last input gives the contiguous input's result; an upstream gradient strided, transposed, "

@@ -40,11 +40,12 @@ from core.capabilities import dtype_name
 from proofs import batchnorm_oracles
 from properties import norms, outcome
 from properties.bounds import diagnosis, tolerance
-from properties.checks.channel_layouts import channels_last_gradients
+from properties.checks.channel_layouts import input_layout_gradients, layout_of
 from properties.checks.contracts import (
     UPSTREAM,
     check_dx_written_into_dy,
     conclude_upstream_layouts,
+    fail_on_missing_gradient,
     gradients_in_both_layouts,
     read_only,
     rows_that_differ,
@@ -70,8 +71,10 @@ def example_of(x: torch.Tensor, running_mean, running_var, weight, bias, trainin
 
 
 def buffers_of(example: dict) -> dict:
-    """The example with copies of its running buffers (None stays None), for one call that may write them."""
-    return {**example, **{name: None if example[name] is None else example[name].clone() for name in BUFFERS}}
+    """The example with copies of its running buffers (None stays None), for one call that may write them; a buffer
+    that is a view into a larger tensor is the same view of a copy of it (norms.copy_in_its_layout)."""
+    return {**example, **{name: None if example[name] is None else norms.copy_in_its_layout(example[name])
+                          for name in BUFFERS}}
 
 
 def _call(kernel, example: dict, allow_nonfinite: bool = False, any_dtype: bool = False,
@@ -167,11 +170,16 @@ def check_coupling(kernel, x: torch.Tensor, other: torch.Tensor, running_mean, r
 
 
 def check_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
-              eps: float, dy: torch.Tensor) -> None:
+              eps: float, dy: torch.Tensor, frozen: tuple[str, ...] = ()) -> None:
     """Training mode: dx, dweight, dbias vs the derived batch VJP (the terms through the batch mean and variance
-    included), within tolerance.backward over each channel's elements."""
+    included), within tolerance.backward over each channel's elements; ``frozen``: inputs that do not require grad
+    (the others must each get their gradient)."""
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
-    _, grads = norms.gradients(kernel, example, {"y": dy})
+    try:
+        _, grads = norms.gradients(kernel, example, {"y": dy}, frozen=frozen)
+    except guard.KernelFault as fault:
+        fail_on_missing_gradient(kernel, fault, frozen, **_plot(x))
+        return
     expected = norms.reference_vjp(kernel, x, weight, eps, dy)
     bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
@@ -180,13 +188,18 @@ def check_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, 
 
 
 def check_eval_vjp(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool, momentum: float,
-                   eps: float, dy: torch.Tensor) -> None:
+                   eps: float, dy: torch.Tensor, frozen: tuple[str, ...] = ()) -> None:
     """Eval mode: dx, dweight, dbias vs the VJP of the per-channel affine map of the running statistics
     (proofs.batchnorm_oracles.batchnorm_eval_vjp: dx = dy gamma rsqrt(var_R + eps), dweight = sum dy xhat_R, dbias =
-    sum dy), within tolerance.running_eval_backward; the batch's statistics have no part in it."""
+    sum dy), within tolerance.running_eval_backward; the batch's statistics have no part in it; ``frozen``: inputs
+    that do not require grad."""
     assert not training
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
-    _, grads = norms.gradients(kernel, example, {"y": dy})
+    try:
+        _, grads = norms.gradients(kernel, example, {"y": dy}, frozen=frozen)
+    except guard.KernelFault as fault:
+        fail_on_missing_gradient(kernel, fault, frozen, **_plot(x))
+        return
     gamma, _ = norms.gammas(kernel, weight, bias)
     expected = dict(zip(("x", "weight", "bias"), batchnorm_oracles.batchnorm_eval_vjp(
         norms.as_float64(x), norms.as_float64(running_mean), norms.as_float64(running_var), gamma, eps,
@@ -252,32 +265,35 @@ def check_one_element_per_channel(kernel, x: torch.Tensor, running_mean, running
                                   "variance's n - 1 is 0), or be refused", **_plot(x))
 
 
-def check_channels_last(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
-                        momentum: float, eps: float, dy: torch.Tensor | None = None) -> None:
-    """x in channels-last memory gives the contiguous call's y within twice the forward bound, and (training) its
-    running statistics within twice their bound; with ``dy``, the backward of each (dy contiguous) its dx, dweight,
-    dbias within twice their bound (tolerance.backward, or in eval mode tolerance.running_eval_backward:
+def check_input_layout(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
+                       momentum: float, eps: float, dy: torch.Tensor | None = None) -> None:
+    """x in a layout other than contiguous (channels-last, transposed, a slice of a larger tensor:
+    contracts.channel_input) gives the contiguous call's y within twice the forward bound, and (training) its running
+    statistics within twice their bound; with ``dy``, the backward of each (dy contiguous) its dx, dweight, dbias
+    within twice their bound (tolerance.backward, or in eval mode tolerance.running_eval_backward:
     properties.checks.channel_layouts), each call with fresh running buffers."""
-    assert x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()
+    assert not x.is_contiguous() or x.storage_offset() > 0, "an x laid out otherwise than a fresh contiguous tensor"
+    layout = layout_of(x)
     example = example_of(x, running_mean, running_var, weight, bias, training, momentum, eps)
-    last, contiguous = buffers_of(example), buffers_of({**example, "x": x.contiguous()})
-    y = _call(kernel, last, allow_nonfinite=True, any_dtype=True)
+    laid_out, contiguous = buffers_of(example), buffers_of({**example, "x": x.contiguous()})
+    y = _call(kernel, laid_out, allow_nonfinite=True, any_dtype=True)
     y0 = _call(kernel, contiguous, allow_nonfinite=True, any_dtype=True)
     if training:
         bound = tolerance.forward(kernel, x, weight, bias, eps)
     else:
         bound = tolerance.running_eval(kernel, x, running_mean, running_var, weight, bias, eps)
-    comparisons = [outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y")]
+    comparisons = [outcome.compare(y, y0, 2 * bound, f"x of {layout} vs contiguous x: y")]
     if training and running_mean is not None:
         bounds = tolerance.running_statistics(kernel, x, running_mean, running_var, momentum, eps)
-        comparisons += [outcome.compare(last[name], contiguous[name], 2 * b, f"channels-last vs contiguous: {name}")
+        comparisons += [outcome.compare(laid_out[name], contiguous[name], 2 * b,
+                                        f"x of {layout} vs contiguous x: {name}")
                         for name, b in zip(BUFFERS, bounds, strict=True)]
     if dy is not None:
         bounds = (tolerance.backward(kernel, x, weight, eps, dy, bias=bias) if training else
                   tolerance.running_eval_backward(kernel, x, running_mean, running_var, weight, bias, eps, dy))
-        comparisons += channels_last_gradients(kernel, buffers_of(example),
-                                               buffers_of({**example, "x": x.contiguous()}), dy, bounds)
-    outcome.conclude(comparisons, "the kernel reads a channels-last x as if it were contiguous "
+        comparisons += input_layout_gradients(kernel, buffers_of(example),
+                                              buffers_of({**example, "x": x.contiguous()}), dy, bounds)
+    outcome.conclude(comparisons, f"the kernel reads an x of {layout} as if it were contiguous "
                      "(statistics or gradients over the wrong axes)", **_plot(x))
 
 

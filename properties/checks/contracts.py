@@ -236,6 +236,46 @@ def strided(t: torch.Tensor, layout: str) -> torch.Tensor:
     return wide[..., ::2]
 
 
+# the layouts x [N, C, *] comes in beside contiguous and channels-last memory (each a view whose storage holds NaN
+# between its elements): pytorch/pytorch#63224 (BatchNorm of a permuted input), FlagGems#296 (instance_norm addressing
+# x as if contiguous)
+CHANNEL_INPUT_LAYOUTS = ("channels innermost", "transposed", "a slice of more channels", "every other sample",
+                         "every other element")
+
+
+def channel_input(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """t [N, C, *] (2 elements or more) as a view holding its values in a larger storage of NaN
+    (:data:`CHANNEL_INPUT_LAYOUTS`): "channels innermost", the memory of [N, *, C] (a sequence model's [N, L, C]
+    activation transposed to [N, C, L]; channels-last for 4-D and 5-D t); "transposed", every axis's memory order
+    reversed; "a slice of more channels", channels 1 to C of [N, C + 2, *] (a split of a concatenation along C);
+    "every other sample", samples 0, 2, ... of [2 N, C, *]; "every other element", the last axis every other
+    element. Where a layout would be contiguous (one channel, one sample, a last axis of one) the next one that is
+    not is taken; a t whose every layout is (one non-unit axis) gets "a slice of more channels": a storage offset."""
+    start = CHANNEL_INPUT_LAYOUTS.index(layout)
+    for name in CHANNEL_INPUT_LAYOUTS[start:] + CHANNEL_INPUT_LAYOUTS[:start]:
+        view = _channel_view(t, name)
+        if not view.is_contiguous():
+            return view
+    return _channel_view(t, "a slice of more channels")
+
+
+def _channel_view(t: torch.Tensor, layout: str) -> torch.Tensor:
+    nan = float("nan")
+    if layout in ("channels innermost", "transposed"):
+        order = (0, *range(2, t.dim()), 1) if layout == "channels innermost" else tuple(reversed(range(t.dim())))
+        storage = torch.full([t.shape[a] for a in order], nan, dtype=t.dtype, device=t.device)
+        view = storage.permute(tuple(order.index(a) for a in range(t.dim())))
+    elif layout == "a slice of more channels":
+        storage = torch.full((t.shape[0], t.shape[1] + 2, *t.shape[2:]), nan, dtype=t.dtype, device=t.device)
+        view = storage[:, 1:1 + t.shape[1]]
+    elif layout == "every other sample":
+        view = torch.full((2 * t.shape[0], *t.shape[1:]), nan, dtype=t.dtype, device=t.device)[::2]
+    else:
+        view = torch.full((*t.shape[:-1], 2 * t.shape[-1]), nan, dtype=t.dtype, device=t.device)[..., ::2]
+    view.copy_(t)
+    return view
+
+
 def inside_a_larger_buffer(t: torch.Tensor, layout: str = "offset") -> torch.Tensor:
     """The values of t as a view into a larger buffer filled with NaN elsewhere: ``"offset"``, a non-zero storage
     offset with rows 3 elements longer than the width (row stride d + 3, like q of a fused qkv); ``"every other

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import torch
 
+from core import guard
 from core.capabilities import discover, dtype_name
 from properties import norms, outcome
 from properties.bounds import tolerance
-from properties.checks.channel_layouts import channels_last_gradients
+from properties.checks.channel_layouts import input_layout_gradients, layout_of
 from properties.checks.contracts import (
     UPSTREAM,
     check_dx_written_into_dy,
     conclude_upstream_layouts,
+    fail_on_missing_gradient,
     gradients_in_both_layouts,
     read_only,
     rows_that_differ,
@@ -69,14 +71,20 @@ def check_forward(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, 
 check_forward_with_parameter_dtypes = output_dtype_rule(check_forward, "check_forward_with_parameter_dtypes")
 
 
-def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
-    """dx, dweight, dbias vs the derived GroupNorm VJP (LN VJP per group, per-channel parameter sums)."""
-    _, grads = norms.gradients(kernel, example_of(x, num_groups, weight, bias, eps), {"y": dy})
+def check_vjp(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor, bias=None,
+              frozen: tuple[str, ...] = ()) -> None:
+    """dx, dweight, dbias vs the derived GroupNorm VJP (LN VJP per group, per-channel parameter sums); ``frozen``:
+    inputs that do not require grad (the others must each get their gradient)."""
+    point = {"d": int(x[0].numel() // num_groups), "dtype": dtype_name(x.dtype)}
+    try:
+        _, grads = norms.gradients(kernel, example_of(x, num_groups, weight, bias, eps), {"y": dy}, frozen=frozen)
+    except guard.KernelFault as fault:
+        fail_on_missing_gradient(kernel, fault, frozen, **point)
+        return
     expected = norms.reference_vjp(kernel, x, weight, eps, dy, num_groups)
     bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
     comparisons = [outcome.compare(g, expected[name], bounds[name], f"d{name}") for name, g in grads.items()]
-    outcome.conclude(comparisons, "the backward is not the derivative of GroupNorm",
-                     d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
+    outcome.conclude(comparisons, "the backward is not the derivative of GroupNorm", **point)
 
 
 def check_noncontiguous_upstream(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, dy: torch.Tensor,
@@ -109,22 +117,43 @@ def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, num_groups: in
                          d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
 
 
-def check_channels_last(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None,
-                        dy: torch.Tensor | None = None) -> None:
-    """x in channels-last memory gives the contiguous call's y within twice the forward bound; with ``dy``, the
-    backward of each (dy contiguous) its dx, dweight, dbias within twice the backward bound
+def check_input_layout(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None,
+                       dy: torch.Tensor | None = None) -> None:
+    """x in a layout other than contiguous (channels-last, transposed, a slice of a larger tensor:
+    contracts.channel_input) gives the contiguous call's y within twice the forward bound; with ``dy``, the backward
+    of each (dy contiguous) its dx, dweight, dbias within twice the backward bound
     (properties.checks.channel_layouts)."""
-    assert x.stride(1) == 1 < x.shape[1] and not x.is_contiguous()  # channels innermost: channels-last (2-D or 3-D)
+    assert not x.is_contiguous() or x.storage_offset() > 0, "an x laid out otherwise than a fresh contiguous tensor"
+    layout = layout_of(x)
     y = _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     y0 = _call(kernel, x.contiguous(), num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
     bound = tolerance.forward(kernel, x, weight, bias, eps, num_groups=num_groups)
-    comparisons = [outcome.compare(y, y0, 2 * bound, "channels-last vs contiguous: y")]
+    comparisons = [outcome.compare(y, y0, 2 * bound, f"x of {layout} vs contiguous x: y")]
     if dy is not None:
         example = example_of(x, num_groups, weight, bias, eps)
         bounds = tolerance.backward(kernel, x, weight, eps, dy, bias=bias, num_groups=num_groups)
-        comparisons += channels_last_gradients(kernel, example, {**example, "x": x.contiguous()}, dy, bounds)
-    outcome.conclude(comparisons, "the kernel reads a channels-last x as if it were contiguous (in its forward or "
+        comparisons += input_layout_gradients(kernel, example, {**example, "x": x.contiguous()}, dy, bounds)
+    outcome.conclude(comparisons, f"the kernel reads an x of {layout} as if it were contiguous (in its forward or "
                      "its backward)", d=int(x[0].numel() // num_groups), dtype=dtype_name(x.dtype))
+
+
+def check_invalid_groups_refused(kernel, x: torch.Tensor, num_groups: int, weight, eps: float, bias=None) -> None:
+    """A ``num_groups`` that does not divide x's C channels (0, or one that leaves a remainder, more groups than
+    channels included): the kernel refuses the call with an error, as torch's group_norm does. An output normalizes
+    groups that do not exist: the last channels in a group of their own, or their statistics mixed with the next
+    sample's (pytorch/pytorch#74293, kuangliu/pytorch-groupnorm#3)."""
+    channels = int(x.shape[1])
+    assert num_groups == 0 or channels % num_groups
+    point = {"num_groups": num_groups, "channels": channels, "dtype": dtype_name(x.dtype)}
+    try:
+        _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(True, "", **point)
+        return
+    outcome.exact(False, f"returned an output for num_groups = {num_groups} with {channels} channels",
+                  "a num_groups that does not divide the channels must be refused with an error", **point)
 
 
 def check_independence(kernel, x: torch.Tensor, other: torch.Tensor, num_groups: int, weight, eps: float,

@@ -185,6 +185,15 @@ def channels_last_upstream_of_one_sample(example: dict) -> bool:
             and not dy.is_contiguous() and dy.is_contiguous(memory_format=formats[x.dim()]))
 
 
+def sixteen_bit_x_with_strided_buffers_on_cpu(example: dict) -> bool:
+    """float16/bfloat16 x on the CPU with a running buffer that is not contiguous (a view into a larger tensor): the
+    call torch's CPU batch_norm runs op by op in x's dtype (docs/findings.md [R15])."""
+    x = example.get("x")
+    buffers = [example.get(name) for name in ("running_mean", "running_var")]
+    return (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16)
+            and any(isinstance(b, torch.Tensor) and not b.is_contiguous() for b in buffers))
+
+
 def affine_residue_shows(example: dict) -> bool:
     """An ``x`` of exact statistics (properties.draws.exact_rows: it has ``centred`` rows): for the gradients (with
     ``dy``) any; for the forward 16-bit with a row whose |mean| / sqrt(var + eps) exceeds 2^8. There torch's CPU
@@ -273,6 +282,12 @@ BUILTIN_DEVIATIONS = (
               "torch's CPU F.group_norm on a channels-last input computes a one-pass variance, whose error grows "
               "with (|mean|/std)^2; the contiguous path is accurate (docs/findings.md [R5])",
               storage=False, quantities=("channels-last vs contiguous",)),
+    Deviation(("torch-batchnorm", "torch-batchnorm-module"), "bn.eval", "value",
+              sixteen_bit_x_with_strided_buffers_on_cpu,
+              "torch's CPU batch_norm in eval mode with running buffers that are not contiguous leaves its fused "
+              "kernel for a composite computed op by op in x's float16/bfloat16, (x - mean) * rsqrt(var + eps) * "
+              "weight + bias, each step rounded: ~10 unit roundoffs off against ~1 with contiguous buffers "
+              "(docs/findings.md [R15])", storage=False, quantities=("y",)),
     Deviation(("torch-instancenorm",), "in.running_statistics", "value", float32_buffers_beside_16_bit_x_alone,
               "torch's instance_norm (CPU 2.13, CUDA 2.11) with float16/bfloat16 x, float32 buffers and no weight or "
               "bias (as under autocast) rounds the updated running statistics to x's dtype before storing them: "
