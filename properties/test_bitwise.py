@@ -61,17 +61,18 @@ def _declared_at_model_widths(kernel, declaration: str) -> None:
     if kernel.record.scope != "row":
         pytest.skip(f"{kernel.name}: its kind normalizes samples of x [N, C, *], not rows of a model's width")
     if not getattr(kernel, declaration):
-        pytest.skip(f"{kernel.name} does not declare {declaration}: rows of 2048 to 8192 check that contract only")
+        pytest.skip(f"{kernel.name} does not declare {declaration}: rows of 2048 to 16384 check that contract only")
 
 
 @pytest.mark.claim("ln.batch_invariance", "rms.batch_invariance", "add_ln.batch_invariance",
                    "add_rms.batch_invariance", "drop_add_ln.batch_invariance", "gn.batch_invariance",
                    "cln.batch_invariance", "in.batch_invariance", "bn.batch_invariance",
                    "ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
-@profiles.share(0.1)
+@pytest.mark.parametrize("d", MODEL_WIDTHS)
+@profiles.share(0.05)
 @given(data=st.data())
-def test_a_token_of_a_model_width_alone_gives_its_bits_in_a_batch(any_norm_kernel, data):
-    """Rows of 2048, 4096 and 8192 (bitwise_strategies.MODEL_WIDTHS) in a batch of 131 or 257, then one of them alone
+def test_a_token_of_a_model_width_alone_gives_its_bits_in_a_batch(any_norm_kernel, d, data):
+    """Rows of 2048 to 16384 (bitwise_strategies.MODEL_WIDTHS) in a batch of 131 or 257, then one of them alone
     (a decode step of one request) and 32 of them (a decode batch): a kernel that splits a row's reduction over
     several programs when the tokens are fewer than the SMs (132 on an H100) sums those tokens in another order than
     the batch of 257, at model widths only. Kernels declaring batch_invariant, of the row kinds; float32 rows
@@ -79,7 +80,7 @@ def test_a_token_of_a_model_width_alone_gives_its_bits_in_a_batch(any_norm_kerne
     backward; the backward's row sums are compared on the long rows above, and a backward through a corpus kernel's
     element-by-element sums of 8192 columns costs seconds)."""
     _declared_at_model_widths(any_norm_kernel, "batch_invariant")
-    example = bitwise_examples(any_norm_kernel, window=True, row_widths=MODEL_WIDTHS, rows=MODEL_WIDTH_BATCHES,
+    example = bitwise_examples(any_norm_kernel, window=True, row_widths=(d,), rows=MODEL_WIDTH_BATCHES,
                                dtypes=(torch.float32,))
     example = {name: value for name, value in data.draw(example, label="example").items() if name not in ("dy", "dh")}
     offset = min(example["window"][0], example["x"].shape[0] - MODEL_WIDTH_WINDOW)
@@ -90,17 +91,23 @@ def test_a_token_of_a_model_width_alone_gives_its_bits_in_a_batch(any_norm_kerne
 SMALL_WINDOW = 64  # tokens of a decode batch, called on their own beside the window of the batch of thousands
 
 
-@pytest.mark.claim("ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
+@pytest.mark.claim("ln.batch_invariance", "rms.batch_invariance", "add_ln.batch_invariance",
+                   "add_rms.batch_invariance", "drop_add_ln.batch_invariance",
+                   "ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
 @profiles.share(0.05)
 @given(data=st.data())
-def test_the_same_tokens_give_the_same_bits_in_batches_of_thousands(quant_norm_kernel, data):
-    """The quantized kinds, a forward only, in batches of up to 4097 tokens on the CPU as on a GPU (a block size or
-    reduction chosen by token count switches past 1024: vllm-project/vllm#48997's per-token quant kernels)."""
-    example = data.draw(bitwise_examples(quant_norm_kernel, cpu_rows=QUANT_CPU_ROWS, window=True,
-                                         cpu_elements=QUANT_CPU_ROWS * MAX_WIDTH), label="example")
+def test_the_same_tokens_give_the_same_bits_in_batches_of_thousands(any_norm_kernel, data):
+    """A forward only, in batches of up to 4097 tokens on the CPU as on a GPU (a block size or reduction chosen by
+    token count switches past 1024: vllm-project/vllm#48271, #48997): the quantized kinds, and the other row kinds'
+    kernels declaring batch_invariant."""
+    if not any_norm_kernel.record.quantized:
+        _declared_at_model_widths(any_norm_kernel, "batch_invariant")
+    example = bitwise_examples(any_norm_kernel, cpu_rows=QUANT_CPU_ROWS, window=True,
+                               cpu_elements=QUANT_CPU_ROWS * MAX_WIDTH)
+    example = {name: value for name, value in data.draw(example, label="example").items() if name not in ("dy", "dh")}
     offset, k = example["window"]
     for rows in dict.fromkeys((k, min(k, SMALL_WINDOW), 1)):  # the window, then fewer of its rows than a block
-        evidence.check(check_batch_invariance, quant_norm_kernel, {**example, "window": (offset, rows)})
+        evidence.check(check_batch_invariance, any_norm_kernel, {**example, "window": (offset, rows)})
 
 
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
@@ -122,13 +129,16 @@ def test_repeated_calls_give_the_same_bits(unseeded_norm_kernel, layout, data):
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
                    "gn.determinism", "cln.determinism", "in.determinism", "bn.determinism",
                    "ln_quant.determinism", "rms_quant.determinism", "add_rms_quant.determinism")
-@profiles.share(0.1)
+@pytest.mark.parametrize("d", MODEL_WIDTHS)
+@profiles.share(0.05)
 @given(data=st.data())
-def test_repeated_calls_on_rows_of_a_model_width_give_the_same_bits(unseeded_norm_kernel, data):
-    """128 rows of 2048, 4096 or 8192, the call repeated: a row reduced by several programs whose partials are added
-    with atomics, in the order they finish (a multi-CTA row), changes bits from call to call at model widths only.
-    Kernels declaring deterministic, of the row kinds; float32 rows, as above."""
+def test_repeated_calls_on_rows_of_a_model_width_give_the_same_bits(unseeded_norm_kernel, d, data):
+    """257 rows of 2048 to 16384 (bitwise_strategies.MODEL_WIDTHS), the call and its backward repeated: a row
+    reduced by several programs whose partials are added with atomics, in the order they finish (a multi-CTA row),
+    changes bits from call to call at model widths only, and parameter gradients whose per-program partials are added
+    with atomics once the rows outnumber the SMs (132 on an H100) past 132 rows only. Kernels declaring
+    deterministic, of the row kinds; float32 rows, as above."""
     _declared_at_model_widths(unseeded_norm_kernel, "deterministic")
-    example = bitwise_examples(unseeded_norm_kernel, row_widths=MODEL_WIDTHS, rows=MODEL_WIDTH_DETERMINISM_ROWS,
+    example = bitwise_examples(unseeded_norm_kernel, row_widths=(d,), rows=MODEL_WIDTH_DETERMINISM_ROWS,
                                dtypes=(torch.float32,))
     evidence.check(check_determinism, unseeded_norm_kernel, data.draw(example, label="example"))

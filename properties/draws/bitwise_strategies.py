@@ -76,11 +76,13 @@ VALUE_DISTRIBUTIONS = ("normal", "uniform", "spike")
 # any order of them gives the same bits, and a split or an atomic order cannot show. 128 rows: a quantized output
 # absorbs most rows' one-ulp change of rstd (a random order of 8 atomic partials changed a row's FP8/INT8 q or scale
 # in 13-17 % of rows of 2048-8192 normal values, tests/corpus/bitwise.py's *_WIDE_ATOMIC_SPLIT), so that 32 rows
-# missed it in 3 % of runs; 128 miss it with odds below 1e-6
-MODEL_WIDTHS = (2048, 4096, 8192)  # the narrowest first: the first example's calls are the cheapest
+# missed it in 3 % of runs; 128 miss it with odds below 1e-6, and 257 is past the SMs (a kernel that adds the
+# parameter gradients' per-program partials with atomics once the rows outnumber the SMs: Liger-Kernel#945). 12288
+# and 16384: rows wider than a block of 8192 split over programs or a cluster (flashinfer#4335)
+MODEL_WIDTHS = (2048, 4096, 8192, 12288, 16384)  # the narrowest first: the first example's calls are the cheapest
 MODEL_WIDTH_BATCHES = (257, 131)
 MODEL_WIDTH_WINDOW = 32
-MODEL_WIDTH_DETERMINISM_ROWS = (128,)
+MODEL_WIDTH_DETERMINISM_ROWS = (257,)
 
 
 def batch_sizes(device: str, row_elements: int, cpu_rows: int = CPU_ROWS, wide: bool = False,
