@@ -98,18 +98,22 @@ def test_forward_while_recording_a_graph(norm_kernel, data):
     evidence.check(check_forward, norm_kernel, {**example, "recording": True})
 
 
-# Batches past the token counts at which inference stacks switch kernels (256, 1024, 2048 rows), below the large
+# Batches past the token counts at which inference stacks switch kernels (128, 256, 1024, 2048 rows), below the large
 # batch of properties/test_many_rows.py (4099 rows)
-MID_BATCH_ROWS = (257, 1025, 2049)
+MID_BATCH_ROWS = (131, 257, 1025, 2049)
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
-@profiles.share(0.1)
+@pytest.mark.parametrize("n", MID_BATCH_ROWS)
+@profiles.share(0.05)
 @given(data=st.data())
-def test_forward_of_a_mid_batch(norm_kernel, data):
-    """257, 1025 or 2049 rows of a width up to 64, weight and bias given: a path taken by a batch of that size."""
-    example = norm_examples(norm_kernel, d=widths(max_width=64), n=st.sampled_from(MID_BATCH_ROWS), every_input=True)
-    evidence.check(check_forward, norm_kernel, data.draw(example, label="example"))
+def test_forward_of_a_mid_batch(norm_kernel, n, data):
+    """131, 257, 1025 and 2049 rows of a width up to 64, weight and bias given, with grad mode on and under
+    torch.inference_mode() (a serving stack's batch of that size: a path of its own there)."""
+    example = norm_examples(norm_kernel, d=widths(max_width=64), n=st.just(n), every_input=True)
+    example = data.draw(example, label="example")
+    evidence.check(check_forward, norm_kernel, example)
+    evidence.check(check_forward, norm_kernel, {**example, "inference": True})
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")

@@ -50,6 +50,7 @@ from properties.draws.strategies import (
     LARGE_INPUT_SHAPE,
     MAX_ELEMENTS,
     MORE_ROWS,
+    PARAMETER_GRADIENT_ROWS,
     PREFILL_ROWS,
     WIDE_ROWS,
     WIDEST_BLOCK,
@@ -213,6 +214,19 @@ def test_backward_of_the_recorded_graph(add_norm_kernel, data):
     example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True, more_rows_every=2),
                         "example")
     evidence.check(check_backward_of_the_recorded_graph, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@pytest.mark.parametrize("n", PARAMETER_GRADIENT_ROWS)
+@profiles.share(0.05)
+@given(data=st.data())
+def test_parameter_gradients_over_many_rows(add_norm_kernel, n, data):
+    """dgamma and dbeta sum over every row: 67 to 1031 rows (strategies.PARAMETER_GRADIENT_ROWS) of a small width
+    (a prefill's tokens; one example each)."""
+    require_backward(add_norm_kernel)
+    example = add_norm_examples(add_norm_kernel, d=st.sampled_from([8, 17, 32]), upstream=True, every_input=True,
+                                n=n)
+    evidence.check(check_vjp, add_norm_kernel, data.draw(example, "example"))
 
 
 # The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.

@@ -17,6 +17,7 @@ from properties.bounds import tolerance
 from properties.checks.gradients import check_backward_of_the_recorded_graph, check_gradient_identities, check_vjp
 from properties.draws.strategies import (
     NDIMS,
+    PARAMETER_GRADIENT_ROWS,
     WIDE_ROWS,
     backward_width_limit,
     mixed_parameter_examples,
@@ -102,15 +103,15 @@ def test_vjp_beyond_8192_columns(norm_kernel, d, data):
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
-@profiles.share(0.1)
+@pytest.mark.parametrize("n", PARAMETER_GRADIENT_ROWS)
+@profiles.share(0.05)
 @given(data=st.data())
-def test_parameter_gradients_over_many_rows(norm_kernel, data):
-    """dgamma and dbeta sum over every row: 67 or 131 rows (a batch times a sequence; 3 past a power of two, so that
-    a kernel's last block of rows is partial) of a small width (few examples: under Triton's interpreter each row is
-    a program)."""
+def test_parameter_gradients_over_many_rows(norm_kernel, n, data):
+    """dgamma and dbeta sum over every row: 67 to 1031 rows (strategies.PARAMETER_GRADIENT_ROWS) of a small width
+    (one example each: under Triton's interpreter each row is a program)."""
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, d=st.sampled_from([8, 17, 32]), upstream=True, every_input=True,
-                            n=st.sampled_from([131, 67]))
+                            n=st.just(n))
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
 
 

@@ -64,6 +64,10 @@ MAX_ELEMENTS = 16384
 # rows, the decode batches a serving stack captures: an EVEN_M path without masks), 48 (a second block of 32) and 65
 # (past a block of 64 rows).
 MORE_ROWS = (5, 8, 16, 24, 32, 48, 64, 65)
+# The rows of the parameter-gradient tests (dgamma, dbeta sum over every row): a batch times a sequence, 3 past a
+# power of two (a kernel's last block of rows partial), on both sides of 132 (an H100's SMs: a grid of one program
+# per SM striding over the rows, whose rows per program a floor drops: Liger-Kernel's rows_per_program) and past 1024
+PARAMETER_GRADIENT_ROWS = (67, 131, 259, 1031)
 ROW_INPUTS = ("x", "residual", "dy", "dh")  # an example's tensors of x's rows [rows, d]
 
 
