@@ -108,13 +108,17 @@ def _norm_rows(kernel: Kernel, h: torch.Tensor, weight: torch.Tensor | None, bia
 
 def forward(kernel: Kernel, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
             eps: float, model: str | None = None, *, h: torch.Tensor | None = None,
-            num_groups: int | None = None) -> np.ndarray:
+            num_groups: int | None = None, output: torch.dtype | None = None) -> np.ndarray:
     """Per-element bound on |y - N(h)|, shape of h, for every norm kind: h the norm's input (x, or a fused kernel's
-    residual_out), over the grouped view for a grouped kind (``num_groups``); y rounded to the output dtype of the
-    example's x and weight (:func:`operand_roundoffs`), the kernel's declared reduction as far as it holds on h's
-    device and dtype, its flush-to-zero (``model``: the run's, :func:`bound_in_use`)."""
+    residual_out), over the grouped view for a grouped kind (``num_groups``); y rounded to ``output``, the dtype the
+    kernel returned it in where the contract allows more than one (a fused kernel's y in residual_out's float32 beside
+    16-bit x: float32's accuracy, not x's), else the output dtype of the example's x and weight
+    (:func:`operand_roundoffs`); the kernel's declared reduction as far as it holds on h's device and dtype, its
+    flush-to-zero (``model``: the run's, :func:`bound_in_use`)."""
     h = x if h is None else h
     u = operand_roundoffs(kernel, x, weight, bias)
+    if output is not None:
+        u["y"] = error_model.unit_roundoff(dtype_name(output))
     rows, gamma, beta = _norm_rows(kernel, h, weight, bias, num_groups)
     bound = error_model.forward_bound(rows, gamma, beta, eps, u["acc"], u["y"], kernel.record.norm,
                                       model or bound_in_use(), declared=declared_reduction(kernel, h),

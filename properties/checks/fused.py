@@ -125,7 +125,7 @@ def forward_comparison(kernel, y: torch.Tensor, h: torch.Tensor, x: torch.Tensor
     view = norm_view(kernel, h, x)
     if view is None:
         expected = norms.reference(kernel, h, weight, bias, eps)
-        bound = tolerance.forward(kernel, x, weight, bias, eps, h=h)
+        bound = tolerance.forward(kernel, x, weight, bias, eps, h=h, output=y.dtype)
         declared = ()
     else:
         expected, bound, declared = models.expected_forward(view, h, weight, bias, eps)
