@@ -24,7 +24,14 @@ from core import guard
 from core.capabilities import PROBED_DTYPES, discover, dtype_name
 from properties import evidence, norms
 from properties.bounds import dropout_statistics as statistics
-from properties.checks.contracts import UPSTREAM_LAYOUTS, check_outputs_of_a_call_fresh, strided
+from properties.checks.contracts import (
+    LAYOUTS,
+    SEQUENCE_LAYOUTS,
+    UPSTREAM_LAYOUTS,
+    check_outputs_of_a_call_fresh,
+    inside_a_larger_buffer,
+    strided,
+)
 from properties.checks.dropout import (
     check_backward_of_the_recorded_graph,
     check_determinism,
@@ -68,6 +75,7 @@ from properties.draws.dropout_strategies import (
     WIDE_INDEPENDENCE_ELEMENTS,
     at_scale_elements,
     dropout_inputs,
+    exact_zeros,
     mask_inputs,
     nonzero_values,
     variance_bias_inputs,
@@ -215,6 +223,22 @@ def test_gradient_is_the_forward_mask_over_one_minus_p(dropout_kernel, data):
 
 
 @pytest.mark.claim("dropout.gradient")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_where_x_is_zero(dropout_kernel, data):
+    """A quarter of x's elements exactly 0 (dropout_strategies.exact_zeros): dL/dx there is still the seed's mask
+    times dy / (1 - p), the mask read from the same seed's call on x without zeros (a backward recovering the mask as
+    y / x passes dy where x = 0: kaldi-asr/kaldi#3890)."""
+    norms.require_backward(dropout_kernel)
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    x = example["x"]
+    dy = nonzero_values(tuple(x.shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    example["dy"] = rounded(dy, x.dtype, str(x.device))
+    zeros = exact_zeros(tuple(x.shape), data.draw(seeds(), "zeros seed"), str(x.device))
+    evidence.check(check_gradient, dropout_kernel, {**example, "zeros": zeros})
+
+
+@pytest.mark.claim("dropout.gradient")
 @profiles.share(ONE_EXAMPLE)
 @given(data=st.data())
 def test_gradient_is_the_forward_mask_at_scale(dropout_kernel, data):
@@ -254,6 +278,30 @@ def test_gradient_with_an_upstream_gradient_in_any_layout(dropout_kernel, data):
     dy = rounded(dy, example["x"].dtype, str(example["x"].device))
     example["dy"] = strided(dy, data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout"))
     evidence.check(check_gradient, dropout_kernel, example)
+
+
+# x's layouts for the gradient: strided, transposed, batch-first views of sequence-first tensors, a slice of a longer
+# sequence, a view with a storage offset and a longer row stride
+X_LAYOUTS = (*LAYOUTS, *SEQUENCE_LAYOUTS, "offset")
+
+
+@pytest.mark.claim("dropout.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_of_x_in_any_layout(dropout_kernel, data):
+    """x strided, transposed, a view of a sequence-first tensor or into a larger buffer (X_LAYOUTS), differentiated in
+    that layout: dL/dx is the mask of this call's y times dy / (1 - p) (a forward keying its mask by x's memory
+    offsets and a backward by the logical ones disagree: pytorch/pytorch#47176)."""
+    norms.require_backward(dropout_kernel)
+    example = data.draw(_small_inputs(dropout_kernel), "example")
+    x = example["x"]
+    if x.dim() == 2 and x.shape[0] >= 2 and data.draw(st.booleans(), "as [2, rows / 2, d]"):
+        x = x[: x.shape[0] // 2 * 2].reshape(2, x.shape[0] // 2, x.shape[-1])
+    dy = nonzero_values(tuple(x.shape), data.draw(seeds(), "dy seed"), 0.0, 1.0)
+    layout = data.draw(st.sampled_from(X_LAYOUTS), "layout")
+    laid_out = inside_a_larger_buffer(x) if layout == "offset" else strided(x, layout)
+    evidence.check(check_gradient, dropout_kernel,
+                   {**example, "x": laid_out, "dy": rounded(dy, x.dtype, str(x.device))})
 
 
 @pytest.mark.claim("dropout.keep_rate")

@@ -57,6 +57,7 @@ from properties.draws.dropout_strategies import (
     EXTREME_FRACTION,
     EXTREME_PROBABILITIES,
     KEEP_RATE_PROBABILITIES,
+    exact_zeros,
     variance_bias_inputs,
 )
 from properties.draws.fused_strategies import (
@@ -381,6 +382,36 @@ def test_gradient_with_upstream_gradients_in_any_layout(dropout_add_kernel, data
     layout = data.draw(st.sampled_from(UPSTREAM_LAYOUTS), "layout")
     example.update(dy=strided(example["dy"], layout), dh=strided(example["dh"], layout))
     evidence.check(check_gradient, dropout_add_kernel, example)
+
+
+@pytest.mark.claim("drop_add_ln.layout_invariance")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_of_x_and_the_residual_in_any_layout(dropout_add_kernel, data):
+    """x and the residual strided, transposed or views into larger buffers (dropout_add.layout_views), differentiated
+    in those layouts: dx is the mask of this call's residual_out times J^T dy + dh over 1 - p (a forward keying its
+    mask by row * stride + column and a backward by row * d + column disagree: pytorch/pytorch#47176's class)."""
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
+    layout = data.draw(st.sampled_from(LAYOUTS), "layout")
+    x, residual, weight, bias = layout_views(example["x"], example["residual"], example["weight"], example["bias"],
+                                             layout)
+    evidence.check(check_gradient, dropout_add_kernel,
+                   {**example, "x": x, "residual": residual, "weight": weight, "bias": bias})
+
+
+@pytest.mark.claim("drop_add_ln.gradient")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_where_x_is_zero(dropout_add_kernel, data):
+    """A quarter of x's elements exactly 0 (dropout_strategies.exact_zeros): dx there is still the seed's mask times
+    J^T dy + dh over 1 - p, the mask read from the same seed's call on x without zeros (a backward recovering the mask
+    as residual_out != residual drops a kept zero's gradient: ROCm/tensorflow-upstream#1012)."""
+    require_backward(dropout_add_kernel)
+    example = data.draw(masked_examples(dropout_add_kernel, upstream=True), "example")
+    x = example["x"]
+    zeros = exact_zeros(tuple(x.shape), data.draw(seeds(), "zeros seed"), str(x.device))
+    evidence.check(check_gradient, dropout_add_kernel, {**example, "zeros": zeros})
 
 
 @pytest.mark.claim("drop_add_ln.inputs_unmodified")

@@ -193,14 +193,25 @@ def check_gradient_at_edge_probabilities(kernel, x: torch.Tensor, seed: int, dy:
                   d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-def check_gradient(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tensor) -> None:
+def check_gradient(kernel, x: torch.Tensor, p: float, seed: int, dy: torch.Tensor,
+                   zeros: torch.Tensor | None = None) -> None:
     """dL/dx = dy * m / (1-p) with the forward's own mask m = (y != 0): 0 exactly where the forward dropped, the
-    rounding bound of the scaling where it kept (tolerance.dropout_scaling of dy)."""
+    rounding bound of the scaling where it kept (tolerance.dropout_scaling of dy). x is differentiated in its layout
+    (norms.copy_in_its_layout: a mask keyed by memory offsets in the forward and by logical ones in the backward
+    differs on a strided x, pytorch#47176). ``zeros`` (bool, x's shape): those elements of x set to exactly 0 in the
+    differentiated call, its mask read from the same seed's call on x (no zero, so m = (y != 0) there): the mask is
+    the seed's whatever x holds, and a backward that recovers it from y / x (0/0 where x = 0, kaldi-asr/kaldi#3890)
+    gets those elements wrong."""
     norms.require_backward(kernel)
-    leaf = x.detach().clone().requires_grad_(True)
+    leaf = norms.copy_in_its_layout(x)
+    if zeros is not None:
+        kept = norms.as_float64(_dropout(kernel, x, p, seed)) != 0
+        leaf[zeros] = 0
+    leaf.requires_grad_(True)
     y = _dropout(kernel, leaf, p, seed)
     (dx,) = guard.grad(kernel, y, (leaf,), dy)
-    kept = norms.as_float64(y) != 0
+    if zeros is None:
+        kept = norms.as_float64(y) != 0
     expected = np.where(kept, norms.as_float64(dy) / (1.0 - p), 0.0)
     bound = np.where(kept, tolerance.dropout_scaling(dy, p), 0.0)
     comparison = outcome.compare(dx, expected, bound, "dL/dx vs dL/dy * m/(1-p), m the forward's mask")

@@ -123,13 +123,22 @@ def check_no_row_repeats_another(kernel, x: torch.Tensor, residual: torch.Tensor
 
 
 def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, p: float, seed: int,
-                   dy: torch.Tensor, dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = ()) -> None:
+                   dy: torch.Tensor, dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = (),
+                   zeros: torch.Tensor | None = None) -> None:
     """dL/dx = m t/(1-p) with m the forward's mask (read from its residual_out) and t = J^T dy + dh at residual_out:
     0 exactly where it dropped; dL/dresidual = t; dweight, dbias LayerNorm's at residual_out
     (properties.bounds.tolerance.backward with the dropout scale). An element whose exact gradient is not
     representable in its dtype has no finite bound: counted unchecked, never passed. ``frozen``: the inputs that do
-    not require grad in the call; an input that requires grad and gets none fails."""
+    not require grad in the call; an input that requires grad and gets none fails. x and the residual are
+    differentiated in their layouts (norms.gradients). ``zeros`` (bool, x's shape): those elements of x set to
+    exactly 0 in the differentiated call, the mask read from the same seed's call on x (whose elements are never 0):
+    a backward that recovers the mask as residual_out != residual drops a kept zero's gradient
+    (ROCm/tensorflow-upstream#1012)."""
     example = example_of(x, residual, weight, bias, eps, p, seed)
+    if zeros is not None:
+        h = outputs(kernel, x, residual.clone(), weight, bias, eps, p, seed, any_dtype=residual.dtype != x.dtype)[1]
+        kept = as_float64(h) != as_float64(residual)
+        example["x"] = x.masked_fill(zeros, 0)
     try:
         got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh}, frozen=tuple(frozen),
                                      any_dtype=residual.dtype != x.dtype)
@@ -137,7 +146,8 @@ def check_gradient(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps:
         fail_on_missing_gradient(kernel, fault, tuple(frozen), p=p, d=x.shape[-1], dtype=dtype_name(x.dtype))
         return
     h = got["residual_out"]
-    kept = as_float64(h) != as_float64(residual)
+    if zeros is None:
+        kept = as_float64(h) != as_float64(residual)
     expected, bounds = expected_gradients(kernel, example, dy, dh, h)
     expected["x"] = np.where(kept, expected["x"] * (1.0 / (1.0 - p) if p < 1 else 0.0), 0.0)
     bounds["x"] = np.where(kept, bounds["x"], 0.0)

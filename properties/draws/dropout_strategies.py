@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
+from core.boundary import HOST, host_generator
 from core.capabilities import discover
 from core.registry import Kernel
 from properties.draws.strategies import rounded, seeds, standard_values, storage_dtypes
@@ -62,6 +63,12 @@ def nonzero_values(shape: tuple[int, ...], seed: int, offset: float, scale: floa
     """float64 scale (offset + z), z standard normal, entries of magnitude below 0.05 replaced by 0.5."""
     x = offset + standard_values(shape, "normal", seed)
     return torch.where(x.abs() < 0.05, torch.full_like(x, 0.5), x) * scale
+
+
+def exact_zeros(shape: tuple[int, ...], seed: int, device: str, share: float = 0.25) -> torch.Tensor:
+    """Which elements of an x of ``shape`` a test sets to exactly 0: a bool tensor on ``device``, each element True
+    with probability ``share`` (drawn on the host from ``seed``)."""
+    return (torch.rand(shape, generator=host_generator(seed), dtype=torch.float64, device=HOST) < share).to(device)
 
 
 @st.composite
