@@ -98,6 +98,33 @@ def test_the_dynamic_scale_in_each_format(quant_norm_kernel, quant_format, data)
     evidence.check(check_scales, quant_norm_kernel, example)
 
 
+# The gains of a weight that makes |y| large: a per-token amax clamped to an upper bound (vLLM's scale_ub, 1200 in
+# Meta's FP8 Llama recipe: vllm-project/vllm#48868) or kept in a format too narrow for it shows only past there,
+# and O(1) weights keep |y| below 4 sqrt(d)
+LARGE_OUTPUT_GAINS = (1e2, 1e3, 1e4)
+
+
+@pytest.mark.claim("ln_quant.scales", "rms_quant.scales", "add_rms_quant.scales")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_the_dynamic_scale_of_large_outputs(quant_norm_kernel, data):
+    """The weight (ones where none is drawn) times 100 to 10^4 (LARGE_OUTPUT_GAINS), the bias too, the gain capped
+    so that |y| <= gain (max |weight| sqrt(d) + max |bias|) stays below a quarter of x's largest finite value (|x_hat|
+    <= sqrt(d)): |y| in the thousands or more, still amax / fmax."""
+    example = data.draw(quant_examples(quant_norm_kernel, scales=("dynamic",)), "example")
+    x, weight, bias = example["x"], example["weight"], example.get("bias")
+    d = x.shape[-1]
+    values = torch.ones(d, dtype=torch.float64) if weight is None else weight.double().cpu()
+    shifts = None if bias is None else bias.double().cpu()
+    largest = values.abs().max().item() * math.sqrt(d) + (0.0 if shifts is None else shifts.abs().max().item())
+    gain = data.draw(st.sampled_from(LARGE_OUTPUT_GAINS), "gain")
+    gain = min(gain, torch.finfo(x.dtype).max / 4 / largest) if largest > 0 else gain
+    example["weight"] = rounded(gain * values, x.dtype if weight is None else weight.dtype, str(x.device))
+    if shifts is not None:
+        example["bias"] = rounded(gain * shifts, bias.dtype, str(x.device))
+    evidence.check(check_scales, quant_norm_kernel, example)
+
+
 # Rows wider than a kernel's one block of 1024 columns (a per-token amax taken over the first block alone): the
 # largest |y| of a row lies beyond the first 1024 columns with probability 3/4 or 7/8; 1536 and 3584 (model widths)
 # end in a partial block, which a loop over whole blocks drops from the amax or the statistics (ROCm/aiter#5044):
