@@ -170,6 +170,29 @@ def test_forward_beyond_65535_rows(norm_kernel):
     evidence.check(check_forward, norm_kernel, example)
 
 
+@pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=dtype_name)
+def test_forward_beyond_65535_rows_in_16_bits(norm_kernel, dtype):
+    """16-bit x, weight and bias (inference in half precision): a kernel's all-16-bit path of its own (apex#411: rows
+    past grid y in the half path only)."""
+    if dtype not in discover(norm_kernel).dtypes:
+        pytest.skip(f"{norm_kernel.name} does not compute in {dtype_name(dtype)}")
+    example = many_rows_example(norm_kernel, upstream=False, dtype=dtype)
+    skip_when_too_slow(norm_kernel, example, upstream=False)
+    evidence.check(check_forward, norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=dtype_name)
+def test_fused_forward_beyond_65535_rows_in_16_bits(add_norm_kernel, dtype):
+    """16-bit x, residual, weight and bias (a serving stack's prefill): as above, for the fused kinds."""
+    if dtype not in discover(add_norm_kernel).dtypes:
+        pytest.skip(f"{add_norm_kernel.name} does not compute in {dtype_name(dtype)}")
+    example = many_rows_example(add_norm_kernel, upstream=False, dtype=dtype)
+    skip_when_too_slow(add_norm_kernel, example, upstream=False)
+    evidence.check(fused.check_forward, add_norm_kernel, example)
+
+
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
 def test_gradients_beyond_65535_rows(norm_kernel):
     norms.require_backward(norm_kernel)
