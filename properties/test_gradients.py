@@ -8,21 +8,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES
 from properties import evidence, norms
 from properties.bounds import tolerance
-from properties.checks.gradients import check_backward_of_the_recorded_graph, check_gradient_identities, check_vjp
+from properties.checks.gradients import (
+    check_backward_of_the_recorded_graph,
+    check_gradient_identities,
+    check_vjp,
+    check_vjp_in_float64,
+)
 from properties.draws.strategies import (
     NDIMS,
     PARAMETER_GRADIENT_ROWS,
     WIDE_ROWS,
     backward_width_limit,
+    float64_examples,
     mixed_parameter_examples,
     norm_examples,
     over_parameter_mixes,
+    rounded,
+    seeds,
+    standard_values,
 )
 from properties.run import profiles
 
@@ -100,6 +110,20 @@ def test_vjp_beyond_8192_columns(norm_kernel, d, data):
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, d=d, n=st.just(2), dtypes=wide_dtypes(norm_kernel), upstream=True)
     evidence.check(check_vjp, norm_kernel, data.draw(example, label="example"))
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_in_float64(norm_kernel, data):
+    """float64 x, weight, bias and dy (torch.autograd.gradcheck, scientific code): dx, dweight and dbias in float64
+    (strategies.float64_examples); a kernel refusing float64 with an error skips, saying so."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(float64_examples(norm_kernel), label="example")
+    norms.require_float64(norm_kernel, example)
+    x = example["x"]
+    dy = standard_values(tuple(x.shape), "normal", data.draw(seeds(), label="dy seed"))
+    evidence.check(check_vjp_in_float64, norm_kernel, {**example, "dy": rounded(dy, torch.float64, str(x.device))})
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")

@@ -44,6 +44,20 @@ def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bia
                      d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
+def check_vjp_in_float64(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+    """float64 x, weight, bias and dy: dx, dweight, dbias in float64 within the float64 backward bound plus the float64
+    oracle's own distance to the exact gradients (the same bound: the oracle's evaluation is one the model covers). A
+    backward whose buffers or sums are float32 whatever x's dtype misses it by ~1e8 (patrick-kidger/equinox#723,
+    pytorch/pytorch#141425)."""
+    got = norms.vjp(kernel, x, weight, bias, eps, dy)
+    expected, bounds, declared = models.expected_backward(kernel, x, weight, eps, dy)
+    oracle = tolerance.backward(kernel, x, weight, eps, dy, bias=bias)
+    comparisons = [outcome.compare(got[name], expected[name], bounds[name] + oracle[name], f"d{name}")
+                   for name in got]
+    outcome.conclude(comparisons, "float64 gradients must be computed in float64, not in a lower precision",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+
+
 def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
                                         bias=None) -> None:
     """Inputs and y written in place after the forward, and a second backward of one graph

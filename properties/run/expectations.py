@@ -304,6 +304,16 @@ BUILTIN_DEVIATIONS = (
               "Hugging Face's RMSNorm/T5LayerNorm modules normalize float64 x in float32 (docs/findings.md [F64]): "
               "their second derivatives, autograd's of that float32 computation, are float32's too",
               storage=False),
+    Deviation(("hf-llama-rmsnorm", "hf-gemma-rmsnorm", "hf-t5-layernorm", "liger-layernorm"), "*.jacobian", "value",
+              float64_x,
+              "Hugging Face's RMSNorm/T5LayerNorm modules (autograd through their float32 computation) and "
+              "Liger-Kernel's LayerNorm backward (float32 rows and sums) give float64 x float32-accurate gradients, "
+              "~1e-8 off (docs/findings.md [F64])", storage=False, quantities=("dx", "dweight", "dbias")),
+    Deviation(("liger-rmsnorm-llama", "liger-rmsnorm-gemma", "liger-rmsnorm-none"), "rms.jacobian", "raised",
+              float64_x,
+              "Liger-Kernel's RMSNorm backward raises KeyError: torch.float64 (rms_norm_backward looks x's dtype up in "
+              "torch_to_triton_dtype, which has no float64) where its forward takes float64 x (docs/findings.md "
+              "[F64])", storage=False),
     Deviation(("liger-rmsnorm-none",), "rms.forward", "value", float64_x,
               "Liger-Kernel's RMSNorm in casting mode 'none' computes float64 x in float64 but with eps as Triton "
               "specializes a Python float, a float32 scalar: rstd = 1/sqrt(ms + fl32(eps)), ~1e-13 off for eps = 1e-5 "
