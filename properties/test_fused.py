@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.capabilities import PROBED_DTYPES, discover
-from properties import evidence
+from properties import evidence, norms
 from properties.checks.contracts import (
     LAYOUTS,
     SEQUENCE_LAYOUTS,
@@ -31,12 +31,14 @@ from properties.checks.fused import (
     check_forward,
     check_forward_after_an_in_place_update,
     check_forward_beside_a_float32_residual,
+    check_forward_in_float64,
     check_forward_with_parameter_dtypes,
     check_inputs_unmodified,
     check_noncontiguous,
     check_noncontiguous_upstream,
     check_residual_out,
     check_vjp,
+    check_vjp_in_float64,
 )
 from properties.draws.fused_strategies import (
     BATCHES,
@@ -54,9 +56,13 @@ from properties.draws.strategies import (
     PREFILL_ROWS,
     WIDE_ROWS,
     WIDEST_BLOCK,
+    float64_examples,
     leading_rows,
     mixed_parameter_examples,
     over_parameter_mixes,
+    rounded,
+    seeds,
+    standard_values,
     storage_backward_width,
     widths,
     with_a_larger_tail,
@@ -227,6 +233,48 @@ def test_parameter_gradients_over_many_rows(add_norm_kernel, n, data):
     example = add_norm_examples(add_norm_kernel, d=st.sampled_from([8, 17, 32]), upstream=True, every_input=True,
                                 n=n)
     evidence.check(check_vjp, add_norm_kernel, data.draw(example, "example"))
+
+
+def float64_residual_examples(draw, kernel, upstream: bool) -> dict:
+    """strategies.float64_examples' x, weight and bias with a float64 residual of its own offset (and dy, dh with
+    ``upstream``), all 53 bits drawn. A kernel declaring a float32 residual stream skips: its residual_out of float64
+    x is float32 by declaration."""
+    if kernel.residual_dtype == "float32":
+        pytest.skip(f"{kernel.name} declares a float32 residual stream (residual_dtype='float32'): residual_out of "
+                    "float64 x is float32 by declaration")
+    example = draw(float64_examples(kernel))
+    x = example["x"]
+    device = str(x.device)
+    shape = tuple(x.shape)
+    offset = draw(st.sampled_from((0.0, 3.0, -100.0)), "residual offset")
+    example["residual"] = rounded(offset + standard_values(shape, "normal", draw(seeds(), "residual seed")),
+                                  torch.float64, device)
+    if upstream:
+        example["dy"] = rounded(standard_values(shape, "normal", draw(seeds(), "dy seed")), torch.float64, device)
+        example["dh"] = rounded(standard_values(shape, "normal", draw(seeds(), "dh seed")), torch.float64, device)
+    return example
+
+
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_in_float64(add_norm_kernel, data):
+    """float64 x, residual, weight and bias: residual_out and y in float64 (vLLM's forward_native normalizes in
+    float32 whatever x's dtype); a kernel refusing float64 with an error skips, saying so."""
+    example = float64_residual_examples(data.draw, add_norm_kernel, upstream=False)
+    norms.require_float64(add_norm_kernel, example)
+    evidence.check(check_forward_in_float64, add_norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_in_float64(add_norm_kernel, data):
+    """float64 inputs, dy and dh: every gradient in float64."""
+    require_backward(add_norm_kernel)
+    example = float64_residual_examples(data.draw, add_norm_kernel, upstream=True)
+    norms.require_float64(add_norm_kernel, {k: v for k, v in example.items() if k not in ("dy", "dh")})
+    evidence.check(check_vjp_in_float64, add_norm_kernel, example)
 
 
 # The inputs left frozen (not requiring grad) by test_gradients_when_only_some_inputs_require_grad.

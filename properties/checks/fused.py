@@ -21,6 +21,7 @@ from core import guard
 from core.capabilities import discover, dtype_name
 from core.kernel import STORAGE_BACKWARD
 from core.registry import Kernel
+from proofs import error_model
 from properties import norms, outcome
 from properties.bounds import models, tolerance
 from properties.checks.contracts import (
@@ -196,6 +197,33 @@ def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: floa
     model = f" (the declared {' and '.join(declared)} model)" if declared else ""
     outcome.conclude(comparisons, "the backward is not J^T dy + dh at residual_out (a gradient dropped or wrong)"
                      + model, d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
+
+
+def check_forward_in_float64(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                             bias=None) -> None:
+    """float64 x, residual, weight and bias: residual_out the float64 sum (one rounding), y N(residual_out) within the
+    float64 forward bound plus the float64 oracle's own (tolerance.oracle_forward): a kernel normalizing in float32
+    whatever x's dtype (vLLM's forward_native, x.to(torch.float32)) misses it by ~1e8."""
+    y, h = outputs(kernel, x, fresh(residual), weight, bias, eps)
+    total = norms.as_float64(x) + norms.as_float64(residual)
+    bound = tolerance.forward(kernel, x, weight, bias, eps, h=h, output=y.dtype)
+    oracle = tolerance.oracle_forward(kernel, h, weight, bias, eps)
+    comparisons = [outcome.compare(h, total, error_model.unit_roundoff("float64") * np.abs(total), "residual_out"),
+                   outcome.compare(y, norms.reference(kernel, h, weight, bias, eps), bound + oracle, "y")]
+    outcome.conclude(comparisons, "float64 inputs must be added and normalized in float64, not in a lower precision",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
+
+
+def check_vjp_in_float64(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                         dh: torch.Tensor, bias=None) -> None:
+    """float64 inputs and upstream gradients: every gradient vs the derived VJP at residual_out within twice its
+    float64 bound (the kernel's and the float64 oracle's, the same model)."""
+    example = example_of(x, residual, weight, bias, eps)
+    got, grads = norms.gradients(kernel, example, {"y": dy, "residual_out": dh})
+    expected, bounds = expected_gradients(kernel, example, dy, dh, got["residual_out"])
+    comparisons = [outcome.compare(g, expected[name], 2 * bounds[name], f"d{name}") for name, g in grads.items()]
+    outcome.conclude(comparisons, "float64 gradients must be computed in float64, not in a lower precision",
+                     d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
 def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
