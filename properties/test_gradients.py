@@ -20,6 +20,7 @@ from properties.checks.gradients import (
     check_gradient_identities,
     check_vjp,
     check_vjp_in_float64,
+    check_vjp_under_autocast,
 )
 from properties.draws.strategies import (
     NDIMS,
@@ -124,6 +125,19 @@ def test_vjp_in_float64(norm_kernel, data):
     x = example["x"]
     dy = standard_values(tuple(x.shape), "normal", data.draw(seeds(), label="dy seed"))
     evidence.check(check_vjp_in_float64, norm_kernel, {**example, "dy": rounded(dy, torch.float64, str(x.device))})
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_vjp_under_autocast(norm_kernel, data):
+    """float32 x, weight, bias and dy, forward and backward under torch.autocast to bfloat16 (a mixed-precision
+    training step): the gradients in float32, or those of the inputs cast to bfloat16 where the kernel casts them
+    (gradients.check_vjp_under_autocast)."""
+    norms.require_backward(norm_kernel)
+    example = norm_examples(norm_kernel, dtypes=(torch.float32,), parameter_dtype=torch.float32, every_input=True,
+                            upstream=True)
+    evidence.check(check_vjp_under_autocast, norm_kernel, data.draw(example, label="example"))
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
