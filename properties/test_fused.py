@@ -121,8 +121,10 @@ def test_forward_with_parameters_in_another_dtype(add_norm_kernel, mix, data):
 @given(data=st.data())
 def test_forward_beside_a_float32_residual(add_norm_kernel, mix, data):
     """A residual stream kept in float32 beside 16-bit x (Megatron's fp32 residual connection, residual_in_fp32
-    callers): y = N(residual_out) within the bound, in x's dtype or residual_out's (torch's promotion)."""
-    example = data.draw(residual_mix_examples(add_norm_kernel, mix, ndims=BATCHES), "example")
+    callers): y = N(residual_out) within the bound, in x's dtype or residual_out's (torch's promotion); weight and
+    bias in x's dtype or, where the kernel takes that mix, float32 (Megatron and TransformerEngine keep both the
+    residual and the parameters in float32)."""
+    example = data.draw(residual_mix_examples(add_norm_kernel, mix, ndims=BATCHES, mixed=True), "example")
     evidence.check(check_forward_beside_a_float32_residual, add_norm_kernel, example)
 
 
@@ -327,9 +329,10 @@ def test_both_gradients_flow_back_with_parameters_in_another_dtype(add_norm_kern
 @given(data=st.data())
 def test_both_gradients_flow_back_beside_a_float32_residual(add_norm_kernel, mix, data):
     """A float32 residual beside 16-bit x: dx in x's dtype, dresidual in float32, each J^T dy + dh within its
-    bound (a dresidual rounded through x's dtype fails)."""
+    bound (a dresidual rounded through x's dtype fails); the parameters in x's dtype or float32 (as above)."""
     require_backward(add_norm_kernel)
-    example = data.draw(residual_mix_examples(add_norm_kernel, mix, upstream=True, ndims=BATCHES), "example")
+    example = data.draw(residual_mix_examples(add_norm_kernel, mix, upstream=True, ndims=BATCHES, mixed=True),
+                        "example")
     evidence.check(check_vjp, add_norm_kernel, {**example, "any_dtype": True})
 
 
