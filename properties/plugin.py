@@ -52,6 +52,8 @@ KERNEL_FIXTURES = {
     # the bitwise claims (properties/test_bitwise.py): the kinds whose family has them (proofs.claims.invariance:
     # every norm kind batch invariance, all but the dropout + add kind determinism, which has its own contract)
     "any_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.batch_invariance" in CLAIMS),
+    "row_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.batch_invariance" in CLAIMS
+                                         and record.scope == "row"),
     "unseeded_norm_kernel": kinds.kinds_where(lambda record: f"{record.prefix}.determinism" in CLAIMS
                                               and not record.dropout),
 }

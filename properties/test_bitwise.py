@@ -96,18 +96,18 @@ SMALL_WINDOW = 64  # tokens of a decode batch, called on their own beside the wi
                    "ln_quant.batch_invariance", "rms_quant.batch_invariance", "add_rms_quant.batch_invariance")
 @profiles.share(0.05)
 @given(data=st.data())
-def test_the_same_tokens_give_the_same_bits_in_batches_of_thousands(any_norm_kernel, data):
+def test_the_same_tokens_give_the_same_bits_in_batches_of_thousands(row_norm_kernel, data):
     """A forward only, in batches of up to 4097 tokens on the CPU as on a GPU (a block size or reduction chosen by
     token count switches past 1024: vllm-project/vllm#48271, #48997): the quantized kinds, and the other row kinds'
     kernels declaring batch_invariant."""
-    if not any_norm_kernel.record.quantized:
-        _declared_at_model_widths(any_norm_kernel, "batch_invariant")
-    example = bitwise_examples(any_norm_kernel, cpu_rows=QUANT_CPU_ROWS, window=True,
+    if not row_norm_kernel.record.quantized:
+        _declared_at_model_widths(row_norm_kernel, "batch_invariant")
+    example = bitwise_examples(row_norm_kernel, cpu_rows=QUANT_CPU_ROWS, window=True,
                                cpu_elements=QUANT_CPU_ROWS * MAX_WIDTH)
     example = {name: value for name, value in data.draw(example, label="example").items() if name not in ("dy", "dh")}
     offset, k = example["window"]
     for rows in dict.fromkeys((k, min(k, SMALL_WINDOW), 1)):  # the window, then fewer of its rows than a block
-        evidence.check(check_batch_invariance, any_norm_kernel, {**example, "window": (offset, rows)})
+        evidence.check(check_batch_invariance, row_norm_kernel, {**example, "window": (offset, rows)})
 
 
 @pytest.mark.claim("ln.determinism", "rms.determinism", "add_ln.determinism", "add_rms.determinism",
