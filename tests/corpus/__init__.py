@@ -32,10 +32,14 @@ The files, by where the bug is:
                      x's address, the global generator reseeded + control
     composed.py      correct fused add + norm kernels composed in plain torch (float64/float32 statistics, float32
                      residual_out, seeded dropout, Chan-merged chunks): autograd sums dL/dh over h's uses
-    groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups + control
+    groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups, other views
+                     read as NCHW, num_groups not dividing C accepted, parameters in x's dtype, video frames folded
+                     into the batch, the backward per row of the last axis + control
     batchnorm.py     BatchNorm: running statistics (biased, Keras' momentum, twice, in eval), eval with batch
                      statistics, channels-last ignored, detached statistics, per-sample statistics, seed 002's
-                     manual implementation + control; InstanceNorm with running statistics, the same classes + control
+                     manual implementation, other views read as NCHW, running buffers copied, channels past grid y,
+                     gradients packed by requires_grad, parameters or running statistics in x's dtype, SyncBatchNorm's
+                     uneven ranks + control; InstanceNorm with running statistics, the same classes + control
     channel_layernorm.py  LayerNorm over (C, *): the last axis only, over the batch, channels-last ignored, detached
                      variance, x overwritten + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
@@ -286,6 +290,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout.py:DROPOUT_SCALE_IN_STORAGE_DTYPE", "dropout.values"),
     _broken("dropout.py:DROPOUT_STREAMS_PER_THREAD", "dropout.determinism"),
     _broken("dropout.py:DROPOUT_KEY_FROM_ADDRESS", "dropout.determinism"),
+    _broken("dropout.py:DROPOUT_MASK_SAVED_IN_HALF", "dropout.gradient"),
     # contract.py: wrong only where the suite used to look away (a probe's fault, an infinite bound, shapes,
     # sizes and layouts never drawn)
     _broken("contract.py:RMS_FLOAT32_OUTPUT", "rms.forward", status="error"),
@@ -367,6 +372,27 @@ CORPUS: tuple[Entry, ...] = (
     _broken("batchnorm.py:IN_COUNT_IN_X_DTYPE", "in.forward"),
     _broken("groupnorm.py:GN_COUNT_IN_X_DTYPE", "gn.forward"),
     _broken("channel_layernorm.py:CLN_COUNT_IN_X_DTYPE", "cln.forward"),
+    # red-team round 7 (channels): x in any layout, running buffers as views, frozen inputs, > 65 535 channels,
+    # invalid num_groups, parameters and statistics in x's dtype, SyncBatchNorm over uneven ranks
+    _broken("batchnorm.py:BN_NONCONTIGUOUS_READ_AS_NCHW", "bn.layout_invariance"),
+    _broken("batchnorm.py:IN_NONCONTIGUOUS_READ_AS_NCHW", "in.layout_invariance"),
+    _broken("groupnorm.py:GN_NONCONTIGUOUS_READ_AS_NCHW", "gn.layout_invariance"),
+    _broken("channel_layernorm.py:CLN_NONCONTIGUOUS_READ_AS_NCHW", "cln.layout_invariance"),
+    _broken("batchnorm.py:BN_RUNNING_BUFFERS_COPIED", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_CHANNELS_BEYOND_GRID_Y", "bn.forward", "bn.running_statistics", "bn.eval", at_scale=True),
+    _broken("groupnorm.py:GN_NONDIVISIBLE_GROUPS_ACCEPTED", "gn.forward"),
+    _broken("batchnorm.py:BN_GRADS_PACKED_BY_REQUIRES_GRAD", "bn.jacobian"),
+    _broken("batchnorm.py:BN_PARAMS_DOWNCAST_TO_X_DTYPE", "bn.forward", "bn.eval"),
+    _broken("batchnorm.py:BN_EVAL_FOLDED_IN_X_DTYPE", "bn.eval"),
+    _broken("batchnorm.py:BN_RUNNING_STATS_VIA_HALF", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_NO_UPDATE_WITHOUT_AFFINE", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_SYNC_UNEVEN_UNWEIGHTED", "bn.forward", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_SYNC_DGRAD_UNEVEN", "bn.jacobian"),
+    _broken("batchnorm.py:IN_RUNNING_VAR_FROM_RSTD", "in.running_statistics"),
+    _broken("groupnorm.py:GN_PARAMS_IN_X_DTYPE", "gn.forward", "gn.jacobian"),
+    _broken("channel_layernorm.py:CLN_PARAMS_IN_X_DTYPE", "cln.forward", "cln.jacobian"),
+    _broken("groupnorm.py:GN_FRAMES_FOLDED_INTO_BATCH", "gn.forward"),
+    _broken("groupnorm.py:GN_BACKWARD_ROWS_OF_LAST_DIM", "gn.jacobian"),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
     _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),
@@ -495,6 +521,11 @@ CORPUS: tuple[Entry, ...] = (
       for prefix in ("rms", "add_ln", "rms_quant")),
     *(_broken(f"bitwise.py:{prefix.upper()}_WIDE_ATOMIC_SPLIT", f"{prefix}.determinism")
       for prefix in ("ln", "rms_quant")),
+    # red-team round 7 (inference): rows wider than 8192 split, atomics past 132 rows, a switch at 1024 tokens
+    _broken("bitwise.py:RMS_SPLIT_WIDER_THAN_8192", "rms.batch_invariance"),
+    _broken("bitwise.py:LN_ATOMIC_SPLIT_WIDER_THAN_8192", "ln.determinism"),
+    _broken("bitwise.py:LN_ATOMIC_DWEIGHT_PAST_THE_SMS", "ln.determinism"),
+    _broken("bitwise.py:RMS_BLOCK_BY_TOKENS_1024", "rms.batch_invariance"),
     # quantized.py: the quantized-output kinds (issue 29)
     *(_broken(f"quantized.py:{prefix.upper()}_QUANT_{bug}", *(f"{prefix}_quant.{claim}" for claim in claims))
       for prefix in ("ln", "rms", "add_rms") for bug, claims in QUANTIZED_BUGS.items()),
@@ -506,6 +537,14 @@ CORPUS: tuple[Entry, ...] = (
     # as well (it sums the wrong elements): its residual_out shows it
     _broken("quantized.py:RMS_QUANT_STRIDES_IGNORED", "rms_quant.values", "rms_quant.scales"),
     _broken("quantized.py:ADD_RMS_QUANT_STRIDES_IGNORED", "add_rms_quant.residual_out"),
+    # red-team round 7 (inference): a row's partial last block of 1024 columns, the amax of x_hat, a 16-bit
+    # reciprocal, e4m3fn's maximum for e5m2, a power-of-two scale
+    _broken("quantized.py:RMS_QUANT_TAIL_IGNORED", "rms_quant.scales"),
+    _broken("quantized.py:LN_QUANT_STATS_TAIL_DROPPED", "ln_quant.values", "ln_quant.scales"),
+    _broken("quantized.py:LN_QUANT_SCALE_BEFORE_WEIGHT", "ln_quant.scales"),
+    _broken("quantized.py:RMS_QUANT_RECIPROCAL_IN_STORAGE", "rms_quant.values", "rms_quant.dequantized"),
+    _broken("quantized.py:ADD_RMS_QUANT_E4M3_MAX_EVERYWHERE", "add_rms_quant.scales"),
+    _broken("quantized.py:RMS_QUANT_POW2_SCALE", "rms_quant.scales"),
     # reported.py: modelled on real bug reports (a red-team session's escapes, each caught since its draws)
     _broken("reported.py:GN_BLOCK_STRADDLE_128", "gn.forward"),
     _broken("reported.py:GN_CHANNELS_LAST_MERGE_NO_SPREAD", "gn.layout_invariance"),

@@ -47,6 +47,30 @@ lists the claims that must catch each.
     BN_COUNT_IN_X_DTYPE          the channel's count n held in x's 16-bit dtype when the sums are divided by it
                                  (2049 -> 2048 in float16; pytorch/pytorch#70901, fixed by PR #71050: the counts of
                                  batch_norm_gather_stats_with_counts in half)                      -> bn.forward
+    BN_NONCONTIGUOUS_READ_AS_NCHW  an x neither contiguous nor channels-last (a permuted view, BatchNorm1d's
+                                 x.transpose(1, 2) of [N, L, C], a channel slice) read as its memory in NCHW order
+                                 (pytorch/pytorch#63224, fixed by #63392)                 -> bn.layout_invariance
+    BN_RUNNING_BUFFERS_COPIED    the running buffers made contiguous with .contiguous(), the update written into the
+                                 copy: a strided buffer never moves (pytorch/pytorch#33867)  -> bn.running_statistics
+    BN_CHANNELS_BEYOND_GRID_Y    channels from 65 535 on (a grid's y extent) never normalized nor their running
+                                 statistics updated (LBANN/lbann#1610)   -> bn.forward, bn.running_statistics,
+                                                                            bn.eval (at scale)
+    BN_GRADS_PACKED_BY_REQUIRES_GRAD  the backward packs its gradients by needs_input_grad: with the weight frozen
+                                 the bias gets none, with x frozen the weight gets dbias (DeepLink-org/DIOPI#1322)
+                                                                                                  -> bn.jacobian
+    BN_PARAMS_DOWNCAST_TO_X_DTYPE  16-bit x: the float32 weight, bias and running statistics rounded to x's dtype
+                                 before use (apple/coreai-torch#54)                    -> bn.forward, bn.eval
+    BN_EVAL_FOLDED_IN_X_DTYPE    eval mode, 16-bit x: scale = w / sqrt(var + eps) and shift = b - mean scale folded
+                                 and applied in x's dtype (pytorch/TensorRT#1450)                     -> bn.eval
+    BN_RUNNING_STATS_VIA_HALF    16-bit x: the float32 running buffers' update rounded to x's dtype each step
+                                 (NVIDIA/apex#144)                                       -> bn.running_statistics
+    BN_NO_UPDATE_WITHOUT_AFFINE  no running update when weight and bias are None (apache/mxnet#18673)
+                                                                                         -> bn.running_statistics
+    BN_SYNC_UNEVEN_UNWEIGHTED    the batch split over two ranks (chunk(2)), their moments merged with equal weights:
+                                 wrong for an odd batch (SyncBatchNorm before pytorch/pytorch#22248)
+                                                                              -> bn.forward, bn.running_statistics
+    BN_SYNC_DGRAD_UNEVEN         the forward right, the backward's mean_dy and mean_dy_xmu averaged over two uneven
+                                 ranks with equal weights (pytorch/pytorch#36382)                  -> bn.jacobian
     BN_CORRECT                   the control: the same implementation, nothing broken
 
 InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
@@ -68,6 +92,11 @@ statistics per (sample, channel) and the running update averaged over the sample
     IN_CHANNELS_LAST_BACKWARD    channels-last x: the backward reads x's memory as NCHW (pytorch/pytorch#111824,
                                  GroupNorm/InstanceNorm on channels_last; #175189)        -> in.layout_invariance
     IN_COUNT_IN_X_DTYPE          the instance's count held in x's 16-bit dtype (as BatchNorm's)  -> in.forward
+    IN_NONCONTIGUOUS_READ_AS_NCHW  an x neither contiguous nor channels-last read as NCHW memory
+                                 (flagos-ai/FlagGems#296: instance pid at in_ptr + pid * N; pytorch/pytorch#63224)
+                                                                                          -> in.layout_invariance
+    IN_RUNNING_VAR_FROM_RSTD     the running variance updated with 1 / rstd^2 = var + eps (flagos-ai/FlagGems#4885)
+                                                                                         -> in.running_statistics
     IN_CORRECT                   the control
 """
 
@@ -76,11 +105,12 @@ from __future__ import annotations
 import torch
 
 from core.kernel import Kernel
-from corpus.memory import read_as_if_contiguous
+from corpus.memory import read_as_if_contiguous, read_as_nchw_unless_dense
 from corpus.wide import unweighted_block_moments
 
 SPEC = "tests/corpus/batchnorm.py:"
 GRID_Y = 65_535
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _channels(x: torch.Tensor) -> tuple[int, ...]:
@@ -113,9 +143,67 @@ def count_in(dtype: torch.dtype, count: int) -> float:
     return float(torch.tensor(float(count), dtype=dtype)) if dtype in (torch.float16, torch.bfloat16) else count
 
 
+def two_ranks_unweighted(values: torch.Tensor, axes: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, population variance) over ``axes`` (keepdim) of the batch split over two ranks (``chunk(2)``), the
+    ranks' moments merged with equal weights (SyncBatchNorm before pytorch/pytorch#22248): wrong for an odd batch."""
+    chunks = values.chunk(2)
+    means = [chunk.mean(axes, keepdim=True) for chunk in chunks]
+    mean = sum(means) / len(chunks)
+    variance = sum(chunk.var(axes, keepdim=True, unbiased=False) + (m - mean).square()
+                   for chunk, m in zip(chunks, means, strict=True)) / len(chunks)
+    return mean, variance
+
+
+def _uneven_ranks_path(x: torch.Tensor, weight, bias, eps: float) -> torch.Tensor:
+    """Training BatchNorm's y (in x's dtype) whose gradient is SyncBatchNorm's backward over two ranks holding the
+    batch's ``chunk(2)`` with mean_dy and mean_dy_xmu each rank's mean averaged with equal weights
+    (pytorch/pytorch#36382): dx = w rstd (dy - sum_i a_i dy_i - xhat sum_i a_i dy_i xhat_i), a_i = 1 / (2 n_rank(i)),
+    the gradient of rstd (x - a S1 - a xhat S2) with S1 = sum x, S2 = sum xhat x (xhat, rstd held constant); right
+    (a_i = 1 / n) when the ranks hold as many samples."""
+    values = x.float()
+    axes = _channels(x)
+    with torch.no_grad():
+        mean = values.mean(axes, keepdim=True)
+        rstd = torch.rsqrt(values.var(axes, keepdim=True, unbiased=False) + eps)
+        xhat = (values - mean) * rstd
+    per_sample = values[:1, :1].numel()
+    sizes = [chunk.shape[0] for chunk in values.chunk(2)]
+    a = torch.cat([torch.full((size,), 1.0 / (len(sizes) * size * per_sample), device=x.device) for size in sizes])
+    a = a.reshape(-1, *(1,) * (x.dim() - 1))
+    z = rstd * (values - a * values.sum(axes, keepdim=True) - a * xhat * (xhat * values).sum(axes, keepdim=True))
+    return _affine(xhat + (z - z.detach()), weight, bias).to(x.dtype)
+
+
+class _PackedByRequiresGrad(torch.autograd.Function):
+    """The identity on (x, weight, bias) (the given ones) whose backward packs the gradients of the inputs that
+    require grad into the first slots, in order, then None (DeepLink-org/DIOPI#1322: batch_norm_backward's returned
+    gradients not following requires_grad); a slot whose gradient has another shape than its input gets None (autograd
+    would refuse it). Right when every input requires grad; with the weight frozen the bias gets none, with x frozen
+    the weight gets dbias."""
+
+    @staticmethod
+    def forward(ctx, *inputs: torch.Tensor):
+        ctx.shapes = [t.shape for t in inputs]
+        return tuple(t.clone() for t in inputs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        packed = [g for g, needed in zip(grads, ctx.needs_input_grad, strict=True) if needed]
+        packed += [None] * (len(grads) - len(packed))
+        return tuple(g if g is not None and g.shape == shape else None
+                     for g, shape in zip(packed, ctx.shapes, strict=True))
+
+
 def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
                instance: bool = False):
+    if bug == "grads_packed" and training:  # the training kernel's backward packs its gradients by requires_grad
+        packed = iter(_PackedByRequiresGrad.apply(*(t for t in (x, weight, bias) if t is not None)))
+        x, weight, bias = (None if t is None else next(packed) for t in (x, weight, bias))
+        return batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, instance=instance)
     arguments = (running_mean, running_var, weight, bias, training, momentum, eps)
+    if bug == "uneven_ranks_backward" and training and torch.is_grad_enabled() and x.shape[0] > 1 and not instance:
+        # the forward right (its running update too), the backward SyncBatchNorm's over two uneven ranks
+        return with_gradient_of(batchnorm(x, *arguments), _uneven_ranks_path(x, weight, bias, eps))
     if bug == "channels_last_backward" and is_channels_last(x) and torch.is_grad_enabled():
         # the forward right, the backward addressing x's channels-last memory with NCHW strides (as the forward of
         # BN_CHANNELS_LAST_IGNORED does): the gradient of the misread call, on copies of the running buffers
@@ -131,6 +219,8 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         return with_gradient_of(y, batchnorm(x, None, None, weight, bias, True, momentum, eps, instance=instance))
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
+    if bug == "noncontiguous":  # only contiguous and channels-last x read right: any other view read as NCHW memory
+        x = read_as_nchw_unless_dense(x)
     values = x.float()
     if bug == "channels_last_tail" and x.dim() > 2 and x.shape[1] % 8 and x.stride(1) == 1 < x.shape[1]:
         # the channels-last path's last partial vector of 8 channels reads its lanes one channel off
@@ -143,6 +233,16 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         use_batch = True  # eval mode while recording (a frozen BatchNorm fine-tuned through): the batch's statistics
     if training and instance and x[0, 0].numel() == 1:
         raise ValueError("Expected more than 1 spatial element when training")  # as torch: no statistics to take
+    if bug == "params_downcast" and x.dtype in SIXTEEN_BIT:  # float32 weight and bias rounded to x's dtype first
+        weight, bias = (None if t is None else t.to(x.dtype) for t in (weight, bias))
+    if bug == "eval_fold_storage" and not use_batch and x.dtype in SIXTEEN_BIT:
+        # scale = w / sqrt(var + eps) and shift = b - mean scale computed, held and applied in x's dtype
+        dtype = x.dtype
+        rv, rm = running_var.to(dtype), running_mean.to(dtype)
+        scale = (torch.ones_like(rv) if weight is None else weight.to(dtype)) / torch.sqrt(
+            rv + torch.tensor(eps, dtype=dtype, device=x.device))
+        shift = (torch.zeros_like(rv) if bias is None else bias.to(dtype)) - rm * scale
+        return x * per_channel(scale, x) + per_channel(shift, x)
     if use_batch:
         per_instance = (bug == "per_sample") != instance and bug != "over_batch"
         axes = _instances(x) if per_instance else _channels(x)
@@ -152,6 +252,8 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
             samples = _instances(x)  # each sample's channel statistics, then averaged: the between-sample term lost
             mean = values.mean(samples, keepdim=True).mean(0, keepdim=True)
             variance = values.var(samples, keepdim=True, unbiased=False).mean(0, keepdim=True)
+        elif bug == "sync_unweighted" and not per_instance and x.shape[0] > 1:
+            mean, variance = two_ranks_unweighted(values, axes)
         elif bug == "count_in_x_dtype":  # the sums divided by the row's count held in x's dtype
             count = count_in(x.dtype, values[:1].numel() // x.shape[1] if per_instance else values[:, 0].numel())
             mean = values.sum(axes, keepdim=True) / count
@@ -164,18 +266,24 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         if bug == "detached":
             mean, variance = mean.detach(), variance.detach()
     else:
-        mean, variance = per_channel(running_mean.float(), x), per_channel(running_var.float(), x)
+        rm, rv = running_mean, running_var
+        if bug == "params_downcast" and x.dtype in SIXTEEN_BIT:  # the float32 running statistics too
+            rm, rv = rm.to(x.dtype), rv.to(x.dtype)
+        mean, variance = per_channel(rm.float(), x), per_channel(rv.float(), x)
     y = (values - mean) * torch.rsqrt(variance + (0.0 if bug == "eps_missing" else eps))
     if bug == "grid_y" and x.shape[0] * x.shape[1] > GRID_Y:  # instances n C + c past a grid's y extent unnormalized
         instances = torch.arange(x.shape[0] * x.shape[1], device=x.device).reshape(*x.shape[:2], *(1,) * (x.dim() - 2))
         y = torch.where(instances < GRID_Y, y, values)
+    if bug == "channels_grid_y" and x.shape[1] > GRID_Y:  # channels past a grid's y extent never normalized
+        y = torch.where(per_channel(torch.arange(x.shape[1], device=x.device) < GRID_Y, x), y, values)
     if bug == "recording_no_bias" and torch.is_grad_enabled() and x.requires_grad:
         bias = None  # the forward of a training step (cuDNN's is another kernel than inference's) drops the bias
     y = y if bug == "manual" else _affine(y, weight, bias)
-    updates = training or bug == "eval_updates"
+    updates = (training or bug == "eval_updates") and not (
+        bug == "no_update_without_affine" and weight is None and bias is None)
     if updates and running_mean is not None and bug != "manual":
         with torch.no_grad():
-            running_update(values, running_mean, running_var, momentum, bug, instance)
+            running_update(values, running_mean, running_var, momentum, bug, instance, storage=x.dtype, eps=eps)
             if bug == "twice":
                 running_update(values, running_mean, running_var, momentum, bug, instance)
     if bug == "in_place":
@@ -189,9 +297,11 @@ def _affine(y: torch.Tensor, weight, bias) -> torch.Tensor:
 
 
 def running_update(values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
-            bug: str, instance: bool) -> None:
+            bug: str, instance: bool, *, storage: torch.dtype = torch.float32, eps: float = 0.0) -> None:
     """torch's running-statistics update, in place, broken as ``bug`` says (InstanceNorm: each instance's statistics
-    averaged over the samples)."""
+    averaged over the samples); ``storage``: x's dtype, ``eps``: the call's."""
+    if bug == "buffers_copied":  # the update written into contiguous copies of the caller's buffers (lost if strided)
+        running_mean, running_var = running_mean.contiguous(), running_var.contiguous()
     axes = _instances(values) if instance else _channels(values)
     count = values[:1].numel() // values.shape[1] if instance else values.numel() // values.shape[1]
     mean = values.mean(axes)
@@ -200,11 +310,22 @@ def running_update(values: torch.Tensor, running_mean: torch.Tensor, running_var
     if bug == "count_in_16_bits" and count > 65_536:  # n / (n - 1) with n kept in 16 bits: n mod 2^16
         kept = count % 65_536
         variance = values.var(axes, unbiased=False) * (kept / (kept - 1) if kept > 1 else 1.0)
+    if bug == "var_from_rstd" and count > 1:  # the variance recovered from the saved rstd as 1 / rstd^2 = var + eps
+        variance = (values.var(axes, unbiased=False) + eps) * (count / (count - 1))
+    if bug == "sync_unweighted" and not instance and values.shape[0] > 1 and count > 1:
+        moments = two_ranks_unweighted(values, axes)
+        mean, variance = moments[0].reshape(-1), moments[1].reshape(-1) * (count / (count - 1))
     if instance:
         mean, variance = mean.mean(0), variance.mean(0)
     m = 1.0 - momentum if bug == "keras" else (momentum or 0.1) if bug == "momentum_zero_unset" else momentum
-    running_mean.copy_(((1 - m) * running_mean.float() + m * mean).to(running_mean.dtype))
-    running_var.copy_(((1 - m) * running_var.float() + m * variance).to(running_var.dtype))
+    new_mean = (1 - m) * running_mean.float() + m * mean
+    new_var = (1 - m) * running_var.float() + m * variance
+    if bug == "channels_grid_y":  # channels past a grid's y extent: their statistics never taken, never updated
+        new_mean[GRID_Y:], new_var[GRID_Y:] = running_mean[GRID_Y:], running_var[GRID_Y:]
+    if bug == "via_half" and storage in SIXTEEN_BIT:  # the float32 buffers' update round-tripped through x's dtype
+        new_mean, new_var = new_mean.to(storage), new_var.to(storage)
+    running_mean.copy_(new_mean.to(running_mean.dtype))
+    running_var.copy_(new_var.to(running_var.dtype))
 
 
 def _kernel(name: str, bug: str, description: str, kind: str = "batchnorm") -> Kernel:
@@ -270,6 +391,53 @@ BN_EVAL_RECORDING_BATCH = _kernel("BN_EVAL_RECORDING_BATCH", "eval_recording_bat
 BN_COUNT_IN_X_DTYPE = _kernel("BN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
                               "the channel's count held in x's 16-bit dtype (8194 -> 8192) when the mean and variance "
                               "are formed: bn.forward")
+BN_NONCONTIGUOUS_READ_AS_NCHW = _kernel(
+    "BN_NONCONTIGUOUS_READ_AS_NCHW", "noncontiguous",
+    "pytorch/pytorch#63224 (BatchNorm2d permutes data on a non-contiguous input; fixed by #63392): an x neither "
+    "contiguous nor channels-last (a permuted view, BatchNorm1d's x.transpose(1, 2) of [N, L, C], a channel slice) "
+    "read as its memory in NCHW order: bn.layout_invariance")
+BN_RUNNING_BUFFERS_COPIED = _kernel(
+    "BN_RUNNING_BUFFERS_COPIED", "buffers_copied",
+    "pytorch/pytorch#33867 (cuDNN batchnorm with a non-contiguous running mean silently discards updates): the running "
+    "buffers made contiguous with .contiguous(), the update written into the copy, a strided buffer never moves: "
+    "bn.running_statistics")
+BN_CHANNELS_BEYOND_GRID_Y = _kernel(
+    "BN_CHANNELS_BEYOND_GRID_Y", "channels_grid_y",
+    "LBANN/lbann#1610 (batchnorm kernels launched with the grid's y extent equal to the channel count, at most "
+    "65 535): channels from 65 535 on never normalized (y = x there) and their running statistics never updated: "
+    "bn.forward, bn.running_statistics, bn.eval (at scale)")
+BN_GRADS_PACKED_BY_REQUIRES_GRAD = _kernel(
+    "BN_GRADS_PACKED_BY_REQUIRES_GRAD", "grads_packed",
+    "DeepLink-org/DIOPI#1322 (batch_norm_backward's returned gradients did not follow requires_grad): the training "
+    "backward packs the gradients of the inputs that require grad into the first slots; with the weight frozen the "
+    "bias gets no gradient, with x frozen the weight gets dbias: bn.jacobian")
+BN_PARAMS_DOWNCAST_TO_X_DTYPE = _kernel(
+    "BN_PARAMS_DOWNCAST_TO_X_DTYPE", "params_downcast",
+    "apple/coreai-torch#54 (fp16 batch norm cast its float32 parameters down to fp16): with 16-bit x the float32 "
+    "weight, bias and running statistics rounded to x's dtype before use: bn.forward, bn.eval")
+BN_EVAL_FOLDED_IN_X_DTYPE = _kernel(
+    "BN_EVAL_FOLDED_IN_X_DTYPE", "eval_fold_storage",
+    "pytorch/TensorRT#1450 (batch_norm's scale and shift computed in fp16): eval mode with 16-bit x folds the running "
+    "statistics into scale = w / sqrt(var + eps) and shift = b - mean scale in x's dtype and applies x scale + shift "
+    "in x's dtype: bn.eval")
+BN_RUNNING_STATS_VIA_HALF = _kernel(
+    "BN_RUNNING_STATS_VIA_HALF", "via_half",
+    "NVIDIA/apex#144 (network_to_half round-tripped the BatchNorm moments through half): with 16-bit x the float32 "
+    "running buffers' update rounded to x's dtype each step: bn.running_statistics")
+BN_NO_UPDATE_WITHOUT_AFFINE = _kernel(
+    "BN_NO_UPDATE_WITHOUT_AFFINE", "no_update_without_affine",
+    "apache/mxnet#18673 (running mean and var not updated when scale and center are False): without weight and bias "
+    "the running statistics left as they were: bn.running_statistics")
+BN_SYNC_UNEVEN_UNWEIGHTED = _kernel(
+    "BN_SYNC_UNEVEN_UNWEIGHTED", "sync_unweighted",
+    "pytorch/pytorch#22248 (SyncBatchNorm for variadic batch sizes: before it the ranks' moments were averaged as if "
+    "each held as many samples): the batch split over two ranks (chunk(2)), their moments merged with equal weights, "
+    "wrong for an odd batch: bn.forward, bn.running_statistics")
+BN_SYNC_DGRAD_UNEVEN = _kernel(
+    "BN_SYNC_DGRAD_UNEVEN", "uneven_ranks_backward",
+    "pytorch/pytorch#36382 (SyncBN dgrad: the counts of variadic batch sizes not used for mean_dy and mean_dy_xmu): "
+    "the forward right, the backward over two ranks (chunk(2)) averaging their mean_dy and mean_dy_xmu with equal "
+    "weights, wrong for an odd batch: bn.jacobian")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
@@ -300,4 +468,13 @@ IN_CHANNELS_LAST_BACKWARD = _kernel("IN_CHANNELS_LAST_BACKWARD", "channels_last_
                                     "in.layout_invariance", "instancenorm")
 IN_COUNT_IN_X_DTYPE = _kernel("IN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
                               "the instance's count held in x's 16-bit dtype: in.forward", "instancenorm")
+IN_NONCONTIGUOUS_READ_AS_NCHW = _kernel(
+    "IN_NONCONTIGUOUS_READ_AS_NCHW", "noncontiguous",
+    "flagos-ai/FlagGems#296 (instance_norm's Triton kernel addresses instance pid at in_ptr + pid * N) and "
+    "pytorch/pytorch#63224's class: an x neither contiguous nor channels-last read as its memory in NCHW order: "
+    "in.layout_invariance", "instancenorm")
+IN_RUNNING_VAR_FROM_RSTD = _kernel(
+    "IN_RUNNING_VAR_FROM_RSTD", "var_from_rstd",
+    "flagos-ai/FlagGems#4885 (InstanceNorm's running variance recovered from the saved rstd as 1 / rstd^2, eps never "
+    "subtracted): the running variance moves toward (var + eps) n / (n - 1): in.running_statistics", "instancenorm")
 IN_CORRECT = _kernel("IN_CORRECT", "", "the control: nothing broken", "instancenorm")

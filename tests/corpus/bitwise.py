@@ -36,6 +36,18 @@ statistics summed in float32, the weight and bias applied per row, autograd back
                               sums atomically added in the order they finish (TransformerEngine's multi-CTA rows,
                               the split + atomics pattern of the same post; karpathy/llm.c#190's class)
                                                                                              -> *.determinism
+    RMS_SPLIT_WIDER_THAN_8192 fewer than 132 tokens of rows wider than 8192 (hidden sizes 12288, 16384): each row's
+                              sums split over 4 programs (flashinfer-ai/flashinfer#4335's cluster of programs a row;
+                              Thinking Machines' split reduction)                          -> rms.batch_invariance
+    LN_ATOMIC_SPLIT_WIDER_THAN_8192  rows wider than 8192: 8 partial sums a row added with atomics in a random order
+                              each call (TransformerEngine's multi-CTA rows; karpathy/llm.c#190's class)
+                                                                                              -> ln.determinism
+    LN_ATOMIC_DWEIGHT_PAST_THE_SMS  more than 132 rows (a persistent grid of an H100's SMs): dweight and dbias summed
+                              over the rows in a random order each call (linkedin/Liger-Kernel#945: LayerNorm's
+                              backward accumulating dw, db with atomic_add)                   -> ln.determinism
+    RMS_BLOCK_BY_TOKENS_1024  from 1024 tokens up the row sums run left to right (vllm-project/vllm#48997 moved its
+                              per-token kernels' block-size switch to 1024 tokens; #48271's at 256)
+                                                                                           -> rms.batch_invariance
     LN_TEXTBOOK_DECLARED_BITWISE, GN_CORRECT_DECLARED_BITWISE: correct kernels of the corpus declaring both: the
                               controls (the contracts hold for them)
 
@@ -66,6 +78,7 @@ SECOND_WAVE = 128  # the first row of the second wave of a grid of 128 programs
 # a row of SPLIT_FROM_WIDTH columns or more split over programs: SPLITS of them when the tokens are fewer than
 # SPLIT_BELOW_TOKENS (an H100's SMs), ATOMIC_SPLITS adding their partials with atomics
 SPLIT_BELOW_TOKENS, SPLIT_FROM_WIDTH, SPLITS, ATOMIC_SPLITS = 132, 2048, 4, 8
+SPLIT_PAST_WIDTH = 8192  # the widest row one program reduces, for the kernels that split only wider rows
 
 
 def left_to_right(values: torch.Tensor, dim: int) -> torch.Tensor:
@@ -166,7 +179,7 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: i
     samples = rows.shape[0] if grouped else rows[..., 0].numel()
     if bug == "batch_size_switch":
         sequential: torch.Tensor | bool | None = samples >= SWITCH_ROWS
-    elif bug == "token_count_switch":
+    elif bug in ("token_count_switch", "block_by_tokens_1024"):
         sequential = samples >= TOKEN_SWITCH_ROWS
     elif bug == "random_order":
         sequential = None
@@ -179,8 +192,12 @@ def _norm(h: torch.Tensor, weight, bias, eps: float, *, centred: bool, groups: i
         summed = _split_sum
     elif bug == "wide_atomic_split" and rows.shape[-1] >= SPLIT_FROM_WIDTH:
         summed = _atomic_split_sum
+    elif bug == "split_wider_than_8192" and samples < SPLIT_BELOW_TOKENS and rows.shape[-1] > SPLIT_PAST_WIDTH:
+        summed = _split_sum
+    elif bug == "atomic_split_wider_than_8192" and rows.shape[-1] > SPLIT_PAST_WIDTH:
+        summed = _atomic_split_sum
     y = _normalized(rows, centred, eps, sequential, summed).reshape(values.shape)
-    atomic = bug == "atomic_dweight"
+    atomic = bug == "atomic_dweight" or (bug == "atomic_dweight_past_the_sms" and samples > SPLIT_BELOW_TOKENS)
     w = _per_row(weight, samples, tuple(values.shape), atomic, grouped)
     b = _per_row(bias, samples, tuple(values.shape), atomic, grouped)
     y = y if w is None else y * w
@@ -334,6 +351,25 @@ _WIDE_ATOMIC_SPLIT = _kernels("wide_atomic_split", "deterministic",
                               "with atomics, in a random order each call: {claim}.determinism",
                               ("LN", "RMS_QUANT"))
 LN_WIDE_ATOMIC_SPLIT, RMS_QUANT_WIDE_ATOMIC_SPLIT = _WIDE_ATOMIC_SPLIT["LN"], _WIDE_ATOMIC_SPLIT["RMS_QUANT"]
+
+# red-team round 7's (inference): the same classes past the widths and row counts drawn before it
+RMS_SPLIT_WIDER_THAN_8192 = _kernels(
+    "split_wider_than_8192", "batch_invariant", f"fewer than {SPLIT_BELOW_TOKENS} tokens of rows wider than "
+    f"{SPLIT_PAST_WIDTH} columns: each row's sums split over {SPLITS} programs (flashinfer-ai/flashinfer#4335: a "
+    "cluster of programs a row, H_per_cta = H // cluster_n; Thinking Machines' split reduction): "
+    "{claim}.batch_invariance", ("RMS",))["RMS"]
+LN_ATOMIC_SPLIT_WIDER_THAN_8192 = _kernels(
+    "atomic_split_wider_than_8192", "deterministic", f"rows wider than {SPLIT_PAST_WIDTH} columns: {ATOMIC_SPLITS} "
+    "partial sums a row added with atomics in a random order each call (TransformerEngine's multi-CTA rows; "
+    "karpathy/llm.c#190's class): {claim}.determinism", ("LN",))["LN"]
+LN_ATOMIC_DWEIGHT_PAST_THE_SMS = _kernels(
+    "atomic_dweight_past_the_sms", "deterministic", f"more than {SPLIT_BELOW_TOKENS} rows (a persistent grid of an "
+    "H100's SMs): dweight and dbias summed over the rows in a random order each call (linkedin/Liger-Kernel#945: "
+    "LayerNorm's backward accumulating dw and db with atomic_add): {claim}.determinism", ("LN",))["LN"]
+RMS_BLOCK_BY_TOKENS_1024 = _kernels(
+    "block_by_tokens_1024", "batch_invariant", f"from {TOKEN_SWITCH_ROWS} tokens up the float32 row sums run left to "
+    "right (vllm-project/vllm#48997 moved the per-token kernels' block-size switch to 1024 tokens, #48271 had it at "
+    "256): {claim}.batch_invariance", ("RMS",))["RMS"]
 
 LN_TEXTBOOK_DECLARED_BITWISE = dataclasses.replace(
     corpus.statistics.LN_TEXTBOOK, name="ln_textbook_declared_bitwise", spec=f"{SPEC}LN_TEXTBOOK_DECLARED_BITWISE",

@@ -20,6 +20,10 @@ that must catch each.
                                 over (C, *))                                           -> cln.layout_invariance
     CLN_COUNT_IN_X_DTYPE        the sample's count C S held in x's 16-bit dtype when its sums are divided by it
                                 (2049 -> 2048 in float16; pytorch/pytorch#70901's class)           -> cln.forward
+    CLN_NONCONTIGUOUS_READ_AS_NCHW  an x neither contiguous nor channels-last (a permuted or sliced view) read as
+                                NCHW memory (pytorch/pytorch#63224's class)               -> cln.layout_invariance
+    CLN_PARAMS_IN_X_DTYPE       16-bit x: the float32 [C, *] weight and bias rounded to x's dtype first
+                                (pytorch/pytorch#81852's class)                         -> cln.forward, cln.jacobian
     CLN_CORRECT                 the control
 """
 
@@ -29,7 +33,7 @@ import torch
 
 from core.kernel import Kernel
 from corpus.batchnorm import count_in, is_channels_last, with_gradient_of
-from corpus.memory import read_as_if_contiguous
+from corpus.memory import read_as_if_contiguous, read_as_nchw_unless_dense
 
 SPEC = "tests/corpus/channel_layernorm.py:"
 CHANNEL_BLOCK = 64
@@ -43,6 +47,10 @@ def _channel_layernorm(x, weight, bias, eps, *, bug: str = ""):
                                 _channel_layernorm(read_as_if_contiguous(x), weight, bias, eps))
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
+    if bug == "noncontiguous":  # only contiguous and channels-last x read right: any other view read as NCHW memory
+        x = read_as_nchw_unless_dense(x)
+    if bug == "params_in_x_dtype" and x.dtype in (torch.float16, torch.bfloat16):
+        weight, bias = (None if t is None else t.to(x.dtype) for t in (weight, bias))  # rounded to x's dtype first
     values = x.float()
     axes = {"last_axis": (-1,), "batch": tuple(range(x.dim()))}.get(bug, tuple(range(1, x.dim())))
     mean = values.mean(axes, keepdim=True)
@@ -105,4 +113,12 @@ CLN_CHANNELS_LAST_BACKWARD = _kernel("CLN_CHANNELS_LAST_BACKWARD", "channels_las
                                      "cln.layout_invariance")
 CLN_COUNT_IN_X_DTYPE = _kernel("CLN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
                                "the sample's count held in x's 16-bit dtype: cln.forward")
+CLN_NONCONTIGUOUS_READ_AS_NCHW = _kernel(
+    "CLN_NONCONTIGUOUS_READ_AS_NCHW", "noncontiguous",
+    "pytorch/pytorch#63224's class: a LayerNorm over (C, *) with contiguous and channels-last paths only reads any "
+    "other layout of x (a permuted or sliced view) as its memory in NCHW order: cln.layout_invariance")
+CLN_PARAMS_IN_X_DTYPE = _kernel(
+    "CLN_PARAMS_IN_X_DTYPE", "params_in_x_dtype",
+    "pytorch/pytorch#81852's class (float32 LayerNorm parameters beside 16-bit x under autocast): the [C, *] weight "
+    "and bias rounded to x's dtype first: cln.forward, cln.jacobian")
 CLN_CORRECT = _kernel("CLN_CORRECT", "", "the control: nothing broken")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from core.registry import Kernel
+from corpus.groupnorm import refuse_invalid_groups
 from corpus.memory import read_rows_by_the_last_row_stride
 from corpus.statistics import _layernorm_statistics, _normalize, _rmsnorm_statistics
 
@@ -259,6 +260,7 @@ def groupnorm_stale_parameter_cache(x, num_groups, weight, bias, eps):
     """GroupNorm (float32 statistics, rounded once) with each weight's and bias' float32 copy cached by address, shape
     and dtype: after an in-place update of the parameters it normalizes with the old values. The GroupNorm tests drew
     fresh parameters for every call. Must fail gn.forward."""
+    refuse_invalid_groups(x, num_groups)
     h = x.float()
     groups = h.reshape(h.shape[0], num_groups, -1)
     mean = groups.mean(-1, keepdim=True)

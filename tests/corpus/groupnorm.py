@@ -24,6 +24,16 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
                               channels-last backward)                                      -> gn.layout_invariance
     GN_COUNT_IN_X_DTYPE       the group's count held in x's 16-bit dtype when its sums are divided by it (2049 ->
                               2048 in float16; pytorch/pytorch#70901's class)              -> gn.forward
+    GN_NONCONTIGUOUS_READ_AS_NCHW  an x neither contiguous nor channels-last (a permuted or sliced view) read as NCHW
+                              memory (pytorch/pytorch#63224's class)                       -> gn.layout_invariance
+    GN_NONDIVISIBLE_GROUPS_ACCEPTED  C % G != 0 accepted: groups of floor(C/G) channels, the rest in the last group,
+                              where torch raises (pytorch/pytorch#74293, kuangliu/pytorch-groupnorm#3)  -> gn.forward
+    GN_PARAMS_IN_X_DTYPE      16-bit x: float32 weight and bias rounded to x's dtype first (pytorch/pytorch#81852,
+                              keras-team/keras#23070)                                      -> gn.forward, gn.jacobian
+    GN_FRAMES_FOLDED_INTO_BATCH  5-D video x [N, C, T, H, W] normalized per frame, T folded into the batch
+                              (mindspore-lab/mindone#169, lucidrains/video-diffusion-pytorch#23)        -> gn.forward
+    GN_BACKWARD_ROWS_OF_LAST_DIM  4-D/5-D x: y right, the backward's reductions per row of the last axis (hidden =
+                              dY.shape[-1]; linkedin/Liger-Kernel#1375, fixed by #1376)                -> gn.jacobian
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ import torch
 
 from core.kernel import Kernel
 from corpus.batchnorm import count_in, is_channels_last, with_gradient_of
-from corpus.memory import read_as_if_contiguous
+from corpus.memory import read_as_if_contiguous, read_as_nchw_unless_dense
 from corpus.wide import unweighted_block_moments
 
 SPEC = "tests/corpus/groupnorm.py:"
@@ -45,7 +55,27 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
                                 _groupnorm(read_as_if_contiguous(x), num_groups, weight, bias, eps))
     if bug == "channels_last":
         x = read_as_if_contiguous(x)
+    if bug == "noncontiguous":  # only contiguous and channels-last x read right: any other view read as NCHW memory
+        x = read_as_nchw_unless_dense(x)
+    if bug == "frames_folded" and x.dim() == 5:  # video [N, C, T, H, W]: each frame a sample of its own
+        n, c, t, h, w = x.shape
+        y = _groupnorm(x.transpose(1, 2).reshape(n * t, c, h, w), num_groups, weight, bias, eps)
+        return y.reshape(n, t, c, h, w).transpose(1, 2)
+    if bug == "backward_rows_of_last_dim" and x.dim() >= 4 and torch.is_grad_enabled():
+        # y right; the backward that of a norm over each row of the last axis (W where H W was meant)
+        values = x.float()
+        mean, variance = values.mean(-1, keepdim=True), values.var(-1, keepdim=True, unbiased=False)
+        shape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
+        rows = (values - mean) * torch.rsqrt(variance + eps)
+        rows = rows if weight is None else rows * weight.float().reshape(shape)
+        rows = rows if bias is None else rows + bias.float().reshape(shape)
+        return with_gradient_of(_groupnorm(x, num_groups, weight, bias, eps), rows.to(x.dtype))
     n, channels = x.shape[:2]
+    if bug == "nondivisible" and num_groups > 0 and channels % num_groups:  # accepted: floor(C/G) channels a group
+        return _groups_of_the_floor(x, num_groups, weight, bias, eps)
+    refuse_invalid_groups(x, num_groups)
+    if bug == "params_in_x_dtype" and x.dtype in (torch.float16, torch.bfloat16):
+        weight, bias = (None if t is None else t.to(x.dtype) for t in (weight, bias))  # rounded to x's dtype first
     values = x.float()
     per_group = channels // num_groups
     if bug == "shift" and channels >= 16 and per_group & (per_group - 1):
@@ -104,6 +134,32 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
     return y
 
 
+def refuse_invalid_groups(x: torch.Tensor, num_groups: int) -> None:
+    """Raises, as torch does, for a num_groups that is not a positive divisor of x's channels (gn.forward's test of
+    an invalid num_groups): a kernel that reshapes x to [N, G, -1] would accept one where G divides C x spatial."""
+    if num_groups <= 0 or x.shape[1] % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {tuple(x.shape)} and num_groups={num_groups}")
+
+
+def _groups_of_the_floor(x, num_groups, weight, bias, eps):
+    """C % G != 0 accepted: groups of floor(C/G) channels, the remaining channels in the last group."""
+    values = x.float()
+    channels = x.shape[1]
+    group_of = (torch.arange(channels, device=x.device) // max(channels // num_groups, 1)).clamp(max=num_groups - 1)
+    y = torch.empty_like(values)
+    for g in range(num_groups):
+        members = (group_of == g).nonzero().flatten()
+        if members.numel():
+            part = values[:, members]
+            axes = tuple(range(1, part.dim()))
+            mean, variance = part.mean(axes, keepdim=True), part.var(axes, keepdim=True, unbiased=False)
+            y[:, members] = (part - mean) * torch.rsqrt(variance + eps)
+    shape = (1, channels) + (1,) * (x.dim() - 2)
+    y = y if weight is None else y * weight.float().reshape(shape)
+    return (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
+
+
 def _kernel(name: str, bug: str, description: str) -> Kernel:
     def fn(x, num_groups, weight, bias, eps):
         return _groupnorm(x, num_groups, weight, bias, eps, bug=bug)
@@ -139,4 +195,27 @@ GN_CHANNELS_LAST_BACKWARD = _kernel("GN_CHANNELS_LAST_BACKWARD", "channels_last_
                                     "gn.layout_invariance")
 GN_COUNT_IN_X_DTYPE = _kernel("GN_COUNT_IN_X_DTYPE", "count_in_x_dtype",
                               "the group's count held in x's 16-bit dtype: gn.forward")
+GN_NONCONTIGUOUS_READ_AS_NCHW = _kernel(
+    "GN_NONCONTIGUOUS_READ_AS_NCHW", "noncontiguous",
+    "pytorch/pytorch#63224's class (a norm kernel with contiguous and channels-last paths only): any other layout of "
+    "x, a permuted or sliced view, read as its memory in NCHW order: gn.layout_invariance")
+GN_NONDIVISIBLE_GROUPS_ACCEPTED = _kernel(
+    "GN_NONDIVISIBLE_GROUPS_ACCEPTED", "nondivisible",
+    "pytorch/pytorch#74293 (report an error if num_channels is not divisible by num_groups) and "
+    "kuangliu/pytorch-groupnorm#3 (\"robust when C not divisible by G\"): C % G != 0 accepted silently, groups of "
+    "floor(C/G) channels with the rest in the last group, where torch raises: gn.forward")
+GN_PARAMS_IN_X_DTYPE = _kernel(
+    "GN_PARAMS_IN_X_DTYPE", "params_in_x_dtype",
+    "pytorch/pytorch#81852 (mixed dtypes for GroupNorm: float32 gamma and beta beside bfloat16 x) and "
+    "keras-team/keras#23070 (GroupNormalization's gamma and beta read in float16 under mixed precision): float32 "
+    "weight and bias rounded to x's 16-bit dtype first: gn.forward, gn.jacobian")
+GN_FRAMES_FOLDED_INTO_BATCH = _kernel(
+    "GN_FRAMES_FOLDED_INTO_BATCH", "frames_folded",
+    "mindspore-lab/mindone#169 (temporal GroupNorm: the transpose and reshape around it) and "
+    "lucidrains/video-diffusion-pytorch#23: a 5-D video x [N, C, T, H, W] normalized per frame (T folded into the "
+    "batch), not over each group's C/G x T x H x W elements: gn.forward")
+GN_BACKWARD_ROWS_OF_LAST_DIM = _kernel(
+    "GN_BACKWARD_ROWS_OF_LAST_DIM", "backward_rows_of_last_dim",
+    "linkedin/Liger-Kernel#1375 (fixed by #1376: group_norm_backward took hidden_size = dY.shape[-1], W where H W was "
+    "meant, for 4-D and 5-D x): the forward right, the backward's reductions per row of the last axis: gn.jacobian")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")

@@ -15,6 +15,15 @@ def read_as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
     return _read(t, torch.empty(t.shape, device="meta").stride())
 
 
+def read_as_nchw_unless_dense(t: torch.Tensor) -> torch.Tensor:
+    """t [N, C, *] as a kernel with two paths only, a contiguous one and a channels-last one (4-D channels_last, 5-D
+    channels_last_3d), reads it: those two layouts right, any other (a permuted or transposed view, a channel slice,
+    every other sample) as its memory from its first element with contiguous strides (pytorch/pytorch#63224)."""
+    dense = t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)) or (
+        t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d))
+    return t if dense else read_as_if_contiguous(t)
+
+
 def read_rows_by_the_last_row_stride(t: torch.Tensor) -> torch.Tensor:
     """t (at least 2-D) read as rows of its last axis stepped by ``t.stride(-2)``, as a kernel that flattens the
     leading axes into one with that stride does: right when the rows are evenly spaced (2-D, contiguous, every other

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from core.registry import Kernel
+from corpus.groupnorm import refuse_invalid_groups
 
 SPEC = "tests/corpus/paths.py:"
 VECTOR_STEP = 256  # columns a warp loads per step on the vectorized path: 32 lanes x 8 values
@@ -82,6 +83,7 @@ def groupnorm_large_batch_groups_strided(x, num_groups, weight, bias, eps):
     """GroupNorm whose large-batch kernel (1 024 samples or more) puts channel c in group c mod G instead of the
     contiguous block c // (C / G) (one group or one channel a group is the same either way). Must fail gn.forward
     and gn.jacobian."""
+    refuse_invalid_groups(x, num_groups)
     n, c = x.shape[:2]
     h = x.float().reshape(n, c, -1)
     order = torch.arange(c, device=x.device)
@@ -119,6 +121,7 @@ def add_rmsnorm_inference_path_storage_sum(x, residual, weight, eps):
 def groupnorm_batch_one_unbiased(x, num_groups, weight, bias, eps):
     """GroupNorm whose batch-1 path (one sample: the inference of one image) divides the squared deviations by
     n - 1 (the unbiased variance); with two samples or more it is right. Must fail gn.forward."""
+    refuse_invalid_groups(x, num_groups)
     n, c = x.shape[:2]
     h = x.float().reshape(n, num_groups, -1)
     mean = h.mean(-1, keepdim=True)
