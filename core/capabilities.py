@@ -291,17 +291,34 @@ def _forward_problem(kernel: Kernel, dtype: torch.dtype, device: str) -> str:
     return "" if fault is None else str(fault)
 
 
-def _recorded_output(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, object]:
-    """(x requiring grad, the kernel's first output on it): one forward of the probe, recorded."""
-    x = _probe_input(kernel, dtype, device).requires_grad_(True)
+def _recorded_output(kernel: Kernel, dtype: torch.dtype, device: str,
+                     strided: bool = False) -> tuple[torch.Tensor, object]:
+    """(x requiring grad, the kernel's first output on it): one forward of the probe, recorded; ``strided``: x the
+    probe's values in column-major memory (a non-contiguous x)."""
+    x = _probe_input(kernel, dtype, device)
+    if strided:
+        x = x.transpose(0, -1).contiguous().transpose(0, -1)
+    x.requires_grad_(True)
     return x, first_output(kernel.fn(*probe_arguments(kernel, x)))
+
+
+def _differentiable_when_strided(kernel: Kernel, dtype: torch.dtype, device: str) -> bool:
+    """Whether the kernel's output has a grad_fn for a non-contiguous x (the probe's has none for a contiguous one:
+    a contiguous fast path that blocks the gradient, huggingface/candle#2168)."""
+    try:
+        _, y = guard.limited(kernel, lambda: _recorded_output(kernel, dtype, device, strided=True),
+                             timeout=_PROBE_TIMEOUT_S)
+    except guard.KernelFault:
+        return False
+    return isinstance(y, torch.Tensor) and y.grad_fn is not None
 
 
 def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple[str, str, str]:
     """(why there is no backward, why no second derivative, the fault of a backward that exists); '' for none.
 
-    There is no backward when the output has no ``grad_fn`` (a forward-only kernel). A backward that exists
-    but raises or gives NaN/inf is a fault (third item), not a missing backward: its claims run and report it.
+    There is no backward when the output has no ``grad_fn`` (a forward-only kernel), unless it has one for a
+    non-contiguous x: then the gradient is blocked on some paths, a fault. A backward that exists but raises or gives
+    NaN/inf is a fault (third item), not a missing backward: its claims run and report it.
     The first derivative is probed with a plain upstream gradient, as a training step passes it: a kernel
     that writes into it (a bug of its own, ``inputs_unmodified``) still has a backward to check.
     """
@@ -321,6 +338,9 @@ def _backward_problems(kernel: Kernel, dtype: torch.dtype, device: str) -> tuple
     except guard.KernelFault:  # the forward's fault: the claims report it when they call the kernel
         return "", "no backward: the forward faults", ""
     if not isinstance(y, torch.Tensor) or y.grad_fn is None:
+        if _differentiable_when_strided(kernel, dtype, device):
+            return ("", "no backward that runs", "the output has a grad_fn for a non-contiguous x but none for a "
+                    "contiguous one: a path that blocks the gradient")
         return (f"no backward: the output of {kernel.name} has no grad_fn (a forward-only kernel)",
                 "no backward", "")
     try:

@@ -74,6 +74,18 @@ def test_a_kernel_outside_autograd_has_no_backward_and_says_why():
     assert caps.as_json()["reasons"]["backward"] == caps.backward_reason
 
 
+def _gradient_blocked_when_contiguous(x, weight, bias, eps):
+    """LayerNorm whose contiguous fast path runs outside autograd (huggingface/candle#2168): no grad_fn there."""
+    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    return y.detach() if x.is_contiguous() else y
+
+
+def test_a_gradient_blocked_on_the_contiguous_path_is_a_fault_not_a_forward_only_kernel():
+    caps = capabilities.discover(Kernel("blocked", "layernorm", _gradient_blocked_when_contiguous))
+    assert caps.backward and "blocks the gradient" in caps.backward_fault, caps
+    assert not capabilities.discover(Kernel("numpy", "layernorm", _numpy_layernorm)).backward
+
+
 def test_a_backward_that_autograd_cannot_differentiate_has_no_double_backward():
     caps = capabilities.discover(Kernel("first-order", "rmsnorm", _first_order_only))
     assert caps.backward and not caps.double_backward
