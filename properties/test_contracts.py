@@ -153,12 +153,14 @@ def test_inputs_unmodified_above_65536_elements(norm_kernel, data):
 @profiles.share(0.5)
 @given(data=st.data())
 def test_views_into_larger_buffers(norm_kernel, data):
-    """x and dy with a storage offset and row stride d + 3; weight and bias offset, sometimes every other element, in
-    x's dtype or another the kernel takes (float32 with 16-bit x, 16-bit with float32 x)."""
+    """x and dy with a storage offset and row stride d + 3, or contiguous from an odd storage offset (a pointer not
+    aligned for vector loads); weight and bias offset, sometimes every other element, in x's dtype or another the
+    kernel takes (float32 with 16-bit x, 16-bit with float32 x)."""
     example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True, mixed=True,
                                       ndims=st.sampled_from([2, 3])), label="example")
+    rows = data.draw(st.sampled_from(["offset", "odd offset"]), label="x and dy layout")
     parameters = data.draw(st.sampled_from(["offset", "every other element"]), label="weight and bias layout")
-    views = {name: inside_a_larger_buffer(t, parameters if name in ("weight", "bias") else "offset")
+    views = {name: inside_a_larger_buffer(t, parameters if name in ("weight", "bias") else rows)
              for name, t in example.items() if isinstance(t, torch.Tensor)}
     evidence.check(check_views_into_larger_buffers, norm_kernel, {**example, **views})
 

@@ -389,24 +389,32 @@ def test_changing_one_row_changes_no_other(add_norm_kernel, data):
 
 
 PARAMETER_LAYOUTS = ("contiguous", "offset", "every other element")
+# x's and the residual's: strided, transposed, or contiguous from an odd storage offset (a pointer not aligned for
+# vector loads: flashinfer-ai/flashinfer#634, TransformerEngine#886)
+INPUT_LAYOUTS = (*LAYOUTS, "odd offset")
 
 
 @pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")
 @profiles.share(0.5)
 @given(data=st.data())
 def test_strided_inputs(add_norm_kernel, data):
-    """x and the residual strided; weight and bias as they are, or views into a larger buffer (offset, every other
-    element: a fused kernel reading its weight as ptr + column, vllm-project/vllm#17735); the gradients through them
-    too (contiguous dy and dh)."""
+    """x and the residual strided or at an odd storage offset (INPUT_LAYOUTS); weight and bias as they are, or views
+    into a larger buffer (offset, every other element: a fused kernel reading its weight as ptr + column,
+    vllm-project/vllm#17735); the gradients through them too (contiguous dy and dh)."""
     example = data.draw(add_norm_examples(add_norm_kernel, d=widths().filter(lambda d: d >= 2), mixed=True,
                                           every_input=True, upstream=True), "example")
-    layout = data.draw(st.sampled_from(LAYOUTS), "layout")
+    layout = data.draw(st.sampled_from(INPUT_LAYOUTS), "layout")
     parameters = data.draw(st.sampled_from(PARAMETER_LAYOUTS), "weight and bias layout")
     views = {name: inside_a_larger_buffer(example[name], parameters) for name in ("weight", "bias")
              if parameters != "contiguous" and example.get(name) is not None}
-    residual = None if example["residual"] is None else strided(example["residual"], layout)
-    evidence.check(check_noncontiguous, add_norm_kernel, {**example, **views, "x": strided(example["x"], layout),
-                                                          "residual": residual})
+
+    def laid_out(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        return inside_a_larger_buffer(t, layout) if layout == "odd offset" else strided(t, layout)
+
+    evidence.check(check_noncontiguous, add_norm_kernel, {**example, **views, "x": laid_out(example["x"]),
+                                                          "residual": laid_out(example["residual"])})
 
 
 @pytest.mark.claim("add_ln.layout_invariance", "add_rms.layout_invariance")

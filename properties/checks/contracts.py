@@ -279,7 +279,14 @@ def _channel_view(t: torch.Tensor, layout: str) -> torch.Tensor:
 def inside_a_larger_buffer(t: torch.Tensor, layout: str = "offset") -> torch.Tensor:
     """The values of t as a view into a larger buffer filled with NaN elsewhere: ``"offset"``, a non-zero storage
     offset with rows 3 elements longer than the width (row stride d + 3, like q of a fused qkv); ``"every other
-    element"``, stride 2 in the last dimension as well. A kernel that reads outside the view reads NaN."""
+    element"``, stride 2 in the last dimension as well; ``"odd offset"``, contiguous from the buffer's second element
+    (``buf[1:].view(shape)``: a pointer not aligned for 16-byte vector loads, which a kernel checking only
+    is_contiguous() faults on with "misaligned address", flashinfer-ai/flashinfer#634). A kernel that reads outside
+    the view reads NaN."""
+    if layout == "odd offset":
+        view = torch.full((t.numel() + 1,), float("nan"), dtype=t.dtype, device=t.device)[1:].view(t.shape)
+        view.copy_(t)
+        return view
     step = 2 if layout == "every other element" else 1
     d = t.shape[-1]
     buffer = torch.full((*t.shape[:-1], step * d + 3), float("nan"), dtype=t.dtype, device=t.device)
