@@ -20,6 +20,7 @@ from properties import norms
 from properties.bounds import tolerance
 from properties.draws.strategies import (
     DISTRIBUTIONS,
+    NDIMS,
     biases,
     effective_weights,
     epsilons,
@@ -75,10 +76,12 @@ SIXTEEN_BIT_UNDRAWN = "16-bit second derivatives: no derived model of a 16-bit d
 
 @st.composite
 def second_order_examples(draw, kernel: Kernel) -> dict:
-    """x, weight (bias), eps, dy in float32 (SIXTEEN_BIT_UNDRAWN), and u, a, c."""
+    """x [n, d], [B, S, d] or [A, B, C, d] (strategies.NDIMS: dweight's second derivatives sum every leading axis,
+    which a double backward written for 2-D x sums over the first only), weight (bias), eps, dy in float32
+    (SIXTEEN_BIT_UNDRAWN), and u, a, c."""
     dtype = draw(storage_dtypes(kernel, (torch.float32,)))
     example = draw(norm_examples(kernel, d=widths(width_limit(kernel, dtype)), dtypes=(dtype,), upstream=True,
-                                 n=ROWS))
+                                 n=ROWS, ndims=NDIMS))
     return _with_upstream(draw, kernel, example)
 
 
