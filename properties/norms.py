@@ -271,24 +271,32 @@ def require_double_backward(kernel: Kernel) -> None:
                     "declares them (Kernel(second_derivatives=True), core.kernel)")
 
 
-def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: Mapping[str, torch.Tensor | None]
-                 ) -> dict[str, torch.Tensor]:
-    """The gradient of the kernel's gradient: {"dy": dS/d dy, "x": dS/dx, "weight": dS/dweight (when the kernel
-    differentiates its weight)} of S = sum over the first-order gradients g_name the kernel returns for upstream
-    gradient dy of <g_name, upstream[name]> (upstream keyed "x", "weight", "bias"; None: left out of S), through
-    autograd with ``create_graph=True``, under the kernel's time limit (core.guard.limited). A second derivative
-    autograd finds no path to (the backward's graph does not reach that input: statistics saved detached) is zeros,
-    a value the claim compares; NaN/inf for finite inputs is a ``nonfinite`` fault."""
+# The second-order target of each output's upstream gradient: dS/d dy, and for the fused kinds dS/d dh
+UPSTREAM_TARGETS = {"y": "dy", "residual_out": "dh"}
+
+
+def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor | Mapping[str, torch.Tensor],
+                 upstream: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """The gradient of the kernel's gradient: {"dy": dS/d dy (and "dh": dS/d dh for the fused kinds), "x": dS/dx,
+    "residual": dS/dresidual (fused kinds), "weight": dS/dweight (when the kernel differentiates its weight)} of
+    S = sum over the first-order gradients g_name the kernel returns for upstream gradient ``dy`` (y's; or a mapping
+    {"y": dy, "residual_out": dh}) of <g_name, upstream[name]> (upstream keyed "x", "residual", "weight", "bias";
+    None or absent: left out of S), through autograd with ``create_graph=True``, under the kernel's time limit
+    (core.guard.limited). A second derivative autograd finds no path to (the backward's graph does not reach that
+    input: statistics saved detached) is zeros, a value the claim compares; NaN/inf for finite inputs is a
+    ``nonfinite`` fault."""
+    output_grads = dy if isinstance(dy, Mapping) else {"y": dy}
     leaves, outputs = record(kernel, example)
     differentiated = {name: leaf for name, leaf in leaves.items() if leaf.requires_grad}
-    upstream_leaf = _in_dtype(copy_with_strides(dy), outputs["y"]).requires_grad_(True)
-    targets = {"dy": upstream_leaf,
-               **{name: differentiated[name] for name in ("x", "weight") if name in differentiated}}
+    upstream_leaves = {name: _in_dtype(copy_with_strides(g), outputs[name]).requires_grad_(True)
+                       for name, g in output_grads.items()}
+    targets = {**{UPSTREAM_TARGETS[name]: leaf for name, leaf in upstream_leaves.items()},
+               **{name: differentiated[name] for name in ("x", "residual", "weight") if name in differentiated}}
 
     def work() -> tuple:
         with torch.enable_grad():
-            first = torch.autograd.grad(outputs["y"], list(differentiated.values()), upstream_leaf, create_graph=True,
-                                        allow_unused=True)
+            first = torch.autograd.grad([outputs[name] for name in upstream_leaves], list(differentiated.values()),
+                                        list(upstream_leaves.values()), create_graph=True, allow_unused=True)
             terms = [(g * upstream[name].to(g.dtype)).sum() for name, g in zip(differentiated, first, strict=True)
                      if g is not None and g.requires_grad and upstream.get(name) is not None]
             if not terms:
@@ -298,7 +306,7 @@ def second_order(kernel: Kernel, example: Mapping, dy: torch.Tensor, upstream: M
     second = guard.limited(kernel, work)
     got = {name: torch.zeros_like(target) if g is None else g.detach()
            for (name, target), g in zip(targets.items(), second, strict=True)}
-    finite = [t for t in (*example.values(), dy, *upstream.values()) if isinstance(t, torch.Tensor)]
+    finite = [t for t in (*example.values(), *output_grads.values(), *upstream.values()) if isinstance(t, torch.Tensor)]
     if all(bool(torch.isfinite(t).all()) for t in finite):
         for name, g in got.items():
             if not bool(torch.isfinite(g).all()):

@@ -12,8 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from properties import evidence, norms
-from properties.checks.second_order import check_second_order
-from properties.draws.second_order_strategies import float64_second_order_examples, second_order_examples
+from properties.checks.second_order import check_fused_second_order, check_second_order
+from properties.draws.second_order_strategies import (
+    float64_second_order_examples,
+    fused_second_order_examples,
+    second_order_examples,
+)
 from properties.run import profiles
 
 
@@ -39,3 +43,15 @@ def test_gradient_of_the_gradient_in_float64(norm_kernel, data):
     example = data.draw(float64_second_order_examples(norm_kernel), label="example")
     norms.require_float64(norm_kernel, example)
     evidence.check(check_second_order, norm_kernel, example)
+
+
+@pytest.mark.claim("add_ln.second_order", "add_rms.second_order")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_gradient_of_the_fused_gradient_is_the_second_derivative(add_norm_kernel, data):
+    """The fused add + norm, float32: S through dx or through dresidual (and dweight, dbias): the norm's second
+    derivatives at residual_out, dS/d dh the upstream u (a double backward holding the statistics constant, or one
+    path's dh dropped, fails)."""
+    norms.require_double_backward(add_norm_kernel)
+    example = data.draw(fused_second_order_examples(add_norm_kernel), label="example")
+    evidence.check(check_fused_second_order, add_norm_kernel, example)

@@ -1,4 +1,5 @@
-"""ln.second_order / rms.second_order: the gradient of the gradient is the second derivative of the norm.
+"""ln/rms.second_order and add_ln/add_rms.second_order: the gradient of the gradient is the second derivative of
+the norm (of the fused add + norm: the norm's at h = x + residual).
 
 A kernel's backward that autograd can differentiate (create_graph=True: Hessian-vector products, gradient penalties,
 the spectral-norm probe's JVP by double VJP) must give the derivatives of its first-order outputs (dx, dweight,
@@ -35,10 +36,16 @@ WRITTEN_OUT_WIDTHS = {"ln": (1, 2, 3), "rms": (1, 2, 3, 4)}  # LN at d = 4 takes
 def _row(kind: str, width: int) -> tuple:
     """(x_1..x_d, the radicand sigma^2 + eps or q + eps, xhat_1..xhat_d) of the written-out row."""
     xs = sp.symbols(f"x1:{width + 1}", real=True)
-    centre = sum(xs) / width if kind == "ln" else 0
-    centred = [value - centre for value in xs]
+    return (xs, *_normalized(kind, xs))
+
+
+def _normalized(kind: str, values) -> tuple:
+    """(the radicand, xhat_1..xhat_d) of the row ``values`` (symbols or expressions of them)."""
+    width = len(values)
+    centre = sum(values) / width if kind == "ln" else 0
+    centred = [value - centre for value in values]
     radicand = sum(t**2 for t in centred) / width + eps
-    return xs, radicand, [t / sp.sqrt(radicand) for t in centred]
+    return radicand, [t / sp.sqrt(radicand) for t in centred]
 
 
 @cache
@@ -64,6 +71,39 @@ def second_derivatives_match(kind: str, width: int) -> bool:
     return all(zero_with_root(sp.diff(total, variable) - entry, radicand)
                for variables, derived in zip((dys, xs, ws), closed, strict=True)
                for variable, entry in zip(variables, np.asarray(derived).reshape(-1), strict=True))
+
+
+@cache
+def fused_second_derivatives_match(kind: str, width: int) -> bool:
+    """The fused add + norm's written-out row: h = x + r, y = N(h), residual_out = h, upstream gradients g of y and
+    e of residual_out, so dx = dr = J^T (w g) + e. SymPy's derivatives of S = <u, dx> + <v, dr> + <a, dweight> +
+    <c, dbias> with respect to g, x, r and w equal the plain closed form at h with upstream u + v (x and r alike),
+    and with respect to e, u + v; exactly (numerators reduced modulo S^2 - radicand)."""
+    xs, rs = (sp.symbols(f"{name}1:{width + 1}", real=True) for name in ("x", "r"))
+    hs = [xi + ri for xi, ri in zip(xs, rs, strict=True)]
+    radicand, xhat = _normalized(kind, hs)
+    dys, es, ws, us, vs, a_, cs = (sp.symbols(f"{name}1:{width + 1}", real=True)
+                                   for name in ("g", "e", "w", "u", "v", "a", "c"))
+    cs = cs if kind == "ln" else (sp.S.Zero,) * width
+    loss = (sum(g * w * xh for g, w, xh in zip(dys, ws, xhat, strict=True))
+            + sum(e * h for e, h in zip(es, hs, strict=True)))
+    dx, dr = [sp.diff(loss, value) for value in xs], [sp.diff(loss, value) for value in rs]
+    total = (sum(u * g for u, g in zip(us, dx, strict=True)) + sum(v * g for v, g in zip(vs, dr, strict=True))
+             + sum(a * g * xh for a, g, xh in zip(a_, dys, xhat, strict=True))
+             + sum(c * g for c, g in zip(cs, dys, strict=True)))
+
+    def row(values):
+        return np.array([list(values)], dtype=object)
+
+    both = [u + v for u, v in zip(us, vs, strict=True)]
+    closed_dy, closed_h, closed_w = closed_form(row(xhat), np.array([[1 / sp.sqrt(radicand)]], dtype=object),
+                                                row(dys), np.array(ws, dtype=object), row(both),
+                                                np.array(a_, dtype=object), np.array(cs, dtype=object), kind == "ln")
+    pairs = [*zip(dys, np.asarray(closed_dy).reshape(-1), strict=True),
+             *zip(xs, np.asarray(closed_h).reshape(-1), strict=True),
+             *zip(rs, np.asarray(closed_h).reshape(-1), strict=True),
+             *zip(ws, np.asarray(closed_w).reshape(-1), strict=True), *zip(es, both, strict=True)]
+    return all(zero_with_root(sp.diff(total, variable) - entry, radicand) for variable, entry in pairs)
 
 
 def _statistics_derivative(kind: str) -> Equal:
@@ -97,6 +137,24 @@ def _second_order(kind: str) -> Derivation:
               r"$\partial S/\partial\,dy$, $d + n + 6$ for $\partial S/\partial w$.",))
 
 
+FUSED_WIDTHS = (1, 2)  # the closed form itself is checked on wider rows by the plain claim
+
+
+def _fused_second_order(kind: str) -> Derivation:
+    widths = FUSED_WIDTHS
+    return Derivation((
+        Fact(r"h = x + r:\ dx = dr = J_n(w\odot dy) + dh,\ \text{so } \partial S/\partial x = \partial S/\partial r = "
+             r"\partial S/\partial h \text{ with upstream } u + v,\ \partial S/\partial\,dh = u + v: d = "
+             + ", ".join(map(str, widths)),
+             "SymPy's derivatives of S = <u, dx> + <v, dr> + <a, dweight> + <c, dbias> of the written-out fused row "
+             "(h = x + r normalized, residual_out = h) against the plain closed form at h with upstream u + v, "
+             "compared exactly",
+             lambda: all(fused_second_derivatives_match(kind, width) for width in widths)),
+    ), notes=(r"The closed form and the bound of a kernel's second derivatives are the plain norm's at $h$ (claim "
+              r"\texttt{" + kind + r".second\_order}, where the closed form is checked for $d \le$ "
+              + str(max(WRITTEN_OUT_WIDTHS[kind])) + r").",))
+
+
 _STATEMENT = (r"For upstream gradients $u$, $a$, $c$ of $(dx, dw, db)$ and $S = \sum_{\text{rows}}\langle u, dx\rangle "
               r"+ \langle a, dw\rangle + \langle c, db\rangle$: $\partial S/\partial\,dy = w J_n u + \hat{x}a + c$, "
               r"$\partial S/\partial w = \sum_{\text{rows}} dy\,J_n u$, $\partial S/\partial x = J_n(dy\,a - "
@@ -116,4 +174,15 @@ CLAIMS = (
           _STATEMENT + r"; $J_n = r(I - \hat{x}\hat{x}^T/d)$.",
           (r"$q + \epsilon > 0$", r"a backward that autograd can differentiate (else: skipped with the reason)"),
           "holds", _NOTE, lambda: _second_order("rms")),
+    *(Claim(f"{prefix}.second_order", f"Second derivatives of add + {name}", "",
+            "A differentiable backward of the fused residual add + norm gives the second derivatives.",
+            r"With $h = x + r$, $dx = dr = J_n(w\,dy) + dh$ and $S = \langle u, dx\rangle + \langle v, dr\rangle + "
+            r"\langle a, dw\rangle + \langle c, db\rangle$: $\partial S/\partial\,dy$, $\partial S/\partial w$ and "
+            r"$\partial S/\partial x = \partial S/\partial r$ are the norm's second derivatives at $h$ "
+            r"(claim \texttt{" + plain + r".second\_order}) with upstream $u + v$; $\partial S/\partial\,dh = u + v$.",
+            (condition, r"a backward that autograd can differentiate (else: skipped with the reason)"), "holds",
+            _NOTE, lambda kind=kind: _fused_second_order(kind))
+      for prefix, name, plain, kind, condition in (
+          ("add_ln", "LayerNorm", "ln", "ln", r"$\sigma^2 + \epsilon > 0$ at $h$"),
+          ("add_rms", "RMSNorm", "rms", "rms", r"$q + \epsilon > 0$ at $h$"))),
 )

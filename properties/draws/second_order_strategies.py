@@ -18,6 +18,7 @@ from core.capabilities import discover
 from core.registry import Kernel
 from properties import norms
 from properties.bounds import tolerance
+from properties.draws.fused_strategies import add_norm_examples
 from properties.draws.strategies import (
     DISTRIBUTIONS,
     NDIMS,
@@ -105,3 +106,13 @@ def float64_second_order_examples(draw, kernel: Kernel) -> dict:
     dy = standard_values((n, d), "normal", draw(seeds()))
     example["dy"] = rounded(dy, norms.output_dtype(kernel, example["x"], example["weight"]), device)
     return _with_upstream(draw, kernel, example)
+
+
+@st.composite
+def fused_second_order_examples(draw, kernel: Kernel) -> dict:
+    """x, residual (independent of x), weight (bias), eps, dy, dh in float32 (SIXTEEN_BIT_UNDRAWN), u (x's shape), a,
+    c, and ``path``: the gradient, of x or of the residual, that u weights in S."""
+    dtype = draw(storage_dtypes(kernel, (torch.float32,)))
+    example = draw(add_norm_examples(kernel, d=widths(width_limit(kernel, dtype)), dtypes=(dtype,), upstream=True,
+                                     n=draw(ROWS, label="rows"), residual="independent"))
+    return {**_with_upstream(draw, kernel, example), "path": draw(st.sampled_from(("x", "residual")), label="path")}

@@ -257,7 +257,8 @@ BUILTIN_DEVIATIONS = (
     Deviation(("torch-groupnorm",), "gn.jacobian", "raised", bias_without_weight,
               "torch's F.group_norm backward raises 'tensor does not have a device' for weight=None with a bias that "
               "needs a gradient (docs/findings.md [R3])", storage=False),
-    Deviation(("torch:layernorm", "torch-module:layernorm"), "ln.second_order", "raised", bias_without_weight,
+    Deviation(("torch:layernorm", "torch-module:layernorm", "torch-fused:add_layernorm",
+               "torch-fused-fp32:add_layernorm"), "*ln.second_order", "raised", bias_without_weight,
               "torch's layer_norm double backward (layer_norm_double_backward) raises 'Expected a proper Tensor but "
               "got None' for weight=None with a bias whose gradient enters the differentiated sum (gradgradcheck "
               "fails for a None weight with a bias: pytorch/pytorch#63276)", storage=False),
