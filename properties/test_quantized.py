@@ -148,9 +148,10 @@ def test_the_dynamic_scale_of_rows_wider_than_1024(quant_norm_kernel, d, data):
 @profiles.share(0.05)
 @given(data=st.data())
 def test_q_of_rows_wider_than_1024(quant_norm_kernel, d, data):
-    """q of rows past a kernel's one block of 1024 columns, static and dynamic scales (a wide-row path that reads the
-    weight or y of its later blocks wrongly while its scale is right: the scale tests above cannot see it)."""
-    example = quant_examples(quant_norm_kernel, d=st.just(d), rows=st.just(WIDE_QUANT_TOKENS))
+    """q of rows past a kernel's one block of 1024 columns, static and dynamic scales, a random weight (and bias) (a
+    wide-row path that reads the weight or y of its later blocks wrongly while its scale is right: the scale tests
+    above cannot see it)."""
+    example = quant_examples(quant_norm_kernel, d=st.just(d), rows=st.just(WIDE_QUANT_TOKENS), every_input=True)
     evidence.check(check_values, quant_norm_kernel, data.draw(example, "example"))
 
 

@@ -43,7 +43,7 @@ def check_fused_second_order(kernel, x: torch.Tensor, residual: torch.Tensor, we
     h = residual_out (the kernel's), dS/dx and dS/dresidual both the norm's dS/dh, dS/d dh = u (dx and dresidual
     each carry dh), each within the plain kind's bound at h (u's dtype's rounding for dS/d dh)."""
     example = {"x": x, "residual": residual, "weight": weight, "bias": bias, "eps": eps}
-    h = norms.call(kernel, example)["residual_out"]
+    h = norms.call(kernel, {**example, "residual": residual.clone()})["residual_out"]  # a copy: it may be written
     got = norms.second_order(kernel, example, {"y": dy, "residual_out": dh}, {path: u, "weight": a, "bias": c})
     u64 = norms.as_float64(u)
     expected = derived.second_order(norms.as_float64(h), norms.effective_weight(kernel, weight), eps,

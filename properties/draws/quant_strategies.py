@@ -62,13 +62,14 @@ def _with_zero_row(example: dict) -> dict:
 def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "dynamic"),
                    saturating: bool = False, formats: tuple[str, ...] | None = None,
                    d: st.SearchStrategy[int] | None = None, rows: st.SearchStrategy[int] | None = None,
-                   dtypes: tuple[torch.dtype, ...] | None = None) -> dict:
+                   dtypes: tuple[torch.dtype, ...] | None = None, every_input: bool = False) -> dict:
     """One example: the norm's arguments and ``scale``, ``quant_dtype`` (module docstring). ``scales``: the kinds of
     scale the test draws, among those the kernel declares; ``formats``: the formats it draws, among the declared
     ones (default: all of them); none of either declared: the test is skipped, saying so. ``saturating``: static
     scales that push the largest |v| beyond the format's range. ``d``: the widths (default up to MAX_WIDTH); ``rows``:
     the tokens of x [rows, d] (default: x of 2 or 3 dimensions, strategies.row_counts' rows); ``dtypes``: x's dtypes,
-    among those the kernel computes in (default: all of them)."""
+    among those the kernel computes in (default: all of them); ``every_input``: weight (and bias) present and
+    random."""
     declared = kernel.quantization
     taken = [kind for kind in scales if kind in declared.scales]
     if not taken:
@@ -82,10 +83,11 @@ def quant_examples(draw, kernel: Kernel, scales: tuple[str, ...] = ("static", "d
     ndims = DIMS if n is None else st.just(2)
     if kernel.record.has_residual:  # a saturating draw needs h != 0: no cancelling residual
         example = draw(add_norm_examples(kernel, d=d, residual="independent" if saturating else None, ndims=ndims,
-                                         n=n, more_rows_every=MORE_ROWS_EVERY, dtypes=dtypes))
+                                         n=n, more_rows_every=MORE_ROWS_EVERY, dtypes=dtypes,
+                                         every_input=every_input))
     else:
         example = draw(norm_examples(kernel, d=d, ndims=ndims, n=None if n is None else st.just(n),
-                                     more_rows_every=MORE_ROWS_EVERY, dtypes=dtypes))
+                                     more_rows_every=MORE_ROWS_EVERY, dtypes=dtypes, every_input=every_input))
     quant_dtype = getattr(torch, draw(st.sampled_from(chosen)))
     if draw(st.sampled_from(taken)) == "dynamic":
         if draw(st.sampled_from((False, False, True))):
