@@ -18,12 +18,14 @@ The files, by where the bug is:
     fused.py         a fused autograd.Function: backward terms, dgamma, strides, buffers  + fused controls
     rows.py          a 3-D input flattened into rows wrongly
     padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
-    dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward + Bernoulli control
+    dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward (its mask from y / x,
+                     or regenerated at contiguous offsets) + Bernoulli control
     correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
     derived.py       caught only in a derived-property claim's regime (per-row shifts, the ends of the exponent
                      range), missed by ``*.forward``: one-pass moments around one shift per call, flush-to-zero
     residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
-    dropout_add.py   fused dropout + add + LayerNorm: rescale, row-shared mask, y without dropout, strides + control
+    dropout_add.py   fused dropout + add + LayerNorm: rescale, row-shared mask, y without dropout, strides, the
+                     backward's mask read off residual_out or keyed by other offsets + control
     explicit_backward.py  dropout + add + LayerNorm with an explicit backward: dweight over the first dimension or
                      rows // 108 a program, dresidual gated on x or rounded through x's dtype, row means per 1024
                      columns + control
@@ -52,7 +54,8 @@ The files, by where the bug is:
                      grad mode off (an inference path), one sample, 3 2^k and 45056 wide rows
     reach.py         right on the rows, widths and views drawn before a red-team session: a path by row count (a
                      multiple of 8, a decode batch), a width of 2 or 4 mod 8, 3-D x, rows contiguous in a strided
-                     batch (x, dy), a fused backward dropping dh from 8 rows
+                     batch (x, dy), a fused backward dropping dh from 8 rows, eps fixed for 129 to 256 rows in
+                     inference, dweight over whole blocks of rows (a floor) for 128 to 4096 rows
     uninitialized.py memory a kernel never wrote, read as NaN (the guard fills uninitialized allocations): a dweight
                      partial-sum buffer some programs never write, y rows a rounded-down grid never writes
     graph.py         a backward that does not differentiate the recorded forward: inputs, residual_out or a dropout
@@ -62,7 +65,8 @@ The files, by where the bug is:
     contract.py      wrong only where the suite used to look away: probe faults, infinite bounds, 3-D/4-D
                      gradients, wide rows, > 65 535 rows, offset views, strided weights, reused outputs, empty batches,
                      inputs that do not require grad, a training step's own forward, unevenly spaced rows,
-                     a weight updated in place (RMSNorm, GroupNorm, add + RMSNorm)
+                     a weight updated in place (RMSNorm, GroupNorm, add + RMSNorm), float64 (the fused kinds
+                     normalizing it in float32, a LayerNorm backward in float32), 16-bit rows past grid.y
     parameters.py    wrong only with weight/bias in another dtype than x: rounded to x's dtype (LayerNorm, RMSNorm,
                      fused add + LayerNorm), output in the weight's dtype, statistics in the weight's dtype, a
                      float32 weight read as 16-bit
@@ -77,7 +81,7 @@ The files, by where the bug is:
     quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
                      inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded, strides
                      ignored, NaN hidden by the clamp, reused output buffers, narrow-row FP8 subnormals flushed, the
-                     floor for zero rows only + declared multiply / symmetric INT8 controls
+                     floor for zero rows only, an amax upper bound + declared multiply / symmetric INT8 controls
     reported.py      modelled on real bug reports (GroupNorm, BatchNorm, InstanceNorm, LayerNorm over (C, *), RMSNorm
                      and its quantized kinds), each on the path a shape, layout or batch size takes: groups straddling
                      a block of 128 channels, channels-last merges and Welford blocks, 16-bit channels-last eval,
@@ -90,7 +94,9 @@ The files, by where the bug is:
                      (EVEN_M: one-pass variance, eps fixed), 33 to 64 rows reading the first block's rstd, NaN rows
                      normalized over their finite elements, eps = 0 read as unset, eps cached per width, statistics by
                      a matmul under autocast, squares in 16 bits, workspaces and x written when grad mode is off,
-                     dropout skipped without grad, one mask for the batch
+                     dropout skipped without grad, one mask for the batch, eps in x's dtype, a backward with its own
+                     eps or its row sums as matmuls under autocast, beside a float32 residual a weight rounded to x's
+                     dtype or y of the rounded sum
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -291,6 +297,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout.py:DROPOUT_STREAMS_PER_THREAD", "dropout.determinism"),
     _broken("dropout.py:DROPOUT_KEY_FROM_ADDRESS", "dropout.determinism"),
     _broken("dropout.py:DROPOUT_MASK_SAVED_IN_HALF", "dropout.gradient"),
+    # red-team round 7 (inference): x with exact zeros, the gradient of a strided x
+    _broken("dropout.py:DROPOUT_RATIO_BACKWARD", "dropout.gradient"),
+    _broken("dropout.py:DROPOUT_OFFSET_KEYED", "dropout.layout_invariance"),
     # contract.py: wrong only where the suite used to look away (a probe's fault, an infinite bound, shapes,
     # sizes and layouts never drawn)
     _broken("contract.py:RMS_FLOAT32_OUTPUT", "rms.forward", status="error"),
@@ -302,6 +311,11 @@ CORPUS: tuple[Entry, ...] = (
     _broken("contract.py:LN_ROWS_BEYOND_THE_GRID", "ln.forward", at_scale=True),
     _broken("contract.py:ADD_LN_ROWS_BEYOND_THE_GRID", "add_ln.forward", at_scale=True),
     _broken("contract.py:GN_SAMPLES_BEYOND_THE_GRID", "gn.forward", at_scale=True),
+    # red-team round 7 (rows): 16-bit x and parameters beyond 65 535 rows, float64 gradients and fused kinds
+    _broken("contract.py:LN_HALF_ROWS_BEYOND_GRID_Y", "ln.forward", at_scale=True),
+    _broken("contract.py:LN_BACKWARD_FLOAT32_FOR_FLOAT64", "ln.jacobian"),
+    _broken("contract.py:ADD_RMS_FLOAT64_IN_FLOAT32", "add_rms.forward", "add_rms.jacobian"),
+    _broken("contract.py:ADD_LN_FLOAT64_IN_FLOAT32", "add_ln.forward", "add_ln.jacobian"),
     # wide.py: wrong only on rows wider than one block of 8192 columns
     _broken("wide.py:LN_WIDE_TAIL_MASK", "ln.forward", wide=True),
     _broken("wide.py:RMS_WIDE_UNWEIGHTED_MERGE", "rms.forward", wide=True),
@@ -354,6 +368,10 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reach.py:RMS_DWEIGHT_BLOCKS_IN_X_DTYPE_FROM_32768_ROWS", "rms.jacobian", at_scale=True),
     _broken("reach.py:ADD_RMS_DWEIGHT_HALF_BLOCK_SUMS", "add_rms.jacobian", at_scale=True),
     _broken("reach.py:RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE", "rms.forward"),
+    # red-team round 7 (rows): 129 to 256 rows in inference, parameter gradients of 128 to 4096 rows
+    _broken("reach.py:RMS_INFERENCE_129_TO_256_ROWS_FIXED_EPS", "rms.forward"),
+    _broken("reach.py:LN_DWEIGHT_MID_BATCH_FLOOR_BLOCKS", "ln.jacobian"),
+    _broken("reach.py:ADD_RMS_DWEIGHT_PREFILL_FLOOR_BLOCKS", "add_rms.jacobian"),
     _broken("groupnorm.py:GN_GROUP_BY_SHIFT", "gn.forward"),
     _broken("groupnorm.py:GN_ONE_PASS_FROM_4_SAMPLES", "gn.forward"),
     _broken("groupnorm.py:GN_CHANNEL_BLOCK_TAIL", "gn.forward"),
@@ -461,6 +479,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("dropout_add.py:DROP_ADD_P1_RETURNS_RESIDUAL", "drop_add_ln.values"),
     _broken("dropout_add.py:DROP_ADD_KEY_FROM_ADDRESS", "drop_add_ln.determinism"),
     _broken("dropout_add.py:DROP_ADD_STREAMS_PER_THREAD", "drop_add_ln.determinism"),
+    # red-team round 7 (inference): the backward's mask read off residual_out, keyed by the contiguous dx's offsets
+    _broken("dropout_add.py:DROP_ADD_MASK_FROM_OUTPUT", "drop_add_ln.gradient"),
+    _broken("dropout_add.py:DROP_ADD_ROW_STRIDE_KEYED", "drop_add_ln.layout_invariance"),
     _broken("groupnorm.py:GN_STATISTICS_OVER_BATCH", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_GROUPS_INTERLEAVED", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_CHANNELS_LAST_IGNORED", "gn.layout_invariance"),
@@ -545,6 +566,7 @@ CORPUS: tuple[Entry, ...] = (
     _broken("quantized.py:RMS_QUANT_RECIPROCAL_IN_STORAGE", "rms_quant.values", "rms_quant.dequantized"),
     _broken("quantized.py:ADD_RMS_QUANT_E4M3_MAX_EVERYWHERE", "add_rms_quant.scales"),
     _broken("quantized.py:RMS_QUANT_POW2_SCALE", "rms_quant.scales"),
+    _broken("quantized.py:RMS_QUANT_AMAX_UPPER_BOUND", "rms_quant.scales"),
     # reported.py: modelled on real bug reports (a red-team session's escapes, each caught since its draws)
     _broken("reported.py:GN_BLOCK_STRADDLE_128", "gn.forward"),
     _broken("reported.py:GN_CHANNELS_LAST_MERGE_NO_SPREAD", "gn.layout_invariance"),
@@ -592,6 +614,14 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reported_rows.py:ADD_LN_ROWS_ASSUME_3D", "add_ln.forward"),
     _broken("reported_rows.py:ADD_RMS_ROWS_ASSUME_3D", "add_rms.forward"),
     _broken("reported_rows.py:ADD_RMS_RANK_1_LAST", "add_rms.forward"),
+    # red-team round 7 (rows): eps in x's dtype or the backward's own, gradients under autocast, a float32 residual
+    # (rms.forward and rms.jacobian fail it too, by 1.1 only: the NaN of float16's zero eps is the margin)
+    _broken("reported_rows.py:RMS_EPS_IN_X_DTYPE", "rms.special_inputs"),
+    _broken("reported_rows.py:RMS_BACKWARD_RECOMPUTES_WITH_DEFAULT_EPS", "rms.jacobian", "rms.gradient_identities",
+            "rms.spectral_norm"),
+    _broken("reported_rows.py:RMS_AUTOCAST_BACKWARD_MATMUL_SUMS", "rms.jacobian"),
+    _broken("reported_rows.py:ADD_RMS_FP32_RESIDUAL_WEIGHT_BOUND_AS_X", "add_rms.forward", "add_rms.jacobian"),
+    _broken("reported_rows.py:ADD_RMS_Y_FROM_ROUNDED_SUM", "add_rms.forward"),
     # correct (not the torch built-in: make test's own `pytest properties` runs every claim on it, in the same profile)
     _correct("statistics.py:LN_TEXTBOOK"),
     _correct("statistics.py:RMS_TEXTBOOK"),

@@ -14,7 +14,7 @@ import torch
 from core.registry import Kernel
 from corpus.groupnorm import refuse_invalid_groups
 from corpus.memory import read_rows_by_the_last_row_stride
-from corpus.statistics import _layernorm_statistics, _normalize, _rmsnorm_statistics
+from corpus.statistics import FLOAT32_ARITHMETIC, _layernorm_statistics, _normalize, _rmsnorm_statistics
 
 SPEC = "tests/corpus/contract.py:"
 
@@ -37,6 +37,55 @@ def layernorm_float64_in_float32(x, weight, bias, eps):
 def rmsnorm_float64_in_float32(x, weight, eps):
     """RMSNorm's float32 implementation, taking float64 x as well. Must fail rms.forward (its float64 draw)."""
     return _rmsnorm(x, weight, eps)
+
+
+def add_rmsnorm_float64_in_float32(x, residual, weight, eps):
+    """Fused add + RMSNorm written as vLLM's RMSNorm.forward_native / Hugging Face's LlamaRMSNorm (``h.to(
+    torch.float32)``, normalize, cast back): residual_out = x + residual is right, float64 x and residual normalized
+    in float32 (patrick-kidger/equinox#723's class, which ln/rms.forward's float64 draw catches for the plain kinds;
+    the fused kinds drew no float64). Must fail add_rms.forward and add_rms.jacobian (their float64 draws)."""
+    h = x + residual
+    return _rmsnorm(h, weight, eps), h
+
+
+def add_layernorm_float64_in_float32(x, residual, weight, bias, eps):
+    """Fused add + LayerNorm as apex's and Megatron's MixedFusedLayerNorm fallbacks write it, ``F.layer_norm(
+    h.float(), ...).to(h.dtype)``: float64 x and residual normalized in float32 (equinox#723's class). Must fail
+    add_ln.forward and add_ln.jacobian (their float64 draws)."""
+    h = x + residual
+    return _layernorm(h, weight, bias, eps), h
+
+
+class _Float32Backward(torch.autograd.Function):
+    """LayerNorm whose forward computes in promote(x, float32) (float64 x in float64) and whose backward's buffers
+    are float32 whatever x: :func:`_correct_backward` of the float32-rounded xhat, rstd, dy."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        mean, rstd = _layernorm_statistics(h, eps, x.dtype)
+        xhat = (h - mean) * rstd
+        ctx.save_for_backward(x, weight, xhat, rstd)
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        y = xhat if weight is None else xhat * weight.to(h.dtype)
+        return (y if bias is None else y + bias.to(h.dtype)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, xhat, rstd = ctx.saved_tensors
+        dx, dweight, dbias = _correct_backward(x, weight, dy.float(), xhat.float(), rstd.float())
+        return (dx.to(x.dtype), None if weight is None else dweight.to(weight.dtype),
+                None if ctx.bias_dtype is None else dbias.to(ctx.bias_dtype), None)
+
+
+def layernorm_backward_float32_for_float64(x, weight, bias, eps):
+    """LayerNorm (autograd.Function) whose forward computes float64 x in float64 (ln.forward's float64 draw passes it)
+    and whose backward's buffers are hard-coded float32 (a Triton/CUDA backward's tl.float32 accumulators and saved
+    statistics, as Liger-Kernel's and the Triton tutorial's): dx, dweight, dbias of float64 inputs are float32 values,
+    ~1e-7 relative, and torch.autograd.gradcheck fails on it (equinox#723's class in the backward;
+    pytorch/pytorch#141425: LayerNorm gradients agree with a manual VJP only in float64). Gradients were drawn in the
+    storage dtypes only. Must fail ln.jacobian (its float64 draw)."""
+    return _Float32Backward.apply(x, weight, bias, eps)
 
 
 def rmsnorm_float32_output(x, weight, eps):
@@ -292,6 +341,20 @@ def layernorm_rows_beyond_the_grid(x, weight, bias, eps):
     return flat.reshape(y.shape)
 
 
+def layernorm_half_rows_beyond_grid_y(x, weight, bias, eps):
+    """LayerNorm whose 16-bit instantiation (x, weight and bias all float16 or bfloat16: the usual inference set-up)
+    puts the rows on grid.y, capped at 65 535 programs without a grid-stride loop, while the float32 and mixed ones
+    put them on grid.x: from row 65 535 on y is whatever torch.empty_like left there (NaN under the guard's poisoned
+    allocations) (NVIDIA/apex#411: FusedLayerNorm wrong from a batch of 2^16 rows; PaddlePaddle/Paddle#31144's grid.y
+    limit). Beyond 65 535 rows the forward was drawn in float32 only. Must fail ln.forward (at scale)."""
+    y = _layernorm(x, weight, bias, eps)
+    half = x.dtype in (torch.float16, torch.bfloat16) and all(t is None or t.dtype == x.dtype for t in (weight, bias))
+    flat = y.reshape(-1, y.shape[-1])
+    if half and flat.shape[0] > GRID_ROWS:
+        flat = torch.cat([flat[:GRID_ROWS], torch.empty_like(flat[GRID_ROWS:])])
+    return flat.reshape(y.shape)
+
+
 def _beyond_the_grid_zeroed(y: torch.Tensor) -> torch.Tensor:
     """y with its rows (first-dimension entries) beyond GRID_ROWS left zero, as a launch that never computed them."""
     if y.shape[0] <= GRID_ROWS:
@@ -359,6 +422,14 @@ LN_FLOAT64_IN_FLOAT32 = _kernel("ln_float64_in_float32", "layernorm", layernorm_
                                 "LN_FLOAT64_IN_FLOAT32")
 RMS_FLOAT64_IN_FLOAT32 = _kernel("rms_float64_in_float32", "rmsnorm", rmsnorm_float64_in_float32,
                                  "RMS_FLOAT64_IN_FLOAT32")
+ADD_RMS_FLOAT64_IN_FLOAT32 = _kernel("add_rms_float64_in_float32", "add_rmsnorm", add_rmsnorm_float64_in_float32,
+                                     "ADD_RMS_FLOAT64_IN_FLOAT32")
+ADD_LN_FLOAT64_IN_FLOAT32 = _kernel("add_ln_float64_in_float32", "add_layernorm", add_layernorm_float64_in_float32,
+                                    "ADD_LN_FLOAT64_IN_FLOAT32")
+LN_BACKWARD_FLOAT32_FOR_FLOAT64 = _kernel("ln_backward_float32_for_float64", "layernorm",
+                                          layernorm_backward_float32_for_float64, "LN_BACKWARD_FLOAT32_FOR_FLOAT64")
+LN_HALF_ROWS_BEYOND_GRID_Y = _kernel("ln_half_rows_beyond_grid_y", "layernorm", layernorm_half_rows_beyond_grid_y,
+                                     "LN_HALF_ROWS_BEYOND_GRID_Y", dtypes=FLOAT32_ARITHMETIC)
 RMS_FLOAT32_OUTPUT = _kernel("rms_float32_output", "rmsnorm", rmsnorm_float32_output, "RMS_FLOAT32_OUTPUT")
 LN_NAN_IN_FLOAT16 = _kernel("ln_nan_in_float16", "layernorm", layernorm_nan_in_float16, "LN_NAN_IN_FLOAT16")
 LN_BACKWARD_RAISES = _kernel("ln_backward_raises", "layernorm", layernorm_backward_raises, "LN_BACKWARD_RAISES")

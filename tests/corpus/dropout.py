@@ -391,6 +391,44 @@ def _backward_scale_in_half(p: float) -> float:
     return float(torch.tensor(_inverted_scale(p), dtype=torch.float16))
 
 
+def _mask_from_the_ratio(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
+    """No mask kept: the backward recovers it as the ratio of output to input, y / x = mask / (1 - p) where x != 0 and
+    1 (dL/dx = dL/dy) where x == 0 (kaldi-asr/kaldi#3890: "if in_value == 0 then in_deriv = out_deriv else in_deriv =
+    out_value / in_value * out_deriv"; the output-inspecting gradient of ROCm/tensorflow-upstream#1008/#1012): wherever
+    x is exactly 0 (after a ReLU, padding, pruned rows) a dropped element gets dy and a kept one dy, not dy / (1 - p)
+    (at p = 1, with no scale to divide by, those elements are dropped as the others). Must fail dropout.gradient (x
+    with exact zeros)."""
+    scale = _inverted_scale(p)
+    return torch.where(x == 0, 1.0 / scale if scale else 0.0, mask.to(torch.float32))
+
+
+def _memory_offsets(t: torch.Tensor) -> torch.Tensor:
+    """Each element's offset in t's storage from its first element, sum_a i_a stride_a (the pointer offsets a strided
+    kernel loads with); for a contiguous t, its index in memory order."""
+    offsets = torch.zeros(t.shape, dtype=torch.long, device=t.device)
+    for axis in range(t.dim()):
+        positions = torch.arange(t.shape[axis], device=t.device).view([-1 if a == axis else 1 for a in range(t.dim())])
+        offsets = offsets + positions * t.stride(axis)
+    return offsets
+
+
+def _keyed_by_memory_offsets(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """The forward's uniforms keyed by x's memory offsets (Triton's ``tl.rand(seed, offsets)`` with the offsets it
+    loads x with): element i draws uniform number offset_i of one stream; a contiguous x gets the correct mask."""
+    offsets = _memory_offsets(x)
+    uniforms = torch.rand(int(offsets.max()) + 1 if offsets.numel() else 0, generator=generator, device=x.device)
+    return uniforms[offsets] >= p
+
+
+def _regenerated_at_contiguous_offsets(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
+    """The backward regenerates the mask from (seed, offsets) of the contiguous dy/dx it reads and writes, while the
+    forward keyed it by x's own memory offsets (:func:`_keyed_by_memory_offsets`; pytorch/pytorch#47176, fixed by
+    #47552: the fused dropout's mask offsets computed for the wrong layout of a non-contiguous input): for a
+    transposed or sliced x the backward drops other elements than the forward did. Must fail
+    dropout.layout_invariance (the gradient of a strided x)."""
+    return _keep_mask(x, p, _seeded_generator(x, seed))
+
+
 def _kernel(name: str, description: str, **rule: Callable) -> Kernel:
     def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
         return _dropout(x, p, seed, **rule)
@@ -453,4 +491,8 @@ DROPOUT_STREAMS_PER_THREAD = _kernel("dropout_streams_per_thread", _streams_per_
                                      keep_mask=_streams_per_thread)
 DROPOUT_MASK_SAVED_IN_HALF = _kernel("dropout_mask_saved_in_half", _backward_scale_in_half.__doc__,
                                      backward_scale=_backward_scale_in_half)
+DROPOUT_RATIO_BACKWARD = _kernel("dropout_ratio_backward", _mask_from_the_ratio.__doc__,
+                                 backward_mask=_mask_from_the_ratio)
+DROPOUT_OFFSET_KEYED = _kernel("dropout_offset_keyed", _regenerated_at_contiguous_offsets.__doc__,
+                               keep_mask=_keyed_by_memory_offsets, backward_mask=_regenerated_at_contiguous_offsets)
 DROPOUT_KEY_FROM_ADDRESS = _kernel("dropout_key_from_address", _key_from_address.__doc__, generator=_key_from_address)

@@ -29,6 +29,10 @@
     DROP_ADD_P1_RETURNS_RESIDUAL  p = 1: residual_out is the residual tensor itself -> drop_add_ln.values
     DROP_ADD_KEY_FROM_ADDRESS     the generator keyed with seed XOR x's address    -> drop_add_ln.determinism
     DROP_ADD_STREAMS_PER_THREAD   the generator keyed with (seed, thread count)    -> drop_add_ln.determinism
+    DROP_ADD_MASK_FROM_OUTPUT     no mask saved: the backward's kept elements where residual_out != residual, a kept
+                                  x of 0 gets no gradient (ROCm/tensorflow-upstream#1012)  -> drop_add_ln.gradient
+    DROP_ADD_ROW_STRIDE_KEYED     the forward's uniforms keyed by x's memory offsets, the backward's by the contiguous
+                                  dx's (pytorch/pytorch#47176's class)              -> drop_add_ln.layout_invariance
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
 backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): inside the k-term sum the
@@ -80,6 +84,24 @@ def _value_of_first_gradient_of_second(first: torch.Tensor, second: torch.Tensor
     return first.detach() + (second - second.detach())
 
 
+def _memory_offsets(t: torch.Tensor) -> torch.Tensor:
+    """Each element's offset in t's storage from its first element, sum_a i_a stride_a (the pointer offsets a strided
+    kernel loads with)."""
+    offsets = torch.zeros(t.shape, dtype=torch.long)
+    for axis in range(t.dim()):
+        offsets = offsets + (torch.arange(t.shape[axis]) * t.stride(axis)).view([-1 if a == axis else 1
+                                                                                 for a in range(t.dim())])
+    return offsets
+
+
+def _mask_at_memory_offsets(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """The mask of the seed keyed by x's memory offsets (element i draws uniform number offset_i of one stream): for a
+    contiguous x, :func:`_mask`'s."""
+    offsets = _memory_offsets(x)
+    stream = torch.rand(int(offsets.max()) + 1 if offsets.numel() else 0, generator=torch.Generator().manual_seed(seed))
+    return stream[offsets] >= p
+
+
 def _make(bug: str):
     def fn(x, residual, weight, bias, eps, p, seed):
         if bug == "p_zero_unset":
@@ -108,7 +130,15 @@ def _make(bug: str):
             x, residual = read_as_if_contiguous(x), read_as_if_contiguous(residual)
         kept = _mask(x.shape, p, seed, bug, x.dtype).to(x.device)
         scale = 1.0 if bug == "rescale" else 1.0 / (1.0 - p)
+        if bug == "row_stride_keyed":  # the forward keyed by x's offsets, the backward by the contiguous dx's
+            at_offsets = _mask_at_memory_offsets(x, p, seed).to(x.device)
+            kept, regenerated = at_offsets, kept
         branch = torch.where(kept, x.float() * scale, 0.0)
+        if bug == "row_stride_keyed":
+            branch = _value_of_first_gradient_of_second(branch, torch.where(regenerated, x.float() * scale, 0.0))
+        if bug == "mask_from_output":  # no mask saved: the backward keeps where residual_out != residual
+            unchanged = (residual.float() + branch).to(residual.dtype) == residual
+            branch = _value_of_first_gradient_of_second(branch, torch.where(unchanged, 0.0, x.float() * scale))
         if bug == "other_mask":
             other = _mask(x.shape, p, seed + 1, "").to(x.device)
             branch = _value_of_first_gradient_of_second(branch, torch.where(other, x.float() * scale, 0.0))
@@ -198,4 +228,17 @@ DROP_ADD_STREAMS_PER_THREAD = _kernel(
     "the generator keyed with (seed, torch.get_num_threads()) (an engine per OpenMP thread: "
     "NervanaSystems/ngraph#3006, uxlfoundation/oneDNN#3939): another thread count gives another mask: "
     "drop_add_ln.determinism")
+DROP_ADD_MASK_FROM_OUTPUT = _kernel(
+    "DROP_ADD_MASK_FROM_OUTPUT", "mask_from_output",
+    "saves no mask: the backward counts an element as dropped where residual_out == residual (the dropout gradient "
+    "'inspecting the output buffer' instead of the mask, ROCm/tensorflow-upstream#1012; #1008: no gradient where the "
+    "input is 0; chelsea0x3b/dfdx#110): a kept x of 0 (or one so small that residual + x/(1-p) rounds to residual) "
+    "gets no gradient: drop_add_ln.gradient")
+DROP_ADD_ROW_STRIDE_KEYED = _kernel(
+    "DROP_ADD_ROW_STRIDE_KEYED", "row_stride_keyed",
+    "the forward keys its Philox counters with x's memory offsets, row * stride_x_row + col * stride_x_col, the "
+    "backward with the contiguous dx's, row * d + col: the same mask for a contiguous x, another in the backward for "
+    "x with another row stride (a slice of a fused qkv or hidden buffer, a transposed view) (pytorch/pytorch#47176's "
+    "class, fixed by #47552: a dropout mask addressed with the wrong layout of a non-contiguous input): "
+    "drop_add_ln.layout_invariance")
 DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control")

@@ -67,6 +67,9 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
                                     maximum (ROCm/aiter#5081)                                -> add_rms_quant.scales
     RMS_QUANT_POW2_SCALE            the dynamic scale rounded up to a power of two (UE8M0), undeclared
                                     (sgl-project/sglang#28418)                               -> rms_quant.scales
+    RMS_QUANT_AMAX_UPPER_BOUND      the per-token amax clamped to a default scale upper bound of 1200 before amax /
+                                    fmax (vllm-project/vllm#48868's scale_ub, Meta's FP8 Llama recipe): rows whose
+                                    |y| exceeds 1200 saturate                               -> rms_quant.scales
     RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
                                     dynamic scale fmax / amax): correct
     {LN,RMS,ADD_RMS}_QUANT_RECIPROCAL_SCALE  the dynamic scale as amax * fl(1/fmax), two float32 roundings, as torch's
@@ -87,6 +90,7 @@ from core.kernel import Kernel, Quantization
 SPEC = "tests/corpus/quantized.py:"
 BLOCK = 1024  # the columns a block of 1024 threads covers a step
 E4M3_MAX = 448.0
+SCALE_UB = 1200.0  # the activation scale upper bound of Meta's FP8 Llama recipe (fbgemm's scale_ub)
 DECLARED = Quantization(minimum_scale=MINIMUM_SCALE)
 KINDS = {"LN": "layernorm_quant", "RMS": "rmsnorm_quant", "ADD_RMS": "add_rmsnorm_quant"}
 
@@ -311,6 +315,13 @@ def _power_of_two_scale(y32, x, scale, quant_dtype):
     return quantize(y, scale, quant_dtype)
 
 
+def _amax_upper_bound(y32, x, scale, quant_dtype):
+    y = y32.to(x.dtype).float()
+    if scale is None:  # the bug: the amax clamped to a scale upper bound left on by default
+        scale = _scale_of(y.abs().amax(-1, keepdim=True).clamp(max=SCALE_UB), quant_dtype)
+    return quantize(y, scale, quant_dtype)
+
+
 def _ln_quant_stats_tail_dropped(x, weight, bias, eps, scale, quant_dtype):
     """LayerNorm whose statistics loop over blocks of 1024 columns runs d // 1024 times: the partial last block never
     enters the mean and variance (both still divided by d)."""
@@ -495,6 +506,11 @@ LN_QUANT_SCALE_BEFORE_WEIGHT = _kernel(
 (RMS_QUANT_POW2_SCALE,) = _every_kind(
     "POW2_SCALE", _power_of_two_scale, "sgl-project/sglang#28418 (UE8M0 power-of-two scales) shipped under the plain "
     "amax / fmax contract: the dynamic scale rounded up to a power of two, undeclared", "scales", prefixes=("RMS",))
+(RMS_QUANT_AMAX_UPPER_BOUND,) = _every_kind(
+    "AMAX_UPPER_BOUND", _amax_upper_bound, "vllm-project/vllm#48868 (scale_ub clamps the per-token amax the quant "
+    "scale is derived from; Meta's FP8 Llama recipe's activation scale_ub 1200) left on by default: the dynamic scale "
+    "min(amax, 1200) / fmax, so a token whose |y| exceeds 1200 (massive activations after a large gain) saturates",
+    "scales", prefixes=("RMS",))
 RMS_QUANT_INVERSE_DECLARED = _kernel(
     "INVERSE_DECLARED", "RMS", _rmsnorm(_inverse_declared),
     "q = Q(y * scale), declared (scale_convention='multiply'): correct",

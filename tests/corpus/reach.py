@@ -48,6 +48,17 @@ And of a second red-team session (x of one dimension, NDIMS; batches of 257 to 2
                                         were drawn in float32 only)                   -> add_rms.jacobian (at scale)
     RMS_DWEIGHT_ROWS_BEYOND_THE_GRID    dweight over the first 65 535 rows only (the rows beyond weigh 1000 in dy
                                         since: test_many_rows._beyond_the_grid_weighted) -> rms.jacobian (at scale)
+
+And of red-team round 7 (rows): forward row counts of 129 to 256 in inference, parameter gradients of 132 to 4096
+rows (test_parameter_gradients_over_many_rows of the plain and the fused kinds):
+
+    RMS_INFERENCE_129_TO_256_ROWS_FIXED_EPS  grad mode off, 129 to 256 rows (a serving bucket): eps fixed at 1e-6
+                                        (vllm-project/vllm#48271's kernel by token count)   -> rms.forward
+    LN_DWEIGHT_MID_BATCH_FLOOR_BLOCKS   132 to 4096 rows: dweight/dbias over rows // 64 programs of 64 rows, the last
+                                        rows % 64 rows left out (Liger-Kernel's rows_per_program floor)
+                                                                                            -> ln.jacobian
+    ADD_RMS_DWEIGHT_PREFILL_FLOOR_BLOCKS  the same in fused add + RMSNorm for 128 to 4096 rows, 32 a program
+                                                                                            -> add_rms.jacobian
 """
 
 from __future__ import annotations
@@ -150,6 +161,20 @@ def rmsnorm_decode_batch_fixed_eps(x, weight, eps):
     argument; other row counts and the backward use eps. Must fail rms.forward."""
     def forward(x, weight, _):
         return _rmsnorm(x, weight, 1e-6 if 5 <= _rows(x) <= 64 else eps)
+
+    return _Norm.apply(x, weight, None, eps, True, forward, _same, _sum_rows)
+
+
+def rmsnorm_inference_129_to_256_rows_fixed_eps(x, weight, eps):
+    """RMSNorm whose launcher picks a kernel by token count in inference (vllm-project/vllm#48271: the block size by
+    num_tokens; SGLang's and FlashInfer's CUDA-graph batch buckets): with grad mode off, the 129-to-256-token bucket's
+    specialization was compiled with eps = 1e-6 baked in (tenstorrent/tt-metal#14222's per-path statistics); other
+    row counts, grad mode on and the backward use eps. The forward drew 1 to 65 rows, 257 and more (grad mode on).
+    Must fail rms.forward."""
+    serving = not torch.is_grad_enabled()  # read outside the Function, whose forward runs with grad mode off
+
+    def forward(x, weight, _):
+        return _rmsnorm(x, weight, 1e-6 if serving and 128 < _rows(x) <= 256 else eps)
 
     return _Norm.apply(x, weight, None, eps, True, forward, _same, _sum_rows)
 
@@ -352,6 +377,37 @@ def add_rmsnorm_dweight_half_block_sums(x, residual, weight, eps):
                        _same, lambda t, dtype: _half_block_sums(t, x.dtype).to(dtype)), h
 
 
+def _whole_blocks_of_rows(rows_per_block: int, fewest: int, most: int):
+    """sum_rows of a dweight/dbias reduction over a grid of rows // rows_per_block programs of rows_per_block rows (a
+    floor, not a ceiling) for ``fewest`` to ``most`` rows: the last rows % rows_per_block rows never summed."""
+    def sum_rows(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if fewest <= t.shape[0] <= most:
+            t = t[:t.shape[0] // rows_per_block * rows_per_block]
+        return _sum_rows(t, dtype)
+
+    return sum_rows
+
+
+def layernorm_dweight_mid_batch_floor_blocks(x, weight, bias, eps):
+    """LayerNorm whose backward reduces dweight and dbias with a configuration chosen by row count: for 132 to 4096
+    rows blocks of 64 rows over rows // 64 programs, the last rows % 64 rows never summed (Liger-Kernel's
+    rows_per_program with a floor, as explicit_backward.py's DROP_ADD_DWEIGHT_FLOOR_ROWS_PER_PROGRAM;
+    linkedin/Liger-Kernel#950's dW path); the forward and dx are right. Parameter gradients were drawn at 1 to 65,
+    67, 131, 4099 and 65 539 rows. Must fail ln.jacobian."""
+    return _Norm.apply(x, weight, bias, eps, False, lambda x, weight, bias: _layernorm(x, weight, bias, eps), _same,
+                       _whole_blocks_of_rows(64, 132, 4096))
+
+
+def add_rmsnorm_dweight_prefill_floor_blocks(x, residual, weight, eps):
+    """Fused add + RMSNorm whose backward picks its dweight reduction by token count: for 128 to 4096 rows (a
+    prefill) a grid of rows // 32 programs of 32 rows, the last rows % 32 rows never summed into dweight (the same
+    floor, in the fused kind's own backward); the forward, dx and dresidual are right. The fused kinds' gradients
+    were drawn at 1 to 65 rows, 4099 and 65 539. Must fail add_rms.jacobian."""
+    h = (x.float() + residual.float()).to(residual.dtype)
+    return _Norm.apply(h, weight, None, eps, True, lambda h, weight, bias: _rmsnorm(h, weight, eps).to(x.dtype),
+                       _same, _whole_blocks_of_rows(32, 128, 4096)), h
+
+
 def layernorm_rank_1_unsqueezed_last(x, weight, bias, eps):
     """LayerNorm whose path for x of one dimension (one token, [d]) adds the row dimension last (x.unsqueeze(-1):
     d rows of one element), so every element is normalized alone and y is beta. Must fail ln.forward."""
@@ -433,3 +489,9 @@ RMS_DWEIGHT_ROWS_BEYOND_THE_GRID = _kernel("RMS_DWEIGHT_ROWS_BEYOND_THE_GRID", "
                                            rmsnorm_dweight_rows_beyond_the_grid)
 RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE = _kernel("RMS_WIDE_BLOCK_SQUARES_IN_STORAGE_DTYPE", "rmsnorm",
                                                   rmsnorm_wide_block_squares_in_storage_dtype)
+RMS_INFERENCE_129_TO_256_ROWS_FIXED_EPS = _kernel("RMS_INFERENCE_129_TO_256_ROWS_FIXED_EPS", "rmsnorm",
+                                                  rmsnorm_inference_129_to_256_rows_fixed_eps)
+LN_DWEIGHT_MID_BATCH_FLOOR_BLOCKS = _kernel("LN_DWEIGHT_MID_BATCH_FLOOR_BLOCKS", "layernorm",
+                                            layernorm_dweight_mid_batch_floor_blocks)
+ADD_RMS_DWEIGHT_PREFILL_FLOOR_BLOCKS = _kernel("ADD_RMS_DWEIGHT_PREFILL_FLOOR_BLOCKS", "add_rmsnorm",
+                                               add_rmsnorm_dweight_prefill_floor_blocks)

@@ -56,6 +56,25 @@ uniforms in 16 bits and seed truncations).
     ADD_RMS_RANK_1_LAST       1-D x [d] (one token) unsqueezed to [d, 1]: each element normalized alone
                               (flagos-ai/FlagGems#5392)                                        -> add_rms.forward
 
+And of red-team round 7 (rows), on the paths of eps's dtype, autocast, a float32 residual stream and an explicit
+backward:
+
+    RMS_EPS_IN_X_DTYPE        eps passed as a tensor of x's dtype (1e-12 is 0 in float16: a zero row is 0/0), the
+                              class of reported.py's GN_EPS_IN_X_DTYPE
+                                           -> rms.special_inputs
+    RMS_BACKWARD_RECOMPUTES_WITH_DEFAULT_EPS  an explicit backward recomputing rstd with its own eps = 1e-6, the
+                              forward's never passed (linkedin/Liger-Kernel#201)
+                                           -> rms.jacobian, rms.gradient_identities, rms.spectral_norm
+    RMS_AUTOCAST_BACKWARD_MATMUL_SUMS  the backward (run under the forward's autocast, as custom_bwd does) takes
+                              mean(g x_hat) and dweight as matmuls with a ones vector: bfloat16 inputs in a bfloat16
+                              autocast step (pytorch/pytorch#87979)                           -> rms.jacobian
+    ADD_RMS_FP32_RESIDUAL_WEIGHT_BOUND_AS_X  beside a float32 residual, a float32 weight rounded to x's 16-bit dtype
+                              (a <scalar_t, float> instantiation binding the weight as scalar_t)
+                                                                        -> add_rms.forward, add_rms.jacobian
+    ADD_RMS_Y_FROM_ROUNDED_SUM  beside a float32 residual, y (returned in float32) the norm of residual_out rounded to
+                              x's dtype (vLLM's fused_add_rms_norm holding x + residual in scalar_t); the gradients
+                              those of the float32 sum                                       -> add_rms.forward
+
 Each kernel is correct in every other respect (the corpus runs a broken kernel on the claims of its entry).
 """
 
@@ -66,11 +85,15 @@ import torch
 from core.kernel import Kernel
 
 SPEC = "tests/corpus/reported_rows.py:"
+# the dtypes red-team round 7's kernels declare: float32 inside, they would normalize float64 in float32 as well, a bug
+# of its own that would catch them on their claims whatever their planted bug
+FLOAT32_ARITHMETIC = (torch.float32, torch.float16, torch.bfloat16)
 EVEN_M = 32  # BLOCK_M of an EVEN_M heuristic: row counts that are a multiple of it take the unmasked path
 EVEN_M_EPS = 1e-6  # the eps that path hard-codes
 ROWS_PER_PROGRAM = 32  # a multi-row program's block of rows
 WIDEST_BLOCK = 65536  # the widest row a one-block kernel takes (Triton tutorial 05's MAX_FUSED_SIZE)
 DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}  # the defaults ``eps or default`` falls back to
+BACKWARD_DEFAULT_EPS = 1e-6  # the eps a backward kernel's default argument holds
 _BAKED_EPS: dict[tuple, float] = {}  # LN_EPS_CACHED_PER_WIDTH's compiled kernels: (d, dtype, device) -> eps
 
 
@@ -133,6 +156,8 @@ def _normalize(h: torch.Tensor, weight, bias, eps: float, *, rms: bool, bug: str
         eps = _BAKED_EPS.setdefault((h.shape[-1], h.dtype, h.device), eps)
     if bug == "fixed_eps" and _even_m(h):
         eps = EVEN_M_EPS
+    if bug == "eps_in_x_dtype":  # eps a tensor of x's dtype: 1e-12 is 0 in float16, 1e-6 is 1.013e-6
+        eps = float(torch.tensor(eps, dtype=h.dtype))
     centred, variance = _centred_and_variance(h, rms, bug)
     rstd = torch.rsqrt(variance + eps)
     rows = _rows(h)
@@ -157,6 +182,48 @@ def _normalized_as_rows(h: torch.Tensor, weight, bias, eps: float, rms: bool, bu
         y = y if weight is None else y * weight.float()
         return y if bias is None else y + bias.float()
     return _normalize(h, weight, bias, eps, rms=rms, bug=bug)
+
+
+class _RmsBackward(torch.autograd.Function):
+    """RMSNorm (float32 inside, rounded once) with an explicit backward that recomputes rstd from the saved x, as a
+    fused backward kernel does, with the bug; ``autocast``: (enabled, dtype) of the forward's autocast on x's device,
+    which the backward runs under (torch.amp.custom_bwd's contract)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, bug, autocast):
+        ctx.save_for_backward(x, weight)
+        ctx.eps, ctx.bug, ctx.autocast = eps, bug, autocast
+        return _normalize(x, weight, None, eps, rms=True).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        eps = BACKWARD_DEFAULT_EPS if ctx.bug == "backward_default_eps" else ctx.eps  # the bug: its own eps
+        h = x.float()
+        rstd = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)
+        xhat, dy32, d = h * rstd, dy.float(), x.shape[-1]
+        g = dy32 if weight is None else dy32 * weight.float()
+        enabled, dtype = ctx.autocast
+        with torch.autocast(x.device.type, dtype=dtype, enabled=enabled and ctx.bug == "autocast_matmul_sums"):
+            if ctx.bug == "autocast_matmul_sums":  # the bug: row sums as matmuls, in the autocast dtype
+                ones = torch.ones(d, 1, device=x.device)
+                mean_gx = ((g * xhat) @ ones).float() / d
+                terms = (dy32 * xhat).reshape(-1, d)
+                dweight = (torch.ones(1, terms.shape[0], device=x.device) @ terms).float().reshape(d)
+            else:
+                mean_gx = (g * xhat).mean(-1, keepdim=True)
+                dweight = (dy32 * xhat).reshape(-1, d).sum(0)
+        dx = rstd * (g - xhat * mean_gx)
+        return dx.to(x.dtype), None if weight is None else dweight.to(weight.dtype), None, None, None
+
+
+def _autocast_state(x: torch.Tensor) -> tuple[bool, torch.dtype]:
+    return torch.is_autocast_enabled(x.device.type), torch.get_autocast_dtype(x.device.type)
+
+
+def _value_of_first_gradient_of_second(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """first's value, second's gradient."""
+    return first.detach() + (second - second.detach())
 
 
 def _residual_out(branch: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -186,10 +253,21 @@ def _function(kind: str, bug: str):
         return _normalize(x, weight, bias, eps, rms=False, bug=bug).to(x.dtype)
 
     def rmsnorm(x, weight, eps):
+        if bug in ("backward_default_eps", "autocast_matmul_sums"):
+            return _RmsBackward.apply(x, weight, eps, bug, _autocast_state(x))
         return _normalize(x, weight, None, eps, rms=True, bug=bug).to(x.dtype)
 
     def add_norm(x, residual, weight, bias, eps, rms):
         h = _residual_out(x, residual)
+        if bug in ("weight_bound_as_x", "y_from_rounded_sum") and residual.dtype != x.dtype:
+            # the float32-residual instantiation <scalar_t, float>: y returned in residual_out's dtype, float32
+            if bug == "weight_bound_as_x" and weight is not None and weight.dtype != x.dtype:
+                weight = weight.to(x.dtype)  # the bug: the weight bound as scalar_t, rounded to x's dtype
+            y = _normalized_as_rows(h, weight, bias, eps, rms, bug)
+            if bug == "y_from_rounded_sum":  # the bug: y of fl_x(h); the backward's gradients those of h
+                y = _value_of_first_gradient_of_second(
+                    _normalized_as_rows(h.to(x.dtype), weight, bias, eps, rms, bug), y)
+            return y.to(h.dtype), h
         y = _normalized_as_rows(h, weight, bias, eps, rms, bug).to(x.dtype)
         return y, (_static(buffers, h, "residual_out") if bug == "static_buffers" and _serving() else h)
 
@@ -217,8 +295,8 @@ def _function(kind: str, bug: str):
     return locals()[kind]
 
 
-def _kernel(name: str, kind: str, bug: str, description: str) -> Kernel:
-    return Kernel(name.lower(), kind, _function(kind, bug), spec=f"{SPEC}{name}", description=description)
+def _kernel(name: str, kind: str, bug: str, description: str, **declared) -> Kernel:
+    return Kernel(name.lower(), kind, _function(kind, bug), spec=f"{SPEC}{name}", description=description, **declared)
 
 
 LN_EVEN_M_32_ONE_PASS = _kernel(
@@ -298,3 +376,31 @@ ADD_RMS_RANK_1_LAST = _kernel(
     "ADD_RMS_RANK_1_LAST", "add_rmsnorm", "rank_1_last",
     "1-D x [d] (one token) unsqueezed to [d, 1]: each element normalized alone (flagos-ai/FlagGems#5392): "
     "add_rms.forward")
+RMS_EPS_IN_X_DTYPE = _kernel(
+    "RMS_EPS_IN_X_DTYPE", "rmsnorm", "eps_in_x_dtype",
+    "eps passed to the kernel as a tensor of x's dtype (torch.tensor(eps, dtype=x.dtype), a scalar argument typed "
+    "like the activations; reported.py's GN_EPS_IN_X_DTYPE for RMSNorm): in float16 eps = 1e-12 is 0 (a zero row "
+    "is 0/0 = NaN) and 1e-6 is 1.013e-6: rms.special_inputs",
+    dtypes=FLOAT32_ARITHMETIC)
+RMS_BACKWARD_RECOMPUTES_WITH_DEFAULT_EPS = _kernel(
+    "RMS_BACKWARD_RECOMPUTES_WITH_DEFAULT_EPS", "rmsnorm", "backward_default_eps",
+    "an explicit backward recomputing rstd from the saved x with its own eps = 1e-6, the forward's eps never passed "
+    "to it (linkedin/Liger-Kernel#201: eps passed to, then dropped from, the RMSNorm backward kernel): rms.jacobian, "
+    "rms.gradient_identities, rms.spectral_norm", dtypes=FLOAT32_ARITHMETIC)
+RMS_AUTOCAST_BACKWARD_MATMUL_SUMS = _kernel(
+    "RMS_AUTOCAST_BACKWARD_MATMUL_SUMS", "rmsnorm", "autocast_matmul_sums",
+    "an explicit backward run under the forward's autocast (torch.amp.custom_bwd, as the AMP docs recommend) taking "
+    "the row sums mean(g x_hat) and dweight as matmuls with a ones vector: in a bfloat16 autocast step the float32 "
+    "gradients come from bfloat16-rounded inputs (pytorch/pytorch#87979, #105682); outside autocast correct: "
+    "rms.jacobian", dtypes=FLOAT32_ARITHMETIC)
+ADD_RMS_FP32_RESIDUAL_WEIGHT_BOUND_AS_X = _kernel(
+    "ADD_RMS_FP32_RESIDUAL_WEIGHT_BOUND_AS_X", "add_rmsnorm", "weight_bound_as_x",
+    "beside a float32 residual stream, the <scalar_t, float> instantiation binds the weight as scalar_t: a float32 "
+    "weight rounded to x's 16-bit dtype (Megatron/TransformerEngine training's bf16 activations, fp32 residual and "
+    "fp32 weights; the class of parameters.py's ADD_LN_WEIGHT_ROUNDED_TO_X): add_rms.forward, add_rms.jacobian",
+    dtypes=FLOAT32_ARITHMETIC)
+ADD_RMS_Y_FROM_ROUNDED_SUM = _kernel(
+    "ADD_RMS_Y_FROM_ROUNDED_SUM", "add_rmsnorm", "y_from_rounded_sum",
+    "beside a float32 residual stream, y (returned in float32) normalizes residual_out rounded to x's 16-bit dtype "
+    "(vLLM's fused_add_rms_norm holding z = x + residual in scalar_t; cf. vllm-project/vllm-ascend#15995), the "
+    "backward that of the float32 sum (right): add_rms.forward", dtypes=FLOAT32_ARITHMETIC)
