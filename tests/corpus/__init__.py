@@ -13,7 +13,8 @@ properties/test_many_rows.py to those broken kernels only (tests/corpus/selectio
 
 The files, by where the bug is:
 
-    second_order.py  a double backward with the statistics held constant, a dropped term, dS/dw missing
+    second_order.py  a double backward with the statistics held constant (plain and fused), a dropped term, dS/dw
+                     missing
     statistics.py    the row statistics (variance, eps, accumulation dtype, rows mixed)  + textbook controls
     fused.py         a fused autograd.Function: backward terms, dgamma, strides, buffers  + fused controls
     rows.py          a 3-D input flattened into rows wrongly
@@ -230,6 +231,8 @@ CORPUS: tuple[Entry, ...] = (
     _broken("second_order.py:LN_STATISTICS_HELD_CONSTANT", "ln.second_order"),
     _broken("second_order.py:RMS_F_TERM_DROPPED", "rms.second_order"),
     _broken("second_order.py:LN_WEIGHT_SECOND_DERIVATIVE_MISSING", "ln.second_order"),
+    _broken("second_order.py:ADD_LN_STATISTICS_HELD_CONSTANT", "add_ln.second_order"),
+    _broken("second_order.py:ADD_RMS_STATISTICS_HELD_CONSTANT", "add_rms.second_order"),
     # fused.py
     _broken("fused.py:LN_STRIDES_IGNORED", "ln.layout_invariance"),
     _broken("fused.py:LN_UPSTREAM_STRIDES_IGNORED", "ln.layout_invariance"),

@@ -10,6 +10,10 @@ gradient of its gradient, the way real double backwards go wrong:
                                      -r^2/d xhat F term of dS/dx (the derivative of rstd through <xhat, w dy>)
     LN_WEIGHT_SECOND_DERIVATIVE_MISSING  an explicit double backward returning no gradient for the weight (dS/dw =
                                      sum_rows dy J_n u): autograd takes it as 0
+    ADD_LN_STATISTICS_HELD_CONSTANT, ADD_RMS_STATISTICS_HELD_CONSTANT  fused add + norm, h = x + residual
+                                     normalized as the first kernel does: the statistics held constant in the
+                                     gradient of its gradient (pytorch/pytorch#50467's class, for the fused kinds)
+                                     -> add_ln.second_order, add_rms.second_order
 
 Per row, r = rstd, xhat = (x - mean) r (RMSNorm: x r), v = w dy, J_n t = r (t - [mean t]_LN - xhat <xhat, t>/d); for
 upstream gradients u, a, c of (dx, dweight, dbias): dS/d dy = w J_n u + xhat a + c, dS/dw = sum_rows dy J_n u,
@@ -139,3 +143,36 @@ LN_WEIGHT_SECOND_DERIVATIVE_MISSING = _layernorm(
     "ln_weight_second_derivative_missing", Flaws(weight_second_derivative_missing=True),
     "LayerNorm with an explicit double backward that returns no gradient for the weight (dS/dw = sum_rows dy J_n u "
     "taken as 0 by autograd). Right to first order. Must fail ln.second_order.")
+
+
+
+def _add_layernorm(name: str, flaws: Flaws, description: str) -> Kernel:
+    def fn(x, residual, weight, bias, eps):
+        h = x + residual
+        return _Norm.apply(h, weight, bias, eps, True, flaws), h
+
+    return Kernel(name, "add_layernorm", fn, spec=SPEC + name.upper(), description=description,
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
+
+
+def _add_rmsnorm(name: str, flaws: Flaws, description: str) -> Kernel:
+    def fn(x, residual, weight, eps):
+        h = x + residual
+        return _Norm.apply(h, weight, None, eps, False, flaws), h
+
+    return Kernel(name, "add_rmsnorm", fn, spec=SPEC + name.upper(), description=description,
+                  dtypes=FLOAT32_ARITHMETIC, second_derivatives=True)
+
+
+ADD_LN_STATISTICS_HELD_CONSTANT = _add_layernorm(
+    "add_ln_statistics_held_constant", Flaws(statistics_held_constant=True),
+    "Fused add + LayerNorm normalizing h = x + residual with a backward written in differentiable torch ops from the "
+    "saved mean and rstd: autograd differentiates it with the statistics held constant (pytorch/pytorch#50467). "
+    "Right to first order. Must fail add_ln.second_order.")
+
+
+ADD_RMS_STATISTICS_HELD_CONSTANT = _add_rmsnorm(
+    "add_rms_statistics_held_constant", Flaws(statistics_held_constant=True),
+    "Fused add + RMSNorm normalizing h = x + residual with a backward written in differentiable torch ops from the "
+    "saved rstd: autograd differentiates it with the statistics held constant (pytorch/pytorch#50467's class). Right "
+    "to first order. Must fail add_rms.second_order.")
