@@ -62,6 +62,19 @@ def test_forward_of_more_rows(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_in_torch_default_modes(norm_kernel, data):
+    """The calls in torch's default modes (checks.modes: the other tests call kernels in torch's
+    deterministic-algorithms mode, which fills uninitialized memory with NaN): a path a kernel takes only outside
+    that mode (atomic adds unless deterministic algorithms are asked for) is checked too."""
+    ill_conditioned = data.draw(st.booleans(), label="ill-conditioned")  # a one-pass variance of a default path
+    example = norm_examples(norm_kernel, d=widths(max_width=512) if ill_conditioned else None, ndims=NDIMS,
+                            every_input=True, offset_ratio=LARGE_OFFSETS if ill_conditioned else None)
+    evidence.check(check_forward, norm_kernel, {**data.draw(example, label="example"), "default_modes": True})
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
 @profiles.share(0.1)
 @given(data=st.data())
 def test_forward_under_autocast(norm_kernel, data):

@@ -237,6 +237,30 @@ def test_parameter_gradients_over_many_rows(add_norm_kernel, n, data):
     evidence.check(check_vjp, add_norm_kernel, data.draw(example, "example"))
 
 
+@pytest.mark.claim("add_ln.forward", "add_rms.forward")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_forward_in_torch_default_modes(add_norm_kernel, data):
+    """The calls in torch's default modes (checks.modes: the other tests call kernels in torch's
+    deterministic-algorithms mode, which fills uninitialized memory with NaN): a path a kernel takes only outside
+    that mode (atomic adds unless deterministic algorithms are asked for) is checked too."""
+    example = data.draw(add_norm_examples(add_norm_kernel, every_input=True, ndims=BATCHES), "example")
+    evidence.check(check_forward, add_norm_kernel, {**example, "default_modes": True})
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_in_torch_default_modes(add_norm_kernel, data):
+    """The calls in torch's default modes (checks.modes: the other tests call kernels in torch's
+    deterministic-algorithms mode, which fills uninitialized memory with NaN): a path a kernel takes only outside
+    that mode (atomic adds unless deterministic algorithms are asked for) is checked too."""
+    require_backward(add_norm_kernel)
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True, ndims=BATCHES),
+                        "example")
+    evidence.check(check_vjp, add_norm_kernel, {**example, "default_modes": True})
+
+
 def float64_residual_examples(draw, kernel, upstream: bool) -> dict:
     """strategies.float64_examples' x, weight and bias with a float64 residual of its own offset (and dy, dh with
     ``upstream``), all 53 bits drawn. A kernel declaring a float32 residual stream skips: its residual_out of float64

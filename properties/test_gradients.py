@@ -127,6 +127,22 @@ def test_vjp_in_float64(norm_kernel, data):
     evidence.check(check_vjp_in_float64, norm_kernel, {**example, "dy": rounded(dy, torch.float64, str(x.device))})
 
 
+DEFAULT_MODES_ROWS = (8, 67, 131)  # rows enough for a parameter gradient summed by programs' partials
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.25)
+@given(data=st.data())
+def test_vjp_in_torch_default_modes(norm_kernel, data):
+    """The calls in torch's default modes (checks.modes: the other tests call kernels in torch's
+    deterministic-algorithms mode, which fills uninitialized memory with NaN): a path a kernel takes only outside
+    that mode (atomic adds unless deterministic algorithms are asked for) is checked too."""
+    norms.require_backward(norm_kernel)
+    example = norm_examples(norm_kernel, d=st.sampled_from([8, 17, 32, 256]), upstream=True, every_input=True,
+                            n=st.sampled_from(DEFAULT_MODES_ROWS))
+    evidence.check(check_vjp, norm_kernel, {**data.draw(example, label="example"), "default_modes": True})
+
+
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
 @profiles.share(0.1)
 @given(data=st.data())

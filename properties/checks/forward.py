@@ -19,8 +19,10 @@ from core.capabilities import dtype_name
 from core.results import SERIES
 from properties import norms, outcome
 from properties.bounds import diagnosis, models, tolerance
+from properties.checks.modes import also_in_default_modes
 
 
+@also_in_default_modes
 def check_forward(kernel, x: torch.Tensor, weight, eps: float, bias=None, recording: bool = False,
                   inference: bool = False) -> None:
     """|kernel(x) - oracle(x)| <= forward bound, elementwise; ``recording``: the kernel called as in a training step

@@ -36,6 +36,7 @@ from properties.checks.contracts import (
 )
 from properties.checks.forward import output_dtype_rule, updated_in_place
 from properties.checks.graph import check_recorded_graph
+from properties.checks.modes import also_in_default_modes
 
 
 def example_of(x: torch.Tensor, residual: torch.Tensor, weight, bias, eps: float, p=None, seed=None) -> dict:
@@ -73,6 +74,7 @@ def norm_view(kernel: Kernel, h: torch.Tensor, x: torch.Tensor) -> Kernel | None
     return kernel.as_plain_norm()
 
 
+@also_in_default_modes
 def check_forward(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, bias=None, p=None,
                   seed=None, recording: bool = False, inference: bool = False) -> None:
     """|y - N(residual_out)| <= the forward bound of N at residual_out, elementwise; for a kernel that declares
@@ -177,6 +179,7 @@ def expected_gradients(kernel, example: dict, dy: torch.Tensor, dh: torch.Tensor
     return expected, bounds
 
 
+@also_in_default_modes
 def check_vjp(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float, dy: torch.Tensor,
               dh: torch.Tensor, bias=None, frozen: tuple[str, ...] = (), any_dtype: bool = False) -> None:
     """Every gradient vs the derived VJP at the kernel's residual_out (at the float32 sum for a kernel that declares

@@ -26,8 +26,10 @@ from properties.bounds import diagnosis, models, tolerance
 from properties.checks.contracts import fail_on_missing_gradient
 from properties.checks.forward import AUTOCAST_DTYPE
 from properties.checks.graph import check_recorded_graph
+from properties.checks.modes import also_in_default_modes
 
 
+@also_in_default_modes
 def check_vjp(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None,
               frozen: tuple[str, ...] = ()) -> None:
     """Each gradient the kernel returns is the oracle's, within the backward bound, elementwise; ``frozen``: the
