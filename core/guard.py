@@ -42,7 +42,7 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("NORMVERIFY_CALL_TIMEOUT", "120"))
 
 # Reasons that mean "the kernel gave a wrong answer" (the claim fails); all others mean "the claim
 # could not be checked" (error).
-WRONG_ANSWER_REASONS = frozenset({"nonfinite", "accumulated", "rng"})
+WRONG_ANSWER_REASONS = frozenset({"nonfinite", "accumulated", "rng", "state"})
 
 # guard.call(dtype=ANY_DTYPE): the output's dtype is not judged (a check about something else, e.g. its inputs)
 ANY_DTYPE = "any"
@@ -56,7 +56,8 @@ _hung: dict[int, tuple[Callable, str]] = {}
 class KernelFault(Exception):
     """The kernel under test misbehaved.
 
-    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing | accumulated | rng.
+    ``reason``: raised | timeout | type | shape | dtype | device | nonfinite | missing | accumulated | rng |
+    state.
     """
 
     def __init__(self, kernel: str, reason: str, detail: str) -> None:
@@ -116,6 +117,31 @@ def _refuse_if_hung(kernel_fn: Callable, name: str) -> None:
         raise KernelFault(name, "timeout", _hung[id(kernel_fn)][1])
 
 
+def _modes() -> dict[str, object]:
+    """The torch state a call must leave as it found it: the thread's grad mode, inference mode and autocast regions,
+    the process's default dtype, deterministic-algorithms mode and intra-op thread count."""
+    return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
+            **{f"autocast on {device}": (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+               for device in AUTOCAST_DEVICES},
+            "the default dtype": torch.get_default_dtype(),
+            "the deterministic-algorithms mode": torch.are_deterministic_algorithms_enabled(),
+            "the thread count": torch.get_num_threads()}
+
+
+def _changed_modes(before: dict[str, object], after: dict[str, object]) -> str:
+    """What differs between two :func:`_modes`, in words ('' for nothing)."""
+    return ", ".join(f"{name} ({before[name]} -> {after[name]})" for name in before if after[name] != before[name])
+
+
+def _restore_process_modes(modes: dict[str, object]) -> None:
+    """Set back the process-wide parts of :func:`_modes` a call changed (the thread's own go with its contexts and
+    its thread; the deterministic-algorithms mode with poisoned_allocations)."""
+    if torch.get_default_dtype() != modes["the default dtype"]:
+        torch.set_default_dtype(modes["the default dtype"])
+    if torch.get_num_threads() != modes["the thread count"]:
+        torch.set_num_threads(modes["the thread count"])
+
+
 def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: float | None, name: str) -> object:
     """``thunk()`` within ``timeout`` seconds; any exception it raises becomes a KernelFault ``raised``.
 
@@ -138,8 +164,11 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
                     ExitStack() as autocasts:
                 for device, dtype in autocast:  # thread-local as grad mode: the caller's autocast regions
                     autocasts.enter_context(torch.autocast(device, dtype=dtype))
+                entered = _modes()
                 box["value"] = thunk()
                 _synchronize(box["value"])
+                box["left"] = _changed_modes(entered, _modes())
+                _restore_process_modes(entered)
         except BaseException as error:  # reported in the caller's thread
             box["error"] = error
 
@@ -160,6 +189,9 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
         if isinstance(error, (KeyboardInterrupt, KernelFault)):  # a fault found by a nested guarded call stays as is
             raise error
         raise KernelFault(name, "raised", f"raised {one_line(error)}") from error
+    if box["left"]:
+        raise KernelFault(name, "state", f"left {box['left']} changed after the call (the caller's state: a kernel "
+                                         "must restore what it sets, pytorch/pytorch#113298)")
     return box["value"]
 
 

@@ -247,6 +247,32 @@ def test_a_seeded_kernel_that_reseeds_the_global_generator_is_a_wrong_answer(x):
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
+@pytest.mark.parametrize("leak", ["grad mode", "the default dtype", "the thread count"])
+def test_a_kernel_that_leaves_torch_state_changed_is_a_wrong_answer(x, leak):
+    """A kernel setting torch's grad mode (torch.set_grad_enabled without restoring it, pytorch/pytorch#113298), the
+    default dtype or the thread count changes its caller's program; one that restores them does not."""
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+
+    def leaks(x, weight, bias, eps):
+        if leak == "grad mode":
+            torch.set_grad_enabled(not torch.is_grad_enabled())
+        elif leak == "the default dtype":
+            torch.set_default_dtype(torch.float64)
+        else:
+            torch.set_num_threads(max(1, threads - 1) if threads > 1 else 2)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+    try:
+        with pytest.raises(KernelFault, match=f"left {leak} ") as caught:
+            guard.call(Kernel(name="test:leaks", kind="layernorm", fn=leaks), x, None, None, 1e-5, like=x)
+        assert (caught.value.reason, caught.value.status) == ("state", "failed")
+        assert (torch.get_default_dtype(), torch.get_num_threads()) == (dtype, threads)  # set back for the next call
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_num_threads(threads)
+    guard.call(Kernel(name="test:layer_norm", kind="layernorm", fn=layernorm), x, None, None, 1e-5, like=x)
+
+
 def test_grad_faults_on_a_backward_that_raises_or_returns_nan(x):
     class Broken(torch.autograd.Function):
         @staticmethod
