@@ -11,8 +11,10 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from core.capabilities import dtype_name
 from properties import evidence, norms
 from properties.checks.forward import (
+    AUTOCAST_DTYPES,
     check_forward,
     check_forward_after_an_in_place_update,
     check_forward_in_float64,
@@ -75,13 +77,16 @@ def test_forward_in_torch_default_modes(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("autocast", AUTOCAST_DTYPES, ids=dtype_name)
 @profiles.share(0.1)
 @given(data=st.data())
-def test_forward_under_autocast(norm_kernel, data):
-    """float32 x, weight and bias under torch.autocast to bfloat16 (a mixed-precision training step): y the norm in
-    float32, or of the inputs cast to bfloat16 where the kernel casts them (forward.check_forward_under_autocast)."""
+def test_forward_under_autocast(norm_kernel, autocast, data):
+    """float32 x, weight and bias under torch.autocast to bfloat16 and to float16 (a mixed-precision training step): y
+    the norm in float32, or of the inputs cast to autocast's dtype where the kernel casts them
+    (forward.check_forward_under_autocast)."""
     example = norm_examples(norm_kernel, dtypes=(torch.float32,), parameter_dtype=torch.float32, every_input=True)
-    evidence.check(check_forward_under_autocast, norm_kernel, data.draw(example, label="example"))
+    example = data.draw(example, label="example")
+    evidence.check(check_forward_under_autocast, norm_kernel, {**example, "autocast": autocast})
 
 
 EPS_ZERO_SCALE = 2.0**-10

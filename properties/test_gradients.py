@@ -12,9 +12,10 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from core.capabilities import PROBED_DTYPES
+from core.capabilities import PROBED_DTYPES, dtype_name
 from properties import evidence, norms
 from properties.bounds import tolerance
+from properties.checks.forward import AUTOCAST_DTYPES
 from properties.checks.gradients import (
     check_backward_of_the_recorded_graph,
     check_gradient_identities,
@@ -144,16 +145,18 @@ def test_vjp_in_torch_default_modes(norm_kernel, data):
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@pytest.mark.parametrize("autocast", AUTOCAST_DTYPES, ids=dtype_name)
 @profiles.share(0.1)
 @given(data=st.data())
-def test_vjp_under_autocast(norm_kernel, data):
-    """float32 x, weight, bias and dy, forward and backward under torch.autocast to bfloat16 (a mixed-precision
-    training step): the gradients in float32, or those of the inputs cast to bfloat16 where the kernel casts them
-    (gradients.check_vjp_under_autocast)."""
+def test_vjp_under_autocast(norm_kernel, autocast, data):
+    """float32 x, weight, bias and dy, forward and backward under torch.autocast to bfloat16 and to float16 (a
+    mixed-precision training step): the gradients in float32, or those of the inputs cast to autocast's dtype where
+    the kernel casts them (gradients.check_vjp_under_autocast)."""
     norms.require_backward(norm_kernel)
     example = norm_examples(norm_kernel, dtypes=(torch.float32,), parameter_dtype=torch.float32, every_input=True,
                             upstream=True)
-    evidence.check(check_vjp_under_autocast, norm_kernel, data.draw(example, label="example"))
+    evidence.check(check_vjp_under_autocast, norm_kernel,
+                   {**data.draw(example, label="example"), "autocast": autocast})
 
 
 @pytest.mark.claim("ln.jacobian", "rms.jacobian")

@@ -49,22 +49,26 @@ def check_forward_in_float64(kernel, x: torch.Tensor, weight, eps: float, bias=N
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
-AUTOCAST_DTYPE = torch.bfloat16  # the dtype autocast runs its listed ops in here (CPU and CUDA alike)
+# the dtypes autocast runs its listed ops in (CPU and CUDA alike): bfloat16, and float16 (mixed-precision training
+# on GPUs without bfloat16; a kernel that hard-codes bfloat16 under any autocast fails there)
+AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def check_forward_under_autocast(kernel, x: torch.Tensor, weight, eps: float, bias=None) -> None:
-    """float32 x (weight, bias) under torch.autocast(x's device type, bfloat16), as a mixed-precision training step
-    calls a norm: a float32 y is the norm of the float32 inputs within their bound (:func:`check_forward`'s; a kernel
-    whose statistics go through an op autocast lists, a matmul, computes them in bfloat16 there and fails); a
-    bfloat16 y (a kernel that casts its inputs, as custom_fwd(cast_inputs=...) does) the norm of the inputs rounded
-    to bfloat16, within that dtype's bound; any other dtype fails."""
-    with torch.autocast(x.device.type, dtype=AUTOCAST_DTYPE):
+def check_forward_under_autocast(kernel, x: torch.Tensor, weight, eps: float, bias=None,
+                                autocast: torch.dtype = torch.bfloat16) -> None:
+    """float32 x (weight, bias) under torch.autocast(x's device type, ``autocast``: bfloat16 or float16), as a
+    mixed-precision training step calls a norm: a float32 y is the norm of the float32 inputs within their bound
+    (:func:`check_forward`'s; a kernel whose statistics go through an op autocast lists, a matmul, computes them in
+    the lower precision there and fails); a y in autocast's dtype (a kernel that casts its inputs, as
+    custom_fwd(cast_inputs=...) does) the norm of the inputs rounded to it, within that dtype's bound; any other
+    dtype (bfloat16 under float16 autocast: a dtype hard-coded) fails."""
+    with torch.autocast(x.device.type, dtype=autocast):
         got = norms.forward(kernel, x, weight, bias, eps, any_dtype=True)
-    outcome.exact(got.dtype in (x.dtype, AUTOCAST_DTYPE), f"y is {dtype_name(got.dtype)} under autocast to "
-                  f"{dtype_name(AUTOCAST_DTYPE)} with {dtype_name(x.dtype)} x",
+    outcome.exact(got.dtype in (x.dtype, autocast), f"y is {dtype_name(got.dtype)} under autocast to "
+                  f"{dtype_name(autocast)} with {dtype_name(x.dtype)} x",
                   "y must be in x's dtype or autocast's", d=x.shape[-1], dtype=dtype_name(x.dtype))
     if got.dtype != x.dtype:
-        x, weight, bias = (None if t is None else to_kernel(t.double(), AUTOCAST_DTYPE, t.device)
+        x, weight, bias = (None if t is None else to_kernel(t.double(), autocast, t.device)
                            for t in (x, weight, bias))
     expected, bound, declared = models.expected_forward(kernel, x, weight, bias, eps)
     outcome.conclude(outcome.compare(got, expected, bound, "output"),

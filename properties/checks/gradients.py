@@ -24,7 +24,6 @@ from core.capabilities import dtype_name
 from properties import norms, outcome
 from properties.bounds import diagnosis, models, tolerance
 from properties.checks.contracts import fail_on_missing_gradient
-from properties.checks.forward import AUTOCAST_DTYPE
 from properties.checks.graph import check_recorded_graph
 from properties.checks.modes import also_in_default_modes
 
@@ -62,22 +61,24 @@ def check_vjp_in_float64(kernel, x: torch.Tensor, weight, eps: float, dy: torch.
                      d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
-def check_vjp_under_autocast(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None) -> None:
+def check_vjp_under_autocast(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor, bias=None,
+                             autocast: torch.dtype = torch.bfloat16) -> None:
     """float32 x, weight, bias and dy with the forward and the backward under torch.autocast(x's device type,
     bfloat16), as a mixed-precision training step runs them (custom_bwd runs a Function's backward in its forward's
     autocast state): the gradients of a float32 y are the float32 inputs' within their float32 bound (a backward
-    whose row sums go through an op autocast lists, a matmul, computes them in bfloat16 and fails: pytorch#87979);
+    whose row sums go through an op autocast lists, a matmul, computes them in the lower precision and fails:
+    pytorch#87979);
     those of a bfloat16 y (a kernel that casts its inputs) the gradients at the inputs and dy rounded to bfloat16,
     within that dtype's bound (the casts' own backward is exact)."""
-    with torch.autocast(x.device.type, dtype=AUTOCAST_DTYPE):
+    with torch.autocast(x.device.type, dtype=autocast):
         y = norms.forward(kernel, x, weight, bias, eps, any_dtype=True)
-    if y.dtype not in (x.dtype, AUTOCAST_DTYPE):
+    if y.dtype not in (x.dtype, autocast):
         return  # the forward claim's failure (check_forward_under_autocast)
     upstream = to_kernel(dy.double(), y.dtype, dy.device)
-    with torch.autocast(x.device.type, dtype=AUTOCAST_DTYPE):
+    with torch.autocast(x.device.type, dtype=autocast):
         got = norms.vjp(kernel, x, weight, bias, eps, upstream, any_dtype=True)
     if y.dtype != x.dtype:
-        x, weight, bias = (None if t is None else to_kernel(t.double(), AUTOCAST_DTYPE, t.device)
+        x, weight, bias = (None if t is None else to_kernel(t.double(), autocast, t.device)
                            for t in (x, weight, bias))
     expected, bounds, declared = models.expected_backward(kernel, x, weight, eps, upstream)
     comparisons = [outcome.compare(got[name], expected[name], bounds[name], f"d{name}") for name in got]
