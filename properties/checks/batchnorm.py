@@ -43,6 +43,7 @@ from properties.bounds import diagnosis, tolerance
 from properties.checks.channel_layouts import input_layout_gradients, layout_of
 from properties.checks.contracts import (
     UPSTREAM,
+    changed_inputs,
     check_dx_written_into_dy,
     conclude_upstream_layouts,
     fail_on_missing_gradient,
@@ -306,7 +307,7 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, running_mean, running_var, 
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
     _, grads = norms.gradients(kernel, example, {"y": dy}, same_tensors=True, allow_nonfinite=True, any_dtype=True)
     check_dx_written_into_dy(kernel, dy, grads["x"], x)
-    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    changed = changed_inputs(before, inputs)
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only", **_plot(x))
 
 

@@ -21,6 +21,7 @@ claim's business, like its accuracy).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -155,12 +156,41 @@ def check_empty_batch_of(kernel, example: dict, upstream: dict[str, torch.Tensor
 UPSTREAM = "upstream gradient"  # the name of y's upstream gradient among a check's inputs
 
 
-def read_only(kernel, inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
-    """Copies of the inputs a kernel must leave as they are: all given ones but y's upstream gradient (named
+@dataclass(frozen=True)
+class Snapshot:
+    """An input as the caller passed it: a copy of its values, and the tensor's dtype, layout and storage."""
+
+    values: torch.Tensor
+    dtype: torch.dtype
+    layout: tuple
+    data_ptr: int
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> Snapshot:
+        return cls(t.clone(), t.dtype, (tuple(t.shape), t.stride(), t.storage_offset()), t.data_ptr())
+
+    def change(self, t: torch.Tensor) -> str:
+        """How ``t`` (the same tensor object) differs now, in words; '' where it is as it was."""
+        if t.dtype != self.dtype:
+            return f"its dtype ({dtype_name(self.dtype)} -> {dtype_name(t.dtype)})"
+        if (tuple(t.shape), t.stride(), t.storage_offset()) != self.layout or t.data_ptr() != self.data_ptr:
+            return "its storage or layout (.data rebound, resize_, set_)"
+        return "" if torch.equal(self.values, t) else "its values"
+
+
+def read_only(kernel, inputs: dict[str, torch.Tensor | None]) -> dict[str, Snapshot]:
+    """Snapshots of the inputs a kernel must leave as they are: all given ones but y's upstream gradient (named
     :data:`UPSTREAM`) when it declares ``in_place=("dy",)`` (its backward writes dx there:
     :func:`check_dx_written_into_dy`)."""
-    return {name: t.clone() for name, t in inputs.items()
+    return {name: Snapshot.of(t) for name, t in inputs.items()
             if t is not None and not (name == UPSTREAM and "dy" in kernel.in_place)}
+
+
+def changed_inputs(before: dict[str, Snapshot], inputs: dict[str, torch.Tensor | None]) -> list[str]:
+    """The inputs that differ from their snapshots, each with how: written values, or the caller's tensor given
+    another dtype or storage (a kernel casting a parameter through ``.data``, peft's
+    prepare_model_for_kbit_training's class, changes what its caller holds though torch.equal sees the same values)."""
+    return [f"{name} ({how})" for name, snapshot in before.items() if (how := snapshot.change(inputs[name]))]
 
 
 def check_dx_written_into_dy(kernel, dy: torch.Tensor, dx: torch.Tensor, x: torch.Tensor) -> None:
@@ -179,12 +209,12 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, dy: tor
     inputs = {"x": x, "weight": weight, "bias": bias, UPSTREAM: dy}
     before = read_only(kernel, inputs)
     norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True, inference=inference)
-    written_by_forward = any(not torch.equal(copy, inputs[name]) for name, copy in before.items())
+    written_by_forward = bool(changed_inputs(before, inputs))
     # no backward after a written input (autograd refuses it) or for an inference-mode call
     if discover(kernel).backward and not written_by_forward and not inference:
         grads = norms.vjp(kernel, x, weight, bias, eps, dy, same_tensors=True, allow_nonfinite=True, any_dtype=True)
         check_dx_written_into_dy(kernel, dy, grads["x"], x)
-    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    changed = changed_inputs(before, inputs)
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only",
                   d=x.shape[-1], dtype=dtype_name(x.dtype))
 

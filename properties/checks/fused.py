@@ -26,6 +26,7 @@ from properties import norms, outcome
 from properties.bounds import models, tolerance
 from properties.checks.contracts import (
     UPSTREAM,
+    changed_inputs,
     check_dx_written_into_dy,
     check_empty_batch_of,
     conclude_upstream_layouts,
@@ -324,7 +325,7 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, residual: torch.Tensor, wei
         check_dx_written_into_dy(kernel, dy, grads["x"], x)
     else:
         norms.call(kernel, example, allow_nonfinite=True, any_dtype=True, inference=inference)
-    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    changed = changed_inputs(before, inputs)
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}",
                   "inputs must be read-only unless declared", d=x.shape[-1], dtype=dtype_name(x.dtype))
 

@@ -31,6 +31,7 @@ from properties.bounds import tolerance
 from properties.checks.channel_layouts import input_layout_gradients, layout_of
 from properties.checks.contracts import (
     UPSTREAM,
+    changed_inputs,
     check_dx_written_into_dy,
     conclude_upstream_layouts,
     fail_on_missing_gradient,
@@ -191,6 +192,6 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, num_groups: int, weight, ep
         check_dx_written_into_dy(kernel, dy, grads["x"], x)
     else:
         _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
-    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    changed = changed_inputs(before, inputs)
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only",
                   dtype=dtype_name(x.dtype))

@@ -21,7 +21,7 @@ from core.capabilities import dtype_name
 from properties import evidence, norms, outcome
 from properties.bounds import quantized as bounds
 from properties.checks.bitwise import bit_difference
-from properties.checks.contracts import read_only
+from properties.checks.contracts import changed_inputs, read_only
 from properties.checks.forward import updated_in_place
 from properties.checks.fused import conclude_residual_out, fresh_view
 
@@ -185,7 +185,7 @@ def check_inputs_unmodified(kernel, x: torch.Tensor, weight, eps: float, scale, 
     before = read_only(kernel, inputs)
     norms.call(kernel, example_of(x, weight, eps, scale, quant_dtype, residual, bias), allow_nonfinite=True,
                any_dtype=True, inference=inference)
-    changed = [name for name, copy in before.items() if not torch.equal(copy, inputs[name])]
+    changed = changed_inputs(before, inputs)
     outcome.exact(not changed, f"the kernel wrote into {', '.join(changed)}", "inputs must be read-only unless "
                   "declared", **_point(x, quant_dtype, scale))
 
