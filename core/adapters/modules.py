@@ -9,7 +9,9 @@ Its parameters are found by name: the scale is the parameter called ``weight``, 
 ``scale``, ``g`` or ``w``; the shift is ``bias``, ``beta``, ``shift`` or ``b``. Each call runs
 the module through :func:`torch.func.functional_call` with the test's own ``weight``/``bias``
 tensors in place of those parameters, so gradients flow back to the test's tensors and the
-module's stored values play no part. The kind is ``layernorm`` when the module has a shift
+module's stored values play no part. The module is in training mode when grad mode is on and in eval mode when it is
+off (under no_grad or inference_mode, as a serving stack or an evaluation calls it): a norm's output depends on
+neither, and a module with a path of its own for eval is checked on it. The kind is ``layernorm`` when the module has a shift
 parameter, ``rmsnorm`` otherwise, unless ``--kind`` says.
 
 A test's ``weight=None`` means "scale 1": the module's scale parameter gets ``1 - weight_offset``
@@ -68,9 +70,10 @@ class ModuleKernel:
     def _runner(self, d: int, eps: float) -> Callable:
         key = (d, float(eps))
         if key not in self._modules:
-            module = self.build(d, eps).train()
+            module = self.build(d, eps)
 
             def run(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+                module.train(torch.is_grad_enabled())  # eval mode where no gradient is taken, as a serving stack
                 return functional_call(module, params, (x,))
 
             if self.compile:  # a code object of its own: Dynamo keeps its compiled graphs, and its recompile limit,
