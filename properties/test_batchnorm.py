@@ -118,11 +118,13 @@ def test_forward_with_parameters_in_another_dtype(running_norm_kernel, mix, data
 @given(data=st.data())
 def test_one_training_call_updates_the_running_statistics_once(running_norm_kernel, data):
     """Half the draws with the buffers every other element of a larger tensor (buffers_in_larger_storage): the
-    update lands in the caller's tensors."""
+    update lands in the caller's tensors; the call a forward, a forward under torch.inference_mode() (a
+    recalibration pass) or a recorded forward and its backward (checks.check_running_statistics' ``call``)."""
     example = data.draw(batchnorm_examples(running_norm_kernel, training=True, buffers=True, mixed=True), "example")
     if data.draw(st.booleans(), "buffers in a larger storage"):
         example = buffers_in_larger_storage(example)
-    evidence.check(checks.check_running_statistics, running_norm_kernel, example)
+    call = data.draw(st.sampled_from(("forward", "inference", "backward")), "call")
+    evidence.check(checks.check_running_statistics, running_norm_kernel, {**example, "call": call})
 
 
 @pytest.mark.claim("bn.running_statistics", "in.running_statistics")

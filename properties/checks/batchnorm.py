@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from core import guard
-from core.capabilities import dtype_name
+from core.capabilities import discover, dtype_name
 from proofs import batchnorm_oracles
 from properties import norms, outcome
 from properties.bounds import diagnosis, tolerance
@@ -102,13 +102,19 @@ def check_forward(kernel, x: torch.Tensor, running_mean, running_var, weight, bi
 
 
 def check_running_statistics(kernel, x: torch.Tensor, running_mean, running_var, weight, bias, training: bool,
-                             momentum: float, eps: float) -> None:
+                             momentum: float, eps: float, call: str = "forward") -> None:
     """One training call updates the buffers once, as declared: new = (1 - m) old + m b (torch's convention, or
     Keras' m old + (1 - m) b), b the batch mean and the unbiased (or declared biased) variance; for InstanceNorm, the
-    average over the samples of each instance's mean and unbiased variance."""
+    average over the samples of each instance's mean and unbiased variance. ``call``: "forward"; "inference", the
+    training call under torch.inference_mode() (a recalibration pass, SWA's update_bn, precise BN: the buffers are
+    updated there too, fairscale#1035); "backward", the forward recorded and its backward run before the buffers are
+    read (a backward that recomputes the forward must not update them again, pytorch/pytorch#96136)."""
     assert training and running_mean is not None and running_var is not None
     example = buffers_of(example_of(x, running_mean, running_var, weight, bias, training, momentum, eps))
-    _call(kernel, example, allow_nonfinite=True, any_dtype=True)
+    if call == "backward" and discover(kernel).backward:
+        norms.gradients(kernel, example, {"y": torch.ones_like(x)}, allow_nonfinite=True, any_dtype=True)
+    else:
+        _call(kernel, example, allow_nonfinite=True, any_dtype=True, inference=call == "inference")
     old = norms.as_float64(running_mean), norms.as_float64(running_var), norms.as_float64(x), momentum
     if kernel.record.batch_statistics:
         exact = batchnorm_oracles.running_update(*old, unbiased=kernel.running_variance == "unbiased",
