@@ -150,6 +150,18 @@ def test_eval_mode_is_the_affine_map_of_the_running_statistics(running_norm_kern
 
 
 @pytest.mark.claim("bn.eval", "in.eval")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_eval_mode_without_running_statistics_is_refused(running_norm_kernel, data):
+    """Eval mode, running_mean and running_var None: an error, never an output (x of several elements an instance:
+    statistics a kernel could take from the input exist)."""
+    example = data.draw(batchnorm_examples(running_norm_kernel, training=False, spatial=((5,), (2, 3), (4, 4))),
+                        "example")
+    evidence.check(checks.check_eval_without_running_statistics_refused, running_norm_kernel,
+                   {**example, "running_mean": None, "running_var": None})
+
+
+@pytest.mark.claim("bn.eval", "in.eval")
 @profiles.share(0.25)
 @given(data=st.data())
 def test_eval_mode_while_recording_a_graph(running_norm_kernel, data):

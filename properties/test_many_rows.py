@@ -322,6 +322,23 @@ def test_batchnorm_eval_beyond_65535_channels(batchnorm_kernel):
     evidence.check(batchnorm.check_eval, batchnorm_kernel, example)
 
 
+# BatchNorm of 131 075 samples of 2 channels: a path that splits a batch past 65 535 samples into chunks and merges
+# their statistics (pytorch/pytorch#2917, Paddle#43072) or updates the running buffers once per chunk
+BATCHNORM_SAMPLES_SHAPE = (2 * ROWS - 3, 2)
+
+
+@pytest.mark.claim("bn.forward")
+def test_batchnorm_beyond_65535_samples(batchnorm_kernel):
+    example = running_norm_example(batchnorm_kernel, BATCHNORM_SAMPLES_SHAPE, True)
+    evidence.check(batchnorm.check_forward, batchnorm_kernel, example)
+
+
+@pytest.mark.claim("bn.running_statistics")
+def test_batchnorm_running_statistics_beyond_65535_samples(batchnorm_kernel):
+    example = running_norm_example(batchnorm_kernel, BATCHNORM_SAMPLES_SHAPE, True)
+    evidence.check(batchnorm.check_running_statistics, batchnorm_kernel, example)
+
+
 # Dropout + add + LayerNorm's masks of 131 072 rows of 2: rows r and r + 65 536 compared (a row index kept in 16 bits
 # repeats the first rows' masks there), at 0.2 of drop_add_ln.independence's false-alarm budget
 MASKED_ROWS, MASKED_WIDTH, MASKED_SHARE = 2 * 65_536, 2, 0.2

@@ -27,7 +27,9 @@ The torch built-ins declare what ATen's batch_norm does with float16/bfloat16 x,
                              torch.func.functional_call with the given tensors as its parameters and buffers (so
                              gradients reach them and the buffers it updates are the caller's); affine=False when
                              neither weight nor bias is given (one of them alone: the other as ones or zeros, which
-                             is exact), track_running_stats=False without running statistics
+                             is exact), track_running_stats=False without running statistics (in training;
+                             in eval it refuses the call, as F.batch_norm does, where the module would take the
+                             batch's statistics)
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ def batchnorm_module(x, running_mean, running_var, weight, bias, training, momen
         raise ValueError(f"nn.BatchNorm takes x of 2 to 5 dimensions, got {x.dim()}")
     channels, affine = x.shape[1], weight is not None or bias is not None
     tracked = running_mean is not None and running_var is not None
+    if not training and not tracked:  # the module would normalize by the batch's statistics (its documented eval
+        # with track_running_stats=False), which F.batch_norm's contract, the kind's, refuses
+        raise RuntimeError("running_mean and running_var must be given in evaluation mode (nn.BatchNorm with "
+                           "track_running_stats=False normalizes eval by the batch's statistics instead)")
     module = getattr(nn, _MODULES[x.dim()])(channels, eps=eps, momentum=momentum, affine=affine,
                                             track_running_stats=tracked, device="meta")
     module.train(training)

@@ -152,6 +152,24 @@ def check_eval(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
                   "eval mode must leave the running statistics alone", **_plot(x))
 
 
+def check_eval_without_running_statistics_refused(kernel, x: torch.Tensor, running_mean, running_var, weight, bias,
+                                                  training: bool, momentum: float, eps: float) -> None:
+    """Eval mode with no running statistics (running_mean and running_var None): the kernel refuses the call with an
+    error, as torch's batch_norm and instance_norm do; an output is a normalization by statistics the caller never
+    gave (the batch's or the instances': openvinotoolkit/openvino#37954, apache/tvm#14963)."""
+    assert not training and running_mean is None and running_var is None
+    try:
+        _call(kernel, example_of(x, None, None, weight, bias, False, momentum, eps), allow_nonfinite=True,
+              any_dtype=True)
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(True, "", **_plot(x))
+        return
+    outcome.exact(False, "returned an output in eval mode without running statistics",
+                  "eval mode needs running statistics: a call without them must be refused with an error", **_plot(x))
+
+
 def check_coupling(kernel, x: torch.Tensor, other: torch.Tensor, running_mean, running_var, weight, bias,
                    training: bool, momentum: float, eps: float) -> None:
     """Replacing sample 0 of x by ``other``'s: BatchNorm in training mode moves every other sample's y by the oracle's

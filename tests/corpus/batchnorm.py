@@ -200,6 +200,8 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         packed = iter(_PackedByRequiresGrad.apply(*(t for t in (x, weight, bias) if t is not None)))
         x, weight, bias = (None if t is None else next(packed) for t in (x, weight, bias))
         return batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, instance=instance)
+    if not training and (running_mean is None or running_var is None):  # as torch: eval needs running statistics
+        raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
     arguments = (running_mean, running_var, weight, bias, training, momentum, eps)
     if bug == "uneven_ranks_backward" and training and torch.is_grad_enabled() and x.shape[0] > 1 and not instance:
         # the forward right (its running update too), the backward SyncBatchNorm's over two uneven ranks
@@ -228,7 +230,7 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         values = torch.cat([values[:, :tail], values[:, tail:].roll(1, dims=1)], dim=1)
     if bug == "one_sample" and training and x.shape[0] == 1:
         return _affine(values, weight, bias).to(x.dtype)
-    use_batch = training or bug == "eval_batch" or running_mean is None
+    use_batch = training or bug == "eval_batch"
     if bug == "eval_recording_batch" and torch.is_grad_enabled() and x.requires_grad:
         use_batch = True  # eval mode while recording (a frozen BatchNorm fine-tuned through): the batch's statistics
     if training and instance and x[0, 0].numel() == 1:
