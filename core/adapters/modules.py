@@ -11,8 +11,8 @@ the module through :func:`torch.func.functional_call` with the test's own ``weig
 tensors in place of those parameters, so gradients flow back to the test's tensors and the
 module's stored values play no part. The module is in training mode when grad mode is on and in eval mode when it is
 off (under no_grad or inference_mode, as a serving stack or an evaluation calls it): a norm's output depends on
-neither, and a module with a path of its own for eval is checked on it. The kind is ``layernorm`` when the module has a shift
-parameter, ``rmsnorm`` otherwise, unless ``--kind`` says.
+neither, and a module with a path of its own for eval is checked on it. The kind is ``layernorm`` when the module has
+a shift parameter, ``rmsnorm`` otherwise, unless ``--kind`` says.
 
 A test's ``weight=None`` means "scale 1": the module's scale parameter gets ``1 - weight_offset``
 (so a Gemma-style ``(1 + w)`` module gets ``w = 0``); ``bias=None`` means shift 0; either made in the dtype
