@@ -25,11 +25,11 @@ import torch
 
 from core import guard
 from core.boundary import HOST, host_generator
-from core.capabilities import PROBED_DTYPES, discover, dtype_name, mix_name
+from core.capabilities import PROBED_DTYPES, discover, dtype_name, judged_dtype, mix_name
 from core.errors import one_line
 from properties import evidence, norms, outcome
 from properties.bounds import dropout_statistics, models
-from properties.checks import batchnorm, dropout_add, fused, groupnorm
+from properties.checks import batchnorm, dropout_add, fused, groupnorm, quantized
 from properties.checks.forward import check_forward
 from properties.checks.gradients import check_vjp
 from properties.draws.dropout_strategies import nonzero_values
@@ -337,6 +337,24 @@ def test_batchnorm_beyond_65535_samples(batchnorm_kernel):
 def test_batchnorm_running_statistics_beyond_65535_samples(batchnorm_kernel):
     example = running_norm_example(batchnorm_kernel, BATCHNORM_SAMPLES_SHAPE, True)
     evidence.check(batchnorm.check_running_statistics, batchnorm_kernel, example)
+
+
+# The quantized kinds' 65 539 tokens of 16 (a per-token kernel whose grid's y axis holds the tokens stops at 65 535:
+# vllm-project/vllm#52381, TensorRT-LLM#16847), each declared scale kind, q and (dynamic) the scales
+QUANT_WIDTH = 16
+
+
+@pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
+@pytest.mark.parametrize("scale_kind", ("static", "dynamic"))
+def test_quantized_beyond_65535_tokens(quant_norm_kernel, scale_kind):
+    if scale_kind not in quant_norm_kernel.quantization.scales:
+        pytest.skip(f"{quant_norm_kernel.name} declares no {scale_kind} scale")
+    example = many_rows_example(quant_norm_kernel, upstream=False, width=QUANT_WIDTH)
+    device = discover(quant_norm_kernel).device
+    scale = torch.full((1,), 0.05, dtype=torch.float32, device=device) if scale_kind == "static" else None
+    example.update(scale=scale, quant_dtype=judged_dtype(quant_norm_kernel))
+    skip_when_too_slow(quant_norm_kernel, example, upstream=False)
+    evidence.check(quantized.check_values, quant_norm_kernel, example)
 
 
 # Dropout + add + LayerNorm's masks of 131 072 rows of 2: rows r and r + 65 536 compared (a row index kept in 16 bits
