@@ -330,7 +330,8 @@ def test_keep_rate_at_scale(dropout_kernel, data):
 @profiles.share(EXTREME_FRACTION)
 @given(data=st.data())
 def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_kernel, dtype, data):
-    """p = 0.001 and 0.999 in each dtype (dropout_strategies.EXTREME_PROBABILITIES: a uniform drawn in bfloat16)."""
+    """p = 2^-30, 0.001 and 0.999 in each dtype (dropout_strategies.EXTREME_PROBABILITIES: a uniform drawn in
+    bfloat16, a keep threshold that wraps)."""
     example = data.draw(mask_inputs(dropout_kernel, KEEP_RATE_ELEMENTS, KEEP_RATE_WIDTHS, EXTREME_PROBABILITIES,
                                     dtypes=(dtype,)), "example")
     _statistical(check_keep_rate, dropout_kernel, example, "dropout.keep_rate", EXTREME_FRACTION,

@@ -202,7 +202,8 @@ def test_keep_rate(dropout_add_kernel, data):
 @profiles.share(EXTREME_FRACTION)
 @given(data=st.data())
 def test_keep_rate_at_extreme_probabilities_in_each_dtype(dropout_add_kernel, dtype, data):
-    """p = 0.001 and 0.999 in each dtype (dropout_strategies.EXTREME_PROBABILITIES: a uniform drawn in bfloat16)."""
+    """p = 2^-30, 0.001 and 0.999 in each dtype (dropout_strategies.EXTREME_PROBABILITIES: a uniform drawn in
+    bfloat16, a keep threshold that wraps)."""
     example = masked_examples(dropout_add_kernel, MASK_SHAPES, EXTREME_PROBABILITIES, dtypes=(dtype,))
     alpha = _alpha("drop_add_ln.keep_rate", EXTREME_FRACTION, KEEP_RATE_SHARES["extreme"] / len(PROBED_DTYPES))
     evidence.check(check_keep_rate, dropout_add_kernel, {**data.draw(example, "example"), "alpha": alpha})

@@ -21,8 +21,9 @@ LARGEST_P = 0.999  # below 1: x / (1 - p) stays finite in float16 for |x| <= 65
 TESTED_PROBABILITIES = (0.05, 0.1, 0.3, 0.5, 0.7, 0.9)
 KEEP_RATE_PROBABILITIES = (1e-3, 0.01, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99)
 # Drawn in each dtype: a uniform drawn in x's 16-bit dtype (torch.rand_like(x)) lies on a grid of 2^-8 in bfloat16,
-# so p = 0.001 drops 1/256 of the elements and p = 0.999 keeps none
-EXTREME_PROBABILITIES = (1e-3, 0.999)
+# so p = 0.001 drops 1/256 of the elements and p = 0.999 keeps none; 2^-30: a keep threshold (1 - p) 2^32 computed in
+# float32 and cast to uint32 wraps to 0 for 0 < p < 2^-25 and drops every element (NVIDIA/cudnn-frontend#875)
+EXTREME_PROBABILITIES = (2.0**-30, 1e-3, 0.999)
 VARIANCE_BIAS_WIDTH = 8
 VARIANCE_BIAS_PROBABILITIES = tuple(j / VARIANCE_BIAS_WIDTH for j in range(1, 7))  # p d an integer
 SCALES = (1.0, 3.0, 0.01)
