@@ -112,6 +112,22 @@ def as_by_default() -> Iterator[None]:
         _POISONED.reset(token)
 
 
+_KERNEL_DEFAULT_DTYPE: contextvars.ContextVar[torch.dtype | None] = contextvars.ContextVar(
+    "normverify_kernel_default_dtype", default=None)
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Within: every kernel call runs with torch's default dtype set to ``dtype`` (and set back after it; the suite's
+    own tensors keep the caller's): a program that set ``torch.set_default_dtype`` (float64 in scientific code,
+    bfloat16 in some training scripts) calls kernels so."""
+    token = _KERNEL_DEFAULT_DTYPE.set(dtype)
+    try:
+        yield
+    finally:
+        _KERNEL_DEFAULT_DTYPE.reset(token)
+
+
 def _refuse_if_hung(kernel_fn: Callable, name: str) -> None:
     if id(kernel_fn) in _hung:
         raise KernelFault(name, "timeout", _hung[id(kernel_fn)][1])
@@ -164,11 +180,17 @@ def _run_limited(thunk: Callable[[], object], kernel_fn: Callable, timeout: floa
                     ExitStack() as autocasts:
                 for device, dtype in autocast:  # thread-local as grad mode: the caller's autocast regions
                     autocasts.enter_context(torch.autocast(device, dtype=dtype))
-                entered = _modes()
-                box["value"] = thunk()
-                _synchronize(box["value"])
-                box["left"] = _changed_modes(entered, _modes())
-                _restore_process_modes(entered)
+                before = torch.get_default_dtype()
+                if _KERNEL_DEFAULT_DTYPE.get() is not None:
+                    torch.set_default_dtype(_KERNEL_DEFAULT_DTYPE.get())
+                try:
+                    entered = _modes()
+                    box["value"] = thunk()
+                    _synchronize(box["value"])
+                    box["left"] = _changed_modes(entered, _modes())
+                    _restore_process_modes(entered)
+                finally:
+                    torch.set_default_dtype(before)
         except BaseException as error:  # reported in the caller's thread
             box["error"] = error
 

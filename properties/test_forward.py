@@ -76,6 +76,22 @@ def test_forward_in_torch_default_modes(norm_kernel, data):
     evidence.check(check_forward, norm_kernel, {**data.draw(example, label="example"), "default_modes": True})
 
 
+# the default dtypes a program sets (scientific code float64; some training scripts bfloat16)
+DEFAULT_DTYPES = (torch.bfloat16, torch.float64)
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@pytest.mark.parametrize("default_dtype", DEFAULT_DTYPES, ids=dtype_name)
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_under_another_default_dtype(norm_kernel, default_dtype, data):
+    """Every kernel call with torch's default dtype set to bfloat16 or float64 (a program's
+    torch.set_default_dtype; the inputs as drawn): a kernel allocating its accumulators, scalars or output with the
+    default dtype (transformers#29496) is off there (checks.modes)."""
+    example = data.draw(norm_examples(norm_kernel, every_input=True), label="example")
+    evidence.check(check_forward, norm_kernel, {**example, "default_dtype": default_dtype})
+
+
 @pytest.mark.claim("ln.forward", "rms.forward")
 @pytest.mark.parametrize("autocast", AUTOCAST_DTYPES, ids=dtype_name)
 @profiles.share(0.1)

@@ -128,6 +128,19 @@ def test_vjp_in_float64(norm_kernel, data):
     evidence.check(check_vjp_in_float64, norm_kernel, {**example, "dy": rounded(dy, torch.float64, str(x.device))})
 
 
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@pytest.mark.parametrize("default_dtype", (torch.bfloat16, torch.float64), ids=dtype_name)
+@profiles.share(0.1)
+@given(data=st.data())
+def test_vjp_under_another_default_dtype(norm_kernel, default_dtype, data):
+    """Every kernel call with torch's default dtype set to bfloat16 or float64 (a program's
+    torch.set_default_dtype; the inputs as drawn): a kernel allocating its accumulators, scalars or output with the
+    default dtype (transformers#29496) is off there (checks.modes)."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True), label="example")
+    evidence.check(check_vjp, norm_kernel, {**example, "default_dtype": default_dtype})
+
+
 DEFAULT_MODES_ROWS = (8, 67, 131)  # rows enough for a parameter gradient summed by programs' partials
 
 
