@@ -96,14 +96,16 @@ def updated_in_place(kernel, example: dict, new: dict, inference: bool = False) 
     """``example`` with copies of its parameters named in ``new`` (None values skipped), after one call of the kernel
     (of any kind) with them, on copies of every other tensor (a residual or running buffers it may write), the
     parameters then overwritten in place with ``new``'s values as an optimizer step writes them: the same tensors,
-    new values. ``inference``: that call under torch.inference_mode()."""
+    new values; the weight through ``.data`` (as EMA updates, FSDP and DeepSpeed write parameters: the tensor's
+    version counter does not move, so a cache keyed by ``_version`` misses it, pytorch/pytorch#53343), the others
+    with ``copy_`` under no_grad. ``inference``: that call under torch.inference_mode()."""
     parameters = {name: example[name].clone() for name, values in new.items() if values is not None}
     example = {**example, **parameters}
     norms.call(kernel, {name: t.clone() if isinstance(t, torch.Tensor) and name not in parameters else t
                         for name, t in example.items()}, allow_nonfinite=True, any_dtype=True, inference=inference)
     with torch.no_grad():
         for name, t in parameters.items():
-            t.copy_(new[name])
+            (t.data if name == "weight" else t).copy_(new[name])
     return example
 
 
