@@ -18,6 +18,7 @@ from properties.checks.forward import (
     check_forward,
     check_forward_after_an_in_place_update,
     check_forward_in_float64,
+    check_forward_of_parameter_views_of_one_buffer,
     check_forward_under_autocast,
     check_forward_with_parameter_dtypes,
     new_parameter_values,
@@ -74,6 +75,17 @@ def test_forward_in_torch_default_modes(norm_kernel, data):
     example = norm_examples(norm_kernel, d=widths(max_width=512) if ill_conditioned else None, ndims=NDIMS,
                             every_input=True, offset_ratio=LARGE_OFFSETS if ill_conditioned else None)
     evidence.check(check_forward, norm_kernel, {**data.draw(example, label="example"), "default_modes": True})
+
+
+@pytest.mark.claim("ln.forward", "rms.forward")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_forward_of_parameter_views_of_one_buffer(norm_kernel, data):
+    """Two layers' weight and bias as views of one flat buffer, called one after the other in inference mode
+    (forward.check_forward_of_parameter_views_of_one_buffer: a cache keyed by the storage)."""
+    example = data.draw(norm_examples(norm_kernel, every_input=True), label="example")
+    evidence.check(check_forward_of_parameter_views_of_one_buffer, norm_kernel,
+                   {**example, **new_parameter_values(example)})
 
 
 # the default dtypes a program sets (scientific code float64; some training scripts bfloat16)

@@ -38,6 +38,7 @@ from properties.checks.fused import (
     check_noncontiguous_upstream,
     check_residual_out,
     check_vjp,
+    check_vjp_after_a_call_in_inference_mode,
     check_vjp_in_float64,
 )
 from properties.draws.fused_strategies import (
@@ -259,6 +260,16 @@ def test_vjp_in_torch_default_modes(add_norm_kernel, data):
     example = data.draw(add_norm_examples(add_norm_kernel, upstream=True, every_input=True, ndims=BATCHES),
                         "example")
     evidence.check(check_vjp, add_norm_kernel, {**example, "default_modes": True})
+
+
+@pytest.mark.claim("add_ln.jacobian", "add_rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_vjp_after_a_call_in_inference_mode(add_norm_kernel, data):
+    """The same inputs called under torch.inference_mode() first (fused.check_vjp_after_a_call_in_inference_mode)."""
+    require_backward(add_norm_kernel)
+    example = data.draw(add_norm_examples(add_norm_kernel, upstream=True), "example")
+    evidence.check(check_vjp_after_a_call_in_inference_mode, add_norm_kernel, example)
 
 
 def float64_residual_examples(draw, kernel, upstream: bool) -> dict:

@@ -20,6 +20,7 @@ from properties.checks.gradients import (
     check_backward_of_the_recorded_graph,
     check_gradient_identities,
     check_vjp,
+    check_vjp_after_a_call_in_inference_mode,
     check_vjp_in_float64,
     check_vjp_under_autocast,
 )
@@ -139,6 +140,17 @@ def test_vjp_under_another_default_dtype(norm_kernel, default_dtype, data):
     norms.require_backward(norm_kernel)
     example = data.draw(norm_examples(norm_kernel, upstream=True, every_input=True), label="example")
     evidence.check(check_vjp, norm_kernel, {**example, "default_dtype": default_dtype})
+
+
+@pytest.mark.claim("ln.jacobian", "rms.jacobian")
+@profiles.share(0.1)
+@given(data=st.data())
+def test_vjp_after_a_call_in_inference_mode(norm_kernel, data):
+    """The same inputs called under torch.inference_mode() first (gradients.check_vjp_after_a_call_in_inference_mode:
+    a tensor cached there cannot be saved for the backward)."""
+    norms.require_backward(norm_kernel)
+    example = data.draw(norm_examples(norm_kernel, upstream=True), label="example")
+    evidence.check(check_vjp_after_a_call_in_inference_mode, norm_kernel, example)
 
 
 DEFAULT_MODES_ROWS = (8, 67, 131)  # rows enough for a parameter gradient summed by programs' partials

@@ -109,6 +109,25 @@ def updated_in_place(kernel, example: dict, new: dict, inference: bool = False) 
     return example
 
 
+def check_forward_of_parameter_views_of_one_buffer(kernel, x: torch.Tensor, weight, eps: float, new_weight,
+                                                   bias=None, new_bias=None) -> None:
+    """Two layers' parameters as views of one flat buffer (Megatron's contiguous parameter buffer, an FSDP shard):
+    the call with the first layer's weight (and bias), then with the second's: the second output is the norm at the
+    second layer's parameters (a cache keyed by the storage's address returns the first layer's:
+    local-inference-lab/vllm#228, ray-project/ray#60689)."""
+    views = {}
+    for name, first, second in (("weight", weight, new_weight), ("bias", bias, new_bias)):
+        if first is not None:
+            flat = torch.empty(2 * first.numel(), dtype=first.dtype, device=first.device)
+            flat[: first.numel()].copy_(first.reshape(-1))
+            flat[first.numel():].copy_(second.reshape(-1))
+            views[name] = flat[: first.numel()].view(first.shape), flat[first.numel():].view(first.shape)
+    first_weight, second_weight = views.get("weight", (None, None))
+    first_bias, second_bias = views.get("bias", (None, None))
+    norms.forward(kernel, x, first_weight, first_bias, eps, allow_nonfinite=True, any_dtype=True, inference=True)
+    check_forward(kernel, x, second_weight, eps, second_bias, inference=True)
+
+
 def new_parameter_values(example: dict, names: tuple[str, ...] = ("weight", "bias")) -> dict:
     """{"new_weight": ..., "new_bias": ...}: values an optimizer step could write over the example's weight and bias
     (-w/2 + 1/4, rounded to the parameter's dtype: every element changes), for those present; ``names``: the inputs

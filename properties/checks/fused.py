@@ -230,6 +230,14 @@ def check_vjp_in_float64(kernel, x: torch.Tensor, residual: torch.Tensor, weight
                      d=x.shape[-1], dtype=dtype_name(x.dtype))
 
 
+def check_vjp_after_a_call_in_inference_mode(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
+                                            dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
+    """A call under torch.inference_mode() on the same inputs first, then the gradients (:func:`check_vjp`): a kernel
+    caching a tensor made there (inference tensors) cannot save it for the backward (sgl-project/sglang#33470)."""
+    outputs(kernel, x, fresh(residual), weight, bias, eps, allow_nonfinite=True, any_dtype=True, inference=True)
+    check_vjp(kernel, x, residual, weight, eps, dy, dh, bias)
+
+
 def check_noncontiguous_upstream(kernel, x: torch.Tensor, residual: torch.Tensor, weight, eps: float,
                                 dy: torch.Tensor, dh: torch.Tensor, bias=None) -> None:
     """dy and dh non-contiguous views (properties.checks.contracts.strided): every gradient is the contiguous

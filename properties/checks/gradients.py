@@ -87,6 +87,15 @@ def check_vjp_under_autocast(kernel, x: torch.Tensor, weight, eps: float, dy: to
                      d=x.shape[-1], dtype=dtype_name(x.dtype), **models.declared_point(declared))
 
 
+def check_vjp_after_a_call_in_inference_mode(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
+                                            bias=None) -> None:
+    """A call under torch.inference_mode() (an evaluation, a serving warm-up) on the same inputs, then the gradients
+    (:func:`check_vjp`): a kernel that caches a tensor made there (a ones weight, a cast, a workspace: inference
+    tensors) cannot save it for a later backward (sgl-project/sglang#33470) and fails."""
+    norms.forward(kernel, x, weight, bias, eps, allow_nonfinite=True, any_dtype=True, inference=True)
+    check_vjp(kernel, x, weight, eps, dy, bias)
+
+
 def check_backward_of_the_recorded_graph(kernel, x: torch.Tensor, weight, eps: float, dy: torch.Tensor,
                                         bias=None) -> None:
     """Inputs and y written in place after the forward, and a second backward of one graph
