@@ -20,13 +20,15 @@ The files, by where the bug is:
     rows.py          a 3-D input flattened into rows wrongly
     padded_block.py  Triton (interpreter on CPU): padded lanes of a power-of-two block in the statistics
     dropout.py       dropout: scale, keep probability, edges, seeds, mask law, layout, backward (its mask from y / x,
-                     or regenerated at contiguous offsets) + Bernoulli control
+                     or regenerated at contiguous offsets, a uint8 mask inverted bitwise), the keep decision by one
+                     byte, a 32-bit keep threshold wrapping at p < 2^-25 + Bernoulli control
     correct.py       correct kernels written as real implementations are (float64, Welford, Llama, Gemma)
     derived.py       caught only in a derived-property claim's regime (per-row shifts, the ends of the exponent
                      range), missed by ``*.forward``: one-pass moments around one shift per call, flush-to-zero
     residual.py      fused residual add + norm: residual_out missing/rounded, its gradient dropped, ... + in place
     dropout_add.py   fused dropout + add + LayerNorm: rescale, row-shared mask, y without dropout, strides, the
-                     backward's mask read off residual_out or keyed by other offsets + control
+                     backward's mask read off residual_out or keyed by other offsets, the keep threshold wrapping at
+                     p < 2^-25, a float32 residual summed in x's dtype + control
     explicit_backward.py  dropout + add + LayerNorm with an explicit backward: dweight over the first dimension or
                      rows // 108 a program, dresidual gated on x or rounded through x's dtype, row means per 1024
                      columns + control
@@ -37,12 +39,14 @@ The files, by where the bug is:
                      residual_out, seeded dropout, Chan-merged chunks): autograd sums dL/dh over h's uses
     groupnorm.py     GroupNorm: groups over the wrong axis, channels-last ignored, one-element groups, other views
                      read as NCHW, num_groups not dividing C accepted, parameters in x's dtype, video frames folded
-                     into the batch, the backward per row of the last axis + control
+                     into the batch, the backward per row of the last axis, squares in x's 16-bit dtype + control
     batchnorm.py     BatchNorm: running statistics (biased, Keras' momentum, twice, in eval), eval with batch
                      statistics, channels-last ignored, detached statistics, per-sample statistics, seed 002's
                      manual implementation, other views read as NCHW, running buffers copied, channels past grid y,
                      gradients packed by requires_grad, parameters or running statistics in x's dtype, SyncBatchNorm's
-                     uneven ranks + control; InstanceNorm with running statistics, the same classes + control
+                     uneven ranks, no update without grad, a second update by a recomputing backward, batches of
+                     more than 65 535 samples in chunks + control; InstanceNorm with running statistics, the same
+                     classes, eval without running statistics accepted + control
     channel_layernorm.py  LayerNorm over (C, *): the last axis only, over the batch, channels-last ignored, detached
                      variance, x overwritten + control
     blocks.py        a LayerNorm made contractive by clamping rstd (the block claims)
@@ -82,7 +86,8 @@ The files, by where the bug is:
     quantized.py     LayerNorm, RMSNorm (add + RMSNorm) quantized to FP8/INT8: amax of the unrounded y, scale
                      inverted, no saturation, per-token scale from the unrounded norm, residual_out rounded, strides
                      ignored, NaN hidden by the clamp, reused output buffers, narrow-row FP8 subnormals flushed, the
-                     floor for zero rows only, an amax upper bound + declared multiply / symmetric INT8 controls
+                     floor for zero rows only, an amax upper bound, tokens past 65 535, a vector path's tail of
+                     wide rows + declared multiply / symmetric INT8 controls
     reported.py      modelled on real bug reports (GroupNorm, BatchNorm, InstanceNorm, LayerNorm over (C, *), RMSNorm
                      and its quantized kinds), each on the path a shape, layout or batch size takes: groups straddling
                      a block of 128 channels, channels-last merges and Welford blocks, 16-bit channels-last eval,
@@ -97,7 +102,9 @@ The files, by where the bug is:
                      a matmul under autocast, squares in 16 bits, workspaces and x written when grad mode is off,
                      dropout skipped without grad, one mask for the batch, eps in x's dtype, a backward with its own
                      eps or its row sums as matmuls under autocast, beside a float32 residual a weight rounded to x's
-                     dtype or y of the rounded sum
+                     dtype or y of the rounded sum; paths by torch's mode or state (dweight atomics and a one-pass
+                     split row outside deterministic mode, bfloat16 under any autocast, grad mode left on), a module's
+                     eval mode without eps, a weight rebound through .data, the identity affine map dropped
 
 Each bug's docstring (the kernel's ``description``) says the bug and names the claim ids in ``expect``.
 """
@@ -303,6 +310,11 @@ CORPUS: tuple[Entry, ...] = (
     # red-team round 7 (inference): x with exact zeros, the gradient of a strided x
     _broken("dropout.py:DROPOUT_RATIO_BACKWARD", "dropout.gradient"),
     _broken("dropout.py:DROPOUT_OFFSET_KEYED", "dropout.layout_invariance"),
+    # red-team round 8 (dropout): one random byte against floor(256 p), a 32-bit keep threshold wrapping to 0 at
+    # p < 2^-25, the saved uint8 mask inverted bitwise
+    _broken("dropout.py:DROPOUT_8BIT_THRESHOLD", "dropout.keep_rate"),
+    _broken("dropout.py:DROPOUT_TINY_P_DROPS_EVERYTHING", "dropout.keep_rate"),
+    _broken("dropout.py:DROPOUT_UINT8_MASK_NOT", "dropout.gradient", "dropout.layout_invariance"),
     # contract.py: wrong only where the suite used to look away (a probe's fault, an infinite bound, shapes,
     # sizes and layouts never drawn)
     _broken("contract.py:RMS_FLOAT32_OUTPUT", "rms.forward", status="error"),
@@ -414,6 +426,13 @@ CORPUS: tuple[Entry, ...] = (
     _broken("channel_layernorm.py:CLN_PARAMS_IN_X_DTYPE", "cln.forward", "cln.jacobian"),
     _broken("groupnorm.py:GN_FRAMES_FOLDED_INTO_BATCH", "gn.forward"),
     _broken("groupnorm.py:GN_BACKWARD_ROWS_OF_LAST_DIM", "gn.jacobian"),
+    # red-team round 8 (channels): running statistics of a training call without grad or recomputed by its backward,
+    # more than 65 535 samples, eval without running statistics accepted, squares in 16 bits
+    _broken("batchnorm.py:BN_UPDATE_ONLY_WITH_GRAD", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_RECOMPUTE_UPDATES_TWICE", "bn.running_statistics"),
+    _broken("batchnorm.py:BN_LARGE_BATCH_CHUNKED", "bn.forward", "bn.running_statistics", at_scale=True),
+    _broken("batchnorm.py:IN_NO_BUFFERS_INPUT_STATISTICS", "in.eval"),
+    _broken("groupnorm.py:GN_SQUARE_IN_X_DTYPE", "gn.forward", "gn.jacobian"),
     # uninitialized.py: memory never written, read as NaN
     _broken("uninitialized.py:LN_PARTIALS_UNWRITTEN", "ln.jacobian"),
     _broken("uninitialized.py:RMS_REMAINDER_ROWS_UNWRITTEN", "rms.forward"),
@@ -485,6 +504,9 @@ CORPUS: tuple[Entry, ...] = (
     # red-team round 7 (inference): the backward's mask read off residual_out, keyed by the contiguous dx's offsets
     _broken("dropout_add.py:DROP_ADD_MASK_FROM_OUTPUT", "drop_add_ln.gradient"),
     _broken("dropout_add.py:DROP_ADD_ROW_STRIDE_KEYED", "drop_add_ln.layout_invariance"),
+    # red-team round 8 (dropout): the keep threshold wrapping at p < 2^-25, a float32 residual summed in x's dtype
+    _broken("dropout_add.py:DROP_ADD_TINY_P_DROPS_EVERYTHING", "drop_add_ln.keep_rate"),
+    _broken("dropout_add.py:DROP_ADD_RESIDUAL_DOWNCAST", "drop_add_ln.gradient"),
     _broken("groupnorm.py:GN_STATISTICS_OVER_BATCH", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_GROUPS_INTERLEAVED", "gn.forward", "gn.independence"),
     _broken("groupnorm.py:GN_CHANNELS_LAST_IGNORED", "gn.layout_invariance"),
@@ -570,6 +592,9 @@ CORPUS: tuple[Entry, ...] = (
     _broken("quantized.py:ADD_RMS_QUANT_E4M3_MAX_EVERYWHERE", "add_rms_quant.scales"),
     _broken("quantized.py:RMS_QUANT_POW2_SCALE", "rms_quant.scales"),
     _broken("quantized.py:RMS_QUANT_AMAX_UPPER_BOUND", "rms_quant.scales"),
+    # red-team round 8 (channels and dropout): more than 65 535 tokens, the vector path's tail of wide rows
+    _broken("quantized.py:RMS_QUANT_TOKENS_BEYOND_GRID", "rms_quant.values", at_scale=True),
+    _broken("quantized.py:RMS_QUANT_VECTOR_TAIL_WIDE", "rms_quant.scales", "rms_quant.values"),
     # reported.py: modelled on real bug reports (a red-team session's escapes, each caught since its draws)
     _broken("reported.py:GN_BLOCK_STRADDLE_128", "gn.forward"),
     _broken("reported.py:GN_CHANNELS_LAST_MERGE_NO_SPREAD", "gn.layout_invariance"),
@@ -625,6 +650,17 @@ CORPUS: tuple[Entry, ...] = (
     _broken("reported_rows.py:RMS_AUTOCAST_BACKWARD_MATMUL_SUMS", "rms.jacobian"),
     _broken("reported_rows.py:ADD_RMS_FP32_RESIDUAL_WEIGHT_BOUND_AS_X", "add_rms.forward", "add_rms.jacobian"),
     _broken("reported_rows.py:ADD_RMS_Y_FROM_ROUNDED_SUM", "add_rms.forward"),
+    # red-team round 8 (rows): torch's default (non-deterministic) mode, a module's eval mode, autocast to float16,
+    # grad mode left changed, a parameter rebound through .data, the identity affine map of initialisation
+    _broken("reported_rows.py:RMS_DWEIGHT_ATOMIC_UNLESS_DETERMINISTIC", "rms.jacobian"),
+    _broken("reported_rows.py:ADD_LN_SPLIT_ROW_ONE_PASS_UNLESS_DETERMINISTIC", "add_ln.jacobian"),
+    _broken("reported_rows.py:RMS_NORM_EVAL_FAST_PATH", "rms.forward"),
+    _broken("reported_rows.py:RMS_AUTOCAST_HARDCODED_BFLOAT16", "rms.forward"),
+    _broken("reported_rows.py:LN_GRAD_MODE_LEAK", "ln.forward"),
+    _broken("reported_rows.py:RMS_WEIGHT_PROMOTED_THROUGH_DATA_PARAMS_ONLY", "rms.inputs_unmodified"),
+    # (a weight without its gradient is a fault of the call: an error)
+    _broken("reported_rows.py:LN_IDENTITY_AFFINE_FAST_PATH", "ln.spectral_norm", status="error"),
+    _broken("reported_rows.py:RMS_UNIT_WEIGHT_FAST_PATH", "rms.jacobian", status="error"),
     # correct (not the torch built-in: make test's own `pytest properties` runs every claim on it, in the same profile)
     _correct("statistics.py:LN_TEXTBOOK"),
     _correct("statistics.py:RMS_TEXTBOOK"),

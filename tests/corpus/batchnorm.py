@@ -71,6 +71,18 @@ lists the claims that must catch each.
                                                                               -> bn.forward, bn.running_statistics
     BN_SYNC_DGRAD_UNEVEN         the forward right, the backward's mean_dy and mean_dy_xmu averaged over two uneven
                                  ranks with equal weights (pytorch/pytorch#36382)                  -> bn.jacobian
+    BN_UPDATE_ONLY_WITH_GRAD     a training call updates the running statistics only with grad mode on: under
+                                 torch.no_grad() / inference_mode (swa_utils.update_bn, precise-BN recalibration)
+                                 they never move (facebookresearch/fairscale#1035, pytorch/pytorch#96136)
+                                                                                         -> bn.running_statistics
+    BN_RECOMPUTE_UPDATES_TWICE   a memory-saving BatchNorm whose backward recomputes the forward, running update
+                                 included: a differentiated training step moves the buffers twice
+                                 (pytorch/pytorch#96136, gpleiss/efficient_densenet_pytorch#73,
+                                 Tencent/YOLO-Master#262)                                -> bn.running_statistics
+    BN_LARGE_BATCH_CHUNKED       training with more than 65 535 samples split into chunks of 65 535, each
+                                 normalized with its own statistics and updating the running buffers once
+                                 (pytorch/pytorch#2917, #19911, #16998; PaddlePaddle/Paddle#43072)
+                                                                    -> bn.forward, bn.running_statistics (at scale)
     BN_CORRECT                   the control: the same implementation, nothing broken
 
 InstanceNorm with running statistics (kind instancenorm, F.instance_norm's contract), the same implementation with
@@ -97,6 +109,9 @@ statistics per (sample, channel) and the running update averaged over the sample
                                                                                           -> in.layout_invariance
     IN_RUNNING_VAR_FROM_RSTD     the running variance updated with 1 / rstd^2 = var + eps (flagos-ai/FlagGems#4885)
                                                                                          -> in.running_statistics
+    IN_NO_BUFFERS_INPUT_STATISTICS  use_input_stats=False without running buffers normalizes with the instances'
+                                 statistics where torch raises (openvinotoolkit/openvino#37954, apache/tvm#14963)
+                                                                                                      -> in.eval
     IN_CORRECT                   the control
 """
 
@@ -194,8 +209,35 @@ class _PackedByRequiresGrad(torch.autograd.Function):
                      for g, shape in zip(packed, ctx.shapes, strict=True))
 
 
+class _RunningUpdateInBackward(torch.autograd.Function):
+    """The identity on y whose backward runs the training call's running update once more, as a memory-saving
+    BatchNorm recomputing its forward (running update included) to differentiate it."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor, values: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                momentum: float, instance: bool) -> torch.Tensor:
+        ctx.save_for_backward(values)
+        ctx.buffers, ctx.momentum, ctx.instance = (running_mean, running_var), momentum, instance
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        (values,) = ctx.saved_tensors
+        with torch.no_grad():
+            running_update(values, *ctx.buffers, ctx.momentum, "", ctx.instance)
+        return dy, None, None, None, None, None
+
+
 def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, eps, *, bug: str = "",
                instance: bool = False):
+    if bug == "large_batch_chunked" and training and not instance and x.shape[0] > GRID_Y:
+        # the batch split into chunks of GRID_Y samples, each a BatchNorm call of its own (its own statistics, its
+        # own running update)
+        return torch.cat([batchnorm(chunk, running_mean, running_var, weight, bias, training, momentum, eps)
+                          for chunk in x.split(GRID_Y)])
+    if bug == "no_buffers_input_statistics" and instance and not training and (
+            running_mean is None or running_var is None):
+        training = True  # eval without running statistics accepted: the instances' own statistics
     if bug == "grads_packed" and training:  # the training kernel's backward packs its gradients by requires_grad
         packed = iter(_PackedByRequiresGrad.apply(*(t for t in (x, weight, bias) if t is not None)))
         x, weight, bias = (None if t is None else next(packed) for t in (x, weight, bias))
@@ -282,7 +324,11 @@ def batchnorm(x, running_mean, running_var, weight, bias, training, momentum, ep
         bias = None  # the forward of a training step (cuDNN's is another kernel than inference's) drops the bias
     y = y if bug == "manual" else _affine(y, weight, bias)
     updates = (training or bug == "eval_updates") and not (
-        bug == "no_update_without_affine" and weight is None and bias is None)
+        bug == "no_update_without_affine" and weight is None and bias is None) and not (
+        bug == "update_only_with_grad" and not torch.is_grad_enabled())
+    if (bug == "recompute_updates_twice" and training and running_mean is not None and torch.is_grad_enabled()
+            and y.requires_grad):  # the backward recomputes the forward, its running update included
+        y = _RunningUpdateInBackward.apply(y, values.detach(), running_mean, running_var, momentum, instance)
     if updates and running_mean is not None and bug != "manual":
         with torch.no_grad():
             running_update(values, running_mean, running_var, momentum, bug, instance, storage=x.dtype, eps=eps)
@@ -440,6 +486,25 @@ BN_SYNC_DGRAD_UNEVEN = _kernel(
     "pytorch/pytorch#36382 (SyncBN dgrad: the counts of variadic batch sizes not used for mean_dy and mean_dy_xmu): "
     "the forward right, the backward over two ranks (chunk(2)) averaging their mean_dy and mean_dy_xmu with equal "
     "weights, wrong for an odd batch: bn.jacobian")
+BN_UPDATE_ONLY_WITH_GRAD = _kernel(
+    "BN_UPDATE_ONLY_WITH_GRAD", "update_only_with_grad",
+    "facebookresearch/fairscale#1035 (patch_batchnorm: a checkpointed BatchNorm accumulates statistics only when grad "
+    "is enabled), pytorch/pytorch#96136: the running statistics updated only with torch.is_grad_enabled(); a "
+    "training-mode call under torch.no_grad() / inference_mode (torch.optim.swa_utils.update_bn, precise-BN "
+    "recalibration) normalizes with the batch's statistics but never moves the buffers (F.batch_norm updates them "
+    "whatever the grad mode): bn.running_statistics")
+BN_RECOMPUTE_UPDATES_TWICE = _kernel(
+    "BN_RECOMPUTE_UPDATES_TWICE", "recompute_updates_twice",
+    "pytorch/pytorch#96136 (torch.utils.checkpoint should avoid updating BatchNorm statistics twice), "
+    "gpleiss/efficient_densenet_pytorch#73, Tencent/YOLO-Master#262: a memory-saving BatchNorm whose backward "
+    "recomputes its forward, running update included: the forward alone right, every differentiated training step "
+    "moves the buffers twice: bn.running_statistics")
+BN_LARGE_BATCH_CHUNKED = _kernel(
+    "BN_LARGE_BATCH_CHUNKED", "large_batch_chunked",
+    "pytorch/pytorch#2917, #19911, #16998 and PaddlePaddle/Paddle#43072 (BatchNorm kernels failing beyond 65 535 "
+    "samples; the usual workaround splits the batch): in training a batch of more than 65 535 samples processed in "
+    "chunks of 65 535, each normalized with its own batch statistics and updating the running buffers once (twice "
+    "for 65 536 to 131 070 samples); eval right: bn.forward, bn.running_statistics (at scale)")
 BN_CORRECT = _kernel("BN_CORRECT", "", "the control: nothing broken")
 
 IN_STATISTICS_OVER_BATCH = _kernel("IN_STATISTICS_OVER_BATCH", "over_batch",
@@ -479,4 +544,11 @@ IN_RUNNING_VAR_FROM_RSTD = _kernel(
     "IN_RUNNING_VAR_FROM_RSTD", "var_from_rstd",
     "flagos-ai/FlagGems#4885 (InstanceNorm's running variance recovered from the saved rstd as 1 / rstd^2, eps never "
     "subtracted): the running variance moves toward (var + eps) n / (n - 1): in.running_statistics", "instancenorm")
+IN_NO_BUFFERS_INPUT_STATISTICS = _kernel(
+    "IN_NO_BUFFERS_INPUT_STATISTICS", "no_buffers_input_statistics",
+    "openvinotoolkit/openvino#37954 (the PyTorch frontend's instance_norm dispatching on whether running_mean / "
+    "running_var are given, use_input_stats never read), apache/tvm#14963 (use_input_stats ignored): "
+    "use_input_stats=False without running buffers silently normalizes with the instances' own statistics where torch "
+    "raises (a converted model whose buffers were dropped evaluated with per-instance statistics): in.eval",
+    "instancenorm")
 IN_CORRECT = _kernel("IN_CORRECT", "", "the control: nothing broken", "instancenorm")

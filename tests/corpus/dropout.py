@@ -380,6 +380,38 @@ def _key_from_address(x: torch.Tensor, seed: int) -> torch.Generator:
     return _seeded_generator(x, (seed ^ (x.untyped_storage().data_ptr() >> 4)) & (2**63 - 1))
 
 
+def _keep_by_one_byte(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Each element's keep decision compares ONE random byte with floor(256 p) (NVIDIA/TransformerEngine#2014:
+    "Dropout with 8-bit RNG", packed_le_8bit(random, p_dropout_in_uint32_t); NVIDIA/apex#1614: "Use 8bit comparison
+    to generate dropout mask"; ROCm/composable_kernel#903: dropout's random numbers from ushort to uint8): the drop
+    probability is quantized to multiples of 1/256, so p = 0.001 never drops (threshold 0), p = 0.999 keeps 1/256 of
+    the elements, p = 0.1 drops 25/256. Must fail dropout.keep_rate."""
+    draws = torch.randint(0, 256, x.shape, generator=generator, device=x.device)
+    return draws >= min(int(p * 256.0), 255)
+
+
+def _keep_below_a_wrapping_threshold(x: torch.Tensor, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Keep where a 32-bit random number is below uint32(float32(1 - p) * 2^32), 1 - p rounded to float32 (the
+    32-bit keep threshold of fused dropout kernels: NVIDIA/cudnn-frontend#875's keep_threshold32 at the end of the
+    float32 range, NVIDIA/TransformerEngine#2014's p_dropout_in_uint32_t): for 0 < p < 2^-25 float32(1 - p) is 1.0
+    and the threshold 2^32 wraps to 0, so EVERY element is dropped instead of almost none (p = 0 is special-cased
+    and right, every ordinary p too): a dropout schedule annealed towards 0 zeroes the whole activation on its way.
+    Must fail dropout.keep_rate."""
+    if p == 0.0:
+        return torch.ones(x.shape, dtype=torch.bool, device=x.device)
+    threshold = int(torch.tensor(1.0 - p, dtype=torch.float32).item() * 2.0**32) % 2**32  # the bug: wraps to 0
+    return torch.randint(0, 2**32, x.shape, generator=generator, device=x.device) < threshold
+
+
+def _kept_as_bitwise_not(x: torch.Tensor, p: float, seed: int, mask: torch.Tensor) -> torch.Tensor:
+    """The mask saved as a uint8 byte per element of the DROPPED ones, the backward's kept mask taken as ~dropped, a
+    bitwise NOT of a uint8 (255 where kept, 254 where dropped) instead of a logical one (lvzhaoyang/
+    DeeperInverseCompositionalAlgorithm#5: "After pytorch 1.3, the not operation for 0 in uint type is 255, instead
+    of 1"): dx = dy (255 or 254) / (1 - p). Must fail dropout.gradient, dropout.layout_invariance."""
+    dropped = (~mask).to(torch.uint8)
+    return ~dropped
+
+
 # --- kernels ----------------------------------------------------------------------------------------------------
 
 
@@ -496,3 +528,10 @@ DROPOUT_RATIO_BACKWARD = _kernel("dropout_ratio_backward", _mask_from_the_ratio.
 DROPOUT_OFFSET_KEYED = _kernel("dropout_offset_keyed", _regenerated_at_contiguous_offsets.__doc__,
                                keep_mask=_keyed_by_memory_offsets, backward_mask=_regenerated_at_contiguous_offsets)
 DROPOUT_KEY_FROM_ADDRESS = _kernel("dropout_key_from_address", _key_from_address.__doc__, generator=_key_from_address)
+# red-team round 8 (channels and dropout): the keep decision by one byte, a 32-bit threshold wrapping at tiny p, the
+# saved uint8 mask inverted bitwise
+DROPOUT_8BIT_THRESHOLD = _kernel("dropout_8bit_threshold", _keep_by_one_byte.__doc__, keep_mask=_keep_by_one_byte)
+DROPOUT_TINY_P_DROPS_EVERYTHING = _kernel("dropout_tiny_p_drops_everything", _keep_below_a_wrapping_threshold.__doc__,
+                                          keep_mask=_keep_below_a_wrapping_threshold)
+DROPOUT_UINT8_MASK_NOT = _kernel("dropout_uint8_mask_not", _kept_as_bitwise_not.__doc__,
+                                 backward_mask=_kept_as_bitwise_not)

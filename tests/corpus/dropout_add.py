@@ -33,6 +33,12 @@
                                   x of 0 gets no gradient (ROCm/tensorflow-upstream#1012)  -> drop_add_ln.gradient
     DROP_ADD_ROW_STRIDE_KEYED     the forward's uniforms keyed by x's memory offsets, the backward's by the contiguous
                                   dx's (pytorch/pytorch#47176's class)              -> drop_add_ln.layout_invariance
+    DROP_ADD_TINY_P_DROPS_EVERYTHING  the keep threshold uint32(float32(1 - p) 2^32) wraps to 0 for 0 < p < 2^-25: the
+                                  whole branch dropped, residual_out = residual (NVIDIA/cudnn-frontend#875,
+                                  NVIDIA/TransformerEngine#2014)                        -> drop_add_ln.keep_rate
+    DROP_ADD_RESIDUAL_DOWNCAST    a float32 residual beside 16-bit x rounded to x's dtype, the dropout + add done
+                                  there, residual_out handed back in float32 holding a 16-bit sum
+                                  (NVIDIA/Megatron-LM#3504)                             -> drop_add_ln.gradient
 
 The control computes in float32 and rounds residual_out to the storage dtype, so in 16-bit storage its autograd
 backward rounds dL/d(residual_out) twice, as torch-fused does (docs/findings.md [R1]): inside the k-term sum the
@@ -73,6 +79,9 @@ def _mask(shape, p: float, seed: int, bug: str, dtype: torch.dtype = torch.float
         d, rows = shape[-1], math.prod(shape[:-1])
         stream = torch.rand((rows - 1) * (d // 2) + d, generator=generator)
         return (stream[torch.arange(rows).unsqueeze(1) * (d // 2) + torch.arange(d)] >= p).reshape(shape)
+    if bug == "threshold_wraps" and p > 0.0:  # keep where a 32-bit draw < uint32(float32(1 - p) 2^32), wrapping to 0
+        threshold = int(torch.tensor(1.0 - p, dtype=torch.float32).item() * 2.0**32) % 2**32
+        return torch.randint(0, 2**32, shape, generator=generator) < threshold
     if bug == "blocks":  # one draw for each pair of neighbours (an even width)
         return (torch.rand(*shape[:-1], shape[-1] // 2, generator=generator) >= p).repeat_interleave(2, -1)
     draws = torch.rand(shape, generator=generator, dtype=dtype if bug == "storage_uniform" else torch.float32)
@@ -145,6 +154,8 @@ def _make(bug: str):
         if bug == "unscaled":
             branch = _value_of_first_gradient_of_second(branch, torch.where(kept, x.float(), 0.0))
         h = (residual.float() + branch).to(residual.dtype)
+        if bug == "residual_downcast" and residual.dtype != x.dtype:  # the residual rounded to x's dtype, summed there
+            h = (residual.to(x.dtype) + branch.to(x.dtype)).to(residual.dtype)
         if bug == "written":
             residual.data.copy_(h.detach())
         normalized = (residual.float() + x.float()) if bug == "skipped" else h.float()
@@ -241,4 +252,16 @@ DROP_ADD_ROW_STRIDE_KEYED = _kernel(
     "x with another row stride (a slice of a fused qkv or hidden buffer, a transposed view) (pytorch/pytorch#47176's "
     "class, fixed by #47552: a dropout mask addressed with the wrong layout of a non-contiguous input): "
     "drop_add_ln.layout_invariance")
+DROP_ADD_TINY_P_DROPS_EVERYTHING = _kernel(
+    "DROP_ADD_TINY_P_DROPS_EVERYTHING", "threshold_wraps",
+    "the branch's keep threshold uint32(float32(1 - p) 2^32), 1 - p rounded to float32 (NVIDIA/cudnn-frontend#875's "
+    "keep_threshold32 at the end of the float32 range; NVIDIA/TransformerEngine#2014's p_dropout_in_uint32_t), wraps "
+    "to 0 for 0 < p < 2^-25: the whole branch dropped, residual_out = residual and y = LN(residual), the sublayer's "
+    "output silently gone (p = 0 and every ordinary p right): drop_add_ln.keep_rate")
+DROP_ADD_RESIDUAL_DOWNCAST = _kernel(
+    "DROP_ADD_RESIDUAL_DOWNCAST", "residual_downcast",
+    "NVIDIA/Megatron-LM#3504 (\"Fixed fp32 residuals\": _bias_dropout_add_func downcast the fp32 residual to the "
+    "computation dtype, residual.to(x.dtype), so fp32_residual_connection never kept the residual stream in fp32): "
+    "beside 16-bit x a float32 residual rounded to x's dtype, the dropout + add done there, residual_out handed back "
+    "in float32 (its declared dtype) holding a 16-bit sum: drop_add_ln.gradient")
 DROP_ADD_CORRECT = _kernel("DROP_ADD_CORRECT", "", "the same implementation, unbroken: the control")

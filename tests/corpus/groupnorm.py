@@ -34,6 +34,9 @@ float32, per-channel weight and bias, autograd backward) with exactly one thing 
                               (mindspore-lab/mindone#169, lucidrains/video-diffusion-pytorch#23)        -> gn.forward
     GN_BACKWARD_ROWS_OF_LAST_DIM  4-D/5-D x: y right, the backward's reductions per row of the last axis (hidden =
                               dY.shape[-1]; linkedin/Liger-Kernel#1375, fixed by #1376)                -> gn.jacobian
+    GN_SQUARE_IN_X_DTYPE      16-bit x: the deviations x - mean and their squares formed in x's dtype, only their sum
+                              in float32 (neuroneural/brainchop-cli#56; reported_rows.py's RMS_SQUARE_IN_STORAGE for
+                              GroupNorm)                                                   -> gn.forward, gn.jacobian
 """
 
 from __future__ import annotations
@@ -112,6 +115,10 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
         count = count_in(x.dtype, grouped.shape[-1])
         mean = grouped.sum(axes, keepdim=True) / count
         variance = (grouped - mean).square().sum(axes, keepdim=True) / count
+    elif bug == "square_in_x_dtype" and x.dtype in (torch.float16, torch.bfloat16):
+        mean = grouped.mean(axes, keepdim=True)
+        deviations = grouped.to(x.dtype) - mean.to(x.dtype)  # the bug: x - mean and its square in x's dtype
+        variance = (deviations * deviations).float().mean(axes, keepdim=True)
     elif bug == "one_pass_from_4_samples" and 4 <= n <= 1024:
         mean = grouped.mean(axes, keepdim=True)
         variance = (grouped.square().mean(axes, keepdim=True) - mean.square()).clamp_min(0.0)
@@ -218,4 +225,10 @@ GN_BACKWARD_ROWS_OF_LAST_DIM = _kernel(
     "GN_BACKWARD_ROWS_OF_LAST_DIM", "backward_rows_of_last_dim",
     "linkedin/Liger-Kernel#1375 (fixed by #1376: group_norm_backward took hidden_size = dY.shape[-1], W where H W was "
     "meant, for 4-D and 5-D x): the forward right, the backward's reductions per row of the last axis: gn.jacobian")
+GN_SQUARE_IN_X_DTYPE = _kernel(
+    "GN_SQUARE_IN_X_DTYPE", "square_in_x_dtype",
+    "neuroneural/brainchop-cli#56 (GroupNorm's per-element square runs in float16 before the float32 accumulation: "
+    "conv outputs above ~256 overflow, 256^2 > 65504): for 16-bit x the deviations x - mean and their squares formed "
+    "in x's dtype, only their sum in float32 (float16 squares overflow to inf or underflow to subnormals; bfloat16 "
+    "loses mantissa): gn.forward, gn.jacobian")
 GN_CORRECT = _kernel("GN_CORRECT", "", "the same implementation, unbroken: the control")

@@ -70,6 +70,13 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
     RMS_QUANT_AMAX_UPPER_BOUND      the per-token amax clamped to a default scale upper bound of 1200 before amax /
                                     fmax (vllm-project/vllm#48868's scale_ub, Meta's FP8 Llama recipe): rows whose
                                     |y| exceeds 1200 saturate                               -> rms_quant.scales
+    RMS_QUANT_TOKENS_BEYOND_GRID    one program per token on a grid axis of at most 65 535: tokens from 65 535 on never
+                                    normalized nor quantized, their q and dynamic scales left as allocated
+                                    (vllm-project/vllm#52381, NVIDIA/TensorRT-LLM#16847) -> rms_quant.values (at scale)
+    RMS_QUANT_VECTOR_TAIL_WIDE      rows wider than 1024 on a path of 8 elements a step: for d % 8 != 0 the last d % 8
+                                    columns left out of the dynamic amax and never stored (ROCm/aiter#5044,
+                                    flashinfer-ai/flashinfer#4480, vllm-project/vllm#6511)
+                                                                                -> rms_quant.scales, rms_quant.values
     RMS_QUANT_INVERSE_DECLARED      the multiply convention, declared (scale_convention="multiply": q = Q(y s),
                                     dynamic scale fmax / amax): correct
     {LN,RMS,ADD_RMS}_QUANT_RECIPROCAL_SCALE  the dynamic scale as amax * fl(1/fmax), two float32 roundings, as torch's
@@ -322,6 +329,36 @@ def _amax_upper_bound(y32, x, scale, quant_dtype):
     return quantize(y, scale, quant_dtype)
 
 
+GRID_Y = 65_535  # the programs a grid's y axis launches
+VECTOR = 8  # the elements a step of the wide rows' vectorized path
+
+
+def _tokens_beyond_the_grid(y32, x, scale, quant_dtype):
+    q, s = _correct(y32, x, scale, quant_dtype)
+    d = q.shape[-1] if q.dim() else 0
+    if not d or q.numel() // d <= GRID_Y:
+        return q, s
+    # the bug: the tokens from GRID_Y on never quantized, q (and the dynamic scales) as the allocation left them
+    unwritten = torch.empty_like(q).reshape(-1, d)
+    unwritten[:GRID_Y] = q.reshape(-1, d)[:GRID_Y]
+    if scale is None:
+        scales = torch.empty_like(s).reshape(-1, 1)
+        scales[:GRID_Y] = s.reshape(-1, 1)[:GRID_Y]
+        s = scales.reshape(s.shape)
+    return unwritten.reshape(q.shape), s
+
+
+def _vector_tail_left_out_wide(y32, x, scale, quant_dtype):
+    d = y32.shape[-1]
+    if d <= BLOCK or not d % VECTOR:
+        return _correct(y32, x, scale, quant_dtype)
+    whole = d - d % VECTOR  # the bug: only the whole vectors enter the amax and are quantized and stored
+    q, s = _correct(y32[..., :whole], x, scale, quant_dtype)
+    unwritten = torch.empty(y32.shape, dtype=q.dtype, device=q.device)
+    unwritten[..., :whole] = q
+    return unwritten, s
+
+
 def _ln_quant_stats_tail_dropped(x, weight, bias, eps, scale, quant_dtype):
     """LayerNorm whose statistics loop over blocks of 1024 columns runs d // 1024 times: the partial last block never
     enters the mean and variance (both still divided by d)."""
@@ -511,6 +548,21 @@ LN_QUANT_SCALE_BEFORE_WEIGHT = _kernel(
     "scale is derived from; Meta's FP8 Llama recipe's activation scale_ub 1200) left on by default: the dynamic scale "
     "min(amax, 1200) / fmax, so a token whose |y| exceeds 1200 (massive activations after a large gain) saturates",
     "scales", prefixes=("RMS",))
+# red-team round 8 (channels and dropout): more than 65 535 tokens, a vector path's tail of wide rows
+(RMS_QUANT_TOKENS_BEYOND_GRID,) = _every_kind(
+    "TOKENS_BEYOND_GRID", _tokens_beyond_the_grid, "vllm-project/vllm#52381 (fused_norm_rope and fused_q placed "
+    "num_tokens on CUDA grid-y: a launch of 65 536 tokens exceeded its 65 535 block limit), "
+    "NVIDIA/TensorRT-LLM#16847 (a per-token FP8 quant grid of num_tokens): one program per token on a grid axis "
+    "clipped to 65 535, so tokens from 65 535 on are never normalized nor quantized, their q and dynamic scales "
+    "whatever the freshly allocated outputs held", "values", prefixes=("RMS",))
+(RMS_QUANT_VECTOR_TAIL_WIDE,) = _every_kind(
+    "VECTOR_TAIL_WIDE", _vector_tail_left_out_wide, "ROCm/aiter#5044 (HIP RMSNorm corrupts row-boundary elements for "
+    "odd hidden sizes: an unhandled vectorized tail in module_rmsnorm_quant's fast path), "
+    "flashinfer-ai/flashinfer#4480 (a thread per vector, no bounds guard, hidden_size checked only % 128), "
+    "vllm-project/vllm#6511 (vectorized only if hidden_size % 4 == 0): rows wider than 1024 take a path of 8 "
+    "elements a step whose amax and quantize loop cover the whole vectors only, so for d % 8 != 0 the last d % 8 "
+    "columns are left out of the dynamic amax and never stored (rows up to 1024: a scalar path, right)", "scales",
+    "values", prefixes=("RMS",))
 RMS_QUANT_INVERSE_DECLARED = _kernel(
     "INVERSE_DECLARED", "RMS", _rmsnorm(_inverse_declared),
     "q = Q(y * scale), declared (scale_convention='multiply'): correct",

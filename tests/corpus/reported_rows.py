@@ -75,6 +75,34 @@ backward:
                               x's dtype (vLLM's fused_add_rms_norm holding x + residual in scalar_t); the gradients
                               those of the float32 sum                                       -> add_rms.forward
 
+And of red-team round 8 (rows), on the paths of torch's modes and state and of the parameters' values and identity:
+
+    RMS_DWEIGHT_ATOMIC_UNLESS_DETERMINISTIC  outside torch's deterministic-algorithms mode (torch's default) the
+                              backward adds each program's dweight partial (4 rows) into a buffer of the weight's
+                              dtype with atomics (linkedin/Liger-Kernel#945; TransformerEngine's
+                              NVTE_ALLOW_NONDETERMINISTIC_ALGO; kekzl/imp#1574)                 -> rms.jacobian
+    ADD_LN_SPLIT_ROW_ONE_PASS_UNLESS_DETERMINISTIC  outside deterministic mode the split-row kernel: sum(h) and
+                              sum(h^2) merged, the variance E[h^2] - E[h]^2 (TransformerEngine's multi-CTA LayerNorm;
+                              tenstorrent/tt-metal#30538, pytorch/pytorch#49821)               -> add_ln.jacobian
+    RMS_NORM_EVAL_FAST_PATH   an nn.Module (RMSNormEvalFastPath) whose eval-mode path calls torch's rms_norm
+                              without eps: eps = finfo(x.dtype).eps (linkedin/Liger-Kernel#201;
+                              Oneflow-Inc/oneflow#6836)                                         -> rms.forward
+    RMS_AUTOCAST_HARDCODED_BFLOAT16  under any autocast the inputs cast to bfloat16, whatever autocast's dtype
+                              (facebookresearch/ijepa#30, datawhalechina/happy-llm#195, pytorch/pytorch#87979)
+                                                                                                -> rms.forward
+    LN_GRAD_MODE_LEAK         torch.set_grad_enabled(False) ... torch.set_grad_enabled(True) around an amax
+                              history: the caller's no_grad lost (pytorch/pytorch#113298, #44531)
+                                                                                 -> ln.forward (a fault: state)
+    RMS_WEIGHT_PROMOTED_THROUGH_DATA_PARAMS_ONLY  a 16-bit weight that is not a view (a parameter) rebound to
+                              float32 through ``weight.data = weight.data.float()`` (huggingface/peft's
+                              prepare_model_for_kbit_training; apex/Megatron O2's .data rebinding)
+                                                                                            -> rms.inputs_unmodified
+    LN_IDENTITY_AFFINE_FAST_PATH  weight all ones and bias all zeros (every nn.LayerNorm at initialisation): normalized
+                              without them, no gradient for either (huggingface/candle#2168's class)
+                                                                      -> ln.spectral_norm (a fault: no gradient)
+    RMS_UNIT_WEIGHT_FAST_PATH the same for an RMSNorm weight of all ones (Llama's torch.ones init)
+                                                                         -> rms.jacobian (a fault: no gradient)
+
 Each kernel is correct in every other respect (the corpus runs a broken kernel on the claims of its entry).
 """
 
@@ -82,6 +110,7 @@ from __future__ import annotations
 
 import torch
 
+from core.adapters.modules import kernel_from_module_class
 from core.kernel import Kernel
 
 SPEC = "tests/corpus/reported_rows.py:"
@@ -94,6 +123,8 @@ ROWS_PER_PROGRAM = 32  # a multi-row program's block of rows
 WIDEST_BLOCK = 65536  # the widest row a one-block kernel takes (Triton tutorial 05's MAX_FUSED_SIZE)
 DEFAULT_EPS = {"layernorm": 1e-5, "rmsnorm": 1e-6}  # the defaults ``eps or default`` falls back to
 BACKWARD_DEFAULT_EPS = 1e-6  # the eps a backward kernel's default argument holds
+ATOMIC_ROWS = 4  # the rows of one program's dweight partial, added into the dweight buffer with an atomic
+_AMAX_HISTORY: list[float] = []  # LN_GRAD_MODE_LEAK's monitoring: the latest calls' amax
 _BAKED_EPS: dict[tuple, float] = {}  # LN_EPS_CACHED_PER_WIDTH's compiled kernels: (d, dtype, device) -> eps
 
 
@@ -124,6 +155,11 @@ def _rows(h: torch.Tensor) -> int:
     return h.numel() // h.shape[-1] if h.dim() and h.shape[-1] else 0
 
 
+def _default_mode() -> bool:
+    """torch's deterministic-algorithms mode off (torch's default): the path of a kernel that switches on it."""
+    return not torch.are_deterministic_algorithms_enabled()
+
+
 def _centred_and_variance(h: torch.Tensor, rms: bool, bug: str) -> tuple[torch.Tensor, torch.Tensor]:
     """h - mean (h for RMSNorm) in float32 and the variance (the mean square), [..., 1], with the bug."""
     values = h.float()
@@ -139,7 +175,7 @@ def _centred_and_variance(h: torch.Tensor, rms: bool, bug: str) -> tuple[torch.T
         return values - mean, (block - mean).square().mean(-1, keepdim=True)
     mean = 0.0 if rms else values.mean(-1, keepdim=True)
     centred = values - mean
-    if bug == "one_pass" and _even_m(h):
+    if (bug == "one_pass" and _even_m(h)) or (bug == "one_pass_unless_deterministic" and _default_mode()):
         return centred, (values.square().mean(-1, keepdim=True) - mean * mean).clamp_min(0.0)
     if bug == "matmul_statistics":
         column = torch.full((h.shape[-1], 1), 1.0 / h.shape[-1], device=h.device)
@@ -206,13 +242,22 @@ class _RmsBackward(torch.autograd.Function):
         enabled, dtype = ctx.autocast
         with torch.autocast(x.device.type, dtype=dtype, enabled=enabled and ctx.bug == "autocast_matmul_sums"):
             if ctx.bug == "autocast_matmul_sums":  # the bug: row sums as matmuls, in the autocast dtype
-                ones = torch.ones(d, 1, device=x.device)
+                # the ones in float32 whatever torch's default dtype: the bug is autocast's dtype only
+                ones = torch.ones(d, 1, dtype=torch.float32, device=x.device)
                 mean_gx = ((g * xhat) @ ones).float() / d
                 terms = (dy32 * xhat).reshape(-1, d)
-                dweight = (torch.ones(1, terms.shape[0], device=x.device) @ terms).float().reshape(d)
+                row_ones = torch.ones(1, terms.shape[0], dtype=torch.float32, device=x.device)
+                dweight = (row_ones @ terms).float().reshape(d)
             else:
                 mean_gx = (g * xhat).mean(-1, keepdim=True)
                 dweight = (dy32 * xhat).reshape(-1, d).sum(0)
+        if ctx.bug == "atomic_dweight_unless_deterministic" and weight is not None and _default_mode():
+            # the bug: each program's partial of ATOMIC_ROWS rows added with an atomic into a buffer of the weight's
+            # dtype (a 16-bit weight: every partial rounded into a 16-bit running sum)
+            terms = (dy32 * xhat).reshape(-1, d)
+            dweight = torch.zeros(d, dtype=weight.dtype, device=x.device)
+            for start in range(0, terms.shape[0], ATOMIC_ROWS):
+                dweight += terms[start:start + ATOMIC_ROWS].sum(0).to(weight.dtype)
         dx = rstd * (g - xhat * mean_gx)
         return dx.to(x.dtype), None if weight is None else dweight.to(weight.dtype), None, None, None
 
@@ -250,11 +295,27 @@ def _function(kind: str, bug: str):
     buffers: dict[tuple, torch.Tensor] = {}
 
     def layernorm(x, weight, bias, eps):
+        if bug == "grad_mode_leak":  # the bug: grad mode set on afterwards, not restored to the caller's
+            torch.set_grad_enabled(False)
+            _AMAX_HISTORY.append(float(x.detach().abs().amax()) if x.numel() else 0.0)
+            del _AMAX_HISTORY[:-16]
+            torch.set_grad_enabled(True)
+        if (bug == "identity_affine_dropped" and weight is not None and bias is not None
+                and bool((weight == 1).all()) and bool((bias == 0).all())):
+            weight = bias = None  # the bug: the identity affine map skipped, and its parameters with it
         return _normalize(x, weight, bias, eps, rms=False, bug=bug).to(x.dtype)
 
     def rmsnorm(x, weight, eps):
-        if bug in ("backward_default_eps", "autocast_matmul_sums"):
+        if bug in ("backward_default_eps", "autocast_matmul_sums", "atomic_dweight_unless_deterministic"):
             return _RmsBackward.apply(x, weight, eps, bug, _autocast_state(x))
+        if bug == "autocast_bfloat16" and torch.is_autocast_enabled(x.device.type):
+            # the bug: cast_inputs=torch.bfloat16 hard-coded, whatever autocast's dtype
+            x, weight = x.to(torch.bfloat16), None if weight is None else weight.to(torch.bfloat16)
+        if (bug == "weight_promoted_through_data" and weight is not None and weight._base is None
+                and weight.dtype in (torch.float16, torch.bfloat16)):
+            weight.data = weight.data.float()  # the bug: the caller's parameter rebound to a float32 copy
+        if bug == "unit_weight_dropped" and weight is not None and bool((weight == 1).all()):
+            weight = None  # the bug: a weight of ones skipped, and left out of the graph
         return _normalize(x, weight, None, eps, rms=True, bug=bug).to(x.dtype)
 
     def add_norm(x, residual, weight, bias, eps, rms):
@@ -404,3 +465,81 @@ ADD_RMS_Y_FROM_ROUNDED_SUM = _kernel(
     "beside a float32 residual stream, y (returned in float32) normalizes residual_out rounded to x's 16-bit dtype "
     "(vLLM's fused_add_rms_norm holding z = x + residual in scalar_t; cf. vllm-project/vllm-ascend#15995), the "
     "backward that of the float32 sum (right): add_rms.forward", dtypes=FLOAT32_ARITHMETIC)
+
+# red-team round 8 (rows): torch's modes and state, a module's eval mode, the parameters' values and identity
+RMS_DWEIGHT_ATOMIC_UNLESS_DETERMINISTIC = _kernel(
+    "RMS_DWEIGHT_ATOMIC_UNLESS_DETERMINISTIC", "rmsnorm", "atomic_dweight_unless_deterministic",
+    "outside torch's deterministic-algorithms mode (torch's default) the backward accumulates dweight with atomics of "
+    "per-program partials (4 rows) into a buffer of the weight's dtype (a 16-bit weight: every partial rounded into a "
+    "16-bit running sum); under torch.use_deterministic_algorithms(True) a two-stage float32 reduction "
+    "(linkedin/Liger-Kernel#945: LayerNorm's dW/dB by tl.atomic_add across programs; TransformerEngine's "
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO switching its norm backward kernels; kekzl/imp#1574: a deterministic flag "
+    "reaching some kernel paths only): rms.jacobian", dtypes=FLOAT32_ARITHMETIC)
+ADD_LN_SPLIT_ROW_ONE_PASS_UNLESS_DETERMINISTIC = _kernel(
+    "ADD_LN_SPLIT_ROW_ONE_PASS_UNLESS_DETERMINISTIC", "add_layernorm", "one_pass_unless_deterministic",
+    "outside torch's deterministic-algorithms mode (torch's default) the split-row kernel: programs accumulate sum(h) "
+    "and sum(h^2) with atomics and the variance is E[h^2] - E[h]^2, which cancels where |mean| >> std; in "
+    "deterministic mode the two-pass kernel of one program a row (TransformerEngine's multi-CTA LayerNorm by "
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO; tenstorrent/tt-metal#30538, pytorch/pytorch#49821: one-pass variance of merged "
+    "partial sums; kekzl/imp#1574): add_ln.jacobian", dtypes=FLOAT32_ARITHMETIC)
+
+
+class RMSNormEvalFastPath(torch.nn.Module):
+    """RMSNorm module whose eval-mode path calls torch's fused rms_norm without eps (``F.rms_norm(x, (d,), weight)``,
+    eps=None: torch takes torch.finfo(x.dtype).eps, 9.8e-4 in float16, 7.8e-3 in bfloat16, 1.2e-7 in float32, instead
+    of the configured one); training mode is right (linkedin/Liger-Kernel#201: eps dropped on one of two paths;
+    Oneflow-Inc/oneflow#6836: the fused norm in training only, the eval path assembled separately). Statistics in
+    float32 (float64 for float64 x), rounded once to x's dtype. Must fail rms.forward (the draws of grad mode off,
+    where a module runs in eval mode)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        eps = self.eps if self.training else torch.finfo(x.dtype).eps  # the bug: F.rms_norm's eps=None in eval mode
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + eps) * self.weight.to(h.dtype)
+        return y.to(x.dtype)
+
+
+# the class as the suite runs a module class given as SPEC PATH.py:Class (core.adapters.modules), under a name and
+# spec of the corpus, with the class's docstring as its description
+RMS_NORM_EVAL_FAST_PATH = kernel_from_module_class(
+    RMSNormEvalFastPath, f"{SPEC}RMS_NORM_EVAL_FAST_PATH", "rmsnorm", name="rms_norm_eval_fast_path",
+    description=" ".join(RMSNormEvalFastPath.__doc__.split()))
+RMS_AUTOCAST_HARDCODED_BFLOAT16 = _kernel(
+    "RMS_AUTOCAST_HARDCODED_BFLOAT16", "rmsnorm", "autocast_bfloat16",
+    "under autocast its inputs cast to bfloat16 whatever autocast's dtype (custom_fwd(cast_inputs=torch.bfloat16) "
+    "hard-coded): under torch.autocast(dtype=torch.float16) (fp16 AMP on GPUs without bfloat16) y is bfloat16, "
+    "normalized in bfloat16 (facebookresearch/ijepa#30: bfloat16 used although use_bfloat was False; "
+    "datawhalechina/happy-llm#195: the autocast dtype forced whatever the configured one; pytorch/pytorch#87979, "
+    "#88029: custom_bwd forcing float16 whatever the forward's autocast dtype): rms.forward", dtypes=FLOAT32_ARITHMETIC)
+LN_GRAD_MODE_LEAK = _kernel(
+    "LN_GRAD_MODE_LEAK", "layernorm", "grad_mode_leak",
+    "updates an amax history (FP8-style monitoring) under torch.set_grad_enabled(False), then calls "
+    "torch.set_grad_enabled(True) instead of restoring the caller's mode: after a call under torch.no_grad() grad "
+    "mode is on for the rest of the caller's block, graphs recorded and activations kept (pytorch/pytorch#113298: "
+    "set_grad_enabled mutating the grad mode; #44531: enable_grad not restoring the previous mode): ln.forward (a "
+    "fault of the call: torch's state left changed)", dtypes=FLOAT32_ARITHMETIC)
+RMS_WEIGHT_PROMOTED_THROUGH_DATA_PARAMS_ONLY = _kernel(
+    "RMS_WEIGHT_PROMOTED_THROUGH_DATA_PARAMS_ONLY", "rmsnorm", "weight_promoted_through_data",
+    "keeps a 16-bit weight in float32 by rebinding the caller's parameter, weight.data = weight.data.float(), for a "
+    "weight that is not a view (a parameter): the values unchanged (torch.equal says so), the caller's parameter now "
+    "float32, its optimizer state and .grad with it (huggingface/peft's prepare_model_for_kbit_training casting norm "
+    "weights to float32 in place; param.data = param.data.to(dtype) in apex/Megatron O2): rms.inputs_unmodified",
+    dtypes=FLOAT32_ARITHMETIC)
+LN_IDENTITY_AFFINE_FAST_PATH = _kernel(
+    "LN_IDENTITY_AFFINE_FAST_PATH", "layernorm", "identity_affine_dropped",
+    "skips the affine map when it is the identity (weight all ones and bias all zeros: every nn.LayerNorm at "
+    "initialisation) by normalizing without the parameters: y right, but weight and bias left out of the graph, no "
+    "gradient at step 0, never updated (the gradient-blocking fast path of huggingface/candle#2168's class; graph "
+    "simplification of trivial norm weights): ln.spectral_norm (an error: no gradient for the weight; ln.jacobian's "
+    "draws give the identity affine map one example in 48)", dtypes=FLOAT32_ARITHMETIC)
+RMS_UNIT_WEIGHT_FAST_PATH = _kernel(
+    "RMS_UNIT_WEIGHT_FAST_PATH", "rmsnorm", "unit_weight_dropped",
+    "drops a weight of all ones (every RMSNorm at initialisation: Llama's torch.ones) and normalizes without it: y "
+    "right, the weight left out of the graph, no gradient at step 0, never updated (LN_IDENTITY_AFFINE_FAST_PATH's "
+    "RMSNorm twin, huggingface/candle#2168's class): rms.jacobian (an error: no gradient for the weight)",
+    dtypes=FLOAT32_ARITHMETIC)
