@@ -102,6 +102,14 @@ And of red-team round 8 (rows), on the paths of torch's modes and state and of t
                                                                       -> ln.spectral_norm (a fault: no gradient)
     RMS_UNIT_WEIGHT_FAST_PATH the same for an RMSNorm weight of all ones (Llama's torch.ones init)
                                                                          -> rms.jacobian (a fault: no gradient)
+    RMS_ACCUMULATOR_IN_DEFAULT_DTYPE  the mean square summed in a buffer of torch's default dtype (bfloat16 under a
+                              bfloat16 default dtype: huggingface/transformers#29496)  -> rms.forward, rms.jacobian
+    RMS_CAST_CACHE_KEYED_BY_VERSION  the weight's float32 cast cached by address and version: stale after an update
+                              through .data (pytorch/pytorch#53343)                        -> rms.forward
+    LN_CAST_CACHE_KEYED_BY_STORAGE  the weight's float32 cast cached by storage: two layers' views of one flat
+                              parameter buffer share it (local-inference-lab/vllm#228)     -> ln.forward
+    ADD_RMS_ONES_CACHED_IN_INFERENCE  the unit weight for weight=None made once, an inference tensor when the first call
+                              was under inference_mode (sgl-project/sglang#33470)     -> add_rms.jacobian (an error)
 
 Each kernel is correct in every other respect (the corpus runs a broken kernel on the claims of its entry).
 """
@@ -173,6 +181,10 @@ def _centred_and_variance(h: torch.Tensor, rms: bool, bug: str) -> tuple[torch.T
         block = values[..., :WIDEST_BLOCK]
         mean = 0.0 if rms else block.mean(-1, keepdim=True)
         return values - mean, (block - mean).square().mean(-1, keepdim=True)
+    if bug == "default_dtype_accumulator":  # the bug: the mean square summed into a buffer of the default dtype
+        accumulator = torch.zeros((*values.shape[:-1], 1), device=values.device)
+        accumulator += values.square().sum(-1, keepdim=True)
+        return values, accumulator.float() / values.shape[-1]
     mean = 0.0 if rms else values.mean(-1, keepdim=True)
     centred = values - mean
     if (bug == "one_pass" and _even_m(h)) or (bug == "one_pass_unless_deterministic" and _default_mode()):
@@ -300,6 +312,9 @@ def _function(kind: str, bug: str):
             _AMAX_HISTORY.append(float(x.detach().abs().amax()) if x.numel() else 0.0)
             del _AMAX_HISTORY[:-16]
             torch.set_grad_enabled(True)
+        if bug == "cast_cache_by_storage" and weight is not None:  # the bug: the float32 weight keyed by storage
+            key = ("weight", weight.untyped_storage().data_ptr(), weight.dtype, tuple(weight.shape))
+            weight = buffers.setdefault(key, weight.detach().float())
         if (bug == "identity_affine_dropped" and weight is not None and bias is not None
                 and bool((weight == 1).all()) and bool((bias == 0).all())):
             weight = bias = None  # the bug: the identity affine map skipped, and its parameters with it
@@ -314,12 +329,19 @@ def _function(kind: str, bug: str):
         if (bug == "weight_promoted_through_data" and weight is not None and weight._base is None
                 and weight.dtype in (torch.float16, torch.bfloat16)):
             weight.data = weight.data.float()  # the bug: the caller's parameter rebound to a float32 copy
+        if bug == "cast_cache_by_version" and weight is not None:  # the bug: keyed by address and version only
+            key = ("weight", weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape))
+            weight = buffers.setdefault(key, weight.detach().float())
         if bug == "unit_weight_dropped" and weight is not None and bool((weight == 1).all()):
             weight = None  # the bug: a weight of ones skipped, and left out of the graph
         return _normalize(x, weight, None, eps, rms=True, bug=bug).to(x.dtype)
 
     def add_norm(x, residual, weight, bias, eps, rms):
         h = _residual_out(x, residual)
+        if bug == "ones_cached" and weight is None:  # the bug: the unit weight made once, in whatever mode first
+            weight = buffers.setdefault(("ones", h.shape[-1], h.dtype, h.device), torch.ones(h.shape[-1],
+                                                                                            dtype=h.dtype,
+                                                                                            device=h.device))
         if bug in ("weight_bound_as_x", "y_from_rounded_sum") and residual.dtype != x.dtype:
             # the float32-residual instantiation <scalar_t, float>: y returned in residual_out's dtype, float32
             if bug == "weight_bound_as_x" and weight is not None and weight.dtype != x.dtype:
@@ -543,3 +565,23 @@ RMS_UNIT_WEIGHT_FAST_PATH = _kernel(
     "right, the weight left out of the graph, no gradient at step 0, never updated (LN_IDENTITY_AFFINE_FAST_PATH's "
     "RMSNorm twin, huggingface/candle#2168's class): rms.jacobian (an error: no gradient for the weight)",
     dtypes=FLOAT32_ARITHMETIC)
+RMS_ACCUMULATOR_IN_DEFAULT_DTYPE = _kernel(
+    "RMS_ACCUMULATOR_IN_DEFAULT_DTYPE", "rmsnorm", "default_dtype_accumulator",
+    "sums the mean square into torch.zeros(...) of torch's default dtype, not float32: under a bfloat16 default dtype "
+    "(a training script's torch.set_default_dtype) the statistics are summed in bfloat16 (huggingface/transformers"
+    "#29496, tinygrad/tinygrad#17698's class): rms.forward, rms.jacobian", dtypes=FLOAT32_ARITHMETIC)
+RMS_CAST_CACHE_KEYED_BY_VERSION = _kernel(
+    "RMS_CAST_CACHE_KEYED_BY_VERSION", "rmsnorm", "cast_cache_by_version",
+    "caches the float32 cast of its weight keyed by the weight's address and version counter: an update written "
+    "through .data (EMA, FSDP, DeepSpeed) leaves the version as it was, and the stale cast is used "
+    "(pytorch/pytorch#53343, flashinfer-ai/flashinfer#3932): rms.forward", dtypes=FLOAT32_ARITHMETIC)
+LN_CAST_CACHE_KEYED_BY_STORAGE = _kernel(
+    "LN_CAST_CACHE_KEYED_BY_STORAGE", "layernorm", "cast_cache_by_storage",
+    "caches the float32 cast of its weight keyed by the weight's storage: two layers whose parameters are views of "
+    "one flat buffer (Megatron's, an FSDP shard) share it, and the second layer gets the first's weight "
+    "(local-inference-lab/vllm#228, ray-project/ray#60689): ln.forward", dtypes=FLOAT32_ARITHMETIC)
+ADD_RMS_ONES_CACHED_IN_INFERENCE = _kernel(
+    "ADD_RMS_ONES_CACHED_IN_INFERENCE", "add_rmsnorm", "ones_cached",
+    "makes the unit weight for weight=None once and caches it: made under torch.inference_mode() (a warm-up, an "
+    "evaluation), it is an inference tensor that a later training call cannot save for its backward "
+    "(sgl-project/sglang#33470, facebookresearch/dinov2#472): add_rms.jacobian (an error)", dtypes=FLOAT32_ARITHMETIC)
