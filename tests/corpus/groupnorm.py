@@ -85,18 +85,7 @@ def _groupnorm(x, num_groups, weight, bias, eps, *, bug: str = ""):
         # an NHWC kernel's group index c >> (bit_length(C/G) - 1), clamped to the last group: the channels are
         # regrouped in runs of a power of two, wrong where C/G is not one
         group_of = (torch.arange(channels, device=x.device) >> (per_group.bit_length() - 1)).clamp(max=num_groups - 1)
-        order = torch.argsort(group_of, stable=True)
-        counts = torch.bincount(group_of, minlength=num_groups).tolist()
-        y = torch.empty_like(values)
-        for members in torch.split(order, counts):
-            if members.numel():
-                part = values[:, members]
-                axes = tuple(range(1, part.dim()))
-                mean, variance = part.mean(axes, keepdim=True), part.var(axes, keepdim=True, unbiased=False)
-                y[:, members] = (part - mean) * torch.rsqrt(variance + eps)
-        shape = (1, channels) + (1,) * (x.dim() - 2)
-        y = y if weight is None else y * weight.float().reshape(shape)
-        return (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
+        return _groups_of(x, group_of, num_groups, weight, bias, eps)
     if bug == "interleaved":  # [N, C/G, G, S]: the groups along the faster channel axis
         grouped = values.reshape(n, channels // num_groups, num_groups, -1).transpose(1, 2).reshape(n, num_groups, -1)
     else:
@@ -151,9 +140,15 @@ def refuse_invalid_groups(x: torch.Tensor, num_groups: int) -> None:
 
 def _groups_of_the_floor(x, num_groups, weight, bias, eps):
     """C % G != 0 accepted: groups of floor(C/G) channels, the remaining channels in the last group."""
-    values = x.float()
     channels = x.shape[1]
     group_of = (torch.arange(channels, device=x.device) // max(channels // num_groups, 1)).clamp(max=num_groups - 1)
+    return _groups_of(x, group_of, num_groups, weight, bias, eps)
+
+
+def _groups_of(x, group_of: torch.Tensor, num_groups: int, weight, bias, eps):
+    """x normalized over the channels ``group_of`` puts in each of ``num_groups`` groups (a channel's group index),
+    per-channel weight and bias, in float32, rounded to x's dtype."""
+    values = x.float()
     y = torch.empty_like(values)
     for g in range(num_groups):
         members = (group_of == g).nonzero().flatten()
@@ -162,7 +157,7 @@ def _groups_of_the_floor(x, num_groups, weight, bias, eps):
             axes = tuple(range(1, part.dim()))
             mean, variance = part.mean(axes, keepdim=True), part.var(axes, keepdim=True, unbiased=False)
             y[:, members] = (part - mean) * torch.rsqrt(variance + eps)
-    shape = (1, channels) + (1,) * (x.dim() - 2)
+    shape = (1, x.shape[1]) + (1,) * (x.dim() - 2)
     y = y if weight is None else y * weight.float().reshape(shape)
     return (y if bias is None else y + bias.float().reshape(shape)).to(x.dtype)
 
