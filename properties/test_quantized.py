@@ -16,7 +16,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.boundary import to_kernel
+from core.boundary import HOST, to_kernel
 from proofs.quantization import FORMATS
 from properties import evidence
 from properties.checks.contracts import LAYOUTS, SEQUENCE_LAYOUTS, inside_a_larger_buffer, strided
@@ -114,7 +114,7 @@ def test_the_dynamic_scale_of_large_outputs(quant_norm_kernel, data):
     example = data.draw(quant_examples(quant_norm_kernel, scales=("dynamic",)), "example")
     x, weight, bias = example["x"], example["weight"], example.get("bias")
     d = x.shape[-1]
-    values = torch.ones(d, dtype=torch.float64) if weight is None else weight.double().cpu()
+    values = torch.ones(d, dtype=torch.float64, device=HOST) if weight is None else weight.double().cpu()
     shifts = None if bias is None else bias.double().cpu()
     largest = values.abs().max().item() * math.sqrt(d) + (0.0 if shifts is None else shifts.abs().max().item())
     gain = data.draw(st.sampled_from(LARGE_OUTPUT_GAINS), "gain")

@@ -147,12 +147,12 @@ def _fused_second_order(kind: str) -> Derivation:
              r"\partial S/\partial h \text{ with upstream } u + v,\ \partial S/\partial\,dh = u + v: d = "
              + ", ".join(map(str, widths)),
              "SymPy's derivatives of S = <u, dx> + <v, dr> + <a, dweight> + <c, dbias> of the written-out fused row "
-             "(h = x + r normalized, residual_out = h) against the plain closed form at h with upstream u + v, "
+             "(h = x + r normalized, the residual output h) against the plain closed form at h with upstream u + v, "
              "compared exactly",
              lambda: all(fused_second_derivatives_match(kind, width) for width in widths)),
-    ), notes=(r"The closed form and the bound of a kernel's second derivatives are the plain norm's at $h$ (claim "
-              r"\texttt{" + kind + r".second\_order}, where the closed form is checked for $d \le$ "
-              + str(max(WRITTEN_OUT_WIDTHS[kind])) + r").",))
+    ), notes=(r"The closed form and the bound of a kernel's second derivatives are the plain norm's at $h$; the "
+              r"closed form is checked for $d \le " + str(max(WRITTEN_OUT_WIDTHS[kind])) + r"$ by claim \texttt{"
+              + kind + r".second\_order}.",))
 
 
 _STATEMENT = (r"For upstream gradients $u$, $a$, $c$ of $(dx, dw, db)$ and $S = \sum_{\text{rows}}\langle u, dx\rangle "

@@ -190,7 +190,7 @@ def _centred_and_variance(h: torch.Tensor, rms: bool, bug: str) -> tuple[torch.T
     if (bug == "one_pass" and _even_m(h)) or (bug == "one_pass_unless_deterministic" and _default_mode()):
         return centred, (values.square().mean(-1, keepdim=True) - mean * mean).clamp_min(0.0)
     if bug == "matmul_statistics":
-        column = torch.full((h.shape[-1], 1), 1.0 / h.shape[-1], device=h.device)
+        column = torch.full((h.shape[-1], 1), 1.0 / h.shape[-1], dtype=torch.float32, device=h.device)
         return centred, ((centred * centred) @ column).float()
     squares = (h * h).float() if bug == "square_in_storage" else centred.square()
     return centred, squares.mean(-1, keepdim=True)
