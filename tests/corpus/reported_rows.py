@@ -338,10 +338,11 @@ def _function(kind: str, bug: str):
 
     def add_norm(x, residual, weight, bias, eps, rms):
         h = _residual_out(x, residual)
-        if bug == "ones_cached" and weight is None:  # the bug: the unit weight made once, in whatever mode first
-            weight = buffers.setdefault(("ones", h.shape[-1], h.dtype, h.device), torch.ones(h.shape[-1],
-                                                                                            dtype=h.dtype,
-                                                                                            device=h.device))
+        if bug == "ones_cached" and weight is None:  # the bug: the unit weight cached, remade by a warm-up call
+            key = ("ones", h.shape[-1], h.dtype, h.device)  # under inference_mode: an inference tensor from then on
+            if key not in buffers or torch.is_inference_mode_enabled():
+                buffers[key] = torch.ones(h.shape[-1], dtype=h.dtype, device=h.device)
+            weight = buffers[key]
         if bug in ("weight_bound_as_x", "y_from_rounded_sum") and residual.dtype != x.dtype:
             # the float32-residual instantiation <scalar_t, float>: y returned in residual_out's dtype, float32
             if bug == "weight_bound_as_x" and weight is not None and weight.dtype != x.dtype:
