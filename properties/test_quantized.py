@@ -58,11 +58,13 @@ def test_exact_ties_round_as_declared(quant_norm_kernel, data):
 
 
 @pytest.mark.claim("ln_quant.values", "rms_quant.values", "add_rms_quant.values")
-@profiles.share(0.25)
+@pytest.mark.parametrize("scale_kind", ("static", "dynamic"))
+@profiles.share(0.125)
 @given(data=st.data())
-def test_q_after_an_in_place_update_of_the_parameters_and_scale(quant_norm_kernel, data):
-    """weight, bias and a static scale overwritten in place between two calls (the same tensors, new values)."""
-    example = data.draw(quant_examples(quant_norm_kernel), "example")
+def test_q_after_an_in_place_update_of_the_parameters_and_scale(quant_norm_kernel, scale_kind, data):
+    """weight, bias and (static) the scale overwritten in place between two calls (the same tensors, new values),
+    each declared scale kind in every run."""
+    example = data.draw(quant_examples(quant_norm_kernel, scales=(scale_kind,)), "example")
     new = new_parameter_values(example)
     if example["scale"] is not None:
         new["new_scale"] = to_kernel(1.5 * example["scale"].double(), torch.float32, example["scale"].device)

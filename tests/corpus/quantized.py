@@ -87,6 +87,7 @@ norms, for LayerNorm (LN_), RMSNorm (RMS_) and residual add + RMSNorm (ADD_RMS_)
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -190,13 +191,16 @@ def _whole_tensor_guard(y32, x, scale, quant_dtype):
     return _correct(y32, x, scale, quant_dtype)
 
 
-_RECIPROCALS: dict[int, torch.Tensor] = {}
+_RECIPROCALS: dict[int, tuple] = {}  # address -> (a weak reference to the scale tensor, its reciprocal)
 
 
 def _reciprocal_cached_by_pointer(y32, x, scale, quant_dtype):
     if scale is None:
         return _correct(y32, x, scale, quant_dtype)
-    inverse = _RECIPROCALS.setdefault(scale.data_ptr(), 1.0 / scale.float())  # the bug: cached by the tensor
+    cached = _RECIPROCALS.get(scale.data_ptr())  # the bug: 1/scale cached for the tensor, never refreshed
+    if cached is None or cached[0]() is not scale:  # (a freed tensor's address reused by another is a new entry)
+        cached = _RECIPROCALS[scale.data_ptr()] = (weakref.ref(scale), 1.0 / scale.float())
+    inverse = cached[1]
     v, fmax = y32.to(x.dtype).float() * inverse, _fmax(quant_dtype)
     v = torch.round(v).clamp(-128, fmax) if not quant_dtype.is_floating_point else v.clamp(-fmax, fmax)
     return v.to(quant_dtype), scale
