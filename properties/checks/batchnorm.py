@@ -45,6 +45,7 @@ from properties.checks.contracts import (
     UPSTREAM,
     changed_inputs,
     check_dx_written_into_dy,
+    conclude_refused,
     conclude_upstream_layouts,
     fail_on_missing_gradient,
     gradients_in_both_layouts,
@@ -158,16 +159,11 @@ def check_eval_without_running_statistics_refused(kernel, x: torch.Tensor, runni
     error, as torch's batch_norm and instance_norm do; an output is a normalization by statistics the caller never
     gave (the batch's or the instances': openvinotoolkit/openvino#37954, apache/tvm#14963)."""
     assert not training and running_mean is None and running_var is None
-    try:
-        _call(kernel, example_of(x, None, None, weight, bias, False, momentum, eps), allow_nonfinite=True,
-              any_dtype=True)
-    except guard.KernelFault as fault:
-        if fault.reason != "raised":
-            raise
-        outcome.exact(True, "", **_plot(x))
-        return
-    outcome.exact(False, "returned an output in eval mode without running statistics",
-                  "eval mode needs running statistics: a call without them must be refused with an error", **_plot(x))
+    example = example_of(x, None, None, weight, bias, False, momentum, eps)
+    conclude_refused(lambda: _call(kernel, example, allow_nonfinite=True, any_dtype=True),
+                     "returned an output in eval mode without running statistics",
+                     "eval mode needs running statistics: a call without them must be refused with an error",
+                     **_plot(x))
 
 
 def check_coupling(kernel, x: torch.Tensor, other: torch.Tensor, running_mean, running_var, weight, bias,

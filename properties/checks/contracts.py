@@ -21,6 +21,7 @@ claim's business, like its accuracy).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -191,6 +192,19 @@ def changed_inputs(before: dict[str, Snapshot], inputs: dict[str, torch.Tensor |
     another dtype or storage (a kernel casting a parameter through ``.data``, peft's
     prepare_model_for_kbit_training's class, changes what its caller holds though torch.equal sees the same values)."""
     return [f"{name} ({how})" for name, snapshot in before.items() if (how := snapshot.change(inputs[name]))]
+
+
+def conclude_refused(call: Callable[[], object], returned: str, meaning: str, **point) -> None:
+    """An input the contract forbids: ``call()`` must raise (a KernelFault ``raised``); returning anything fails,
+    with ``returned`` saying what came back. Any other fault (a timeout, a wrong shape) is re-raised."""
+    try:
+        call()
+    except guard.KernelFault as fault:
+        if fault.reason != "raised":
+            raise
+        outcome.exact(True, "", **point)
+        return
+    outcome.exact(False, returned, meaning, **point)
 
 
 def check_dx_written_into_dy(kernel, dy: torch.Tensor, dx: torch.Tensor, x: torch.Tensor) -> None:

@@ -33,6 +33,7 @@ from properties.checks.contracts import (
     UPSTREAM,
     changed_inputs,
     check_dx_written_into_dy,
+    conclude_refused,
     conclude_upstream_layouts,
     fail_on_missing_gradient,
     gradients_in_both_layouts,
@@ -145,16 +146,10 @@ def check_invalid_groups_refused(kernel, x: torch.Tensor, num_groups: int, weigh
     sample's (pytorch/pytorch#74293, kuangliu/pytorch-groupnorm#3)."""
     channels = int(x.shape[1])
     assert num_groups == 0 or channels % num_groups
-    point = {"num_groups": num_groups, "channels": channels, "dtype": dtype_name(x.dtype)}
-    try:
-        _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True)
-    except guard.KernelFault as fault:
-        if fault.reason != "raised":
-            raise
-        outcome.exact(True, "", **point)
-        return
-    outcome.exact(False, f"returned an output for num_groups = {num_groups} with {channels} channels",
-                  "a num_groups that does not divide the channels must be refused with an error", **point)
+    conclude_refused(lambda: _call(kernel, x, num_groups, weight, bias, eps, allow_nonfinite=True, any_dtype=True),
+                     f"returned an output for num_groups = {num_groups} with {channels} channels",
+                     "a num_groups that does not divide the channels must be refused with an error",
+                     num_groups=num_groups, channels=channels, dtype=dtype_name(x.dtype))
 
 
 def check_independence(kernel, x: torch.Tensor, other: torch.Tensor, num_groups: int, weight, eps: float,
